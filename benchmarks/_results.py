@@ -1,0 +1,130 @@
+"""Shared output helpers for the benchmarks: machine info, summaries, JSON and markdown.
+
+Every benchmark writes one JSON document (``machine``, its settings, every figure with
+all its repetitions) and prints markdown tables; these helpers keep that uniform.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def machine_info() -> dict[str, Any]:
+    """What the figures depend on: the machine, its load, the interpreter."""
+    info: dict[str, Any] = {
+        "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "python_implementation": platform.python_implementation(),
+    }
+    try:
+        info["cpu_affinity"] = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        pass
+    try:
+        info["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu_model"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return info
+
+
+def package_versions(names: Iterable[str]) -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def summarize(reps: Sequence[float]) -> dict[str, Any]:
+    """Median and spread of repetitions (the median is the headline figure)."""
+    if not reps:
+        return {"reps": [], "median": None, "min": None, "max": None, "spread": None}
+    med = statistics.median(reps)
+    return {
+        "reps": [float(r) for r in reps],
+        "median": float(med),
+        "min": float(min(reps)),
+        "max": float(max(reps)),
+        # relative half-range: a quick noise indicator
+        "spread": float((max(reps) - min(reps)) / (2 * med)) if med else None,
+    }
+
+
+def ratio_entry(
+    name: str, target: float, ours: float | None, baseline: float | None, **extra: Any
+) -> dict[str, Any]:
+    ratio = ours / baseline if ours is not None and baseline else None
+    return {
+        "name": name,
+        **extra,
+        "target": target,
+        "ours": ours,
+        "baseline": baseline,
+        "ratio": ratio,
+        "pass": None if ratio is None else ratio >= target,
+    }
+
+
+def write_json(path: str | os.PathLike[str], doc: dict[str, Any]) -> Path:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    tmp.replace(out)
+    return out
+
+
+def fmt_num(value: float | None, digits: int = 3) -> str:
+    """Human-friendly number: 3 significant digits, thousands separators."""
+    if value is None:
+        return "-"
+    if value == 0:
+        return "0"
+    mag = abs(value)
+    if mag >= 10**digits:
+        return f"{value:,.0f}"
+    # significant digits below 1000
+    decimals = max(0, digits - 1 - math.floor(math.log10(mag)))
+    return f"{value:,.{decimals}f}"
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    rows = [["-" if c is None else str(c) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    out = [line(list(headers)), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out.extend(line(r) for r in rows)
+    return "\n".join(out)

@@ -1,0 +1,247 @@
+"""The packages form a DAG and move as one version train.
+
+Layers (DESIGN.md): transport < core < rdma < tensor; core < jobs. A package may import its own
+modules and those of the packages below it, never one above it or beside it. Imports are read
+with ``ast`` from every ``.py`` under ``packages/*/src`` (relative imports resolved,
+``importlib.import_module("monarch.x")`` literals, upstream's lazy top-level names such as
+``from monarch import Tensor``), plus the entry points and scripts each pyproject declares.
+"""
+
+from __future__ import annotations
+
+import ast
+import glob
+import tomllib
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ROOT / "packages"
+META = "monarch"
+
+# The one table of the layering: the subpackages of ``monarch`` each wheel owns (the root
+# ``monarch`` module itself belongs to monarch-core), and the wheels each may use directly (the
+# allowed edges; whatever those may use is allowed too).
+ROOT_OWNER = "monarch-core"
+OWNS: dict[str, frozenset[str]] = {
+    "monarch-transport": frozenset({"transport"}),
+    "monarch-core": frozenset({"actor", "config", "core"}),
+    "monarch-rdma": frozenset({"rdma"}),
+    "monarch-tensor": frozenset({"tensor"}),
+    "monarch-jobs": frozenset({"job", "spmd"}),
+}
+USES: dict[str, frozenset[str]] = {
+    "monarch-transport": frozenset(),
+    "monarch-core": frozenset({"monarch-transport"}),
+    "monarch-rdma": frozenset({"monarch-core"}),
+    "monarch-tensor": frozenset({"monarch-core", "monarch-rdma"}),
+    "monarch-jobs": frozenset({"monarch-core"}),
+}
+SUBPACKAGES = frozenset().union(*OWNS.values())
+
+
+def below(dist: str) -> frozenset[str]:
+    """Every wheel ``dist`` may import from, itself excluded."""
+    seen: set[str] = set()
+    todo = list(USES[dist])
+    while todo:
+        d = todo.pop()
+        if d not in seen:
+            seen.add(d)
+            todo.extend(USES[d])
+    return frozenset(seen)
+
+
+def owner(module: str) -> str | None:
+    """The wheel that ships ``monarch[.sub[...]]``, or None for a module no wheel owns."""
+    parts = module.split(".")
+    if parts[0] != "monarch":
+        return None
+    if len(parts) == 1:
+        return ROOT_OWNER
+    return next((dist for dist, subs in OWNS.items() if parts[1] in subs), None)
+
+
+# ---------------------------------------------------------------------------------------------
+# the packages as they are on disk
+
+
+@cache
+def folders() -> dict[str, Path]:
+    """Distribution name -> its folder, for every folder under packages/."""
+    return {
+        tomllib.loads(path.read_text())["project"]["name"]: path.parent
+        for path in sorted(PACKAGES.glob("*/pyproject.toml"))
+    }
+
+
+@cache
+def pyproject(dist: str) -> dict[str, Any]:
+    return tomllib.loads((folders()[dist] / "pyproject.toml").read_text())
+
+
+def sibling_requirements(dist: str, *, extras: bool) -> list[Requirement]:
+    project = pyproject(dist)["project"]
+    raw = list(project.get("dependencies", []))
+    if extras:
+        for reqs in project.get("optional-dependencies", {}).values():
+            raw.extend(reqs)
+    return [r for r in map(Requirement, raw) if r.name in folders()]
+
+
+def module_name(path: Path, src: Path) -> str:
+    parts = list(path.relative_to(src).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_modules(path: Path, src: Path) -> Iterator[tuple[int, str]]:
+    """(line, absolute module) for every import of ``monarch.*`` in one source file."""
+    import monarch  # resolves upstream's lazy top-level names to their layer
+
+    lazy: dict[str, tuple[str, str]] = monarch._LAZY
+    this = module_name(path, src)
+    package = this if path.name == "__init__.py" else this.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                if module == "monarch" and alias.name in lazy:
+                    yield node.lineno, lazy[alias.name][0]  # its layer, not the root
+                elif module == "monarch" and alias.name not in SUBPACKAGES:
+                    yield node.lineno, module  # an attribute of the root module
+                elif alias.name == "*":
+                    yield node.lineno, module
+                else:
+                    yield node.lineno, f"{module}.{alias.name}"
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "monarch" and node.attr in lazy:
+                yield node.lineno, lazy[node.attr][0]
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            first = node.args[0]
+            literal = isinstance(first, ast.Constant) and isinstance(first.value, str)
+            if name in {"import_module", "__import__"} and literal:
+                yield node.lineno, first.value  # type: ignore[attr-defined]
+
+
+def entry_point_modules(dist: str) -> Iterator[tuple[str, str]]:
+    project = pyproject(dist)["project"]
+    groups = dict(project.get("entry-points", {}))
+    groups["[project.scripts]"] = project.get("scripts", {})
+    groups["[project.gui-scripts]"] = project.get("gui-scripts", {})
+    for group, entries in groups.items():
+        for name, target in entries.items():
+            yield f"entry point {group} {name}", target.partition(":")[0].strip()
+
+
+CODE_DISTS = sorted(OWNS)
+
+
+# ---------------------------------------------------------------------------------------------
+# the tests
+
+
+def test_the_table_names_every_package() -> None:
+    assert set(folders()) == {*OWNS, META}
+    assert set(USES) == set(OWNS)
+    for dist in OWNS:
+        assert dist not in below(dist), f"{dist} is in a cycle"
+
+
+@pytest.mark.parametrize("dist", CODE_DISTS)
+def test_ships_only_modules_it_owns(dist: str) -> None:
+    src = folders()[dist] / "src"
+    for path in sorted(src.rglob("*.py")):
+        module = module_name(path, src)
+        where = path.relative_to(ROOT)
+        assert owner(module) == dist, f"{where} is {module}, which {owner(module)} owns"
+    root_init = src / "monarch" / "__init__.py"
+    assert root_init.exists() == (dist == "monarch-core"), (
+        "only monarch-core ships monarch/__init__.py"
+    )
+
+
+@pytest.mark.parametrize("dist", CODE_DISTS)
+def test_imports_only_lower_layers(dist: str) -> None:
+    src = folders()[dist] / "src"
+    allowed = below(dist) | {dist}
+    found: list[tuple[str, str]] = [
+        (f"{path.relative_to(ROOT)}:{line}", module)
+        for path in sorted(src.rglob("*.py"))
+        for line, module in imported_modules(path, src)
+    ]
+    found += list(entry_point_modules(dist))
+    bad = []
+    for where, module in found:
+        if module != "monarch" and not module.startswith("monarch."):
+            continue
+        owned_by = owner(module)
+        if owned_by is None or owned_by not in allowed:
+            bad.append(f"{where}: {module} (owned by {owned_by or 'nobody'})")
+    assert not bad, f"{dist} may import only {sorted(allowed)}:\n" + "\n".join(bad)
+
+
+def test_one_version_for_all() -> None:
+    versions = {dist: pyproject(dist)["project"].get("version") for dist in folders()}
+    assert all(versions.values()), f"every package needs a static version: {versions}"
+    assert len(set(versions.values())) == 1, versions
+
+
+@pytest.mark.parametrize("dist", sorted({*OWNS, META}))
+def test_siblings_are_pinned_to_the_train(dist: str) -> None:
+    version = pyproject(dist)["project"]["version"]
+    for req in sibling_requirements(dist, extras=True):
+        assert str(req.specifier) == f"=={version}", f"{dist}: {req} must be pinned =={version}"
+
+
+@pytest.mark.parametrize("dist", CODE_DISTS)
+def test_declared_siblings_respect_the_layers(dist: str) -> None:
+    declared = {r.name for r in sibling_requirements(dist, extras=True)}
+    assert declared <= below(dist), f"{dist} declares {sorted(declared - below(dist))}"
+
+
+def test_meta_package_depends_on_every_sibling() -> None:
+    required = {r.name for r in sibling_requirements(META, extras=False) if not r.extras}
+    assert required == set(OWNS)
+    assert not (folders()[META] / "src").exists(), "the meta-package ships no code"
+
+
+def required_closure(dist: str) -> set[str]:
+    todo, seen = [dist], set()
+    while todo:
+        d = todo.pop()
+        if d not in seen:
+            seen.add(d)
+            todo.extend(r.name for r in sibling_requirements(d, extras=False))
+    return seen
+
+
+@pytest.mark.parametrize("dist", sorted({*OWNS, META}))
+def test_per_package_env_has_exactly_the_declared_siblings(dist: str) -> None:
+    """``hatch run pkg-<name>:test`` proves a wheel works with its declared dependencies alone."""
+    envs = tomllib.loads((ROOT / "hatch.toml").read_text())["envs"]
+    env = "pkg-" + folders()[dist].name.removeprefix("monarch-")
+    assert env in envs, f"hatch.toml has no {env} environment"
+    members = {
+        tomllib.loads((Path(p) / "pyproject.toml").read_text())["project"]["name"]
+        for pattern in envs[env]["workspace"]["members"]
+        for p in glob.glob(str(ROOT / pattern))
+    }
+    assert members == required_closure(dist)
+    assert f"packages/{folders()[dist].name}/tests" in envs[env]["scripts"]["test"]

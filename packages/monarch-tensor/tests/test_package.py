@@ -1,0 +1,24 @@
+"""monarch-tensor installs ``monarch.tensor`` into the one ``monarch`` package, with torch."""
+
+from __future__ import annotations
+
+import os
+from importlib.metadata import requires, version
+from pathlib import Path
+
+import monarch
+import monarch.tensor
+
+
+def test_joins_the_monarch_package() -> None:
+    assert monarch.tensor.__file__ is not None
+    portion = os.path.realpath(Path(monarch.tensor.__file__).parent.parent)
+    assert portion in [os.path.realpath(p) for p in monarch.__path__]
+    assert (Path(monarch.tensor.__file__).parent / "py.typed").is_file()
+
+
+def test_pins_torch_and_core() -> None:
+    declared = requires("monarch-tensor") or []
+    assert "torch==2.13.0" in declared
+    assert f"monarch-core=={version('monarch-tensor')}" in declared
+    assert version("torch").split("+")[0] == "2.13.0"

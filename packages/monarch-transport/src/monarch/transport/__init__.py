@@ -1,0 +1,68 @@
+"""monarch.transport: authenticated multipart-frame connections over unix, tcp and tls.
+
+The bottom layer of Monarch: it moves length-prefixed multipart frames between
+addresses (``unix:///path``, ``unix://@name``, ``tcp://host:port``, ``tls://host:port``),
+after a handshake that agrees on a protocol version and proves both ends know the
+job's secret. Transports are plug-ins under the ``monarch.transports`` entry points.
+"""
+
+from ._abc import (
+    Connection,
+    ConnectionAttribute,
+    ConnectionHandler,
+    Listener,
+    Transport,
+    TransportOptions,
+)
+from ._address import Address
+from ._errors import (
+    AddressError,
+    AuthenticationError,
+    ConnectError,
+    ConnectionClosed,
+    FrameTooLarge,
+    HandshakeError,
+    ProtocolError,
+    ProtocolVersionError,
+    TransportError,
+    UnknownTransportError,
+)
+from ._framing import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_PARTS, Buffer, Frame
+from ._registry import (
+    ENTRY_POINT_GROUP,
+    available_transports,
+    get_transport,
+    open_connection,
+    open_listener,
+    register_transport,
+)
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_SIZE",
+    "DEFAULT_MAX_PARTS",
+    "ENTRY_POINT_GROUP",
+    "Address",
+    "AddressError",
+    "AuthenticationError",
+    "Buffer",
+    "ConnectError",
+    "Connection",
+    "ConnectionAttribute",
+    "ConnectionClosed",
+    "ConnectionHandler",
+    "Frame",
+    "FrameTooLarge",
+    "HandshakeError",
+    "Listener",
+    "ProtocolError",
+    "ProtocolVersionError",
+    "Transport",
+    "TransportError",
+    "TransportOptions",
+    "UnknownTransportError",
+    "available_transports",
+    "get_transport",
+    "open_connection",
+    "open_listener",
+    "register_transport",
+]

@@ -1,0 +1,170 @@
+"""The interfaces every transport implements (re-exported by ``monarch.transport.abc``)."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import ClassVar
+
+from anyio import TypedAttributeProvider, TypedAttributeSet, typed_attribute
+from anyio.abc import TaskGroup
+
+from ._address import Address
+from ._framing import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_PARTS, Buffer, Frame
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransportOptions:
+    """Settings shared by every connection and listener of a transport.
+
+    ``secret`` authenticates both ends; both must be given the same bytes.
+    """
+
+    secret: bytes
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    max_parts: int = DEFAULT_MAX_PARTS
+    handshake_timeout: float = 10.0
+    """Seconds a peer may take to complete the handshake (TLS included)."""
+    connect_timeout: float = 30.0
+    close_timeout: float = 5.0
+    """Seconds ``aclose`` spends flushing queued frames before dropping them."""
+    ssl_context: ssl.SSLContext | None = None
+    """For ``tls``: a server context on listeners, a client context on connect."""
+    server_hostname: str | None = None
+    """For ``tls`` connect: the name to verify (default: the address host)."""
+
+
+class ConnectionAttribute(TypedAttributeSet):
+    """Typed extra attributes of a :class:`Connection` (``conn.extra(...)``)."""
+
+    transport: str = typed_attribute()
+    """The scheme of the transport carrying the connection."""
+    local_address: Address = typed_attribute()
+    remote_address: Address = typed_attribute()
+    protocol_version: int = typed_attribute()
+    raw_socket: socket.socket = typed_attribute()
+    peer_credentials: tuple[int, int, int] = typed_attribute()
+    """``(pid, uid, gid)`` of the peer process (unix only)."""
+    ssl_object: ssl.SSLObject | ssl.SSLSocket = typed_attribute()
+    """The TLS session (tls only)."""
+
+
+class Connection(TypedAttributeProvider, ABC):
+    """An authenticated, bidirectional stream of multipart frames.
+
+    Frames arrive whole and in order. Sending queues a frame's buffers without
+    copying large parts; the caller must not modify them until they are flushed.
+    One task may receive at a time; any number may send.
+    """
+
+    @abstractmethod
+    async def send(self, parts: Sequence[Buffer]) -> None:
+        """Queue one frame and flush the queue to the socket."""
+
+    @abstractmethod
+    def send_nowait(self, parts: Sequence[Buffer]) -> None:
+        """Queue one frame without I/O; a later :meth:`send` or :meth:`flush` writes it."""
+
+    @abstractmethod
+    async def flush(self) -> None:
+        """Return once every frame queued before the call has been written."""
+
+    @abstractmethod
+    async def receive(self) -> Frame:
+        """The next frame, as one memoryview per part.
+
+        Raises :class:`~monarch.transport.ConnectionClosed` at end of stream and
+        :class:`~monarch.transport.ProtocolError` (closing the connection) on a
+        malformed frame.
+        """
+
+    @abstractmethod
+    def receive_nowait(self) -> Frame:
+        """A frame already read from the socket, or raise ``anyio.WouldBlock``."""
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Flush (bounded by ``close_timeout``) and close. Idempotent."""
+
+    @property
+    @abstractmethod
+    def closed(self) -> bool: ...
+
+    async def __aenter__(self) -> Connection:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> Connection:
+        return self
+
+    async def __anext__(self) -> Frame:
+        from ._errors import ConnectionClosed
+
+        try:
+            return await self.receive()
+        except ConnectionClosed:
+            raise StopAsyncIteration from None
+
+
+ConnectionHandler = Callable[[Connection], Awaitable[object]]
+
+
+class Listener(ABC):
+    """Accepts connections on an address; hands out only authenticated ones."""
+
+    @property
+    @abstractmethod
+    def address(self) -> Address:
+        """The bound address, with the real port when port 0 was asked for."""
+
+    @abstractmethod
+    async def serve(self, handler: ConnectionHandler, task_group: TaskGroup | None = None) -> None:
+        """Accept forever, calling ``handler(conn)`` in a new task for each connection.
+
+        A peer that fails the handshake is closed with a logged reason and never
+        reaches the handler; an exception escaping the handler is logged and closes
+        only that connection. The connection is closed when the handler returns.
+        """
+
+    @abstractmethod
+    async def aclose(self) -> None: ...
+
+    async def __aenter__(self) -> Listener:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class Transport(ABC):
+    """A way to reach peers, registered under the ``monarch.transports`` entry points."""
+
+    scheme: ClassVar[str]
+
+    @abstractmethod
+    def check_address(self, address: Address) -> Address:
+        """Validate (and normalize) an address of this transport's scheme."""
+
+    @abstractmethod
+    async def connect(self, address: Address, options: TransportOptions) -> Connection:
+        """Open an authenticated connection to a listener at ``address``."""
+
+    @abstractmethod
+    async def listen(self, address: Address, options: TransportOptions) -> Listener:
+        """Bind and listen at ``address`` (port 0: any free port)."""

@@ -1,0 +1,88 @@
+"""Transports by scheme, discovered lazily from the ``monarch.transports`` entry points."""
+
+from __future__ import annotations
+
+import threading
+from importlib.metadata import EntryPoint, entry_points
+from typing import Final
+
+from ._abc import Connection, Listener, Transport, TransportOptions
+from ._address import Address
+from ._errors import UnknownTransportError
+
+ENTRY_POINT_GROUP: Final = "monarch.transports"
+_PROVIDERS: Final = {"ibverbs": "monarch-rdma"}
+"""Schemes that other wheels provide, named in the error when they are missing."""
+
+_lock = threading.Lock()
+_loaded: dict[str, Transport] = {}
+_entry_points: dict[str, EntryPoint] | None = None
+
+
+def _discover() -> dict[str, EntryPoint]:
+    global _entry_points
+    if _entry_points is None:
+        _entry_points = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return _entry_points
+
+
+def available_transports() -> dict[str, str]:
+    """Installed schemes, each with the distribution that provides it."""
+    found = {
+        name: (ep.dist.name if ep.dist is not None else "?") for name, ep in _discover().items()
+    }
+    for name, transport in _loaded.items():
+        found.setdefault(name, type(transport).__module__)
+    return dict(sorted(found.items()))
+
+
+def get_transport(scheme: str) -> Transport:
+    """The transport for ``scheme``, loading its entry point on first use."""
+    transport = _loaded.get(scheme)
+    if transport is not None:
+        return transport
+    with _lock:
+        if scheme not in _loaded:
+            ep = _discover().get(scheme)
+            if ep is None:
+                installed = ", ".join(f"{n} ({d})" for n, d in available_transports().items())
+                hint = (
+                    f"; install the {_PROVIDERS[scheme]} wheel to get it"
+                    if scheme in _PROVIDERS
+                    else ""
+                )
+                raise UnknownTransportError(
+                    f"no transport for {scheme!r}{hint}; installed: {installed or 'none'}"
+                )
+            cls = ep.load()
+            _loaded[scheme] = cls()
+        return _loaded[scheme]
+
+
+def register_transport(transport: Transport) -> None:
+    """Register a transport object under its scheme, beside the entry points."""
+    with _lock:
+        _loaded[transport.scheme] = transport
+
+
+async def open_connection(
+    address: str | Address, *, secret: bytes, **options: object
+) -> Connection:
+    """Connect to a listener and authenticate with ``secret``.
+
+    ``options`` are :class:`TransportOptions` fields (``max_frame_size``, ``ssl_context``...).
+    """
+    parsed = Address.parse(address)
+    return await get_transport(parsed.scheme).connect(
+        parsed,
+        TransportOptions(secret=secret, **options),  # type: ignore[arg-type]
+    )
+
+
+async def open_listener(address: str | Address, *, secret: bytes, **options: object) -> Listener:
+    """Bind and listen at ``address``; ``listener.address`` has the real port or name."""
+    parsed = Address.parse(address)
+    return await get_transport(parsed.scheme).listen(
+        parsed,
+        TransportOptions(secret=secret, **options),  # type: ignore[arg-type]
+    )

@@ -1,0 +1,566 @@
+"""Frames over a non-blocking socket, driven by anyio's readiness waits.
+
+Every operation first tries the system call and waits for readiness only when it
+would block, so a busy connection does one ``recvmsg``/``sendmsg`` per batch of
+frames and no event-loop round trip per frame. The same code runs on asyncio
+(uvloop included) and trio.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import ssl
+from abc import abstractmethod
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from itertools import islice
+from typing import Any, Final
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.lowlevel import checkpoint
+
+from ._abc import (
+    Connection,
+    ConnectionAttribute,
+    ConnectionHandler,
+    Listener,
+    Transport,
+    TransportOptions,
+)
+from ._address import Address
+from ._errors import (
+    ConnectError,
+    ConnectionClosed,
+    HandshakeError,
+    ProtocolError,
+    TransportError,
+)
+from ._framing import Buffer, Frame, FrameDecoder, encode_frame_into
+from ._handshake import Handshake, Role, check_secret
+
+log = logging.getLogger("monarch.transport")
+
+WANT_READ: Final = -1
+WANT_WRITE: Final = -2
+IOV_MAX: Final = min(os.sysconf("SC_IOV_MAX"), 1024)
+COALESCE_LIMIT: Final = 64 * 1024
+"""Small frames are appended to the last queued buffer while it is below this size."""
+TLS_CHUNK: Final = 256 * 1024
+CHECKPOINT_EVERY: Final = 64
+"""Operations that completed without waiting between two forced checkpoints."""
+_CLOSED_ERRORS: Final = (anyio.ClosedResourceError, OSError)
+
+Attributes = Mapping[Any, Callable[[], Any]]
+
+
+class SocketIO:
+    """Non-blocking reads and writes of one socket; returns WANT_* instead of raising."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def recv_into(self, buf: memoryview) -> int:
+        try:
+            return self.sock.recv_into(buf)
+        except (BlockingIOError, InterruptedError):
+            return WANT_READ
+
+    def send(self, bufs: deque[bytearray | memoryview]) -> int:
+        try:
+            return self.sock.sendmsg(islice(bufs, IOV_MAX))
+        except (BlockingIOError, InterruptedError):
+            return WANT_WRITE
+
+
+class TlsIO(SocketIO):
+    """The same over TLS: no vectored writes, and a write is retried with the same chunk."""
+
+    sock: ssl.SSLSocket
+
+    def __init__(self, sock: ssl.SSLSocket) -> None:
+        super().__init__(sock)
+        self._chunk: bytes | memoryview | None = None
+
+    def recv_into(self, buf: memoryview) -> int:
+        try:
+            return self.sock.recv_into(buf)
+        except ssl.SSLWantReadError:
+            return WANT_READ
+        except ssl.SSLWantWriteError:
+            return WANT_WRITE
+        except ssl.SSLZeroReturnError:
+            return 0
+
+    def send(self, bufs: deque[bytearray | memoryview]) -> int:
+        if self._chunk is None:
+            head = bufs[0]
+            if isinstance(head, memoryview) and len(head) >= TLS_CHUNK:
+                self._chunk = head[:TLS_CHUNK]
+            else:
+                chunk = bytearray()
+                for buf in bufs:
+                    chunk += buf[: TLS_CHUNK - len(chunk)]
+                    if len(chunk) >= TLS_CHUNK:
+                        break
+                self._chunk = bytes(chunk)
+        try:
+            sent = self.sock.send(self._chunk)
+        except ssl.SSLWantWriteError:
+            return WANT_WRITE
+        except ssl.SSLWantReadError:
+            return WANT_READ
+        self._chunk = None
+        return sent
+
+
+async def wait_for(sock: socket.socket, want: int) -> None:
+    """Wait until the socket can do what a WANT_* code asked for."""
+    try:
+        if want == WANT_READ:
+            await anyio.wait_readable(sock)
+        else:
+            await anyio.wait_writable(sock)
+    except anyio.ClosedResourceError:
+        raise ConnectionClosed("the connection was closed") from None
+
+
+class SocketConnection(Connection):
+    """A :class:`Connection` over a connected, authenticated, non-blocking socket."""
+
+    def __init__(
+        self,
+        io: SocketIO,
+        options: TransportOptions,
+        *,
+        leftover: bytes = b"",
+        attributes: Attributes,
+    ) -> None:
+        self._io = io
+        self._sock = io.sock
+        self._options = options
+        self._decoder = FrameDecoder(
+            max_frame_size=options.max_frame_size, max_parts=options.max_parts
+        )
+        self._queue: deque[bytearray | memoryview] = deque()
+        self._queued = 0  # bytes ever queued
+        self._written = 0  # bytes ever written
+        self._flushing = False
+        self._progress: anyio.Event | None = None
+        self._receiving = False
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._fast_ops = 0
+        self._attributes = attributes
+        if leftover:
+            self._decoder.feed(leftover)
+
+    @property
+    def extra_attributes(self) -> Attributes:
+        return self._attributes
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        peer = self._attributes.get(ConnectionAttribute.remote_address)
+        state = "closed" if self._closed else "open"
+        return f"<{type(self).__name__} {peer() if peer else '?'} {state}>"
+
+    # -- sending -------------------------------------------------------------------
+
+    def send_nowait(self, parts: Sequence[Buffer]) -> None:
+        if self._closed:
+            raise ConnectionClosed("the connection is closed")
+        self._queued += encode_frame_into(
+            self._queue,
+            parts,
+            max_frame_size=self._options.max_frame_size,
+            max_parts=self._options.max_parts,
+            coalesce_limit=COALESCE_LIMIT,
+        )
+
+    async def send(self, parts: Sequence[Buffer]) -> None:
+        self.send_nowait(parts)
+        await self.flush()
+
+    async def flush(self) -> None:
+        target = self._queued
+        waited = False
+        while self._written < target:
+            if self._failure is not None:
+                raise ConnectionClosed(f"connection failed: {self._failure}") from self._failure
+            if not self._flushing:
+                waited |= await self._drain()
+            else:
+                if self._progress is None:
+                    self._progress = anyio.Event()
+                await self._progress.wait()
+                waited = True
+        if not waited:
+            await self._fast_checkpoint()
+
+    async def _drain(self) -> bool:
+        """Write until the queue is empty; returns whether it had to wait."""
+        self._flushing = True
+        waited = False
+        try:
+            while self._queue:
+                try:
+                    sent = self._io.send(self._queue)
+                except OSError as exc:
+                    self._fail(exc)
+                    raise ConnectionClosed(f"connection lost while sending: {exc}") from exc
+                if sent >= 0:
+                    self._consume(sent)
+                    continue
+                self._wake()
+                waited = True
+                await wait_for(self._sock, sent)
+        finally:
+            self._flushing = False
+            self._wake()
+        return waited
+
+    def _consume(self, sent: int) -> None:
+        self._written += sent
+        queue = self._queue
+        while sent:
+            head = queue[0]
+            size = len(head)
+            if sent >= size:
+                queue.popleft()
+                sent -= size
+            elif isinstance(head, bytearray):
+                del head[:sent]
+                sent = 0
+            else:
+                queue[0] = head[sent:]
+                sent = 0
+        while queue and not queue[0]:
+            queue.popleft()
+
+    def _wake(self) -> None:
+        if self._progress is not None:
+            self._progress.set()
+            self._progress = None
+
+    # -- receiving ---------------------------------------------------------------------
+
+    def receive_nowait(self) -> Frame:
+        frame = self._decoder.next_frame()
+        if frame is None:
+            self._check_open()
+            raise anyio.WouldBlock
+        return frame
+
+    async def receive(self) -> Frame:
+        frame = self._decoder.next_frame()
+        if frame is not None:
+            await self._fast_checkpoint()
+            return frame
+        self._check_open()
+        if self._receiving:
+            raise anyio.BusyResourceError("receiving from")
+        self._receiving = True
+        decoder = self._decoder
+        try:
+            while True:
+                buf = decoder.get_buffer()
+                try:
+                    n = self._io.recv_into(buf)
+                except OSError as exc:
+                    self._fail(exc)
+                    raise ConnectionClosed(f"connection lost while receiving: {exc}") from exc
+                finally:
+                    buf.release()
+                if n > 0:
+                    try:
+                        decoder.buffer_updated(n)
+                    except ProtocolError as exc:
+                        self._protocol_violation(exc)
+                        raise
+                    frame = decoder.next_frame()
+                    if frame is not None:
+                        return frame
+                elif n == 0:
+                    if decoder.mid_frame:
+                        truncated = ProtocolError("peer closed the connection mid-frame")
+                        self._protocol_violation(truncated)
+                        raise truncated
+                    self._fail(ConnectionClosed("peer closed the connection"))
+                    raise ConnectionClosed("peer closed the connection")
+                else:
+                    await wait_for(self._sock, n)
+        finally:
+            self._receiving = False
+
+    # -- closing --------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._queue and self._failure is None:
+            with anyio.move_on_after(self._options.close_timeout, shield=True):
+                try:
+                    await self.flush()
+                except TransportError:
+                    pass
+        self._close_socket()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConnectionClosed("the connection is closed")
+
+    def _protocol_violation(self, exc: ProtocolError) -> None:
+        log.warning("closing connection to %s: %s", self._peer_text(), exc)
+        self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._failure is None:
+            self._failure = exc
+        self._closed = True
+        self._queue.clear()
+        self._close_socket()
+
+    def _close_socket(self) -> None:
+        if self._sock.fileno() >= 0:
+            anyio.notify_closing(self._sock)
+            self._sock.close()
+
+    def _peer_text(self) -> str:
+        getter = self._attributes.get(ConnectionAttribute.remote_address)
+        return str(getter()) if getter else "?"
+
+    async def _fast_checkpoint(self) -> None:
+        self._fast_ops += 1
+        if self._fast_ops >= CHECKPOINT_EVERY:
+            self._fast_ops = 0
+            await checkpoint()
+
+
+async def send_all(io: SocketIO, data: bytes) -> None:
+    queue: deque[bytearray | memoryview] = deque([memoryview(data)])
+    while queue:
+        sent = io.send(queue)
+        if sent < 0:
+            await wait_for(io.sock, sent)
+            continue
+        head = queue.popleft()
+        if sent < len(head):
+            queue.appendleft(head[sent:])
+
+
+async def run_handshake(io: SocketIO, role: Role, secret: bytes) -> tuple[int, bytes]:
+    """Drive :class:`Handshake` over ``io``; returns the version and the bytes read past it."""
+    handshake = Handshake(role, secret)
+    buf = bytearray(4096)
+    await send_all(io, handshake.data_to_send())
+    while handshake.wants_more:
+        with memoryview(buf) as view:
+            n = io.recv_into(view)
+        if n < 0:
+            await wait_for(io.sock, n)
+            continue
+        if n == 0:
+            raise HandshakeError("peer closed the connection during the handshake")
+        try:
+            handshake.receive_data(bytes(buf[:n]))
+        finally:
+            reply = handshake.data_to_send()
+            if reply:
+                try:
+                    await send_all(io, reply)
+                except (OSError, TransportError):
+                    if handshake.wants_more:
+                        raise
+    assert handshake.version is not None
+    return handshake.version, handshake.leftover
+
+
+async def tls_handshake(sock: ssl.SSLSocket) -> None:
+    while True:
+        try:
+            sock.do_handshake()
+            return
+        except ssl.SSLWantReadError:
+            await wait_for(sock, WANT_READ)
+        except ssl.SSLWantWriteError:
+            await wait_for(sock, WANT_WRITE)
+
+
+class SocketTransport(Transport):
+    """A transport over stream sockets: subclasses open, bind and describe sockets."""
+
+    @abstractmethod
+    async def open_socket(self, address: Address, options: TransportOptions) -> socket.socket:
+        """A connected non-blocking socket to ``address``."""
+
+    @abstractmethod
+    async def bind_socket(
+        self, address: Address, options: TransportOptions
+    ) -> tuple[socket.socket, Address]:
+        """A listening non-blocking socket and its real address."""
+
+    @abstractmethod
+    def peer_address(self, sock: socket.socket) -> Address: ...
+
+    def socket_attributes(self, sock: socket.socket) -> dict[Any, Callable[[], Any]]:
+        return {}
+
+    async def secure(
+        self, sock: socket.socket, options: TransportOptions, *, server_side: bool, address: Address
+    ) -> SocketIO:
+        """Wrap the socket for I/O (TLS does its handshake here)."""
+        return SocketIO(sock)
+
+    def unbind(self, address: Address) -> None:
+        """Release what ``bind_socket`` claimed beyond the socket (a socket file)."""
+
+    async def connect(self, address: Address, options: TransportOptions) -> Connection:
+        address = self.check_address(address)
+        check_secret(options.secret)
+        try:
+            with anyio.fail_after(options.connect_timeout):
+                sock = await self.open_socket(address, options)
+        except TimeoutError:
+            raise ConnectError(
+                f"cannot connect to {address}: timed out after {options.connect_timeout}s"
+            ) from None
+        except OSError as exc:
+            raise ConnectError(f"cannot connect to {address}: {exc}") from exc
+        return await self.establish(
+            sock, options, "client", local=self.local_address(sock), remote=address
+        )
+
+    @abstractmethod
+    def local_address(self, sock: socket.socket) -> Address: ...
+
+    async def establish(
+        self,
+        sock: socket.socket,
+        options: TransportOptions,
+        role: Role,
+        *,
+        local: Address,
+        remote: Address,
+    ) -> SocketConnection:
+        """Secure and authenticate a connected socket within the handshake deadline.
+
+        Closes the socket (and its TLS wrapper) when anything fails.
+        """
+        io: SocketIO | None = None
+        try:
+            with anyio.fail_after(options.handshake_timeout):
+                io = await self.secure(sock, options, server_side=role == "server", address=remote)
+                version, leftover = await run_handshake(io, role, options.secret)
+        except BaseException as exc:
+            if io is not None:
+                io.sock.close()
+            sock.close()
+            if isinstance(exc, TimeoutError):
+                raise HandshakeError(
+                    f"handshake with {remote} timed out after {options.handshake_timeout}s"
+                ) from None
+            if isinstance(exc, ssl.SSLError):
+                raise HandshakeError(f"TLS handshake with {remote} failed: {exc}") from exc
+            if isinstance(exc, OSError):
+                raise HandshakeError(
+                    f"connection to {remote} lost in the handshake: {exc}"
+                ) from exc
+            raise
+        secured = io.sock
+        attributes: dict[Any, Callable[[], Any]] = {
+            ConnectionAttribute.transport: lambda: self.scheme,
+            ConnectionAttribute.local_address: lambda: local,
+            ConnectionAttribute.remote_address: lambda: remote,
+            ConnectionAttribute.protocol_version: lambda: version,
+            ConnectionAttribute.raw_socket: lambda: secured,
+            **self.socket_attributes(secured),
+        }
+        return SocketConnection(io, options, leftover=leftover, attributes=attributes)
+
+    async def listen(self, address: Address, options: TransportOptions) -> Listener:
+        address = self.check_address(address)
+        check_secret(options.secret)
+        sock, real = await self.bind_socket(address, options)
+        return SocketListener(self, sock, real, options)
+
+
+class SocketListener(Listener):
+    def __init__(
+        self,
+        transport: SocketTransport,
+        sock: socket.socket,
+        address: Address,
+        options: TransportOptions,
+    ) -> None:
+        self._transport = transport
+        self._sock = sock
+        self._address = address
+        self._options = options
+        self._closed = False
+
+    @property
+    def address(self) -> Address:
+        return self._address
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._address}{' closed' if self._closed else ''}>"
+
+    async def serve(self, handler: ConnectionHandler, task_group: TaskGroup | None = None) -> None:
+        async with AsyncExitStack() as stack:
+            if task_group is None:
+                task_group = await stack.enter_async_context(anyio.create_task_group())
+            while not self._closed:
+                try:
+                    raw, _ = self._sock.accept()
+                except (BlockingIOError, InterruptedError):
+                    try:
+                        await anyio.wait_readable(self._sock)
+                    except anyio.ClosedResourceError:
+                        return
+                    continue
+                except OSError as exc:
+                    if self._sock.fileno() < 0:
+                        return
+                    # Out of descriptors or similar: keep serving once some free up.
+                    log.error("accept on %s failed: %s", self._address, exc)
+                    await anyio.sleep(0.1)
+                    continue
+                raw.setblocking(False)
+                task_group.start_soon(self._handle, raw, handler)
+
+    async def _handle(self, raw: socket.socket, handler: ConnectionHandler) -> None:
+        try:
+            remote = self._transport.peer_address(raw)
+        except OSError:
+            raw.close()
+            return
+        try:
+            conn = await self._transport.establish(
+                raw, self._options, "server", local=self._address, remote=remote
+            )
+        except TransportError as exc:
+            log.warning("closing connection from %s to %s: %s", remote, self._address, exc)
+            raw.close()
+            return
+        async with conn:
+            try:
+                await handler(conn)
+            except Exception:
+                log.exception("connection handler for %s failed; closing that connection", remote)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        anyio.notify_closing(self._sock)
+        self._sock.close()
+        self._transport.unbind(self._address)
+        await checkpoint()

@@ -1,0 +1,114 @@
+"""Wire schema: msgspec Structs for the connection handshake and the message envelope.
+
+Every Struct is ``array_like`` (encoded as a msgpack array, no field names on the
+wire) and carries an integer ``tag`` as its first element, so a decoder can tell
+the message kind from one byte.
+
+Versioning rules (the reason these Structs look the way they do):
+
+1. ``PROTOCOL_VERSION`` is negotiated by the handshake: each side offers an
+   inclusive range and the highest common version wins; no common version means the
+   connection is refused with :class:`~monarch.transport.ProtocolVersionError`.
+2. Within one protocol version a Struct only ever grows at its end, and every field
+   added later has a default, so an older decoder (which ignores trailing array
+   items) and a newer decoder (which fills defaults) both read every message.
+3. Fields are never removed, reordered or retyped, and a tag is never reused. A
+   change that cannot follow rule 2 bumps ``PROTOCOL_VERSION`` and keeps decoding
+   the old layout for as long as ``MIN_PROTOCOL_VERSION`` admits it.
+4. The handshake layout (``MAGIC``, ``ClientHello``) is frozen forever: it is what
+   lets two different versions find out that they differ.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+PROTOCOL_VERSION: Final = 1
+"""The newest protocol version this package speaks."""
+MIN_PROTOCOL_VERSION: Final = 1
+"""The oldest protocol version this package still speaks."""
+
+MAGIC: Final = b"\x89monarch"
+"""First eight bytes a client sends: tells a monarch peer from anything else."""
+
+
+class ClientHello(msgspec.Struct, array_like=True, tag=1, frozen=True):
+    """Client -> server: versions spoken and a fresh nonce."""
+
+    min_version: int
+    max_version: int
+    nonce: bytes
+
+
+class ServerHello(msgspec.Struct, array_like=True, tag=2, frozen=True):
+    """Server -> client: the chosen version and the server's fresh nonce."""
+
+    version: int
+    nonce: bytes
+
+
+class Proof(msgspec.Struct, array_like=True, tag=3, frozen=True):
+    """HMAC-SHA256 under the shared secret of every handshake byte sent before it."""
+
+    mac: bytes
+
+
+class Accept(msgspec.Struct, array_like=True, tag=4, frozen=True):
+    """Server -> client: handshake complete, frames may flow."""
+
+
+class Reject(msgspec.Struct, array_like=True, tag=5, frozen=True):
+    """Either side: the handshake failed, with the reason; the connection closes."""
+
+    reason: str
+    code: int = 0
+
+
+HandshakeMessage = ClientHello | ServerHello | Proof | Accept | Reject
+
+REJECT_AUTH: Final = 1
+REJECT_VERSION: Final = 2
+REJECT_MALFORMED: Final = 3
+
+
+class Envelope(msgspec.Struct, array_like=True, tag=16, frozen=True):
+    """The header frame of every message monarch-core carries.
+
+    A message is one multipart frame: part 0 is the encoded Envelope, the remaining
+    parts are the payload (a pickle and its out-of-band buffers), which travel as
+    separate parts so large buffers are never joined into one.
+    """
+
+    kind: int
+    """What the payload is; meaning owned by monarch-core."""
+    dest: str
+    """The mailbox (actor or port) the message is for."""
+    sender: str
+    """The sending actor, for per-sender ordering and error reports."""
+    seq: int = 0
+    """Per (sender, dest) sequence number restoring FIFO order; 0 = unordered."""
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    """Extension point for metadata that needs no schema change (tracing, ...)."""
+
+
+_handshake_decoder: Final = msgspec.msgpack.Decoder(HandshakeMessage)
+_envelope_decoder: Final = msgspec.msgpack.Decoder(Envelope)
+_encoder: Final = msgspec.msgpack.Encoder()
+
+
+def encode(message: msgspec.Struct) -> bytes:
+    """Encode any wire Struct to msgpack."""
+    return _encoder.encode(message)
+
+
+def decode_handshake(data: bytes | memoryview) -> HandshakeMessage:
+    """Decode one handshake message; raises ``msgspec.DecodeError`` on garbage."""
+    message: HandshakeMessage = _handshake_decoder.decode(data)
+    return message
+
+
+def decode_envelope(data: bytes | memoryview) -> Envelope:
+    """Decode an Envelope; raises ``msgspec.DecodeError`` on garbage."""
+    return _envelope_decoder.decode(data)

@@ -1,0 +1,16 @@
+"""Interfaces a transport plug-in implements (entry-point group ``monarch.transports``)."""
+
+from ._abc import Connection, ConnectionAttribute, ConnectionHandler, Listener, Transport
+from ._socket import SocketConnection, SocketIO, SocketListener, SocketTransport
+
+__all__ = [
+    "Connection",
+    "ConnectionAttribute",
+    "ConnectionHandler",
+    "Listener",
+    "SocketConnection",
+    "SocketIO",
+    "SocketListener",
+    "SocketTransport",
+    "Transport",
+]

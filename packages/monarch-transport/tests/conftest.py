@@ -1,0 +1,100 @@
+"""Fixtures: a listener on every transport, and a client that connects to it."""
+
+from __future__ import annotations
+
+import ssl
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import pytest
+import trustme
+
+from monarch.transport import Connection, Listener, open_connection, open_listener
+
+SECRET = b"test-secret-0123456789"
+
+
+@pytest.fixture(scope="session")
+def tls_contexts() -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    ca = trustme.CA()
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1", "localhost").configure_cert(server)
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    return server, client
+
+
+@dataclass
+class Endpoint:
+    """Where to listen and how to connect, for one transport."""
+
+    url: str
+    listen_options: dict[str, Any] = field(default_factory=dict)
+    connect_options: dict[str, Any] = field(default_factory=dict)
+
+    async def listen(self, **options: Any) -> Listener:
+        return await open_listener(
+            self.url, secret=options.pop("secret", SECRET), **{**self.listen_options, **options}
+        )
+
+    async def connect(self, listener: Listener, **options: Any) -> Connection:
+        return await open_connection(
+            listener.address,
+            secret=options.pop("secret", SECRET),
+            **{**self.connect_options, **options},
+        )
+
+
+@pytest.fixture(params=["unix-abstract", "unix-path", "tcp", "tls"])
+def endpoint(
+    request: pytest.FixtureRequest, tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext]
+) -> Iterator[Endpoint]:
+    kind = request.param
+    if kind == "unix-abstract":
+        yield Endpoint("unix://@")
+    elif kind == "unix-path":
+        with tempfile.TemporaryDirectory() as tmp:
+            yield Endpoint(f"unix://{tmp}/listener.sock")
+    elif kind == "tcp":
+        yield Endpoint("tcp://127.0.0.1:0")
+    else:
+        server, client = tls_contexts
+        yield Endpoint(
+            "tls://127.0.0.1:0",
+            listen_options={"ssl_context": server},
+            connect_options={"ssl_context": client},
+        )
+
+
+class Server:
+    """A listener serving in the background; accepted connections arrive in ``accepted``."""
+
+    def __init__(self, listener: Listener) -> None:
+        self.listener = listener
+        self._send, self._receive = anyio.create_memory_object_stream[Connection](100)
+
+    async def handler(self, conn: Connection) -> None:
+        await self._send.send(conn)
+        await anyio.sleep_forever()  # serve() closes the connection when we return
+
+    async def next_connection(self) -> Connection:
+        with anyio.fail_after(10):
+            return await self._receive.receive()
+
+
+@asynccontextmanager
+async def serving(endpoint: Endpoint, **options: Any) -> AsyncIterator[Server]:
+    """Listen on ``endpoint`` and serve until the block ends."""
+    listener = await endpoint.listen(**options)
+    server = Server(listener)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, server.handler)
+        try:
+            yield server
+        finally:
+            tg.cancel_scope.cancel()
+            await listener.aclose()

@@ -1,0 +1,38 @@
+"""The ``monarch`` meta-package installs every Monarch wheel, pinned to its own version."""
+
+from __future__ import annotations
+
+from importlib.metadata import distribution, requires, version
+
+from packaging.requirements import Requirement
+
+SIBLINGS = ["monarch-transport", "monarch-core", "monarch-rdma", "monarch-tensor", "monarch-jobs"]
+
+
+def test_depends_on_every_sibling_pinned() -> None:
+    own = version("monarch")
+    plain = [Requirement(r) for r in requires("monarch") or []]
+    pinned = {str(r.name): str(r.specifier) for r in plain if r.marker is None}
+    assert pinned == dict.fromkeys(SIBLINGS, f"=={own}")
+    for name in SIBLINGS:
+        assert version(name) == own
+
+
+def test_extras_forward_to_the_siblings() -> None:
+    extras = distribution("monarch").metadata.get_all("Provides-Extra") or []
+    assert sorted(extras) == ["kubernetes", "rdma", "slurm"]
+    forwarded = {
+        str(r.marker): f"{r.name}[{','.join(sorted(r.extras))}]"
+        for r in map(Requirement, requires("monarch") or [])
+        if r.marker is not None
+    }
+    assert forwarded == {
+        'extra == "kubernetes"': "monarch-jobs[kubernetes]",
+        'extra == "slurm"': "monarch-jobs[slurm]",
+        'extra == "rdma"': "monarch-tensor[rdma]",
+    }
+
+
+def test_ships_no_code() -> None:
+    files = distribution("monarch").files or []
+    assert not [f for f in files if f.suffix == ".py"]
