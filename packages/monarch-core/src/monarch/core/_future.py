@@ -1,0 +1,118 @@
+"""``Future``: the result of every adverb, usable from sync code, asyncio, and endpoints.
+
+A Future wraps a ``concurrent.futures.Future`` completed by the runtime's event loop,
+which runs on its own thread in the controller and on the main thread of a worker.
+``get()`` blocks the calling thread; ``await`` suspends the calling asyncio task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any, Generic, TypeVar, cast
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+_loop_thread: threading.Thread | None = None
+"""The thread running the runtime loop; ``get()`` there would deadlock."""
+
+
+def set_loop_thread(thread: threading.Thread | None) -> None:
+    global _loop_thread
+    _loop_thread = thread
+
+
+class Future(Generic[R]):
+    """The eventual result of a Monarch operation. Not constructible by users."""
+
+    __slots__ = ("_cf",)
+
+    _cf: concurrent.futures.Future[R]
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("Future cannot be constructed directly; Monarch operations return one")
+
+    @classmethod
+    def _wrap(cls, cf: concurrent.futures.Future[R]) -> Future[R]:
+        future: Future[R] = object.__new__(cls)
+        future._cf = cf
+        return future
+
+    @classmethod
+    def _of(cls, value: R) -> Future[R]:
+        cf: concurrent.futures.Future[R] = concurrent.futures.Future()
+        cf.set_result(value)
+        return cls._wrap(cf)
+
+    def get(self, timeout: float | None = None) -> R:
+        """Block until the value is ready; ``TimeoutError`` after ``timeout`` seconds.
+
+        A timeout leaves the operation running: a later ``get`` may still succeed.
+        """
+        if not self._cf.done() and threading.current_thread() is _loop_thread:
+            raise RuntimeError(
+                "Future.get() inside an async endpoint would block the actor's event loop; "
+                "use `await future` instead"
+            )
+        return self._cf.result(timeout)
+
+    def result(self, timeout: float | None = None) -> R:
+        return self.get(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        try:
+            self.get(timeout)
+        except TimeoutError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - this method returns it
+            return exc
+        return None
+
+    def done(self) -> bool:
+        return self._cf.done()
+
+    def as_asyncio(self) -> asyncio.Future[R]:
+        """This future as an asyncio future of the running loop."""
+        return asyncio.wrap_future(self._cf)
+
+    def __await__(self) -> Generator[Any, None, R]:
+        return asyncio.wrap_future(self._cf).__await__()
+
+    def then(self, fn: Callable[[R], T]) -> Future[T]:
+        """A future of ``fn(value)``, computed when this one completes."""
+        out: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def done(cf: concurrent.futures.Future[R]) -> None:
+            try:
+                out.set_result(fn(cf.result()))
+            except BaseException as exc:  # noqa: BLE001 - handed to the future
+                out.set_exception(exc)
+
+        self._cf.add_done_callback(done)
+        return Future._wrap(out)
+
+    def __repr__(self) -> str:
+        state = "done" if self._cf.done() else "pending"
+        return f"<monarch.actor.Future {state}>"
+
+
+def run_on(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, R]) -> Future[R]:
+    """Schedule ``coro`` on the runtime loop from any thread."""
+    return Future._wrap(asyncio.run_coroutine_threadsafe(coro, loop))
+
+
+def returns_future(fn: Callable[..., Awaitable[R]]) -> Callable[..., Future[R]]:
+    """Turn ``async def f(...) -> T`` into ``f(...) -> Future[T]``, run on the runtime loop."""
+    import functools
+
+    from ._runtime import current_runtime
+
+    @functools.wraps(fn)
+    def wrapper(*args: object, **kwargs: object) -> Future[R]:
+        runtime = current_runtime()
+        return run_on(runtime.loop, cast(Coroutine[Any, Any, R], fn(*args, **kwargs)))
+
+    return wrapper

@@ -1,0 +1,137 @@
+"""The messages procs exchange: a transport Envelope, a msgspec body, then pickled parts.
+
+Frame layout: ``[Envelope, body, pickle, *out-of-band buffers]``. The Envelope's
+``kind`` says who receives it (an actor mailbox, a port, or the proc itself) and
+``dest`` names it; the body is one of the Structs below. Same versioning rules as
+``monarch.transport.wire``: Structs only grow at their end, with defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+TO_ACTOR: Final = 1
+TO_PORT: Final = 2
+TO_PROC: Final = 3
+
+
+class PortRef(msgspec.Struct, array_like=True, frozen=True):
+    """Where replies go: a port of a proc."""
+
+    proc: str
+    port: int
+
+
+class ShapeSpec(msgspec.Struct, array_like=True, frozen=True):
+    """A shape on the wire: labels over a strided region of ranks."""
+
+    labels: tuple[str, ...]
+    offset: int
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+
+
+class Call(msgspec.Struct, array_like=True, tag=1, frozen=True):
+    """Run an endpoint on the actor(s) of a mesh living in the receiving proc."""
+
+    mesh: str
+    method: str
+    shape: ShapeSpec
+    """The (sliced) shape the message was cast to; gives each actor its message rank."""
+    reply: PortRef | None = None
+
+
+class PortValue(msgspec.Struct, array_like=True, tag=2, frozen=True):
+    """A value (or, with ``error``, an exception) sent to a port by a rank."""
+
+    rank: int
+    error: bool = False
+
+
+class SpawnActor(msgspec.Struct, array_like=True, tag=10, frozen=True):
+    """Create an actor in the receiving proc; the pickle holds (class, args, kwargs)."""
+
+    mesh: str
+    name: str
+    rank: int
+    """Global rank of this actor in its mesh."""
+    shape: ShapeSpec
+    reply: PortRef
+
+
+class StopActor(msgspec.Struct, array_like=True, tag=11, frozen=True):
+    mesh: str
+    reason: str
+    reply: PortRef
+
+
+class ProcReady(msgspec.Struct, array_like=True, tag=12, frozen=True):
+    """A new proc tells its parent where it listens."""
+
+    address: str
+    pid: int
+    rank: int = 0
+
+
+class StopProc(msgspec.Struct, array_like=True, tag=13, frozen=True):
+    reason: str
+
+
+class SpawnProcs(msgspec.Struct, array_like=True, tag=14, frozen=True):
+    """Ask a host agent to start ``count`` procs, ranks ``base_rank`` onwards.
+
+    Each proc reports ``ProcReady`` to ``ready``; the agent reports each exit as
+    ``ProcExited`` to ``events`` (it is the first to know: it is the parent).
+    """
+
+    count: int
+    base_rank: int
+    ready: PortRef
+    events: PortRef
+    name: str = "procs"
+
+
+class ProcExited(msgspec.Struct, array_like=True, tag=15, frozen=True):
+    rank: int
+    pid: int
+    how: str
+    """"exited with code N" or "was killed by signal N"."""
+
+
+class SpawnFailed(msgspec.Struct, array_like=True, tag=16, frozen=True):
+    """A host agent could not start a proc."""
+
+    rank: int
+    reason: str
+
+
+class RunBootstrap(msgspec.Struct, array_like=True, tag=17, frozen=True):
+    """Run the pickled callable on the proc before anything else; reply to ``reply``."""
+
+    reply: PortRef
+
+
+Body = (
+    Call
+    | PortValue
+    | SpawnActor
+    | StopActor
+    | ProcReady
+    | StopProc
+    | SpawnProcs
+    | ProcExited
+    | SpawnFailed
+    | RunBootstrap
+)
+
+_decoder: Final = msgspec.msgpack.Decoder(Body)
+_encoder: Final = msgspec.msgpack.Encoder()
+
+encode_body = _encoder.encode
+
+
+def decode_body(data: bytes | memoryview) -> Body:
+    body: Body = _decoder.decode(data)
+    return body

@@ -1,0 +1,284 @@
+"""Host and proc meshes: where actors live.
+
+A HostMesh is a list of host agents (see ``_host``); ``spawn_procs`` asks each to
+start its share of processes, which report straight back to the caller. The caller
+keeps an events port open for the mesh's lifetime, on which the agents report exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from monarch.transport import Buffer
+
+from ._actor import Procs, SupervisionError, resolve, spawn_actor_mesh
+from ._future import Future, run_on
+from ._messages import (
+    TO_PROC,
+    Body,
+    PortValue,
+    ProcExited,
+    ProcReady,
+    RunBootstrap,
+    SpawnFailed,
+    SpawnProcs,
+    StopProc,
+)
+from ._runtime import Runtime, current_runtime
+from ._serialize import dumps, loads
+from ._shape import MeshTrait, NDSlice, Shape
+
+T = TypeVar("T")
+
+
+class _ProcGroup:
+    """The processes of one ``spawn_procs`` call: their addresses and their exits."""
+
+    def __init__(self, runtime: Runtime, count: int) -> None:
+        self.runtime = runtime
+        self.count = count
+        self.addresses: list[str | None] = [None] * count
+        self.ready: asyncio.Future[None] = runtime.loop.create_future()
+        self.exited: dict[int, str] = {}
+        self.all_exited = asyncio.Event()
+        self.events = runtime.open_port(self.on_event)
+
+    def on_ready(self, body: Body, payload: Sequence[Buffer]) -> None:
+        if isinstance(body, ProcReady) and 0 <= body.rank < self.count:
+            self.addresses[body.rank] = body.address
+            if all(a is not None for a in self.addresses) and not self.ready.done():
+                self.ready.set_result(None)
+
+    def on_event(self, body: Body, payload: Sequence[Buffer]) -> None:
+        if isinstance(body, SpawnFailed):
+            self._fail(RuntimeError(f"proc {body.rank}: {body.reason}"))
+        elif isinstance(body, ProcExited):
+            self.exited[body.rank] = body.how
+            address = self.addresses[body.rank] if 0 <= body.rank < self.count else None
+            if address is None:
+                self._fail(
+                    RuntimeError(
+                        f"proc {body.rank} (pid {body.pid}) {body.how} before it was ready"
+                    )
+                )
+            else:
+                self.runtime.peer_exited(address, f"(pid {body.pid}) {body.how}")
+            if len(self.exited) == self.count:
+                self.all_exited.set()
+                self.runtime.close_port(self.events)
+
+    def host_lost(self, address: str, exc: BaseException) -> None:
+        if not self.ready.done():
+            self._fail(SupervisionError(f"host agent {address} failed while starting procs: {exc}"))
+
+    def _fail(self, exc: BaseException) -> None:
+        if not self.ready.done():
+            self.ready.set_exception(exc)
+
+
+async def _start_procs(
+    runtime: Runtime,
+    hosts: list[str],
+    per_host: int,
+    name: str,
+    bootstrap: Callable[[], object] | None,
+    group: _ProcGroup,
+) -> list[str]:
+    from ._config import current_config
+
+    ready_port = runtime.open_port(group.on_ready)
+    unwatch = [runtime.watch_peer(host, group.host_lost) for host in hosts]
+    try:
+        for i, host in enumerate(hosts):
+            spawn = SpawnProcs(per_host, i * per_host, ready_port, group.events, name)
+            runtime.post(host, TO_PROC, "", spawn)
+        await asyncio.wait_for(group.ready, current_config().host_spawn_ready_timeout)
+    except TimeoutError:
+        raise TimeoutError(
+            f"procs of {name!r} did not start within host_spawn_ready_timeout"
+        ) from None
+    finally:
+        runtime.close_port(ready_port)
+        for stop_watching in unwatch:
+            stop_watching()
+    addresses = [a for a in group.addresses if a is not None]
+    if bootstrap is not None:
+        await _run_bootstrap(runtime, addresses, bootstrap)
+    return addresses
+
+
+async def _run_bootstrap(
+    runtime: Runtime, addresses: list[str], bootstrap: Callable[[], object]
+) -> None:
+    from ._actor import _Gather
+
+    gather = _Gather(runtime, len(addresses), set(addresses))
+    payload = dumps(bootstrap)
+    for address in addresses:
+        runtime.post(address, TO_PROC, "", RunBootstrap(gather.port), payload)
+    await gather.done
+
+
+def handle_run_bootstrap(
+    runtime: Runtime, body: RunBootstrap, payload: Sequence[Buffer], sender: str
+) -> None:
+    """Run inline: nothing else reaches this proc's actors until bootstrap is done."""
+    try:
+        loads(payload)()
+    except Exception as exc:  # noqa: BLE001 - reported to whoever spawned the procs
+        from ._actor import _RemoteFailure
+
+        failure = _RemoteFailure(exc, repr(exc), f"bootstrap failed on {runtime.address}")
+        runtime.send_to_port(body.reply, PortValue(0, True), dumps(failure))
+    else:
+        runtime.send_to_port(body.reply, PortValue(0), dumps(None))
+
+
+class ProcMesh(MeshTrait):
+    """Processes laid out on a shape; ``spawn`` puts one actor on each."""
+
+    def __init__(
+        self, procs: Procs, shape: Shape, runtime: Runtime, group: _ProcGroup | None = None
+    ) -> None:
+        self._procs = procs
+        self._shape = shape
+        self._runtime = runtime
+        self._group = group
+        self._stopped = False
+
+    @property
+    def _ndslice(self) -> NDSlice:
+        return self._shape.ndslice
+
+    @property
+    def _labels(self) -> Sequence[str]:
+        return self._shape.labels
+
+    def _new_with_shape(self, shape: Shape) -> ProcMesh:
+        return ProcMesh(self._procs, shape, self._runtime, self._group)
+
+    def spawn(self, name: str, Class: type[T], *args: Any, **kwargs: Any) -> T:
+        """Spawn ``Class(*args, **kwargs)`` on every proc; returns the ActorMesh at once."""
+        if self._stopped:
+            raise RuntimeError("cannot spawn on a stopped proc mesh")
+        mesh: Any = spawn_actor_mesh(
+            self._runtime, name, Class, self._procs, self._shape, args, kwargs
+        )
+        return mesh  # type: ignore[no-any-return]
+
+    @property
+    def initialized(self) -> Future[None]:
+        async def wait() -> None:
+            await resolve(self._procs)
+
+        return run_on(self._runtime.loop, wait())
+
+    def stop(self, reason: str = "stopped by client") -> Future[None]:
+        """Stop every proc of the mesh (the whole mesh, even from a slice) and wait for exits."""
+        if self._group is None:
+            raise RuntimeError("this_proc() cannot be stopped; stop the meshes you spawned")
+        self._stopped = True
+        return run_on(self._runtime.loop, self._stop(reason))
+
+    async def _stop(self, reason: str) -> None:
+        from ._config import current_config
+
+        group = self._group
+        assert group is not None
+        try:
+            procs = await resolve(self._procs)
+        except Exception:  # noqa: BLE001 - never started: nothing to stop
+            return
+        for address in procs:
+            self._runtime.post(address, TO_PROC, "", StopProc(reason))
+        try:
+            await asyncio.wait_for(group.all_exited.wait(), current_config().process_exit_timeout)
+        except TimeoutError:
+            raise TimeoutError(
+                f"procs did not exit within process_exit_timeout after stop: "
+                f"{group.count - len(group.exited)} still running"
+            ) from None
+
+    async def __aenter__(self) -> ProcMesh:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def __repr__(self) -> str:
+        return f"<ProcMesh {self._shape.extent!r}>"
+
+
+class HostMesh(MeshTrait):
+    """Host agents laid out on a shape; ``spawn_procs`` starts processes on each."""
+
+    def __init__(self, hosts: Sequence[str], shape: Shape, runtime: Runtime) -> None:
+        self._hosts = list(hosts)
+        self._shape = shape
+        self._runtime = runtime
+
+    @property
+    def _ndslice(self) -> NDSlice:
+        return self._shape.ndslice
+
+    @property
+    def _labels(self) -> Sequence[str]:
+        return self._shape.labels
+
+    def _new_with_shape(self, shape: Shape) -> HostMesh:
+        return HostMesh(self._hosts, shape, self._runtime)
+
+    def spawn_procs(
+        self,
+        per_host: dict[str, int] | None = None,
+        bootstrap: Callable[[], object] | None = None,
+        name: str | None = None,
+    ) -> ProcMesh:
+        """Start ``per_host`` processes on every host; returns the ProcMesh at once."""
+        per_host = dict(per_host or {})
+        for label, size in per_host.items():
+            value: object = size
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"per_host[{label!r}] must be a positive int, not {size!r}")
+            if label in self._shape.labels:
+                raise ValueError(f"per_host dimension {label!r} is already a host dimension")
+        hosts = [self._hosts[rank] for rank in self._shape.ndslice]
+        labels = [*self._shape.labels, *per_host]
+        sizes = [*self._shape.ndslice.sizes, *per_host.values()]
+        shape = Shape(labels, NDSlice.new_row_major(sizes))
+        per = math.prod(per_host.values())
+        runtime = self._runtime
+        group_cf: concurrent.futures.Future[_ProcGroup] = asyncio.run_coroutine_threadsafe(
+            _new_group(runtime, len(hosts) * per), runtime.loop
+        )
+        group = group_cf.result()
+        addresses = asyncio.run_coroutine_threadsafe(
+            _start_procs(runtime, hosts, per, name or "procs", bootstrap, group), runtime.loop
+        )
+        return ProcMesh(addresses, shape, runtime, group)
+
+    def __repr__(self) -> str:
+        return f"<HostMesh {self._shape.extent!r}>"
+
+
+async def _new_group(runtime: Runtime, count: int) -> _ProcGroup:
+    return _ProcGroup(runtime, count)
+
+
+_UNITY = Shape([], NDSlice(0, [], []))
+
+
+def this_host() -> HostMesh:
+    """The machine this process runs on, as a mesh of one host (extent ``{}``)."""
+    runtime = current_runtime()
+    return HostMesh([runtime.address], _UNITY, runtime)
+
+
+def this_proc() -> ProcMesh:
+    """This process, as a mesh of one proc: ``spawn`` on it places actors here."""
+    runtime = current_runtime()
+    return ProcMesh([runtime.address], _UNITY, runtime)

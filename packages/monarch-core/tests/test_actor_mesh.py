@@ -1,0 +1,272 @@
+"""Actors on real worker processes: spawning, the adverbs, errors, ordering, futures."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from monarch.actor import (
+    Actor,
+    ActorError,
+    Future,
+    ProcMesh,
+    SupervisionError,
+    ValueMesh,
+    context,
+    current_actor_name,
+    current_rank,
+    current_size,
+    endpoint,
+    this_host,
+    this_proc,
+)
+
+
+class Counter(Actor):
+    def __init__(self, start: int = 0) -> None:
+        self.value = start
+
+    @endpoint
+    def incr(self, by: int = 1) -> None:
+        self.value += by
+
+    @endpoint
+    def get(self) -> int:
+        return self.value
+
+    @endpoint
+    def whoami(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "rank": dict(current_rank()),
+            "size": current_size(),
+            "name": current_actor_name(),
+            "spawn_rank": dict(context().actor_instance.rank),
+        }
+
+    @endpoint
+    def fail(self, message: str) -> None:
+        raise ValueError(message)
+
+    @endpoint
+    def echo(self, value: Any) -> Any:
+        return value
+
+    @endpoint
+    def unpicklable_result(self) -> Any:
+        return threading.Lock()
+
+    @endpoint
+    def die(self) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    @endpoint
+    def call_other(self, other: Any) -> list[int]:
+        values: list[int] = other.get.call().get().values()
+        return sorted(values)
+
+
+class AsyncCounter(Actor):
+    def __init__(self) -> None:
+        self.value = 0
+
+    @endpoint
+    async def incr(self) -> int:
+        await asyncio.sleep(0)
+        self.value += 1
+        return self.value
+
+    @endpoint
+    async def ask(self, other: Any) -> int:
+        return int(await other.get.call_one())
+
+
+@pytest.fixture(scope="module")
+def procs() -> Iterator[ProcMesh]:
+    mesh = this_host().spawn_procs(per_host={"gpus": 2})
+    yield mesh
+    mesh.stop().get(timeout=30)
+
+
+def test_seed_example_runs_unchanged(procs: ProcMesh) -> None:
+    class Trainer(Actor):
+        @endpoint
+        def train(self, step: int) -> int:
+            return step * 10
+
+    trainers = procs.spawn("trainers", Trainer)
+    result = trainers.train.call(step=3).get()
+    assert isinstance(result, ValueMesh)
+    assert result.values() == [30, 30]
+
+
+def test_each_actor_has_its_rank_and_process(procs: ProcMesh) -> None:
+    counters = procs.spawn("ranks", Counter)
+    info = counters.whoami.call().get()
+    assert [v["rank"] for v in info.values()] == [{"gpus": 0}, {"gpus": 1}]
+    assert [v["size"] for v in info.values()] == [{"gpus": 2}, {"gpus": 2}]
+    pids = {v["pid"] for v in info.values()}
+    assert len(pids) == 2 and os.getpid() not in pids
+    # A slice renumbers message ranks but not spawn ranks.
+    one = counters.slice(gpus=1).whoami.call_one().get()
+    assert one["rank"] == {} and one["spawn_rank"] == {"gpus": 1}
+
+
+def test_adverbs(procs: ProcMesh) -> None:
+    counters = procs.spawn("adverbs", Counter, 5)
+    counters.incr.broadcast(2)
+    assert counters.get.call().get().values() == [7, 7]  # FIFO: the broadcast ran first
+    assert counters.slice(gpus=0).get.call_one().get() == 7
+    assert counters.get.choose().get() == 7
+    streamed = [f.get() for f in counters.get.stream()]
+    assert streamed == [7, 7]
+    with pytest.raises(ValueError, match="call_one requires exactly 1 actor, but mesh has 2"):
+        counters.get.call_one()
+
+
+def test_messages_from_one_sender_arrive_in_order(procs: ProcMesh) -> None:
+    counters = procs.spawn("order", Counter)
+    futures = [counters.echo.call(i) for i in range(50)]
+    for _ in range(100):
+        counters.incr.broadcast()
+    assert [f.get().values() for f in futures] == [[i, i] for i in range(50)]
+    assert counters.get.call().get().values() == [100, 100]
+
+
+def test_endpoint_error_is_an_actor_error_and_the_actor_lives(procs: ProcMesh) -> None:
+    counters = procs.spawn("errors", Counter)
+    with pytest.raises(ActorError) as info:
+        counters.fail.call("boom").get()
+    assert isinstance(info.value.exception, ValueError)
+    assert "boom" in str(info.value) and "in fail" in info.value.exception_formatted
+    assert counters.get.call().get().values() == [0, 0]
+
+
+def test_bad_calls_fail_at_the_call_site(procs: ProcMesh) -> None:
+    counters = procs.spawn("badcalls", Counter)
+    with pytest.raises(TypeError, match=r"incr\(\) is called through an adverb"):
+        counters.incr(1)
+    with pytest.raises(TypeError, match="incr"):
+        counters.incr.call(1, 2)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        counters.get.call(nope=1)
+    with pytest.raises(TypeError):
+        counters.echo.call(threading.Lock())
+    with pytest.raises(AttributeError):
+        counters.no_such_endpoint  # type: ignore[attr-defined]
+    with pytest.raises(ActorError, match="pickle"):
+        counters.unpicklable_result.call().get()
+
+
+def test_mixed_sync_and_async_endpoints_are_refused_at_spawn(procs: ProcMesh) -> None:
+    class Mixed(Actor):
+        @endpoint
+        def a(self) -> None: ...
+
+        @endpoint
+        async def b(self) -> None: ...
+
+    with pytest.raises(ValueError, match="mixes sync endpoints"):
+        procs.spawn("mixed", Mixed)
+    with pytest.raises(ValueError, match="not an Actor"):
+        procs.spawn("nope", dict)
+
+
+def test_async_actor_and_meshes_as_arguments(procs: ProcMesh) -> None:
+    counters = procs.spawn("target", Counter, 42)
+    asks = procs.spawn("asker", AsyncCounter)
+    assert asks.incr.call().get().values() == [1, 1]
+    assert asks.slice(gpus=0).ask.call_one(counters.slice(gpus=1)).get() == 42
+    sync_caller = procs.spawn("caller", Counter)
+    assert sync_caller.call_other.call(counters).get().values() == [[42, 42], [42, 42]]
+
+
+def test_nested_spawning_from_inside_an_actor(procs: ProcMesh) -> None:
+    class Parent(Actor):
+        @endpoint
+        def spawn_children(self) -> list[int]:
+            children = this_host().spawn_procs(per_host={"kids": 2})
+            kids = children.spawn("kids", Counter, 7)
+            values: list[int] = kids.get.call().get().values()
+            children.stop().get()
+            return values
+
+    parents = procs.slice(gpus=0).spawn("parent", Parent)
+    assert parents.spawn_children.call_one().get(timeout=60) == [7, 7]
+
+
+def test_this_proc_spawns_in_the_callers_process() -> None:
+    local = this_proc().spawn("local", Counter)
+    assert local.whoami.call_one().get()["pid"] == os.getpid()
+
+
+def test_a_killed_proc_fails_pending_and_later_calls() -> None:
+    doomed = this_host().spawn_procs(per_host={"gpus": 1})
+    victim = doomed.spawn("victim", Counter)
+    assert victim.get.call_one().get() == 0
+    with pytest.raises(SupervisionError, match="have failed"):
+        victim.die.call_one().get(timeout=30)
+    with pytest.raises(SupervisionError):
+        victim.get.call_one().get(timeout=30)
+
+
+def test_proc_mesh_stop_ends_the_processes() -> None:
+    mesh = this_host().spawn_procs(per_host={"gpus": 2})
+    pids = mesh.spawn("c", Counter).whoami.call().get().values()
+    mesh.stop().get(timeout=30)
+    for pid in (p["pid"] for p in pids):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    with pytest.raises(RuntimeError, match="stopped"):
+        mesh.spawn("again", Counter)
+
+
+def test_future_api(procs: ProcMesh) -> None:
+    counters = procs.spawn("futures", Counter)
+    future = counters.get.call()
+    assert isinstance(future, Future)
+    assert future.result(timeout=30).values() == [0, 0]
+    assert future.get().values() == [0, 0]  # re-readable
+    assert counters.fail.call("x").exception(timeout=30) is not None
+    with pytest.raises(TypeError):
+        Future()
+
+    class Slow(Actor):
+        @endpoint
+        def wait(self, event_path: str) -> str:
+            return "done"
+
+    slow = procs.slice(gpus=0).spawn("slow", Slow)
+    blocked = slow.wait.call_one("x")
+    assert blocked.get(timeout=30) == "done"
+
+
+def test_futures_can_be_awaited_from_the_users_asyncio_loop(procs: ProcMesh) -> None:
+    counters = procs.spawn("awaited", Counter, 3)
+
+    async def main() -> list[int]:
+        values = await counters.get.call()
+        one = await counters.slice(gpus=1).get.call_one()
+        return [*values.values(), one]
+
+    assert asyncio.run(main()) == [3, 3, 3]
+
+
+def test_get_with_timeout_raises_timeout_error_and_keeps_running(procs: ProcMesh) -> None:
+    class Sleeper(Actor):
+        @endpoint
+        def nap(self, seconds: float) -> str:
+            threading.Event().wait(seconds)
+            return "rested"
+
+    sleeper = procs.slice(gpus=0).spawn("sleeper", Sleeper)
+    future = sleeper.nap.call_one(0.5)
+    with pytest.raises(TimeoutError):
+        future.get(timeout=0.01)
+    assert future.get(timeout=30) == "rested"
