@@ -18,13 +18,14 @@ import logging
 import random
 import traceback
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from monarch.transport import Buffer
 
-from ._future import Future, run_on
+from ._future import Future, run_on, submit
 from ._messages import (
     TO_ACTOR,
     TO_PROC,
@@ -44,6 +45,7 @@ from ._value_mesh import ValueMesh
 log = logging.getLogger("monarch.actor")
 
 R = TypeVar("R")
+A = TypeVar("A")
 
 
 # -- errors ----------------------------------------------------------------------------
@@ -77,6 +79,15 @@ class _RemoteFailure:
         self.exception = exception
         self.formatted = formatted
         self.message = message
+
+    @classmethod
+    def of(cls, exc: BaseException, message: str) -> _RemoteFailure:
+        formatted = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        try:
+            dumps(exc)
+        except Exception:  # noqa: BLE001 - an unpicklable exception travels as text
+            exc = RuntimeError(f"{type(exc).__name__}: {exc}")
+        return cls(exc, formatted, message)
 
     def to_error(self) -> Exception:
         if isinstance(self.exception, SupervisionError):
@@ -136,6 +147,35 @@ def endpoint(
             propagate=propagate,
             explicit_response_port=explicit_response_port,
             instrument=instrument,
+        )
+
+    return wrap(method) if method is not None else wrap
+
+
+def concurrent_endpoint(
+    method: Callable[..., Any] | None = None,
+    *,
+    propagate: Any = None,
+    explicit_response_port: bool = False,
+    instrument: bool = True,
+) -> Any:
+    """Like ``@endpoint`` for an ``async def`` whose body runs as its own task.
+
+    Later messages proceed while it awaits; bodies start in arrival order per
+    sender. Pending bodies are cancelled before ``__cleanup__``.
+    """
+
+    def wrap(fn: Callable[..., Any]) -> EndpointProperty[Any]:
+        if isinstance(fn, EndpointProperty):
+            raise TypeError("do not stack @concurrent_endpoint with @endpoint")
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"@concurrent_endpoint needs an async def, not {fn!r}")
+        return EndpointProperty(
+            fn,
+            propagate=propagate,
+            explicit_response_port=explicit_response_port,
+            instrument=instrument,
+            concurrent=True,
         )
 
     return wrap(method) if method is not None else wrap
@@ -252,30 +292,36 @@ def _shape_of(spec: ShapeSpec) -> Shape:
     return Shape(list(spec.labels), NDSlice(spec.offset, list(spec.sizes), list(spec.strides)))
 
 
+_STOP = "stop"
+_CALL = "call"
+
+
 class _ActorHost:
-    """Runs one actor inside its proc."""
+    """Runs one actor inside its proc: a queue drained one message at a time."""
 
     def __init__(self, runtime: Runtime, spawn: SpawnActor, payload: Sequence[Buffer]) -> None:
         self.runtime = runtime
         self.spawn = spawn
-        self.queue: asyncio.Queue[tuple[Call, Sequence[Buffer]]] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[str, Any, Sequence[Buffer]]] = asyncio.Queue()
         self.failure: BaseException | None = None
+        self.stopped: str | None = None
         self.instance: Any = None
+        self.endpoints: dict[str, EndpointProperty[Any]] = {}
         shape = _shape_of(spawn.shape)
         self.rank = Point(shape.ndslice.index(spawn.rank), shape.extent)
-        self.info = Instance(
-            self.rank,
-            spawn.name,
-            "?",
-            f"{runtime.address}/{spawn.mesh}[{self.rank.rank}]",
-            runtime.address,
-        )
+        actor_id = f"{runtime.address}/{spawn.mesh}[{self.rank.rank}]"
+        self.info = Instance(self.rank, spawn.name, "?", actor_id, runtime.address)
         self.thread: concurrent.futures.ThreadPoolExecutor | None = None
+        self.concurrent: set[asyncio.Task[None]] = set()
         self.task = runtime.spawn_task(self.run(payload))
 
     def deliver(self, body: Body, payload: Sequence[Buffer], sender: str) -> None:
         if isinstance(body, Call):
-            self.queue.put_nowait((body, payload))
+            self.queue.put_nowait((_CALL, body, payload))
+
+    def request_stop(self, stop: StopActor) -> None:
+        """Stop after the messages already queued (a drain), then run ``__cleanup__``."""
+        self.queue.put_nowait((_STOP, stop, ()))
 
     async def run(self, payload: Sequence[Buffer]) -> None:
         spawn = self.spawn
@@ -284,8 +330,8 @@ class _ActorHost:
             self.info = Instance(
                 self.rank, spawn.name, cls.__name__, self.info.actor_id, self.info.proc_id
             )
-            self.is_async = _actor_is_async(cls)
-            if not self.is_async:
+            self.endpoints = _endpoints(cls)
+            if not _actor_is_async(cls):
                 self.thread = concurrent.futures.ThreadPoolExecutor(1, f"actor-{spawn.name}")
             self.instance = await self._invoke(self.rank, cls, *args, **kwargs)
         except asyncio.CancelledError:
@@ -296,8 +342,13 @@ class _ActorHost:
         else:
             self._reply(spawn.reply, None)
         while True:
-            call, parts = await self.queue.get()
-            await self.handle(call, parts)
+            kind, message, parts = await self.queue.get()
+            if kind == _STOP:
+                await self._stop(message)
+            elif self.failure is not None or self.stopped is not None:
+                self._refuse(message)
+            else:
+                await self.handle(message, parts)
 
     async def _invoke(
         self, message_rank: Point, fn: Callable[..., Any], *args: Any, **kwargs: Any
@@ -308,57 +359,136 @@ class _ActorHost:
             return await ctx.run(asyncio.ensure_future, fn(*args, **kwargs))
         if self.thread is None:
             return ctx.run(fn, *args, **kwargs)
-        return await self.runtime.loop.run_in_executor(
-            self.thread, functools.partial(ctx.run, fn, *args, **kwargs)
-        )
+        call = functools.partial(ctx.run, fn, *args, **kwargs)
+        return await self.runtime.loop.run_in_executor(self.thread, call)
+
+    def _message_rank(self, call: Call) -> Point:
+        shape = _shape_of(call.shape)
+        return Point(shape.ndslice.index(self.spawn.rank), shape.extent)
+
+    def _refuse(self, call: Call) -> None:
+        if call.reply is None:
+            return
+        if self.stopped is not None:
+            why = f"actor {self.info.actor_id} was stopped: {self.stopped}"
+        else:
+            why = (
+                f"actor {self.info.actor_id} and all its descendants have failed: {self.failure!r}"
+            )
+        rank = self._message_rank(call).rank
+        self._reply(call.reply, SupervisionError(why), error=True, rank=rank)
+
+    def _endpoint(self, call: Call) -> EndpointProperty[Any] | None:
+        prop = self.endpoints.get(call.method)
+        if prop is None and not call.method.startswith("_"):
+            # A plain method called through as_endpoint().
+            method = getattr(type(self.instance), call.method, None)
+            if callable(method):
+                prop = EndpointProperty(method, explicit_response_port=call.explicit)
+        return prop
 
     async def handle(self, call: Call, parts: Sequence[Buffer]) -> None:
-        shape = _shape_of(call.shape)
-        message_rank = Point(shape.ndslice.index(self.spawn.rank), shape.extent)
-        if self.failure is not None:
-            if call.reply is not None:
-                error = SupervisionError(
-                    f"actor {self.info.actor_id} and all its descendants have failed: "
-                    f"{self.failure!r}"
-                )
-                self._reply(call.reply, error, error=True, rank=message_rank.rank)
-            return
+        prop = self._endpoint(call)
+        if prop is not None and prop._concurrent:
+            task = self.runtime.loop.create_task(self._handle(call, parts, prop))
+            self.concurrent.add(task)
+            task.add_done_callback(self.concurrent.discard)
+            await asyncio.sleep(0)  # let it start before the next message: start order
+        else:
+            await self._handle(call, parts, prop)
+
+    async def _handle(
+        self, call: Call, parts: Sequence[Buffer], prop: EndpointProperty[Any] | None
+    ) -> None:
+        message_rank = self._message_rank(call)
+        reply = call.reply
+        explicit = prop is not None and prop._explicit_response_port
         try:
             args, kwargs = loads(parts)
-            prop = _endpoints(type(self.instance)).get(call.method)
             if prop is None:
                 raise AttributeError(
                     f"{type(self.instance).__name__} has no endpoint {call.method!r}"
                 )
-            result = await self._invoke(message_rank, prop._method, self.instance, *args, **kwargs)
-        except Exception as exc:
-            if call.reply is not None:
-                self._reply(call.reply, exc, error=True, rank=message_rank.rank)
-            else:
-                log.error(
-                    "endpoint %s of %s failed with no reply port",
-                    call.method,
-                    self.info.actor_id,
-                    exc_info=exc,
+            if explicit:
+                from ._port import Port
+
+                port: Port[Any] | _DropPort = (
+                    Port(reply, message_rank.rank) if reply is not None else _DropPort()
                 )
+                await self._invoke(message_rank, prop._method, self.instance, port, *args, **kwargs)
+                return
+            result = await self._invoke(message_rank, prop._method, self.instance, *args, **kwargs)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - endpoint errors go back to the caller
+            if reply is not None and not (explicit and prop is not None and prop._concurrent):
+                self._reply(reply, exc, error=True, rank=message_rank.rank)
+            else:
+                self._fail(exc, f"endpoint {call.method} raised with nobody to tell")
             return
-        if call.reply is not None:
-            self._reply(call.reply, result, rank=message_rank.rank)
+        except BaseException as exc:  # noqa: BLE001 - SystemExit and the like fail the actor
+            self._fail(exc, f"endpoint {call.method} raised {type(exc).__name__}")
+            if reply is not None:
+                self._refuse(call)
+            return
+        if reply is not None:
+            self._reply(reply, result, rank=message_rank.rank)
+
+    def _fail(self, exc: BaseException, why: str) -> None:
+        """The actor has failed: it answers every later call with a SupervisionError."""
+        if self.failure is None:
+            self.failure = exc
+            log.error("actor %s failed: %s", self.info.actor_id, why, exc_info=exc)
+
+    async def _stop(self, stop: StopActor) -> None:
+        from ._config import current_config
+
+        if self.stopped is None:
+            self.stopped = stop.reason
+            for task in list(self.concurrent):
+                task.cancel()
+            cleanup = getattr(self.instance, "__cleanup__", None)
+            if cleanup is not None and self.failure is None:
+                try:
+                    await asyncio.wait_for(
+                        self._invoke(self.rank, cleanup, None), current_config().cleanup_timeout
+                    )
+                except TimeoutError:
+                    log.warning("__cleanup__ of %s timed out", self.info.actor_id)
+                except Exception:
+                    log.exception("__cleanup__ of %s failed", self.info.actor_id)
+            if self.thread is not None:
+                self.thread.shutdown(wait=False)
+        self._reply(stop.reply, None)
 
     def _reply(self, port: PortRef, value: Any, *, error: bool = False, rank: int = 0) -> None:
         if error:
-            value = _RemoteFailure(
-                value,
-                "".join(traceback.format_exception(type(value), value, value.__traceback__)),
-                f"A remote actor call failed on {self.info.actor_id}",
-            )
+            value = _RemoteFailure.of(value, f"A remote actor call failed on {self.info.actor_id}")
         try:
             payload = dumps(value)
         except Exception as exc:  # noqa: BLE001 - an unpicklable result fails the call
             problem = TypeError(f"cannot pickle the result of {self.info.actor_id}: {exc}")
-            payload = dumps(_RemoteFailure(problem, repr(problem), "A remote actor call failed"))
+            payload = dumps(_RemoteFailure.of(problem, "A remote actor call failed"))
             error = True
         self.runtime.send_to_port(port, PortValue(rank, error), payload)
+
+
+class _DropPort:
+    """The port an explicit-response endpoint gets when the caller wants no reply."""
+
+    def send(self, obj: object) -> None:
+        pass
+
+    def exception(self, exc: BaseException) -> None:
+        pass
+
+
+def refuse_undeliverable(runtime: Runtime, body: Body, dest: str) -> None:
+    """A call for an actor this proc does not have: the caller must not wait forever."""
+    if isinstance(body, Call) and body.reply is not None:
+        error = SupervisionError(f"no actor {dest!r} on {runtime.address} (never spawned or gone)")
+        failure = _RemoteFailure.of(error, "undeliverable message")
+        runtime.send_to_port(body.reply, PortValue(0, True), dumps(failure))
 
 
 def handle_spawn_actor(
@@ -372,13 +502,11 @@ def handle_spawn_actor(
 def handle_stop_actor(
     runtime: Runtime, body: StopActor, payload: Sequence[Buffer], sender: str
 ) -> None:
-    host = _hosts.pop((id(runtime), body.mesh), None)
-    runtime.actors.pop(body.mesh, None)
-    if host is not None:
-        host.task.cancel()
-        if host.thread is not None:
-            host.thread.shutdown(wait=False)
-    runtime.send_to_port(body.reply, PortValue(0), dumps(None))
+    host = _hosts.get((id(runtime), body.mesh))
+    if host is None:
+        runtime.send_to_port(body.reply, PortValue(0), dumps(None))
+    else:
+        host.request_stop(body)
 
 
 _hosts: dict[tuple[int, str], _ActorHost] = {}
@@ -464,49 +592,54 @@ class Endpoint(Generic[R]):
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Buffer]:
         try:
-            self._prop._signature.bind(None, *args, **kwargs)
+            if self._prop._explicit_response_port:
+                self._prop._signature.bind(None, None, *args, **kwargs)
+            else:
+                self._prop._signature.bind(None, *args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{self._name}() {exc}") from None
         return dumps((args, kwargs))
 
+    def _submit(self, mesh: ActorMesh[Any], payload: list[Buffer], want: str) -> Future[Any]:
+        explicit = self._prop._explicit_response_port
+        return submit(
+            mesh._runtime.loop, lambda: mesh._start_cast(self._name, payload, want, explicit)
+        )
+
     def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
         """Call every actor of the (sliced) mesh; gather one value per rank."""
-        payload = self._bind(args, kwargs)
-        mesh = self._mesh
-        return run_on(mesh._runtime.loop, mesh._cast(self._name, payload, want="mesh"))
+        return self._submit(self._mesh, self._bind(args, kwargs), "mesh")
 
     def call_one(self, *args: Any, **kwargs: Any) -> Future[R]:
+        """Call the one actor of a mesh of one."""
         size = len(self._mesh._shape.ndslice)
         if size != 1:
             raise ValueError(f"call_one requires exactly 1 actor, but mesh has {size}")
-        payload = self._bind(args, kwargs)
-        mesh = self._mesh
-        return run_on(mesh._runtime.loop, mesh._cast(self._name, payload, want="one"))
+        return self._submit(self._mesh, self._bind(args, kwargs), "one")
 
     def choose(self, *args: Any, **kwargs: Any) -> Future[R]:
+        """Call one actor of the mesh, chosen uniformly at random."""
         payload = self._bind(args, kwargs)
         shape = self._mesh._shape
-        position = random.randrange(len(shape.ndslice))
-        mesh = self._mesh._with_shape(_select_position(shape, position))
-        return run_on(mesh._runtime.loop, mesh._cast(self._name, payload, want="one"))
+        mesh = self._mesh._with_shape(_select_position(shape, random.randrange(len(shape.ndslice))))
+        return self._submit(mesh, payload, "one")
 
     def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[R]]:
         """One future per rank, in arrival order."""
-        payload = self._bind(args, kwargs)
-        mesh = self._mesh
-        arrivals: list[asyncio.Future[Any]] = run_on(
-            mesh._runtime.loop, mesh._cast(self._name, payload, want="stream")
+        arrivals: list[asyncio.Future[Any]] = self._submit(
+            self._mesh, self._bind(args, kwargs), "stream"
         ).get()
-        loop = mesh._runtime.loop
-        return iter(
-            [Future._wrap(asyncio.run_coroutine_threadsafe(_await(a), loop)) for a in arrivals]
-        )
+        loop = self._mesh._runtime.loop
+        return iter([run_on(loop, _await(arrival)) for arrival in arrivals])
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Fire and forget to every actor of the mesh."""
         payload = self._bind(args, kwargs)
         mesh = self._mesh
-        mesh._runtime.loop.call_soon_threadsafe(mesh._post_cast, self._name, payload, None)
+        explicit = self._prop._explicit_response_port
+        mesh._runtime.loop.call_soon_threadsafe(
+            mesh._post_cast, self._name, payload, None, explicit
+        )
 
     def _send(
         self,
@@ -515,11 +648,84 @@ class Endpoint(Generic[R]):
         port: Any = None,
         selection: str = "all",
     ) -> None:
-        raise NotImplementedError("send() with ports arrives with monarch-core's Channel support")
+        payload = self._bind(args, kwargs)
+        mesh = self._mesh
+        if selection == "choose":
+            shape = mesh._shape
+            mesh = mesh._with_shape(_select_position(shape, random.randrange(len(shape.ndslice))))
+        elif selection != "all":
+            raise ValueError(f"selection must be 'all' or 'choose', not {selection!r}")
+        reply = port._ref if port is not None else None
+        explicit = self._prop._explicit_response_port
+        mesh._runtime.loop.call_soon_threadsafe(
+            mesh._post_cast, self._name, payload, reply, explicit
+        )
 
 
 async def _await(future: asyncio.Future[Any]) -> Any:
     return await future
+
+
+class NotAnEndpoint:
+    """A plain method of a spawned actor: call it through ``as_endpoint``."""
+
+    def __init__(self, mesh: ActorMesh[Any], name: str) -> None:
+        self._mesh = mesh
+        self._name = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(
+            f"{self._name}() is not annotated as an endpoint of "
+            f"{self._mesh._class.__name__}; use @endpoint or as_endpoint()"
+        )
+
+
+def as_endpoint(
+    not_an_endpoint: Any, *, propagate: Any = None, explicit_response_port: bool = False
+) -> Endpoint[Any]:
+    """Call a plain method of a spawned actor as if it were an endpoint."""
+    if isinstance(not_an_endpoint, Endpoint):
+        return not_an_endpoint
+    if not isinstance(not_an_endpoint, NotAnEndpoint):
+        raise TypeError(f"as_endpoint() takes mesh.method, not {not_an_endpoint!r}")
+    mesh = not_an_endpoint._mesh
+    method = getattr(mesh._class, not_an_endpoint._name)
+    prop: EndpointProperty[Any] = EndpointProperty(
+        method, propagate=propagate, explicit_response_port=explicit_response_port
+    )
+    return Endpoint(mesh, not_an_endpoint._name, prop)
+
+
+def send(
+    endpoint: Endpoint[Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    port: Any = None,
+    selection: str = "all",
+) -> None:
+    """Low-level cast: each rank's reply goes to ``port`` (none if ``None``)."""
+    endpoint._send(args, kwargs, port, selection)
+
+
+class Accumulator(Generic[R, A]):
+    """Folds an endpoint's per-rank results with ``combine``, starting from ``identity``."""
+
+    def __init__(self, endpoint: Endpoint[R], identity: A, combine: Callable[[A, R], A]) -> None:
+        self._endpoint = endpoint
+        self._identity = identity
+        self._combine = combine
+
+    def accumulate(self, *args: Any, **kwargs: Any) -> Future[A]:
+        futures = list(self._endpoint.stream(*args, **kwargs))
+        loop = self._endpoint._mesh._runtime.loop
+
+        async def fold() -> A:
+            value = self._identity
+            for future in futures:
+                value = self._combine(value, await future)
+            return value
+
+        return run_on(loop, fold())
 
 
 def _select_position(shape: Shape, position: int) -> Shape:
@@ -527,6 +733,47 @@ def _select_position(shape: Shape, position: int) -> Shape:
     return Shape(
         list(shape.labels), NDSlice(rank, [1] * len(shape.labels), list(shape.ndslice.strides))
     )
+
+
+class _MeshState:
+    """What every slice of one actor mesh shares: addresses once known, casts until then.
+
+    Casts made before the procs are up wait in ``backlog`` and go out in the order
+    they were made, after the spawn messages, so FIFO per sender holds from the start.
+    Only touched on the runtime loop.
+    """
+
+    def __init__(self, runtime: Runtime, addresses: list[str] | None) -> None:
+        self.runtime = runtime
+        self.addresses = addresses
+        """Known at once for a mesh received in a message; after the spawn otherwise."""
+        self.error: BaseException | None = None
+        self.stopped: str | None = None
+        self.backlog: deque[Callable[[list[str] | BaseException], None]] = deque()
+        self.spawn_gather: _Gather | None = None
+
+    def wait_for(self, procs: Procs, posted: concurrent.futures.Future[_Gather] | None) -> None:
+        async def wait() -> None:
+            try:
+                if posted is not None:
+                    self.spawn_gather = await asyncio.wrap_future(posted)
+                self.addresses = await resolve(procs)
+            except Exception as exc:  # noqa: BLE001 - every waiting cast fails with it
+                self.error = exc
+            while self.backlog:
+                self.backlog.popleft()(self.addresses or self.error or RuntimeError("no procs"))
+
+        self.runtime.spawn_task(wait())
+
+    def when_ready(self, then: Callable[[list[str] | BaseException], None]) -> None:
+        if self.stopped is not None:
+            then(SupervisionError(f"the actor mesh was stopped: {self.stopped}"))
+        elif self.addresses is not None:
+            then(self.addresses)
+        elif self.error is not None:
+            then(self.error)
+        else:
+            self.backlog.append(then)
 
 
 class ActorMesh(MeshTrait, Generic[R]):
@@ -537,18 +784,15 @@ class ActorMesh(MeshTrait, Generic[R]):
         cls: type,
         mesh_id: str,
         name: str,
-        procs: Procs,
         shape: Shape,
-        posted: concurrent.futures.Future[_Gather] | None,
-        runtime: Runtime | None = None,
+        state: _MeshState,
     ) -> None:
         self._class = cls
         self._mesh_id = mesh_id
         self._name = name
-        self._procs = procs
         self._shape = shape
-        self._posted = posted
-        self._runtime = runtime or current_runtime()
+        self._state = state
+        self._runtime = state.runtime
         for ep_name, prop in _endpoints(cls).items():
             if ep_name in _RESERVED:
                 raise ValueError(
@@ -569,53 +813,74 @@ class ActorMesh(MeshTrait, Generic[R]):
         return self._with_shape(shape)
 
     def _with_shape(self, shape: Shape) -> ActorMesh[R]:
-        return ActorMesh(
-            self._class, self._mesh_id, self._name, self._procs, shape, self._posted, self._runtime
-        )
+        return ActorMesh(self._class, self._mesh_id, self._name, shape, self._state)
 
     def __getattr__(self, name: str) -> Any:
         cls = self.__dict__.get("_class")
-        if cls is not None and callable(getattr(cls, name, None)):
-            raise RuntimeError(
-                f"{name}() is not annotated as an endpoint of {cls.__name__}; "
-                "use @endpoint or as_endpoint()"
-            )
-        raise AttributeError(name)
+        if cls is not None and not name.startswith("__") and callable(getattr(cls, name, None)):
+            return NotAnEndpoint(self, name)
+        raise AttributeError(f"{type(self).__name__} has no endpoint or attribute {name!r}")
 
-    async def _addresses(self) -> list[str]:
-        if self._posted is not None:
-            await asyncio.wrap_future(self._posted)
-        return await resolve(self._procs)
+    # -- casting (runtime loop only) -------------------------------------------------
 
     def _post_cast(
+        self, method: str, payload: Sequence[Buffer], reply: PortRef | None, explicit: bool
+    ) -> None:
+        """Post one Call per proc of the (sliced) mesh, in order with earlier casts."""
+
+        def go(ready: list[str] | BaseException) -> None:
+            if isinstance(ready, BaseException):
+                log.warning("dropped %s() cast: %s", method, ready)
+                return
+            self._post_to(ready, method, payload, reply, explicit)
+
+        self._state.when_ready(go)
+
+    def _post_to(
         self,
+        procs: list[str],
         method: str,
         payload: Sequence[Buffer],
         reply: PortRef | None,
-        procs: list[str] | None = None,
+        explicit: bool = False,
     ) -> None:
-        if procs is None:
-            self._runtime.spawn_task(self._cast(method, payload, want=None))
-            return
-        call = Call(self._mesh_id, method, _shape_spec(self._shape), reply)
+        call = Call(self._mesh_id, method, _shape_spec(self._shape), reply, explicit)
         for rank in self._shape.ndslice:
             self._runtime.post(procs[rank], TO_ACTOR, self._mesh_id, call, payload)
 
-    async def _cast(self, method: str, payload: Sequence[Buffer], *, want: str | None) -> Any:
-        procs = await self._addresses()
-        if want is None:
-            self._post_cast(method, payload, None, procs)
-            return None
-        targets = {procs[rank] for rank in self._shape.ndslice}
-        gather = _Gather(self._runtime, len(self._shape.ndslice), targets, stream=want == "stream")
-        self._post_cast(method, payload, gather.port, procs)
-        if want == "stream":
-            assert gather.arrivals is not None
-            return gather.arrivals
-        values = await gather.done
-        if want == "one":
-            return values[0]
-        return ValueMesh(self._shape_for_values(), values)
+    def _start_cast(
+        self, method: str, payload: Sequence[Buffer], want: str, explicit: bool = False
+    ) -> asyncio.Future[Any]:
+        """Post the cast now (or after earlier casts, once the procs are up); loop only."""
+        loop = self._runtime.loop
+        result: asyncio.Future[Any] = loop.create_future()
+
+        def finish(done: asyncio.Future[list[Any]]) -> None:
+            if result.done():
+                return
+            if (exc := done.exception()) is not None:
+                result.set_exception(exc)
+            elif want == "one":
+                result.set_result(done.result()[0])
+            else:
+                result.set_result(ValueMesh(self._shape_for_values(), done.result()))
+
+        def go(ready: list[str] | BaseException) -> None:
+            if isinstance(ready, BaseException):
+                result.set_exception(ready)
+                return
+            targets = {ready[rank] for rank in self._shape.ndslice}
+            gather = _Gather(
+                self._runtime, len(self._shape.ndslice), targets, stream=want == "stream"
+            )
+            self._post_to(ready, method, payload, gather.port, explicit)
+            if want == "stream":
+                result.set_result(gather.arrivals)
+            else:
+                gather.done.add_done_callback(finish)
+
+        self._state.when_ready(go)
+        return result
 
     def _shape_for_values(self) -> Shape:
         return Shape(
@@ -624,53 +889,70 @@ class ActorMesh(MeshTrait, Generic[R]):
 
     @property
     def initialized(self) -> Future[None]:
-        return run_on(self._runtime.loop, self._addresses_none())
+        """Completes when every actor's ``__init__`` has run (raises if one failed)."""
 
-    async def _addresses_none(self) -> None:
-        if self._posted is not None:
-            gather = await asyncio.wrap_future(self._posted)
-            await gather.done
+        async def wait() -> None:
+            started: asyncio.Future[None] = self._runtime.loop.create_future()
+            self._state.when_ready(
+                lambda ready: (
+                    started.set_exception(ready)
+                    if isinstance(ready, BaseException)
+                    else started.set_result(None)
+                )
+            )
+            await started
+            if self._state.spawn_gather is not None:
+                await self._state.spawn_gather.done
+
+        return run_on(self._runtime.loop, wait())
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
-        return run_on(self._runtime.loop, self._stop(reason))
+        """Drain and stop every actor of the mesh (``__cleanup__`` runs); later calls fail."""
+        return submit(self._runtime.loop, lambda: self._start_stop(reason))
 
-    async def _stop(self, reason: str) -> None:
-        procs = await self._addresses()
-        targets = sorted({procs[rank] for rank in self._shape.ndslice})
-        gather = _Gather(self._runtime, len(targets), set(targets))
-        for proc in targets:
-            self._runtime.post(proc, TO_PROC, "", StopActor(self._mesh_id, reason, gather.port))
-        await gather.done
+    def _start_stop(self, reason: str) -> asyncio.Future[None]:
+        result: asyncio.Future[None] = self._runtime.loop.create_future()
+
+        def go(ready: list[str] | BaseException) -> None:
+            if isinstance(ready, BaseException):
+                result.set_result(None)
+                return
+            targets = sorted({ready[rank] for rank in self._shape.ndslice})
+            gather = _Gather(self._runtime, len(targets), set(targets))
+            for proc in targets:
+                stop = StopActor(self._mesh_id, reason, gather.port)
+                self._runtime.post(proc, TO_PROC, "", stop)
+            gather.done.add_done_callback(
+                lambda done: (
+                    result.set_exception(exc)
+                    if (exc := done.exception()) is not None
+                    else result.set_result(None)
+                )
+            )
+
+        self._state.when_ready(go)
+        self._state.stopped = reason
+        return result
 
     def __reduce__(self) -> Any:
-        if isinstance(self._procs, concurrent.futures.Future):
-            if not self._procs.done():
-                raise TypeError("an ActorMesh whose procs are not yet running cannot be sent")
-            procs = self._procs.result()
-        else:
-            procs = list(self._procs)
+        addresses = self._state.addresses
+        if addresses is None:
+            raise TypeError("an ActorMesh cannot be sent before its procs are running")
         spec = _shape_spec(self._shape)
-        return (_rebuild_actor_mesh, (self._class, self._mesh_id, self._name, procs, spec))
+        return (_rebuild_actor_mesh, (self._class, self._mesh_id, self._name, addresses, spec))
 
     def __repr__(self) -> str:
         return f"<ActorMesh {self._name} of {self._class.__name__} {self._shape.extent!r}>"
 
 
-_RESERVED = frozenset(dir(ActorMesh)) | {
-    "_class",
-    "_mesh_id",
-    "_name",
-    "_procs",
-    "_shape",
-    "_posted",
-    "_runtime",
-}
+_RESERVED = frozenset(dir(ActorMesh)) | {"_class", "_mesh_id", "_name", "_shape", "_state"}
 
 
 def _rebuild_actor_mesh(
     cls: type, mesh_id: str, name: str, procs: list[str], spec: ShapeSpec
 ) -> ActorMesh[Any]:
-    return ActorMesh(cls, mesh_id, name, procs, _shape_of(spec), None)
+    state = _MeshState(current_runtime(), procs)
+    return ActorMesh(cls, mesh_id, name, _shape_of(spec), state)
 
 
 Procs = Sequence[str] | concurrent.futures.Future[list[str]]
@@ -710,4 +992,6 @@ def spawn_actor_mesh(
         return gather
 
     posted = asyncio.run_coroutine_threadsafe(post(), runtime.loop)
-    return ActorMesh(cls, mesh_id, name, procs, shape, posted, runtime)
+    state = _MeshState(runtime, None)
+    runtime.loop.call_soon_threadsafe(state.wait_for, procs, posted)
+    return ActorMesh(cls, mesh_id, name, shape, state)

@@ -28,9 +28,10 @@ def set_loop_thread(thread: threading.Thread | None) -> None:
 class Future(Generic[R]):
     """The eventual result of a Monarch operation. Not constructible by users."""
 
-    __slots__ = ("_cf",)
+    __slots__ = ("_cf_", "_start")
 
-    _cf: concurrent.futures.Future[R]
+    _cf_: concurrent.futures.Future[R] | None
+    _start: Callable[[], concurrent.futures.Future[R]] | None
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("Future cannot be constructed directly; Monarch operations return one")
@@ -38,8 +39,26 @@ class Future(Generic[R]):
     @classmethod
     def _wrap(cls, cf: concurrent.futures.Future[R]) -> Future[R]:
         future: Future[R] = object.__new__(cls)
-        future._cf = cf
+        future._cf_ = cf
+        future._start = None
         return future
+
+    @classmethod
+    def _lazy(cls, start: Callable[[], concurrent.futures.Future[R]]) -> Future[R]:
+        """A future whose work starts when it is first observed."""
+        future: Future[R] = object.__new__(cls)
+        future._cf_ = None
+        future._start = start
+        return future
+
+    @property
+    def _cf(self) -> concurrent.futures.Future[R]:
+        cf = self._cf_
+        if cf is None:
+            assert self._start is not None
+            cf = self._cf_ = self._start()
+            self._start = None
+        return cf
 
     @classmethod
     def _of(cls, value: R) -> Future[R]:
@@ -99,20 +118,96 @@ class Future(Generic[R]):
         return f"<monarch.actor.Future {state}>"
 
 
+def submit(loop: asyncio.AbstractEventLoop, start: Callable[[], asyncio.Future[R]]) -> Future[R]:
+    """Run ``start()`` on the loop, in call order with other submissions; wrap its result.
+
+    Unlike scheduling a coroutine, ``start`` runs in the very callback this submits,
+    so operations submitted one after another take effect in that order.
+    """
+    cf: concurrent.futures.Future[R] = concurrent.futures.Future()
+
+    def copy(done: asyncio.Future[R]) -> None:
+        if done.cancelled():
+            cf.cancel()
+        elif (exc := done.exception()) is not None:
+            cf.set_exception(exc)
+        else:
+            cf.set_result(done.result())
+
+    def run() -> None:
+        if not cf.set_running_or_notify_cancel():
+            return
+        try:
+            started = start()
+        except BaseException as exc:  # noqa: BLE001 - handed to the future
+            cf.set_exception(exc)
+            return
+        started.add_done_callback(copy)
+
+    loop.call_soon_threadsafe(run)
+    return Future._wrap(cf)
+
+
 def run_on(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, R]) -> Future[R]:
     """Schedule ``coro`` on the runtime loop from any thread."""
     return Future._wrap(asyncio.run_coroutine_threadsafe(coro, loop))
 
 
 def returns_future(fn: Callable[..., Awaitable[R]]) -> Callable[..., Future[R]]:
-    """Turn ``async def f(...) -> T`` into ``f(...) -> Future[T]``, run on the runtime loop."""
-    import functools
+    """Turn ``async def f(...) -> T`` into ``f(...) -> Future[T]``.
 
-    from ._runtime import current_runtime
+    Lazy, as upstream: the body runs when the future is first observed, on the
+    runtime loop for ``get``/``result``, or on the awaiting loop for ``await``.
+    """
+    import functools
 
     @functools.wraps(fn)
     def wrapper(*args: object, **kwargs: object) -> Future[R]:
-        runtime = current_runtime()
-        return run_on(runtime.loop, cast(Coroutine[Any, Any, R], fn(*args, **kwargs)))
+        return _CoroutineFuture._of_coroutine(
+            lambda: cast(Coroutine[Any, Any, R], fn(*args, **kwargs))
+        )
 
     return wrapper
+
+
+class _CoroutineFuture(Future[R]):
+    """The lazy future of ``returns_future``."""
+
+    __slots__ = ("_make",)
+
+    _make: Callable[[], Coroutine[Any, Any, R]] | None
+
+    @classmethod
+    def _of_coroutine(cls, make: Callable[[], Coroutine[Any, Any, R]]) -> _CoroutineFuture[R]:
+        def start() -> concurrent.futures.Future[R]:
+            from ._runtime import current_runtime
+
+            body = future._make
+            future._make = None
+            assert body is not None
+            return asyncio.run_coroutine_threadsafe(body(), current_runtime().loop)
+
+        future: _CoroutineFuture[R] = cls._lazy(start)  # type: ignore[assignment]
+        future._make = make
+        return future
+
+    def __await__(self) -> Generator[Any, None, R]:
+        make = self._make
+        if self._cf_ is not None or make is None:
+            return super().__await__()
+        self._make = None
+        cf: concurrent.futures.Future[R] = concurrent.futures.Future()
+        self._cf_ = cf
+        self._start = None
+        return _settle(make(), cf).__await__()
+
+
+async def _settle(coro: Coroutine[Any, Any, R], cf: concurrent.futures.Future[R]) -> R:
+    """Await ``coro`` here, recording its outcome in ``cf`` so the future can be re-read."""
+    try:
+        value = await coro
+    except BaseException as exc:
+        cf.set_exception(exc)
+        raise
+    cf.set_result(value)
+    return value

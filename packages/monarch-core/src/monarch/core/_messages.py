@@ -15,6 +15,8 @@ import msgspec
 TO_ACTOR: Final = 1
 TO_PORT: Final = 2
 TO_PROC: Final = 3
+HEARTBEAT: Final = 4
+"""A one-part frame ``[Envelope]`` (no body): a heartbeat request or beat (see ``_runtime``)."""
 
 
 class PortRef(msgspec.Struct, array_like=True, frozen=True):
@@ -41,6 +43,8 @@ class Call(msgspec.Struct, array_like=True, tag=1, frozen=True):
     shape: ShapeSpec
     """The (sliced) shape the message was cast to; gives each actor its message rank."""
     reply: PortRef | None = None
+    explicit: bool = False
+    """The method takes the reply port as its first argument (``as_endpoint`` calls)."""
 
 
 class PortValue(msgspec.Struct, array_like=True, tag=2, frozen=True):
@@ -113,6 +117,14 @@ class RunBootstrap(msgspec.Struct, array_like=True, tag=17, frozen=True):
     reply: PortRef
 
 
+class GetController(msgspec.Struct, array_like=True, tag=18, frozen=True):
+    """Ask the root client for its singleton actor ``name``, spawning it (from the
+    pickled class and arguments) on first request; the reply is the pickled mesh."""
+
+    name: str
+    reply: PortRef
+
+
 Body = (
     Call
     | PortValue
@@ -124,6 +136,7 @@ Body = (
     | ProcExited
     | SpawnFailed
     | RunBootstrap
+    | GetController
 )
 
 _decoder: Final = msgspec.msgpack.Decoder(Body)

@@ -13,7 +13,9 @@ import ctypes
 import os
 import signal
 import sys
+import threading
 
+from ._future import set_loop_thread
 from ._host import LISTEN_ENV, PARENT_ENV, RANK_ENV, READY_ENV
 from ._messages import PortRef, ProcReady
 from ._runtime import Runtime, install_runtime, job_secret, new_event_loop
@@ -34,6 +36,7 @@ async def serve() -> None:
     runtime = Runtime(asyncio.get_running_loop(), job_secret())
     await runtime.start(os.environ.get(LISTEN_ENV, "unix://@"))
     install_runtime(runtime)
+    set_loop_thread(threading.current_thread())
     from ._services import install
 
     install(runtime)

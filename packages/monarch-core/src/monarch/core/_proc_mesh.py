@@ -8,6 +8,7 @@ keeps an events port open for the mesh's lifetime, on which the agents report ex
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import math
 from collections.abc import Callable, Sequence
@@ -209,8 +210,22 @@ class ProcMesh(MeshTrait):
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
+    def __reduce__(self) -> Any:
+        if isinstance(self._procs, concurrent.futures.Future):
+            if not self._procs.done():
+                raise TypeError("a ProcMesh cannot be sent before its procs are running")
+            procs = self._procs.result()
+        else:
+            procs = list(self._procs)
+        return (_rebuild_proc_mesh, (procs, self._shape))
+
     def __repr__(self) -> str:
         return f"<ProcMesh {self._shape.extent!r}>"
+
+
+def _rebuild_proc_mesh(procs: list[str], shape: Shape) -> ProcMesh:
+    """A received ProcMesh can spawn actors; only its owner can stop it."""
+    return ProcMesh(procs, shape, current_runtime())
 
 
 class HostMesh(MeshTrait):
@@ -259,17 +274,58 @@ class HostMesh(MeshTrait):
         addresses = asyncio.run_coroutine_threadsafe(
             _start_procs(runtime, hosts, per, name or "procs", bootstrap, group), runtime.loop
         )
-        return ProcMesh(addresses, shape, runtime, group)
+        mesh = ProcMesh(addresses, shape, runtime, group)
+        _owned.append(mesh)
+        return mesh
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_host_mesh, (self._hosts, self._shape))
 
     def __repr__(self) -> str:
         return f"<HostMesh {self._shape.extent!r}>"
+
+
+def _rebuild_host_mesh(hosts: list[str], shape: Shape) -> HostMesh:
+    return HostMesh(hosts, shape, current_runtime())
 
 
 async def _new_group(runtime: Runtime, count: int) -> _ProcGroup:
     return _ProcGroup(runtime, count)
 
 
+_owned: list[ProcMesh] = []
+"""Proc meshes this process spawned, for shutdown_context."""
+
 _UNITY = Shape([], NDSlice(0, [], []))
+
+
+def _shutdown_at_exit() -> None:
+    if _owned:
+        try:
+            shutdown_context(5.0).get(timeout=10.0)
+        except Exception:  # noqa: BLE001 - exiting anyway; children are killed next
+            pass
+
+
+atexit.register(_shutdown_at_exit)
+
+
+def shutdown_context(host_timeout: float | None = None) -> Future[None]:
+    """Stop every proc mesh this process spawned; idempotent (also run at exit)."""
+    meshes = [mesh for mesh in _owned if not mesh._stopped]
+    _owned.clear()
+    if not meshes:
+        return Future._of(None)
+    stops = [mesh.stop("client shutdown") for mesh in meshes]
+
+    async def wait_all() -> None:
+        for stop in stops:
+            try:
+                await asyncio.wait_for(asyncio.wrap_future(stop._cf), host_timeout)
+            except (TimeoutError, RuntimeError):
+                pass
+
+    return run_on(meshes[0]._runtime.loop, wait_all())
 
 
 def this_host() -> HostMesh:

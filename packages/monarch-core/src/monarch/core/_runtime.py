@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import os
 import secrets
 import threading
@@ -32,6 +33,7 @@ from monarch.transport.wire import Envelope, decode_envelope, encode
 
 from ._future import set_loop_thread
 from ._messages import (
+    HEARTBEAT,
     TO_ACTOR,
     TO_PORT,
     TO_PROC,
@@ -41,9 +43,12 @@ from ._messages import (
     decode_body,
     encode_body,
 )
+from ._netaddr import advertised, bind_url
 
 log = logging.getLogger("monarch.core")
 
+ROOT_ENV: Final = "MONARCH_ROOT_ADDRESS"
+"""The root client's address, inherited by every process of the job."""
 SECRET_ENV: Final = "MONARCH_JOB_SECRET"
 """Children get the job secret through their environment, never on a command line."""
 
@@ -66,6 +71,8 @@ class _PeerWriter:
         self.pending: deque[Sequence[Buffer]] = deque()
         self.wake = asyncio.Event()
         self.failure: BaseException | None = None
+        self.heard = runtime.loop.time()
+        """When the peer last showed it is alive (connection made, or a heartbeat)."""
         self.task = runtime.loop.create_task(self.run())
 
     def post(self, parts: Sequence[Buffer]) -> None:
@@ -74,10 +81,18 @@ class _PeerWriter:
 
     async def run(self) -> None:
         conn: Connection | None = None
+        loop = self.runtime.loop
+        settings = _heartbeat_settings(self.address)
+        beat = None if settings is None else loop.create_task(self._heartbeat(*settings))
         try:
             conn = await open_connection(self.address, secret=self.runtime.secret)
-            # Peers never send on our outbound connection: a read returns only when it dies.
-            watch = self.runtime.loop.create_task(self._watch(conn))
+            self.heard = loop.time()
+            if settings is not None:
+                # Ask the peer for a heartbeat on this connection every interval.
+                request = Envelope(HEARTBEAT, repr(settings[0]), self.runtime.address)
+                await conn.send([encode(request)])
+            # Peers send nothing else on our outbound connection: see _watch.
+            watch = loop.create_task(self._watch(conn))
             try:
                 while True:
                     await self.wake.wait()
@@ -91,23 +106,60 @@ class _PeerWriter:
         except (TransportError, OSError) as exc:
             self._fail(exc)
         finally:
+            if beat is not None:
+                beat.cancel()
             if conn is not None:
                 await conn.aclose()
 
     async def _watch(self, conn: Connection) -> None:
+        """Heartbeats are all a peer sends back; a read fails when the connection dies."""
+        loop = self.runtime.loop
         try:
-            await conn.receive()
+            while len(await conn.receive()) == 1:
+                self.heard = loop.time()
             exc: BaseException = PeerLost(f"{self.address} sent on a one-way connection")
         except TransportError as error:
             exc = PeerLost(f"lost connection to {self.address}: {error}")
         self._fail(exc)
         self.task.cancel()
 
+    async def _heartbeat(self, interval: float, limit: float) -> None:
+        """Declare the peer lost once it has been silent for ``limit`` s (frozen, cut off)."""
+        loop = self.runtime.loop
+        while True:
+            await asyncio.sleep(min(interval, limit / 2))
+            silent = loop.time() - self.heard
+            if silent > limit:
+                self._fail(
+                    PeerLost(
+                        f"{self.address} sent no heartbeat for {silent:.1f}s "
+                        f"(heartbeat_timeout is {limit:g}s)"
+                    )
+                )
+                self.task.cancel()
+                return
+
     def _fail(self, exc: BaseException) -> None:
         if self.failure is None:
             self.failure = exc
             self.pending.clear()
             self.runtime._peer_failed(self.address, exc)
+
+
+def _heartbeat_settings(address: str) -> tuple[float, float] | None:
+    """``(interval, timeout)`` for a connection to ``address``: network peers only.
+
+    A peer on this host is seen to die by its connection closing; one on another host may
+    go silent instead (frozen, partitioned), which only a heartbeat deadline notices.
+    """
+    if address.startswith("unix:"):
+        return None
+    from ._config import current_config
+
+    config = current_config()
+    if config.heartbeat_interval <= 0 or config.heartbeat_timeout <= 0:
+        return None
+    return config.heartbeat_interval, config.heartbeat_timeout
 
 
 class Runtime:
@@ -125,14 +177,23 @@ class Runtime:
         self._watchers: dict[str, dict[int, PeerWatcher]] = {}
         self._watch_ids = itertools.count(1)
         self.failed_peers: dict[str, BaseException] = {}
+        self.undeliverable: Callable[[Runtime, Body, str], None] | None = None
+        """Answers a message for a missing actor, so its sender does not wait forever."""
         self.control: dict[type, ControlHandler] = {}
         """Handlers of messages to the proc itself, by body type (see ``_services``)."""
         self.stopped = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.loop_thread_id: int | None = None
 
-    async def start(self, listen: str = "unix://@") -> None:
-        self.listener = await open_listener(listen, secret=self.secret)
-        self.address = str(self.listener.address)
+    async def start(self, listen: str = "unix://@", advertise: str | None = None) -> None:
+        """Listen at ``listen``; this runtime is then known as ``advertise`` if given.
+
+        A wildcard host (``tcp://0.0.0.0:0``, ``tcp://*:0``) is advertised as one of this
+        machine's reachable addresses (see ``_netaddr``).
+        """
+        self.loop_thread_id = threading.get_ident()
+        self.listener = await open_listener(bind_url(listen), secret=self.secret)
+        self.address = str(advertised(self.listener.address, advertise))
         self.spawn_task(self.listener.serve(self._serve_connection))
 
     def spawn_task(self, coro: Any) -> asyncio.Task[Any]:
@@ -144,11 +205,37 @@ class Runtime:
 
     async def _serve_connection(self, conn: Connection) -> None:
         sender = "?"
+        beats: asyncio.Task[None] | None = None
         try:
             async for frame in conn:
+                if len(frame) == 1:  # the peer asks for heartbeats (_PeerWriter.run)
+                    if beats is None:
+                        beats = self.spawn_task(self._send_heartbeats(conn, frame[0]))
+                    continue
                 sender = self._dispatch(frame)
         except TransportError as exc:
             log.warning("dropped connection from %s: %s", sender, exc)
+        finally:
+            if beats is not None:
+                beats.cancel()
+
+    async def _send_heartbeats(self, conn: Connection, request: Buffer) -> None:
+        """Beat on ``conn`` at the interval its peer asked for, until it closes."""
+        envelope = decode_envelope(request)  # type: ignore[arg-type]
+        try:
+            interval = float(envelope.dest)
+        except ValueError:
+            interval = math.nan
+        if envelope.kind != HEARTBEAT or not math.isfinite(interval):
+            log.warning("bad heartbeat request from %s", envelope.sender)
+            return
+        beat = [encode(Envelope(HEARTBEAT, "", self.address))]
+        try:
+            while True:
+                await conn.send(beat)
+                await asyncio.sleep(max(interval, 0.01))
+        except TransportError:
+            pass  # the connection is gone; its reader reports that
 
     # -- sending -------------------------------------------------------------------
 
@@ -191,6 +278,8 @@ class Runtime:
             sink = self.actors.get(envelope.dest)
             if sink is None:
                 log.warning("message for unknown actor %s from %s", envelope.dest, envelope.sender)
+                if self.undeliverable is not None:
+                    self.undeliverable(self, body, envelope.dest)
             else:
                 sink(body, payload, envelope.sender)
         elif kind == TO_PROC:
@@ -259,13 +348,17 @@ _runtime: Runtime | None = None
 _lock = threading.Lock()
 
 
-def current_runtime() -> Runtime:
-    """This process's runtime, starting the controller's on first use."""
+def current_runtime(listen: str | None = None) -> Runtime:
+    """This process's runtime, starting the controller's on first use.
+
+    ``listen`` is where a runtime this call starts listens (default: per the configured
+    ``default_transport``); it does not move a runtime already running.
+    """
     runtime = _runtime
     if runtime is None:
         with _lock:
             if _runtime is None:
-                _start_controller_runtime()
+                _start_controller_runtime(listen)
             runtime = _runtime
     assert runtime is not None
     return runtime
@@ -300,14 +393,18 @@ def _listen_address() -> str:
     transport = current_config().default_transport
     if transport in ("unix", "ipc", "local"):
         return "unix://@"
-    if transport in ("tcp", "tls"):
-        import socket
-
-        return f"{transport}://{socket.gethostname()}:0"
+    if transport.startswith("tls"):
+        raise NotImplementedError(
+            "the tls transport needs certificates, which monarch-core cannot configure yet; "
+            "use 'tcp' (every connection is still authenticated with the job secret)"
+        )
+    if transport == "tcp":
+        # Every interface, known by an address other machines can reach (Runtime.start).
+        return "tcp://0.0.0.0:0"
     return str(transport)
 
 
-def _start_controller_runtime() -> None:
+def _start_controller_runtime(listen: str | None = None) -> None:
     loop = new_event_loop()
     ready = threading.Event()
     runtime = Runtime(loop, job_secret())
@@ -318,7 +415,7 @@ def _start_controller_runtime() -> None:
 
         async def boot() -> None:
             try:
-                await runtime.start(_listen_address())
+                await runtime.start(listen or _listen_address())
                 from ._services import install
 
                 install(runtime)
@@ -336,4 +433,5 @@ def _start_controller_runtime() -> None:
     if failure:
         raise failure[0]
     set_loop_thread(thread)
+    os.environ.setdefault(ROOT_ENV, runtime.address)  # this client is the job's root
     install_runtime(runtime)

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from ._actor import handle_spawn_actor, handle_stop_actor
+from ._actor import handle_spawn_actor, handle_stop_actor, refuse_undeliverable
+from ._controller import handle_get_controller
 from ._host import handle_spawn_procs
-from ._messages import RunBootstrap, SpawnActor, SpawnProcs, StopActor
+from ._messages import GetController, RunBootstrap, SpawnActor, SpawnProcs, StopActor
 from ._proc_mesh import handle_run_bootstrap
 from ._runtime import Runtime
 
 
 def install(runtime: Runtime) -> None:
+    runtime.undeliverable = refuse_undeliverable
     runtime.control.update(
         {
             SpawnActor: handle_spawn_actor,
             StopActor: handle_stop_actor,
             SpawnProcs: handle_spawn_procs,
             RunBootstrap: handle_run_bootstrap,
+            GetController: handle_get_controller,
         }
     )

@@ -1,0 +1,73 @@
+"""``get_or_spawn_controller``: one actor per name per job, living in the root client.
+
+Any process of the job can ask; the request goes to the root client (whose address
+every proc inherits in ``MONARCH_ROOT_ADDRESS``), which spawns the actor in its own
+process on the first request and answers every request with the same mesh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from monarch.transport import Buffer
+
+from ._actor import ActorMesh, _Gather, _RemoteFailure, spawn_actor_mesh
+from ._future import Future, submit
+from ._messages import TO_PROC, GetController, PortValue
+from ._runtime import ROOT_ENV, Runtime, current_runtime
+from ._serialize import dumps
+from ._shape import NDSlice, Shape
+
+T = TypeVar("T")
+
+_controllers: dict[str, ActorMesh[Any]] = {}
+
+
+def get_or_spawn_controller(name: str, Class: type[T], *args: Any, **kwargs: Any) -> Future[T]:
+    """The job's singleton actor ``name``, spawned in the root client on first use."""
+    runtime = current_runtime()
+    root = os.environ.get(ROOT_ENV) or runtime.address
+    payload = dumps((Class, args, kwargs))
+
+    def start() -> asyncio.Future[Any]:
+        gather = _Gather(runtime, 1, {root})
+        runtime.post(root, TO_PROC, "", GetController(name, gather.port), payload)
+        return asyncio.ensure_future(_first(gather))
+
+    return submit(runtime.loop, start)
+
+
+async def _first(gather: _Gather) -> Any:
+    values = await gather.done
+    return values[0]
+
+
+def handle_get_controller(
+    runtime: Runtime, body: GetController, payload: Sequence[Buffer], sender: str
+) -> None:
+    mesh = _controllers.get(body.name)
+    if mesh is None:
+        from ._serialize import loads
+
+        try:
+            cls, args, kwargs = loads(payload)
+            unity = Shape([], NDSlice(0, [], []))
+            mesh = spawn_actor_mesh(runtime, body.name, cls, [runtime.address], unity, args, kwargs)
+        except Exception as exc:  # noqa: BLE001 - the requester learns why
+            failure = _RemoteFailure.of(exc, f"cannot spawn controller {body.name!r}")
+            runtime.send_to_port(body.reply, PortValue(0, True), dumps(failure))
+            return
+        _controllers[body.name] = mesh
+    ready = mesh
+
+    def reply(addresses: list[str] | BaseException) -> None:
+        if isinstance(addresses, BaseException):
+            failure = _RemoteFailure.of(addresses, f"controller {body.name!r} failed")
+            runtime.send_to_port(body.reply, PortValue(0, True), dumps(failure))
+        else:
+            runtime.send_to_port(body.reply, PortValue(0), dumps(ready))
+
+    mesh._state.when_ready(reply)
