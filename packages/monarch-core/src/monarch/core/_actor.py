@@ -16,6 +16,7 @@ import functools
 import inspect
 import logging
 import random
+import threading
 import traceback
 import uuid
 from collections import deque
@@ -25,9 +26,11 @@ from typing import Any, Generic, TypeVar
 
 from monarch.transport import Buffer
 
+from ._cast import ReceiveOrder
+from ._config import current_config
 from ._future import Future, run_on, submit
 from ._messages import (
-    TO_ACTOR,
+    STOP_METHOD,
     TO_PROC,
     Body,
     Call,
@@ -35,7 +38,6 @@ from ._messages import (
     PortValue,
     ShapeSpec,
     SpawnActor,
-    StopActor,
 )
 from ._runtime import Runtime, current_runtime
 from ._serialize import dumps, loads
@@ -313,15 +315,22 @@ class _ActorHost:
         self.info = Instance(self.rank, spawn.name, "?", actor_id, runtime.address)
         self.thread: concurrent.futures.ThreadPoolExecutor | None = None
         self.concurrent: set[asyncio.Task[None]] = set()
+        self.order = ReceiveOrder(self._enqueue, runtime.loop.call_later)
         self.task = runtime.spawn_task(self.run(payload))
 
     def deliver(self, body: Body, payload: Sequence[Buffer], sender: str) -> None:
-        if isinstance(body, Call):
-            self.queue.put_nowait((_CALL, body, payload))
+        """Take a Call off the wire, in sequence order per origin (see ``_cast``)."""
+        if not isinstance(body, Call):
+            return
+        seq = body.seqs[self._message_rank(body).rank] if body.seqs else 0
+        self.order.accept(
+            body.origin or sender, seq, (body, payload), current_config().message_delivery_timeout
+        )
 
-    def request_stop(self, stop: StopActor) -> None:
-        """Stop after the messages already queued (a drain), then run ``__cleanup__``."""
-        self.queue.put_nowait((_STOP, stop, ()))
+    def _enqueue(self, item: tuple[Call, Sequence[Buffer]]) -> None:
+        call, payload = item
+        # A stop is queued like any message: it drains what came before it.
+        self.queue.put_nowait((_STOP if call.method == STOP_METHOD else _CALL, call, payload))
 
     async def run(self, payload: Sequence[Buffer]) -> None:
         spawn = self.spawn
@@ -344,7 +353,7 @@ class _ActorHost:
         while True:
             kind, message, parts = await self.queue.get()
             if kind == _STOP:
-                await self._stop(message)
+                await self._stop(message, parts)
             elif self.failure is not None or self.stopped is not None:
                 self._refuse(message)
             else:
@@ -440,11 +449,9 @@ class _ActorHost:
             self.failure = exc
             log.error("actor %s failed: %s", self.info.actor_id, why, exc_info=exc)
 
-    async def _stop(self, stop: StopActor) -> None:
-        from ._config import current_config
-
+    async def _stop(self, stop: Call, parts: Sequence[Buffer]) -> None:
         if self.stopped is None:
-            self.stopped = stop.reason
+            self.stopped = str(loads(parts))
             for task in list(self.concurrent):
                 task.cancel()
             cleanup = getattr(self.instance, "__cleanup__", None)
@@ -459,7 +466,8 @@ class _ActorHost:
                     log.exception("__cleanup__ of %s failed", self.info.actor_id)
             if self.thread is not None:
                 self.thread.shutdown(wait=False)
-        self._reply(stop.reply, None)
+        if stop.reply is not None:
+            self._reply(stop.reply, None, rank=self._message_rank(stop).rank)
 
     def _reply(self, port: PortRef, value: Any, *, error: bool = False, rank: int = 0) -> None:
         if error:
@@ -495,18 +503,8 @@ def handle_spawn_actor(
     runtime: Runtime, body: SpawnActor, payload: Sequence[Buffer], sender: str
 ) -> None:
     host = _ActorHost(runtime, body, payload)
-    runtime.actors[body.mesh] = host.deliver
     _hosts[(id(runtime), body.mesh)] = host
-
-
-def handle_stop_actor(
-    runtime: Runtime, body: StopActor, payload: Sequence[Buffer], sender: str
-) -> None:
-    host = _hosts.get((id(runtime), body.mesh))
-    if host is None:
-        runtime.send_to_port(body.reply, PortValue(0), dumps(None))
-    else:
-        host.request_stop(body)
+    runtime.add_actor(body.mesh, host.deliver)
 
 
 _hosts: dict[tuple[int, str], _ActorHost] = {}
@@ -743,14 +741,35 @@ class _MeshState:
     Only touched on the runtime loop.
     """
 
-    def __init__(self, runtime: Runtime, addresses: list[str] | None) -> None:
+    def __init__(
+        self, runtime: Runtime, addresses: list[str] | None, procs: Procs | None = None
+    ) -> None:
         self.runtime = runtime
+        self.procs = procs
         self.addresses = addresses
         """Known at once for a mesh received in a message; after the spawn otherwise."""
         self.error: BaseException | None = None
         self.stopped: str | None = None
         self.backlog: deque[Callable[[list[str] | BaseException], None]] = deque()
         self.spawn_gather: _Gather | None = None
+
+    def known_addresses(self) -> list[str]:
+        """The addresses for pickling a mesh that may still be starting.
+
+        Waits for the procs (not for the spawn) when it may block: a receiver's
+        calls that overtake the spawn are held by the target proc until it arrives.
+        """
+        procs = self.procs
+        if procs is None:
+            raise TypeError("an ActorMesh with no procs cannot be sent")
+        if not isinstance(procs, concurrent.futures.Future):
+            return list(procs)
+        if not procs.done() and threading.get_ident() == self.runtime.loop_thread_id:
+            raise TypeError(
+                "an ActorMesh whose procs are still starting cannot be sent from inside "
+                "an async endpoint; await mesh.initialized first"
+            )
+        return list(procs.result())
 
     def wait_for(self, procs: Procs, posted: concurrent.futures.Future[_Gather] | None) -> None:
         async def wait() -> None:
@@ -844,9 +863,12 @@ class ActorMesh(MeshTrait, Generic[R]):
         reply: PortRef | None,
         explicit: bool = False,
     ) -> None:
-        call = Call(self._mesh_id, method, _shape_spec(self._shape), reply, explicit)
-        for rank in self._shape.ndslice:
-            self._runtime.post(procs[rank], TO_ACTOR, self._mesh_id, call, payload)
+        runtime = self._runtime
+        ranks = list(self._shape.ndslice)
+        seqs = runtime.send_order.take(self._mesh_id, ranks, len(procs))
+        spec = _shape_spec(self._shape)
+        call = Call(self._mesh_id, method, spec, reply, explicit, runtime.address, seqs)
+        runtime.cast([procs[rank] for rank in ranks], self._mesh_id, call, payload)
 
     def _start_cast(
         self, method: str, payload: Sequence[Buffer], want: str, explicit: bool = False
@@ -917,11 +939,9 @@ class ActorMesh(MeshTrait, Generic[R]):
             if isinstance(ready, BaseException):
                 result.set_result(None)
                 return
-            targets = sorted({ready[rank] for rank in self._shape.ndslice})
-            gather = _Gather(self._runtime, len(targets), set(targets))
-            for proc in targets:
-                stop = StopActor(self._mesh_id, reason, gather.port)
-                self._runtime.post(proc, TO_PROC, "", stop)
+            targets = {ready[rank] for rank in self._shape.ndslice}
+            gather = _Gather(self._runtime, len(self._shape.ndslice), targets)
+            self._post_to(ready, STOP_METHOD, dumps(reason), gather.port)
             gather.done.add_done_callback(
                 lambda done: (
                     result.set_exception(exc)
@@ -935,9 +955,7 @@ class ActorMesh(MeshTrait, Generic[R]):
         return result
 
     def __reduce__(self) -> Any:
-        addresses = self._state.addresses
-        if addresses is None:
-            raise TypeError("an ActorMesh cannot be sent before its procs are running")
+        addresses = self._state.addresses or self._state.known_addresses()
         spec = _shape_spec(self._shape)
         return (_rebuild_actor_mesh, (self._class, self._mesh_id, self._name, addresses, spec))
 
@@ -992,6 +1010,6 @@ def spawn_actor_mesh(
         return gather
 
     posted = asyncio.run_coroutine_threadsafe(post(), runtime.loop)
-    state = _MeshState(runtime, None)
+    state = _MeshState(runtime, None, procs)
     runtime.loop.call_soon_threadsafe(state.wait_for, procs, posted)
     return ActorMesh(cls, mesh_id, name, shape, state)

@@ -98,7 +98,9 @@ class Future(Generic[R]):
         return asyncio.wrap_future(self._cf)
 
     def __await__(self) -> Generator[Any, None, R]:
-        return asyncio.wrap_future(self._cf).__await__()
+        if asyncio._get_running_loop() is not None:
+            return asyncio.wrap_future(self._cf).__await__()
+        return _await_elsewhere(self._cf).__await__()
 
     def then(self, fn: Callable[[R], T]) -> Future[T]:
         """A future of ``fn(value)``, computed when this one completes."""
@@ -116,6 +118,26 @@ class Future(Generic[R]):
     def __repr__(self) -> str:
         state = "done" if self._cf.done() else "pending"
         return f"<monarch.actor.Future {state}>"
+
+
+async def _await_elsewhere(cf: concurrent.futures.Future[R]) -> R:
+    """Await from another async library (trio): wake the awaiting task through anyio."""
+    import anyio
+    import anyio.from_thread
+    import anyio.lowlevel
+
+    done = anyio.Event()
+    token = anyio.lowlevel.current_token()
+
+    def wake(_: concurrent.futures.Future[R]) -> None:
+        try:
+            anyio.from_thread.run_sync(done.set, token=token)
+        except RuntimeError:  # completed on the awaiting thread itself
+            done.set()
+
+    cf.add_done_callback(wake)
+    await done.wait()
+    return cf.result()
 
 
 def submit(loop: asyncio.AbstractEventLoop, start: Callable[[], asyncio.Future[R]]) -> Future[R]:

@@ -50,6 +50,7 @@ def handle_spawn_procs(
         READY_ENV: f"{body.ready.proc}#{body.ready.port}",
         LISTEN_ENV: child_listen_address(runtime.address),
     }
+    env.update(body.env)
     for rank in range(body.base_rank, body.base_rank + body.count):
         try:
             child = subprocess.Popen(

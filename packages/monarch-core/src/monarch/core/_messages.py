@@ -45,6 +45,16 @@ class Call(msgspec.Struct, array_like=True, tag=1, frozen=True):
     reply: PortRef | None = None
     explicit: bool = False
     """The method takes the reply port as its first argument (``as_endpoint`` calls)."""
+    origin: str = ""
+    """The process that cast it; the Envelope's sender may be a relay of the cast tree."""
+    seqs: tuple[int, ...] = ()
+    """Per target, in cast order: its sequence number from ``origin`` (restores FIFO)."""
+    forward: tuple[str, ...] = ()
+    """The procs below the receiver in the cast tree, in cast order: it relays to them."""
+
+
+STOP_METHOD: Final = "__monarch_stop__"
+"""A Call with this method stops the actor, in order after every earlier message."""
 
 
 class PortValue(msgspec.Struct, array_like=True, tag=2, frozen=True):
@@ -62,12 +72,6 @@ class SpawnActor(msgspec.Struct, array_like=True, tag=10, frozen=True):
     rank: int
     """Global rank of this actor in its mesh."""
     shape: ShapeSpec
-    reply: PortRef
-
-
-class StopActor(msgspec.Struct, array_like=True, tag=11, frozen=True):
-    mesh: str
-    reason: str
     reply: PortRef
 
 
@@ -95,6 +99,8 @@ class SpawnProcs(msgspec.Struct, array_like=True, tag=14, frozen=True):
     ready: PortRef
     events: PortRef
     name: str = "procs"
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    """Environment for the procs: the caster's configuration and the job's root."""
 
 
 class ProcExited(msgspec.Struct, array_like=True, tag=15, frozen=True):
@@ -129,7 +135,6 @@ Body = (
     Call
     | PortValue
     | SpawnActor
-    | StopActor
     | ProcReady
     | StopProc
     | SpawnProcs

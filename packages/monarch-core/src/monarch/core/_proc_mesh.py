@@ -11,12 +11,14 @@ import asyncio
 import atexit
 import concurrent.futures
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from monarch.transport import Buffer
 
 from ._actor import Procs, SupervisionError, resolve, spawn_actor_mesh
+from ._config import runtime_env
 from ._future import Future, run_on
 from ._messages import (
     TO_PROC,
@@ -29,7 +31,7 @@ from ._messages import (
     SpawnProcs,
     StopProc,
 )
-from ._runtime import Runtime, current_runtime
+from ._runtime import ROOT_ENV, Runtime, current_runtime
 from ._serialize import dumps, loads
 from ._shape import MeshTrait, NDSlice, Shape
 
@@ -93,9 +95,11 @@ async def _start_procs(
 
     ready_port = runtime.open_port(group.on_ready)
     unwatch = [runtime.watch_peer(host, group.host_lost) for host in hosts]
+    # The procs get this process's configuration and the job's root, wherever they run.
+    env = {**runtime_env(), ROOT_ENV: os.environ.get(ROOT_ENV) or runtime.address}
     try:
         for i, host in enumerate(hosts):
-            spawn = SpawnProcs(per_host, i * per_host, ready_port, group.events, name)
+            spawn = SpawnProcs(per_host, i * per_host, ready_port, group.events, name, env)
             runtime.post(host, TO_PROC, "", spawn)
         await asyncio.wait_for(group.ready, current_config().host_spawn_ready_timeout)
     except TimeoutError:

@@ -31,6 +31,7 @@ from monarch.transport import (
 )
 from monarch.transport.wire import Envelope, decode_envelope, encode
 
+from ._cast import SendOrder, fan_out
 from ._future import set_loop_thread
 from ._messages import (
     HEARTBEAT,
@@ -38,6 +39,7 @@ from ._messages import (
     TO_PORT,
     TO_PROC,
     Body,
+    Call,
     PortRef,
     StopProc,
     decode_body,
@@ -174,6 +176,10 @@ class Runtime:
         self._ports: dict[int, PortHandler] = {}
         self._port_ids = itertools.count(1)
         self.actors: dict[str, ActorSink] = {}
+        self.send_order = SendOrder()
+        self.posted = 0
+        """Messages this process has sent: what casting through a tree keeps small."""
+        self._early: dict[str, list[tuple[Body, Sequence[Buffer], str]]] = {}
         self._watchers: dict[str, dict[int, PeerWatcher]] = {}
         self._watch_ids = itertools.count(1)
         self.failed_peers: dict[str, BaseException] = {}
@@ -243,6 +249,7 @@ class Runtime:
         self, address: str, kind: int, dest: str, body: Body, payload: Sequence[Buffer] = ()
     ) -> None:
         """Queue a message for ``address`` (loop thread only); never blocks."""
+        self.posted += 1
         parts: list[Buffer] = [
             encode(Envelope(kind, dest, self.address)),
             encode_body(body),
@@ -257,6 +264,14 @@ class Runtime:
                 return  # undeliverable; watchers already learned of the failure
             writer = self._writers[address] = _PeerWriter(self, address)
         writer.post(parts)
+
+    def cast(
+        self, targets: Sequence[str], dest: str, call: Call, payload: Sequence[Buffer]
+    ) -> None:
+        """Send ``call`` to every target through the cast tree (see ``_cast``)."""
+        from ._config import current_config
+
+        fan_out(self.post, targets, dest, call, payload, current_config().max_cast_fanout)
 
     def send_to_port(self, port: PortRef, body: Body, payload: Sequence[Buffer] = ()) -> None:
         self.post(port.proc, TO_PORT, str(port.port), body, payload)
@@ -275,11 +290,11 @@ class Runtime:
             else:
                 handler(body, payload)
         elif kind == TO_ACTOR:
+            if isinstance(body, Call) and body.forward:
+                self.cast(body.forward, envelope.dest, body, payload)  # relay first
             sink = self.actors.get(envelope.dest)
             if sink is None:
-                log.warning("message for unknown actor %s from %s", envelope.dest, envelope.sender)
-                if self.undeliverable is not None:
-                    self.undeliverable(self, body, envelope.dest)
+                self._hold(envelope.dest, body, payload, envelope.sender)
             else:
                 sink(body, payload, envelope.sender)
         elif kind == TO_PROC:
@@ -292,6 +307,33 @@ class Runtime:
             else:
                 control(self, body, payload, envelope.sender)
         return envelope.sender
+
+    def _hold(self, dest: str, body: Body, payload: Sequence[Buffer], sender: str) -> None:
+        """Keep a message for an actor not spawned here yet.
+
+        A mesh passed in a message can be called by its receiver before the spawn
+        (sent by another process) arrives; such calls wait here, in order, for up to
+        ``message_delivery_timeout``, then are refused as undeliverable.
+        """
+        early = self._early.get(dest)
+        if early is None:
+            from ._config import current_config
+
+            early = self._early[dest] = []
+            self.loop.call_later(current_config().message_delivery_timeout, self._expire, dest)
+        early.append((body, payload, sender))
+
+    def _expire(self, dest: str) -> None:
+        for body, _, sender in self._early.pop(dest, ()):
+            log.warning("message for unknown actor %s from %s", dest, sender)
+            if self.undeliverable is not None:
+                self.undeliverable(self, body, dest)
+
+    def add_actor(self, dest: str, sink: ActorSink) -> None:
+        """Route messages for ``dest`` to ``sink``, starting with any that came early."""
+        self.actors[dest] = sink
+        for body, payload, sender in self._early.pop(dest, ()):
+            sink(body, payload, sender)
 
     def open_port(self, handler: PortHandler) -> PortRef:
         port = next(self._port_ids)

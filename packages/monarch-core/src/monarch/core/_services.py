@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ._actor import handle_spawn_actor, handle_stop_actor, refuse_undeliverable
+from ._actor import handle_spawn_actor, refuse_undeliverable
 from ._controller import handle_get_controller
 from ._host import handle_spawn_procs
-from ._messages import GetController, RunBootstrap, SpawnActor, SpawnProcs, StopActor
+from ._messages import GetController, RunBootstrap, SpawnActor, SpawnProcs
 from ._proc_mesh import handle_run_bootstrap
 from ._runtime import Runtime
 
@@ -15,7 +15,6 @@ def install(runtime: Runtime) -> None:
     runtime.control.update(
         {
             SpawnActor: handle_spawn_actor,
-            StopActor: handle_stop_actor,
             SpawnProcs: handle_spawn_procs,
             RunBootstrap: handle_run_bootstrap,
             GetController: handle_get_controller,
