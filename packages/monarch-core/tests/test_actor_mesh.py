@@ -48,6 +48,9 @@ class Counter(Actor):
             "size": current_size(),
             "name": current_actor_name(),
             "spawn_rank": dict(context().actor_instance.rank),
+            "class_name": context().actor_instance.class_name,
+            "creator": context().actor_instance.creator,
+            "proc": repr(context().actor_instance.proc),
         }
 
     @endpoint
@@ -111,6 +114,9 @@ def test_each_actor_has_its_rank_and_process(procs: ProcMesh) -> None:
     info = counters.whoami.call().get()
     assert [v["rank"] for v in info.values()] == [{"gpus": 0}, {"gpus": 1}]
     assert [v["size"] for v in info.values()] == [{"gpus": 2}, {"gpus": 2}]
+    assert {v["class_name"] for v in info.values()} == {"Counter"}
+    assert {v["creator"] for v in info.values()} == {context().actor_instance.proc_id}
+    assert {v["proc"] for v in info.values()} == {"<ProcMesh {}>"}
     pids = {v["pid"] for v in info.values()}
     assert len(pids) == 2 and os.getpid() not in pids
     # A slice renumbers message ranks but not spawn ranks.

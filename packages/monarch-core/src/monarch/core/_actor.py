@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import dataclasses
 import functools
 import inspect
 import logging
@@ -242,6 +243,19 @@ class Instance:
     class_name: str
     actor_id: str
     proc_id: str
+    creator: str | None = None
+    """The process that spawned this actor (``None`` for the root client)."""
+
+    @property
+    def proc(self) -> Any:
+        """This actor's own process, as a ProcMesh of one: ``spawn`` on it stays local."""
+        from ._proc_mesh import this_proc
+
+        return this_proc()
+
+    @property
+    def proc_mesh(self) -> Any:
+        return self.proc
 
 
 @dataclass(frozen=True)
@@ -312,7 +326,9 @@ class _ActorHost:
         shape = _shape_of(spawn.shape)
         self.rank = Point(shape.ndslice.index(spawn.rank), shape.extent)
         actor_id = f"{runtime.address}/{spawn.mesh}[{self.rank.rank}]"
-        self.info = Instance(self.rank, spawn.name, "?", actor_id, runtime.address)
+        self.info = Instance(
+            self.rank, spawn.name, "?", actor_id, runtime.address, spawn.reply.proc
+        )
         self.thread: concurrent.futures.ThreadPoolExecutor | None = None
         self.concurrent: set[asyncio.Task[None]] = set()
         self.order = ReceiveOrder(self._enqueue, runtime.loop.call_later)
@@ -336,9 +352,7 @@ class _ActorHost:
         spawn = self.spawn
         try:
             cls, args, kwargs = loads(payload)
-            self.info = Instance(
-                self.rank, spawn.name, cls.__name__, self.info.actor_id, self.info.proc_id
-            )
+            self.info = dataclasses.replace(self.info, class_name=cls.__name__)
             self.endpoints = _endpoints(cls)
             if not _actor_is_async(cls):
                 self.thread = concurrent.futures.ThreadPoolExecutor(1, f"actor-{spawn.name}")
