@@ -165,7 +165,7 @@ def test_bad_calls_fail_at_the_call_site(procs: ProcMesh) -> None:
     with pytest.raises(TypeError):
         counters.echo.call(threading.Lock())
     with pytest.raises(AttributeError):
-        counters.no_such_endpoint  # type: ignore[attr-defined]
+        counters.no_such_endpoint
     with pytest.raises(ActorError, match="pickle"):
         counters.unpicklable_result.call().get()
 

@@ -19,12 +19,18 @@ from monarch.core._actor import (
     endpoint,
     send,
 )
+from monarch.core._attach import ChannelTransport, attach_to_workers, enable_transport
 from monarch.core._controller import get_or_spawn_controller
 from monarch.core._future import Future, returns_future
 from monarch.core._port import Channel, Port, PortReceiver, RankedPortReceiver
 from monarch.core._proc_mesh import HostMesh, ProcMesh, shutdown_context, this_host, this_proc
 from monarch.core._shape import Extent, NDSlice, Point, Selection, Shape
 from monarch.core._value_mesh import ValueMesh
+from monarch.core._worker import (
+    run_worker_loop_forever,
+    run_worker_loop_until_shutdown,
+    start_worker_loop_forever,
+)
 
 __all__ = [
     "Accumulator",
@@ -32,6 +38,7 @@ __all__ = [
     "ActorError",
     "ActorMesh",
     "Channel",
+    "ChannelTransport",
     "Context",
     "Endpoint",
     "Extent",
@@ -50,16 +57,21 @@ __all__ = [
     "SupervisionError",
     "ValueMesh",
     "as_endpoint",
+    "attach_to_workers",
     "concurrent_endpoint",
     "context",
     "current_actor_name",
     "current_rank",
     "current_size",
+    "enable_transport",
     "endpoint",
     "get_or_spawn_controller",
     "returns_future",
+    "run_worker_loop_forever",
+    "run_worker_loop_until_shutdown",
     "send",
     "shutdown_context",
+    "start_worker_loop_forever",
     "this_host",
     "this_proc",
 ]

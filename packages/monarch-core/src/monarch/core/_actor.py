@@ -23,7 +23,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from monarch.transport import Buffer
 
@@ -133,6 +133,16 @@ class EndpointProperty(Generic[R]):
         return self._method.__get__(instance, owner)
 
 
+@overload
+def endpoint(method: Callable[..., Any]) -> Any: ...
+
+
+@overload
+def endpoint(
+    *, propagate: Any = None, explicit_response_port: bool = False, instrument: bool = True
+) -> Callable[[Callable[..., Any]], Any]: ...
+
+
 def endpoint(
     method: Callable[..., Any] | None = None,
     *,
@@ -153,6 +163,16 @@ def endpoint(
         )
 
     return wrap(method) if method is not None else wrap
+
+
+@overload
+def concurrent_endpoint(method: Callable[..., Any]) -> Any: ...
+
+
+@overload
+def concurrent_endpoint(
+    *, propagate: Any = None, explicit_response_port: bool = False, instrument: bool = True
+) -> Callable[[Callable[..., Any]], Any]: ...
 
 
 def concurrent_endpoint(

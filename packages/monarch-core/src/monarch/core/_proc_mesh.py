@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from monarch.transport import Buffer
 
-from ._actor import Procs, SupervisionError, resolve, spawn_actor_mesh
+from ._actor import ActorMesh, Procs, SupervisionError, resolve, spawn_actor_mesh
 from ._config import runtime_env
 from ._future import Future, run_on
 from ._messages import (
@@ -166,14 +166,11 @@ class ProcMesh(MeshTrait):
     def _new_with_shape(self, shape: Shape) -> ProcMesh:
         return ProcMesh(self._procs, shape, self._runtime, self._group)
 
-    def spawn(self, name: str, Class: type[T], *args: Any, **kwargs: Any) -> T:
+    def spawn(self, name: str, Class: type[T], *args: Any, **kwargs: Any) -> ActorMesh[T]:
         """Spawn ``Class(*args, **kwargs)`` on every proc; returns the ActorMesh at once."""
         if self._stopped:
             raise RuntimeError("cannot spawn on a stopped proc mesh")
-        mesh: Any = spawn_actor_mesh(
-            self._runtime, name, Class, self._procs, self._shape, args, kwargs
-        )
-        return mesh  # type: ignore[no-any-return]
+        return spawn_actor_mesh(self._runtime, name, Class, self._procs, self._shape, args, kwargs)
 
     @property
     def initialized(self) -> Future[None]:
@@ -282,11 +279,50 @@ class HostMesh(MeshTrait):
         _owned.append(mesh)
         return mesh
 
+    def shutdown(self) -> Future[None]:
+        """Stop the host agents of this mesh (workers exit, their procs with them).
+
+        The client's own machine is not stopped: its agent is the client itself.
+        """
+        runtime = self._runtime
+        hosts = [self._hosts[rank] for rank in self._shape.ndslice]
+        remote = sorted({host for host in hosts if host != runtime.address})
+
+        async def stop() -> None:
+            from ._config import current_config
+
+            loop = runtime.loop
+            gone: list[asyncio.Future[None]] = [loop.create_future() for _ in remote]
+            for host, done in zip(remote, gone, strict=True):
+                runtime.watch_peer(host, _resolver(done))
+                runtime.post(host, TO_PROC, "", StopProc("host mesh shut down"))
+            if gone:
+                await asyncio.wait_for(asyncio.gather(*gone), current_config().process_exit_timeout)
+
+        return run_on(runtime.loop, stop())
+
+    def stop(self) -> Future[None]:
+        return self.shutdown()
+
+    async def __aenter__(self) -> HostMesh:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
     def __reduce__(self) -> Any:
         return (_rebuild_host_mesh, (self._hosts, self._shape))
 
     def __repr__(self) -> str:
         return f"<HostMesh {self._shape.extent!r}>"
+
+
+def _resolver(done: asyncio.Future[None]) -> Callable[[str, BaseException], None]:
+    def resolve_once(address: str, exc: BaseException) -> None:
+        if not done.done():
+            done.set_result(None)
+
+    return resolve_once
 
 
 def _rebuild_host_mesh(hosts: list[str], shape: Shape) -> HostMesh:

@@ -1,0 +1,177 @@
+"""Joining workers on other machines (``attach_to_workers``) and choosing the transport.
+
+A worker (``monarch worker``, ``run_worker_loop_forever``) is a host agent listening on the
+network; ``attach_to_workers`` makes a HostMesh of such agents. Procs started there reply
+straight to the controller, so the controller must listen where the workers can reach it:
+on TCP, at its address on the route to the workers. If the controller's runtime is not yet
+running it starts there; if it already runs (on Unix sockets, or on TCP at another
+address), it also listens there and becomes known by that address: what was sent to its
+old address still arrives, as that listener stays open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import enum
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from monarch.transport import Address, AuthenticationError, open_listener
+
+from ._netaddr import WILDCARD_HOSTS, route_source, split_alias
+from ._proc_mesh import HostMesh
+from ._runtime import SECRET_ENV, Runtime, current_runtime
+from ._shape import NDSlice, Shape
+from ._worker import CA, PrivateKey, check_security
+
+log = logging.getLogger("monarch.core")
+
+
+class ChannelTransport(enum.Enum):
+    """Upstream's transport names, for ``enable_transport`` (mapped by name, see _config)."""
+
+    Unix = enum.auto()
+    TcpWithHostname = enum.auto()
+    TcpWithLocalhost = enum.auto()
+    Tls = enum.auto()
+    MetaTlsWithHostname = enum.auto()
+    MetaTlsWithIpAddr = enum.auto()
+    Local = enum.auto()
+
+
+def _canonical_transport(transport: object) -> str:
+    from ._config import _check
+
+    if transport is None:
+        raise TypeError("enable_transport needs a transport, not None")
+    canonical: str = _check({"default_transport": transport})["default_transport"]
+    return canonical
+
+
+def enable_transport(transport: ChannelTransport | str | Any) -> None:
+    """Choose the transport procs listen on: ``"unix"``/``"ipc"``, ``"tcp"``, ``"tls"``,
+    ``"tcp://host:port"``, or a ``ChannelTransport``.
+
+    Call it before the first Monarch use in this process: it sets the ``default_transport``
+    configuration key, which the runtime reads when it starts. Afterwards it raises
+    RuntimeError, unless the runtime already uses that very transport.
+    """
+    from . import _runtime
+    from ._config import configure, current_config
+
+    canonical = _canonical_transport(transport)
+    runtime = _runtime._runtime
+    if runtime is None:
+        configure(default_transport=canonical)
+        return
+    scheme = Address.parse(runtime.address).scheme
+    running = {"unix": "unix", "tcp": "tcp", "tls": "tls"}.get(scheme, scheme)
+    same = canonical in (current_config().default_transport, running, runtime.address)
+    if canonical == "local":  # upstream's in-process channel: we use Unix sockets for it
+        same = same or running == "unix"
+    if not same:
+        raise RuntimeError(
+            f"enable_transport({transport!r}) after Monarch started in this process with "
+            f"{running!r} (at {runtime.address}); call it before the first use of Monarch"
+        )
+
+
+def _resolve(worker: object) -> str:
+    if isinstance(worker, str):
+        return worker
+    if isinstance(worker, concurrent.futures.Future):
+        value = worker.result()
+    elif callable(getattr(worker, "get", None)):  # monarch.actor.Future
+        value = worker.get()  # type: ignore[attr-defined]
+    else:
+        raise TypeError(f"a worker is an address str or a Future of one, not {worker!r}")
+    if not isinstance(value, str):
+        raise TypeError(f"a worker Future gave {value!r}, not an address str")
+    return value
+
+
+def _dial_address(url: str) -> str:
+    """Where to reach the worker named by ``url`` (an address, or ``ADVERTISED@BIND``)."""
+    check_security(ca=None, private_key=None, address=url)
+    address = Address.parse(split_alias(url)[0])
+    if address.scheme not in ("tcp", "unix"):
+        raise ValueError(f"worker address {url!r}: only tcp:// (or unix:// on this host) works")
+    if address.host in WILDCARD_HOSTS or address.port == 0:
+        raise ValueError(
+            f"worker address {url!r} is a listen pattern; give the address the worker printed"
+        )
+    return str(address)
+
+
+def _reachable_runtime(workers: Sequence[str]) -> Runtime:
+    """The controller's runtime, listening where ``workers`` can reach it."""
+    network = [a for a in map(Address.parse, workers) if a.scheme != "unix"]
+    if not network:
+        return current_runtime()
+    first = network[0]
+    assert first.port is not None
+    try:
+        source = route_source(first.host, first.port)
+    except OSError as exc:
+        raise ConnectionError(f"no route to worker {first}: {exc}") from None
+    runtime = current_runtime(listen=str(Address("tcp", source, 0)))
+    identity = Address.parse(runtime.address)
+    if identity.scheme != "tcp" or identity.host != source:
+        asyncio.run_coroutine_threadsafe(_listen_at(runtime, source), runtime.loop).result()
+    return runtime
+
+
+async def _listen_at(runtime: Runtime, host: str) -> None:
+    """Make ``runtime`` reachable at ``host`` over TCP, and known by that address."""
+    listener = runtime.listener
+    bound = listener.address if listener is not None else None
+    if bound is not None and bound.scheme == "tcp" and bound.host in WILDCARD_HOSTS:
+        address = Address("tcp", host, bound.port)  # that listener serves every interface
+    else:
+        extra = await open_listener(str(Address("tcp", host, 0)), secret=runtime.secret)
+        runtime.spawn_task(extra.serve(runtime._serve_connection))
+        address = extra.address
+    log.info("controller %s is now known as %s, for remote workers", runtime.address, address)
+    runtime.address = str(address)
+
+
+def _watch_worker(runtime: Runtime, address: str) -> None:
+    def lost(address: str, exc: BaseException) -> None:
+        hint = ""
+        if isinstance(exc, AuthenticationError):
+            hint = f" (the worker must be given this controller's {SECRET_ENV})"
+        log.warning("worker %s failed: %s%s", address, exc, hint)
+
+    runtime.watch_peer(address, lost)
+
+
+def attach_to_workers(
+    *,
+    workers: Sequence[str | Any],
+    name: str | None = None,
+    ca: CA = None,
+    private_key: PrivateKey = None,
+) -> HostMesh:
+    """A HostMesh (extent ``{"hosts": len(workers)}``) of running workers.
+
+    ``workers`` are the addresses the workers print (``tcp://host:port``), or Futures of
+    them (resolved here). Workers must have been given this process's job secret
+    (``MONARCH_JOB_SECRET``); a worker that cannot be reached or authenticated fails the
+    procs spawned on it with a SupervisionError. ``ca`` may be ``"trust_all_connections"``
+    or None; TLS certificates raise NotImplementedError. ``name`` is accepted for upstream
+    compatibility.
+    """
+    check_security(ca=ca, private_key=private_key)
+    if isinstance(workers, str):
+        raise TypeError("workers is a sequence of addresses, not one address")
+    addresses = [_dial_address(_resolve(worker)) for worker in workers]
+    if not addresses:
+        raise ValueError("attach_to_workers needs at least one worker")
+    runtime = _reachable_runtime(addresses)
+    for address in addresses:
+        # Connect now: heartbeats start, and a bad secret or a dead worker is logged at once.
+        runtime.loop.call_soon_threadsafe(_watch_worker, runtime, address)
+    shape = Shape(["hosts"], NDSlice.new_row_major([len(addresses)]))
+    return HostMesh(addresses, shape, runtime)

@@ -1,0 +1,103 @@
+"""Controller scripts for test_remote_hosts.py, each run as its own process.
+
+A controller attaching to remote workers changes its process's runtime (it must listen on
+TCP), so each scenario runs in a fresh process, which is also how the network-namespace
+test puts the controller on its own "host". Each step prints one JSON line to stdout.
+
+    python remote_controller.py local ADDR0 PID0 ADDR1 PID1   (then waits to be killed)
+    python remote_controller.py wrong-secret ADDR
+    python remote_controller.py netns ADDR_H2 ADDR_H3   (waits for a line on stdin midway)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from monarch.actor import Actor, endpoint
+from monarch.config import configure
+from monarch.core._attach import attach_to_workers
+from monarch.core._netaddr import _interface_ipv4
+
+
+class Where(Actor):
+    """Defined in ``__main__``, so it travels to the workers' procs by value."""
+
+    @endpoint
+    def where(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "ppid": os.getppid(), "host": _interface_ipv4()[0]}
+
+    @endpoint
+    def block(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+def emit(**fields: Any) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def outcome(future: Any, timeout: float) -> dict[str, Any]:
+    """What ``future.get`` did: the value, or the error's type and text; and how long."""
+    start = time.monotonic()
+    try:
+        value = future.get(timeout=timeout)
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        return {"error": type(exc).__name__, "message": str(exc), "seconds": _since(start)}
+    return {"value": value, "seconds": _since(start)}
+
+
+def _since(start: float) -> float:
+    return round(time.monotonic() - start, 3)
+
+
+def local(addr0: str, pid0: str, addr1: str, pid1: str) -> None:
+    hosts = attach_to_workers(workers=[addr0, addr1], ca="trust_all_connections")
+    procs = hosts.spawn_procs(per_host={"gpus": 2})
+    actors = procs.spawn("where", Where)
+    first = actors.where.call().get(timeout=30)
+    emit(
+        host_extent={k: hosts.extent[k] for k in hosts.extent},
+        extent={k: procs.extent[k] for k in procs.extent},
+        values=[{**dict(point), **value} for point, value in first.items()],
+    )
+    pending = actors.slice(hosts=0).block.call(60)
+    os.kill(int(pid0), signal.SIGKILL)
+    emit(
+        pending=outcome(pending, 30),
+        later=outcome(actors.where.call().then(lambda v: v.values()), 30),
+        survivor=outcome(actors.slice(hosts=1).where.call().then(lambda v: v.values()), 30),
+    )
+    sys.stdin.readline()  # the test kills this controller here
+
+
+def wrong_secret(addr: str) -> None:
+    hosts = attach_to_workers(workers=[addr])
+    procs = hosts.spawn_procs(per_host={"gpus": 1})
+    emit(initialized=outcome(procs.initialized, 30))
+
+
+def netns(addr2: str, addr3: str) -> None:
+    hosts = attach_to_workers(workers=[addr2, addr3], ca="trust_all_connections")
+    actors = hosts.spawn_procs(per_host={"gpus": 2}).spawn("where", Where)
+    emit(values=[v["host"] for v in actors.where.call().get(timeout=30).values()])
+    sys.stdin.readline()  # the test has cut h3 off
+    emit(
+        cut=outcome(actors.where.call().then(lambda v: v.values()), 30),
+        survivor=outcome(actors.slice(hosts=0).where.call().then(lambda v: v.values()), 30),
+    )
+
+
+SCENARIOS: dict[str, Callable[..., None]] = {
+    "local": local,
+    "wrong-secret": wrong_secret,
+    "netns": netns,
+}
+
+if __name__ == "__main__":
+    configure(heartbeat_interval="200ms", heartbeat_timeout="1500ms")
+    SCENARIOS[sys.argv[1]](*sys.argv[2:])

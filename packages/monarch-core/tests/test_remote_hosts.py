@@ -1,0 +1,399 @@
+"""Hosts on other machines: ``monarch worker``, attach_to_workers, failures and heartbeats.
+
+Every worker and controller is a real process. A controller that attaches to workers must
+listen on TCP, so controllers run as their own processes (``remote_controller.py``), which
+also keeps this test process's runtime as it was. The network-namespace test puts the
+controller and two workers on three "hosts" (h1..h3, 10.0.0.1..3 on a private bridge) and
+cuts one off; it needs root and iproute2 and is skipped without them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import select
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import IO, Any
+
+import anyio
+import pytest
+
+from monarch.core import _cli, _worker
+from monarch.core._attach import _resolve, attach_to_workers
+from monarch.core._future import Future
+from monarch.core._messages import TO_PROC, StopProc, encode_body
+from monarch.core._netaddr import split_alias
+from monarch.transport import open_connection
+from monarch.transport.wire import Envelope, encode
+
+CONTROLLER = Path(__file__).with_name("remote_controller.py")
+SECRET_ENV = "MONARCH_JOB_SECRET"
+HEARTBEAT_TIMEOUT = 1.5  # what remote_controller.py configures
+
+
+class Child:
+    """A process whose stdout is read line by line, each read with a deadline."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], *, stdin: bool = False) -> None:
+        self.argv = argv
+        self.stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed in kill()
+        self.popen = subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+        )
+        self.pid = self.popen.pid
+        self._buffer = b""
+
+    def _explain(self, what: str) -> str:
+        self.stderr.seek(0)
+        tail = self.stderr.read()[-3000:].decode(errors="replace")
+        return f"{what} from {self.argv[:6]}; stderr:\n{tail}"
+
+    def line(self, timeout: float) -> str:
+        assert self.popen.stdout is not None
+        fd = self.popen.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise AssertionError(self._explain(f"no line within {timeout}s"))
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise AssertionError(self._explain(f"exit {self.popen.wait()} before a line"))
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode()
+
+    def json(self, timeout: float) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.line(timeout))
+        return data
+
+    def send_line(self, text: str) -> None:
+        assert self.popen.stdin is not None
+        self.popen.stdin.write(text.encode() + b"\n")
+        self.popen.stdin.flush()
+
+    def wait(self, timeout: float) -> int:
+        return self.popen.wait(timeout)
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait(10)
+        self.stderr.close()
+
+
+@pytest.fixture
+def secret() -> str:
+    return secrets.token_hex(32)
+
+
+@pytest.fixture
+def env(secret: str) -> dict[str, str]:
+    return {**os.environ, SECRET_ENV: secret}
+
+
+@pytest.fixture
+def start() -> Iterator[Callable[..., Child]]:
+    """Start a Child; all are killed when the test ends."""
+    children: list[Child] = []
+
+    def start(argv: list[str], env: dict[str, str], *, stdin: bool = False) -> Child:
+        child = Child(argv, env, stdin=stdin)
+        children.append(child)
+        return child
+
+    yield start
+    for child in reversed(children):
+        child.kill()
+
+
+def worker_argv(listen: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "monarch.core._cli", "worker", "--listen", listen, *extra]
+
+
+def start_worker(
+    start: Callable[..., Child], env: dict[str, str], listen: str, netns: str | None = None
+) -> tuple[Child, str]:
+    prefix = ["ip", "netns", "exec", netns] if netns else []
+    child = start([*prefix, *worker_argv(listen)], env)
+    return child, child.line(30)
+
+
+def alive(pid: int) -> bool:
+    """Running (not a zombie)?"""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat_line.rpartition(")")[2].split()[0] != "Z"
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what}")
+        time.sleep(0.02)
+
+
+# -- the command ---------------------------------------------------------------------------
+
+
+def test_worker_is_a_monarch_subcommand() -> None:
+    found = {ep.name: ep.value for ep in entry_points(group="monarch.commands")}
+    assert found.get("worker") == "monarch.core._worker:register"
+    args = _cli.build_parser().parse_args(["worker", "--listen", "tcp://127.0.0.1:0"])
+    assert args.func is _worker._command
+    assert args.secret_file is None
+
+
+def test_worker_secret_comes_from_env_or_a_private_file(
+    start: Callable[..., Child], tmp_path: Path, secret: str
+) -> None:
+    no_secret = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
+    done = subprocess.run(
+        worker_argv("tcp://127.0.0.1:0"), env=no_secret, capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert "no job secret" in done.stderr and SECRET_ENV in done.stderr
+
+    path = tmp_path / "secret"
+    path.write_text(secret + "\n")
+    path.chmod(0o644)
+    done = subprocess.run(
+        worker_argv("tcp://127.0.0.1:0", "--secret-file", str(path)),
+        env=no_secret,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert "mode 0644" in done.stderr and "chmod 600" in done.stderr
+    assert secret not in done.stderr
+
+    path.chmod(0o600)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    child = start(worker_argv("tcp://127.0.0.1:0", "--secret-file", str(path)), no_secret)
+    address = child.line(30)
+    assert address.startswith("tcp://127.0.0.1:") and not address.endswith(":0")
+    assert secret not in " ".join(child.argv)
+    child.popen.send_signal(signal.SIGTERM)
+    assert child.wait(10) == 0
+
+
+def test_worker_stops_on_request_and_wildcard_is_advertised(
+    start: Callable[..., Child], env: dict[str, str], secret: str
+) -> None:
+    child, address = start_worker(start, env, "tcp://0.0.0.0:0")
+    assert not address.startswith("tcp://0.0.0.0:")  # a wildcard bind has a real address
+
+    async def stop() -> None:
+        conn = await open_connection(address, secret=bytes.fromhex(secret))
+        try:
+            await conn.send([encode(Envelope(TO_PROC, "", "test")), encode_body(StopProc("test"))])
+        finally:
+            await conn.aclose()
+
+    anyio.run(stop)
+    assert child.wait(10) == 0
+
+
+# -- two workers on this machine -------------------------------------------------------------
+
+
+def test_attach_spawn_call_and_survive_a_dead_host(
+    start: Callable[..., Child], env: dict[str, str]
+) -> None:
+    w0, a0 = start_worker(start, env, "tcp://127.0.0.1:0")
+    w1, a1 = start_worker(start, env, "tcp://127.0.0.1:0")
+    argv = [sys.executable, str(CONTROLLER), "local", a0, str(w0.pid), a1, str(w1.pid)]
+    controller = start(argv, env, stdin=True)
+
+    first = controller.json(60)
+    assert first["host_extent"] == {"hosts": 2}
+    assert first["extent"] == {"hosts": 2, "gpus": 2}
+    values = first["values"]
+    assert len({v["pid"] for v in values}) == 4
+    assert sorted((v["hosts"], v["gpus"]) for v in values) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    workers = [w0.pid, w1.pid]
+    assert all(v["ppid"] == workers[v["hosts"]] for v in values)  # spawned by that host's agent
+
+    second = controller.json(60)  # worker 0 was SIGKILLed while a call to its procs ran
+    pending, later = second["pending"], second["later"]
+    assert pending["error"] == "SupervisionError" and pending["seconds"] < 10, pending
+    assert later["error"] == "SupervisionError" and later["seconds"] < 10, later
+    survivor = second["survivor"]["value"]
+    assert [v["ppid"] for v in survivor] == [w1.pid, w1.pid]
+    dead = [v["pid"] for v in values if v["hosts"] == 0]
+    wait_until(lambda: not any(map(alive, dead)), 10, f"procs {dead} of the killed worker exit")
+    assert w0.wait(10) == -signal.SIGKILL
+    assert w1.popen.poll() is None  # the other host goes on
+    assert all(alive(v["pid"]) for v in survivor)
+
+    controller.popen.kill()  # no proc outlives its job: the worker kills the orphans
+    rest = [v["pid"] for v in survivor]
+    wait_until(lambda: not any(map(alive, rest)), 10, f"procs {rest} of a dead controller exit")
+    assert w1.popen.poll() is None  # and goes on serving
+
+
+def test_wrong_secret_fails_fast(start: Callable[..., Child], env: dict[str, str]) -> None:
+    worker, address = start_worker(
+        start, {**env, SECRET_ENV: secrets.token_hex(32)}, "tcp://127.0.0.1:0"
+    )
+    controller = start([sys.executable, str(CONTROLLER), "wrong-secret", address], env)
+    result = controller.json(60)["initialized"]
+    assert result["error"] == "SupervisionError", result
+    assert "secret" in result["message"]
+    assert result["seconds"] < 10
+    assert worker.popen.poll() is None  # a bad client does not hurt the worker
+
+
+def test_enable_transport(env: dict[str, str]) -> None:
+    script = """if True:
+        import json
+        from monarch.actor import this_host
+        from monarch.core._attach import enable_transport
+        from monarch.core._runtime import current_runtime
+        enable_transport("tcp")
+        this_host()
+        address = current_runtime().address
+        enable_transport("tcp")  # the same again: fine
+        try:
+            enable_transport("ipc")
+            error = None
+        except RuntimeError as exc:
+            error = str(exc)
+        print(json.dumps({"address": address, "error": error}))
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["address"].startswith("tcp://")
+    assert not result["address"].startswith("tcp://0.0.0.0:")
+    assert "before the first use" in result["error"]
+
+
+# -- three hosts in network namespaces --------------------------------------------------------
+
+
+def _ip(*args: str) -> str:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+@pytest.fixture
+def netns_hosts() -> Iterator[list[str]]:
+    """Namespaces h1..h3 at 10.0.0.1..3/24 on a bridge of their own (as shared/infra/netns)."""
+    if not sys.platform.startswith("linux") or os.geteuid() != 0:
+        pytest.skip("network namespaces need root on Linux")
+    if shutil.which("ip") is None:
+        pytest.skip("network namespaces need iproute2 (the ip command)")
+    tag = str(os.getpid() % 100000)
+    switch = f"mrh{tag}sw"
+    hosts = [f"mrh{tag}h{i}" for i in (1, 2, 3)]
+    made: list[str] = []
+    try:
+        # Guard: the root namespace must never route 10.0.0.0/24 anywhere, so that a stray
+        # connect from outside the namespaces fails here instead of leaving the machine.
+        if "unreachable 10.0.0.0/24" not in _ip("route", "show", "type", "unreachable"):
+            try:
+                _ip("route", "add", "unreachable", "10.0.0.0/24")
+            except RuntimeError as exc:
+                pytest.skip(f"cannot install the guard route (10.0.0.0/24 in use here?): {exc}")
+        try:
+            _ip("netns", "add", switch)
+        except RuntimeError as exc:
+            pytest.skip(f"cannot create network namespaces: {exc}")
+        made.append(switch)
+        _ip("-n", switch, "link", "add", "br0", "type", "bridge")
+        _ip("-n", switch, "link", "set", "br0", "up")
+        for i, host in enumerate(hosts, 1):
+            _ip("netns", "add", host)
+            made.append(host)
+            veth, port = f"v{tag}h{i}", f"p{tag}h{i}"
+            _ip("link", "add", veth, "type", "veth", "peer", "name", port)
+            _ip("link", "set", veth, "netns", host)
+            _ip("link", "set", port, "netns", switch)
+            _ip("-n", switch, "link", "set", port, "master", "br0")
+            _ip("-n", switch, "link", "set", port, "up")
+            _ip("-n", host, "link", "set", veth, "name", "eth0")
+            _ip("-n", host, "addr", "add", f"10.0.0.{i}/24", "dev", "eth0")
+            _ip("-n", host, "link", "set", "eth0", "up")
+            _ip("-n", host, "link", "set", "lo", "up")
+        yield hosts
+    finally:
+        for ns in reversed(made):
+            for pid in subprocess.run(
+                ["ip", "netns", "pids", ns], capture_output=True, text=True
+            ).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_hosts_in_network_namespaces_and_a_partition(
+    netns_hosts: list[str], start: Callable[..., Child], env: dict[str, str]
+) -> None:
+    h1, h2, h3 = netns_hosts
+    _, a2 = start_worker(start, env, "tcp://10.0.0.2:0", netns=h2)
+    _, a3 = start_worker(start, env, "tcp://10.0.0.3:0", netns=h3)
+    assert a2.startswith("tcp://10.0.0.2:") and a3.startswith("tcp://10.0.0.3:")
+    argv = ["ip", "netns", "exec", h1, sys.executable, str(CONTROLLER), "netns", a2, a3]
+    controller = start(argv, env, stdin=True)
+
+    first = controller.json(60)
+    assert first["values"] == ["10.0.0.2", "10.0.0.2", "10.0.0.3", "10.0.0.3"]
+
+    _ip("-n", h3, "link", "set", "eth0", "down")  # h3 falls silent: no FIN, no RST
+    controller.send_line("cut")
+    second = controller.json(30)
+    cut = second["cut"]
+    assert cut["error"] == "SupervisionError", cut
+    assert "heartbeat" in cut["message"] and "10.0.0.3" in cut["message"]
+    assert cut["seconds"] <= HEARTBEAT_TIMEOUT + 2.5, cut
+    assert [v["host"] for v in second["survivor"]["value"]] == ["10.0.0.2", "10.0.0.2"]
+
+
+# -- addresses and arguments ------------------------------------------------------------------
+
+
+def test_listen_address_forms() -> None:
+    assert split_alias("tcp://10.0.0.2:7") == ("tcp://10.0.0.2:7", "tcp://10.0.0.2:7")
+    assert split_alias("tcp://node1:7@tcp://0.0.0.0:7") == ("tcp://node1:7", "tcp://0.0.0.0:7")
+    assert split_alias("service<x1>@tcp://node1:7") == ("tcp://node1:7", "tcp://node1:7")
+    assert split_alias("unix://@abc") == ("unix://@abc", "unix://@abc")
+    with pytest.raises(ValueError, match="not an address"):
+        split_alias("tcp://a:1@tcp://b:2@tcp://c:3")
+
+
+def test_attach_refuses_what_it_cannot_use() -> None:
+    with pytest.raises(NotImplementedError, match="job secret"):
+        attach_to_workers(workers=["tcp://127.0.0.1:1"], ca=b"-----BEGIN CERTIFICATE-----")
+    with pytest.raises(NotImplementedError, match="tls"):
+        attach_to_workers(workers=["tls://127.0.0.1:1"], ca="trust_all_connections")
+    with pytest.raises(ValueError, match="listen pattern"):
+        attach_to_workers(workers=["tcp://0.0.0.0:22222"])
+    with pytest.raises(TypeError, match="sequence"):
+        attach_to_workers(workers="tcp://127.0.0.1:1")
+    with pytest.raises(ValueError, match="at least one"):
+        attach_to_workers(workers=[])
+    assert _resolve(Future._of("tcp://127.0.0.1:1")) == "tcp://127.0.0.1:1"
