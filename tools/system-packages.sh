@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Debian packages the test suite uses beyond Python: installed when missing and we are root
+# (CI and fresh machines); otherwise the tests that need them skip and say why.
+set -euo pipefail
+needed=(iproute2)
+missing=()
+for pkg in "${needed[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+  echo "system-packages: missing ${missing[*]} (not root or no apt-get); tests needing them skip" >&2
+  exit 0
+fi
+echo "system-packages: installing ${missing[*]}" >&2
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
