@@ -77,18 +77,33 @@ def summarize(reps: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def percentile(samples: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q``-th percentile (0 < q <= 100) of a non-empty sample."""
+    ordered = sorted(samples)
+    return float(ordered[max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))])
+
+
 def ratio_entry(
-    name: str, target: float, ours: float | None, baseline: float | None, **extra: Any
+    name: str,
+    target: float,
+    ours: float | None,
+    baseline: float | None,
+    *,
+    higher_is_better: bool = True,
+    **extra: Any,
 ) -> dict[str, Any]:
+    """``ours / baseline`` against a target: ``ratio >= target``, or ``<=`` for costs."""
     ratio = ours / baseline if ours is not None and baseline else None
+    passed = None if ratio is None else (ratio >= target if higher_is_better else ratio <= target)
     return {
         "name": name,
         **extra,
+        "op": ">=" if higher_is_better else "<=",
         "target": target,
         "ours": ours,
         "baseline": baseline,
         "ratio": ratio,
-        "pass": None if ratio is None else ratio >= target,
+        "pass": passed,
     }
 
 

@@ -106,7 +106,8 @@ def main() -> None:
 
     async def async_main() -> list[float]:
         results = await trainers.train.call(step=4)
-        return results.values()
+        values: list[float] = results.values()
+        return values
 
     print("awaited from asyncio:", asyncio.run(async_main()))
 

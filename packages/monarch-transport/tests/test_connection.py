@@ -343,3 +343,20 @@ async def test_malformed_frame_after_handshake_closes_with_log(
         other = await endpoint.connect(server.listener)
         await other.aclose()
         await client.aclose()
+
+
+async def test_flush_nowait_writes_what_the_socket_takes(endpoint: Endpoint) -> None:
+    async with serving(endpoint) as server:
+        client = await endpoint.connect(server.listener)
+        peer = await server.next_connection()
+        client.send_nowait([b"small"])
+        assert client.flush_nowait()  # an idle socket takes a small frame at once
+        assert bytes((await peer.receive())[0]) == b"small"
+        big = bytearray(64 * 1024 * 1024)
+        client.send_nowait([big])
+        assert not client.flush_nowait()  # more than the socket buffers: the rest waits
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.flush)
+            frame = await peer.receive()
+        assert len(frame[0]) == len(big)
+        await client.aclose()

@@ -75,10 +75,27 @@ class _PeerWriter:
         self.failure: BaseException | None = None
         self.heard = runtime.loop.time()
         """When the peer last showed it is alive (connection made, or a heartbeat)."""
+        self.conn: Connection | None = None
+        """Set once connected; then an idle writer lets ``post`` write directly."""
+        self.busy = False
         self.task = runtime.loop.create_task(self.run())
 
     def post(self, parts: Sequence[Buffer]) -> None:
-        self.pending.append(parts)
+        if self.failure is not None:
+            return  # undeliverable: whoever waits on this peer has been told
+        conn = self.conn
+        if conn is not None and not self.busy and not self.pending:
+            # The fast path: straight into the connection, and onto the socket if it
+            # has room, with no task switch. Order holds: nothing is queued before it.
+            try:
+                conn.send_nowait(parts)
+                if conn.flush_nowait():
+                    return
+            except TransportError as exc:
+                self._fail(exc)
+                return
+        else:
+            self.pending.append(parts)
         self.wake.set()
 
     async def run(self) -> None:
@@ -95,15 +112,19 @@ class _PeerWriter:
                 await conn.send([encode(request)])
             # Peers send nothing else on our outbound connection: see _watch.
             watch = loop.create_task(self._watch(conn))
+            self.conn = conn
             try:
                 while True:
                     await self.wake.wait()
                     self.wake.clear()
+                    self.busy = True
                     pending = self.pending
                     while pending:
                         conn.send_nowait(pending.popleft())
                     await conn.flush()
+                    self.busy = False
             finally:
+                self.conn = None
                 watch.cancel()
         except (TransportError, OSError) as exc:
             self._fail(exc)

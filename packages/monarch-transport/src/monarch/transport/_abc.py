@@ -73,6 +73,14 @@ class Connection(TypedAttributeProvider, ABC):
     async def flush(self) -> None:
         """Return once every frame queued before the call has been written."""
 
+    def flush_nowait(self) -> bool:
+        """Write what the socket takes right now, without waiting.
+
+        Returns True when nothing is left queued; otherwise the rest needs a
+        :meth:`flush`. Lets a sender skip a task switch when the socket has room.
+        """
+        return False
+
     @abstractmethod
     async def receive(self) -> Frame:
         """The next frame, as one memoryview per part.

@@ -204,6 +204,21 @@ class SocketConnection(Connection):
         if not waited:
             await self._fast_checkpoint()
 
+    def flush_nowait(self) -> bool:
+        queue = self._queue
+        if self._flushing or self._failure is not None:
+            return not queue
+        while queue:
+            try:
+                sent = self._io.send(queue)
+            except OSError as exc:
+                self._fail(exc)
+                raise ConnectionClosed(f"connection lost while sending: {exc}") from exc
+            if sent < 0:
+                return False
+            self._consume(sent)
+        return True
+
     async def _drain(self) -> bool:
         """Write until the queue is empty; returns whether it had to wait."""
         self._flushing = True
