@@ -29,7 +29,7 @@ from monarch.transport import Buffer
 
 from ._cast import ReceiveOrder
 from ._config import current_config
-from ._future import Future, run_on, submit
+from ._future import Future, run_on, submit, submit_into
 from ._messages import (
     STOP_METHOD,
     TO_PROC,
@@ -551,10 +551,17 @@ class _Gather:
     """Collects one reply per rank of a cast on a port; fails fast on errors or dead procs."""
 
     def __init__(
-        self, runtime: Runtime, count: int, procs: set[str], *, stream: bool = False
+        self,
+        runtime: Runtime,
+        count: int,
+        procs: set[str],
+        *,
+        stream: bool = False,
+        on_done: Callable[[list[Any] | None, BaseException | None], None] | None = None,
     ) -> None:
         self.runtime = runtime
         self.count = count
+        self.on_done = on_done
         self.values: list[Any] = [None] * count
         self.received = 0
         self.done: asyncio.Future[list[Any]] = runtime.loop.create_future()
@@ -602,8 +609,11 @@ class _Gather:
         self.runtime.close_port(self.port)
         for unwatch in self._unwatch:
             unwatch()
+        if self.on_done is not None:
+            self.on_done(None if error is not None else self.values, error)
         if error is not None:
             self.done.set_exception(error)
+            self.done.exception()  # observed here; on_done or an awaiter reports it
         else:
             self.done.set_result(self.values)
 
@@ -634,8 +644,9 @@ class Endpoint(Generic[R]):
 
     def _submit(self, mesh: ActorMesh[Any], payload: list[Buffer], want: str) -> Future[Any]:
         explicit = self._prop._explicit_response_port
-        return submit(
-            mesh._runtime.loop, lambda: mesh._start_cast(self._name, payload, want, explicit)
+        return submit_into(
+            mesh._runtime.loop,
+            lambda cf: mesh._start_cast(self._name, payload, want, explicit, cf),
         )
 
     def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
@@ -905,38 +916,48 @@ class ActorMesh(MeshTrait, Generic[R]):
         runtime.cast([procs[rank] for rank in ranks], self._mesh_id, call, payload)
 
     def _start_cast(
-        self, method: str, payload: Sequence[Buffer], want: str, explicit: bool = False
-    ) -> asyncio.Future[Any]:
-        """Post the cast now (or after earlier casts, once the procs are up); loop only."""
-        loop = self._runtime.loop
-        result: asyncio.Future[Any] = loop.create_future()
+        self,
+        method: str,
+        payload: Sequence[Buffer],
+        want: str,
+        explicit: bool,
+        result: concurrent.futures.Future[Any],
+    ) -> None:
+        """Post the cast now (or after earlier casts, once the procs are up); loop only.
 
-        def finish(done: asyncio.Future[list[Any]]) -> None:
+        ``result`` is completed straight from the gathering port: no future in between.
+        """
+
+        def finish(values: list[Any] | None, error: BaseException | None) -> None:
             if result.done():
                 return
-            if (exc := done.exception()) is not None:
-                result.set_exception(exc)
+            if error is not None:
+                result.set_exception(error)
             elif want == "one":
-                result.set_result(done.result()[0])
+                assert values is not None
+                result.set_result(values[0])
             else:
-                result.set_result(ValueMesh(self._shape_for_values(), done.result()))
+                assert values is not None
+                result.set_result(ValueMesh(self._shape_for_values(), values))
 
         def go(ready: list[str] | BaseException) -> None:
             if isinstance(ready, BaseException):
                 result.set_exception(ready)
                 return
             targets = {ready[rank] for rank in self._shape.ndslice}
+            streaming = want == "stream"
             gather = _Gather(
-                self._runtime, len(self._shape.ndslice), targets, stream=want == "stream"
+                self._runtime,
+                len(self._shape.ndslice),
+                targets,
+                stream=streaming,
+                on_done=None if streaming else finish,
             )
             self._post_to(ready, method, payload, gather.port, explicit)
-            if want == "stream":
+            if streaming:
                 result.set_result(gather.arrivals)
-            else:
-                gather.done.add_done_callback(finish)
 
         self._state.when_ready(go)
-        return result
 
     def _shape_for_values(self) -> Shape:
         return Shape(

@@ -170,6 +170,29 @@ def submit(loop: asyncio.AbstractEventLoop, start: Callable[[], asyncio.Future[R
     return Future._wrap(cf)
 
 
+def submit_into(
+    loop: asyncio.AbstractEventLoop, start: Callable[[concurrent.futures.Future[R]], None]
+) -> Future[R]:
+    """Run ``start(cf)`` on the loop, in call order; ``start`` arranges to complete ``cf``.
+
+    The cheapest way back to the caller: whatever completes the operation sets ``cf``
+    directly, with no asyncio future (and loop iteration) in between.
+    """
+    cf: concurrent.futures.Future[R] = concurrent.futures.Future()
+
+    def run() -> None:
+        if not cf.set_running_or_notify_cancel():
+            return
+        try:
+            start(cf)
+        except BaseException as exc:  # noqa: BLE001 - handed to the future
+            if not cf.done():
+                cf.set_exception(exc)
+
+    loop.call_soon_threadsafe(run)
+    return Future._wrap(cf)
+
+
 def run_on(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, R]) -> Future[R]:
     """Schedule ``coro`` on the runtime loop from any thread."""
     return Future._wrap(asyncio.run_coroutine_threadsafe(coro, loop))

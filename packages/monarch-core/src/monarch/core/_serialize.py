@@ -3,25 +3,83 @@
 Values travel as ``[pickle, buffer, buffer, ...]`` so a tensor's or a bytearray's memory
 is a frame part of its own, written from where it lies and never joined into the
 pickle. cloudpickle sends classes and functions of ``__main__`` by value, which is what
-lets a user's script define actors that its worker processes can run.
+lets a user's script define actors that its worker processes can run; values made only
+of builtins take the C pickler, which is several times faster.
 """
 
 from __future__ import annotations
 
 import pickle
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import cloudpickle
 
 from monarch.transport import Buffer
 
-OUT_OF_BAND_MIN = 4096
+OUT_OF_BAND_MIN: Final = 4096
 """Buffers smaller than this are cheaper inside the pickle than as a part of their own."""
+
+_PLAIN: Final = frozenset({int, float, bool, str, type(None), complex})
+_PLAIN_BUFFERS: Final = frozenset({bytes, bytearray})
+
+
+class _OutOfBand:
+    """Stands in for a large bytes/bytearray, which pickle would copy into the stream
+    (the C pickler handles those types before any override can see them)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: bytes | bytearray) -> None:
+        self.value = value
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        return type(self.value), (pickle.PickleBuffer(self.value),)
+
+
+def _lift_buffers(obj: Any, depth: int = 0) -> Any:
+    """``obj`` with large bytes/bytearrays (in nested tuples, lists, dicts) marked to
+    travel out of band; returns ``obj`` itself when it holds none."""
+    kind = type(obj)
+    if kind in _PLAIN_BUFFERS:
+        return _OutOfBand(obj) if len(obj) >= OUT_OF_BAND_MIN else obj
+    if depth >= 3:
+        return obj
+    if kind is tuple or kind is list:
+        items = [_lift_buffers(x, depth + 1) for x in obj]
+        if all(a is b for a, b in zip(items, obj, strict=True)):
+            return obj
+        return kind(items)
+    if kind is dict:
+        values = {k: _lift_buffers(v, depth + 1) for k, v in obj.items()}
+        if all(values[k] is v for k, v in obj.items()):
+            return obj
+        return values
+    return obj
+
+
+def _is_plain(obj: Any, depth: int = 0) -> bool:
+    """Builtins only, small enough to check quickly: safe for the C pickler as is."""
+    kind = type(obj)
+    if kind in _PLAIN:
+        return True
+    if kind in _PLAIN_BUFFERS:
+        return len(obj) < OUT_OF_BAND_MIN
+    if depth >= 3:
+        return False
+    if kind is tuple or kind is list:
+        return len(obj) <= 16 and all(_is_plain(x, depth + 1) for x in obj)
+    if kind is dict:
+        return len(obj) <= 16 and all(
+            type(k) is str and _is_plain(v, depth + 1) for k, v in obj.items()
+        )
+    return False
 
 
 def dumps(obj: object) -> list[Buffer]:
     """Pickle ``obj``; the first part is the pickle, the rest its out-of-band buffers."""
+    if _is_plain(obj):
+        return [pickle.dumps(obj, protocol=5)]
     buffers: list[pickle.PickleBuffer] = []
 
     def keep(buf: pickle.PickleBuffer) -> bool:
@@ -30,7 +88,7 @@ def dumps(obj: object) -> list[Buffer]:
         buffers.append(buf)
         return False
 
-    data = cloudpickle.dumps(obj, protocol=5, buffer_callback=keep)
+    data = cloudpickle.dumps(_lift_buffers(obj), protocol=5, buffer_callback=keep)
     if not buffers:
         return [data]
     return [data, *(b.raw() for b in buffers)]
