@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import socket
-import ssl
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from anyio import TypedAttributeProvider, TypedAttributeSet, typed_attribute
 from anyio.abc import TaskGroup
 
 from ._address import Address
 from ._framing import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_PARTS, Buffer, Frame
+
+if TYPE_CHECKING:  # ssl costs milliseconds to import; only the tls transport needs it
+    import ssl
 
 
 @dataclass(frozen=True, kw_only=True)

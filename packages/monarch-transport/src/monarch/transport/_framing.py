@@ -32,6 +32,8 @@ DEFAULT_MAX_PARTS: Final = 65536
 
 SPARE_BUFFERS: Final = 2
 """Large receive buffers kept for reuse."""
+SPARE_MAX: Final = 64 * 1024 * 1024
+"""Larger receive buffers are not kept: an idle connection holds at most this much twice."""
 SMALL_PART: Final = 16 * 1024
 """Parts up to this size are copied into the header; larger ones are sent in place."""
 
@@ -186,7 +188,8 @@ class FrameDecoder:
                 raise ValueError("more bytes reported than the buffer holds")
             if self._large_filled == self._large_size:
                 self._ready.append(_split(memoryview(self._large), self._large_sizes))
-                self._spares = [self._large, *self._spares[: SPARE_BUFFERS - 1]]
+                if len(self._large) <= SPARE_MAX:
+                    self._spares = [self._large, *self._spares[: SPARE_BUFFERS - 1]]
                 self._large = None
                 self._large_sizes = ()
             return

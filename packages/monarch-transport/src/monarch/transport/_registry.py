@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
-from importlib.metadata import EntryPoint, entry_points
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ._abc import Connection, Listener, Transport, TransportOptions
 from ._address import Address
 from ._errors import UnknownTransportError
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 ENTRY_POINT_GROUP: Final = "monarch.transports"
 _PROVIDERS: Final = {"ibverbs": "monarch-rdma"}
@@ -22,6 +24,8 @@ _entry_points: dict[str, EntryPoint] | None = None
 def _discover() -> dict[str, EntryPoint]:
     global _entry_points
     if _entry_points is None:
+        from importlib.metadata import entry_points  # slow to import: only when needed
+
         _entry_points = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
     return _entry_points
 

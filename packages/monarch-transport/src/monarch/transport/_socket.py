@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import ssl
+import sys
 from abc import abstractmethod
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -49,7 +49,6 @@ WANT_WRITE: Final = -2
 IOV_MAX: Final = min(os.sysconf("SC_IOV_MAX"), 1024)
 COALESCE_LIMIT: Final = 64 * 1024
 """Small frames are appended to the last queued buffer while it is below this size."""
-TLS_CHUNK: Final = 256 * 1024
 CHECKPOINT_EVERY: Final = 64
 """Operations that completed without waiting between two forced checkpoints."""
 _CLOSED_ERRORS: Final = (anyio.ClosedResourceError, OSError)
@@ -74,47 +73,6 @@ class SocketIO:
             return self.sock.sendmsg(islice(bufs, IOV_MAX))
         except (BlockingIOError, InterruptedError):
             return WANT_WRITE
-
-
-class TlsIO(SocketIO):
-    """The same over TLS: no vectored writes, and a write is retried with the same chunk."""
-
-    sock: ssl.SSLSocket
-
-    def __init__(self, sock: ssl.SSLSocket) -> None:
-        super().__init__(sock)
-        self._chunk: bytes | memoryview | None = None
-
-    def recv_into(self, buf: memoryview) -> int:
-        try:
-            return self.sock.recv_into(buf)
-        except ssl.SSLWantReadError:
-            return WANT_READ
-        except ssl.SSLWantWriteError:
-            return WANT_WRITE
-        except ssl.SSLZeroReturnError:
-            return 0
-
-    def send(self, bufs: deque[bytearray | memoryview]) -> int:
-        if self._chunk is None:
-            head = bufs[0]
-            if isinstance(head, memoryview) and len(head) >= TLS_CHUNK:
-                self._chunk = head[:TLS_CHUNK]
-            else:
-                chunk = bytearray()
-                for buf in bufs:
-                    chunk += buf[: TLS_CHUNK - len(chunk)]
-                    if len(chunk) >= TLS_CHUNK:
-                        break
-                self._chunk = bytes(chunk)
-        try:
-            sent = self.sock.send(self._chunk)
-        except ssl.SSLWantWriteError:
-            return WANT_WRITE
-        except ssl.SSLWantReadError:
-            return WANT_READ
-        self._chunk = None
-        return sent
 
 
 async def wait_for(sock: socket.socket, want: int) -> None:
@@ -398,17 +356,6 @@ async def run_handshake(io: SocketIO, role: Role, secret: bytes) -> tuple[int, b
     return handshake.version, handshake.leftover
 
 
-async def tls_handshake(sock: ssl.SSLSocket) -> None:
-    while True:
-        try:
-            sock.do_handshake()
-            return
-        except ssl.SSLWantReadError:
-            await wait_for(sock, WANT_READ)
-        except ssl.SSLWantWriteError:
-            await wait_for(sock, WANT_WRITE)
-
-
 class SocketTransport(Transport):
     """A transport over stream sockets: subclasses open, bind and describe sockets."""
 
@@ -482,7 +429,8 @@ class SocketTransport(Transport):
                 raise HandshakeError(
                     f"handshake with {remote} timed out after {options.handshake_timeout}s"
                 ) from None
-            if isinstance(exc, ssl.SSLError):
+            ssl = sys.modules.get("ssl")  # loaded only by the tls transport
+            if ssl is not None and isinstance(exc, ssl.SSLError):
                 raise HandshakeError(f"TLS handshake with {remote} failed: {exc}") from exc
             if isinstance(exc, OSError):
                 raise HandshakeError(

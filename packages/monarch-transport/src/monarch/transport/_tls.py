@@ -10,14 +10,70 @@ from __future__ import annotations
 
 import socket
 import ssl
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from ._abc import ConnectionAttribute, TransportOptions
 from ._address import Address
 from ._errors import AddressError
-from ._socket import SocketIO, TlsIO, tls_handshake
+from ._socket import WANT_READ, WANT_WRITE, SocketIO, wait_for
 from ._tcp import TcpTransport
+
+TLS_CHUNK = 256 * 1024
+"""Bytes handed to one TLS write: large parts are encrypted a chunk at a time."""
+
+
+class TlsIO(SocketIO):
+    """The same over TLS: no vectored writes, and a write is retried with the same chunk."""
+
+    sock: ssl.SSLSocket
+
+    def __init__(self, sock: ssl.SSLSocket) -> None:
+        super().__init__(sock)
+        self._chunk: bytes | memoryview | None = None
+
+    def recv_into(self, buf: memoryview) -> int:
+        try:
+            return self.sock.recv_into(buf)
+        except ssl.SSLWantReadError:
+            return WANT_READ
+        except ssl.SSLWantWriteError:
+            return WANT_WRITE
+        except ssl.SSLZeroReturnError:
+            return 0
+
+    def send(self, bufs: deque[bytearray | memoryview]) -> int:
+        if self._chunk is None:
+            head = bufs[0]
+            if isinstance(head, memoryview) and len(head) >= TLS_CHUNK:
+                self._chunk = head[:TLS_CHUNK]
+            else:
+                chunk = bytearray()
+                for buf in bufs:
+                    chunk += buf[: TLS_CHUNK - len(chunk)]
+                    if len(chunk) >= TLS_CHUNK:
+                        break
+                self._chunk = bytes(chunk)
+        try:
+            sent = self.sock.send(self._chunk)
+        except ssl.SSLWantWriteError:
+            return WANT_WRITE
+        except ssl.SSLWantReadError:
+            return WANT_READ
+        self._chunk = None
+        return sent
+
+
+async def tls_handshake(sock: ssl.SSLSocket) -> None:
+    while True:
+        try:
+            sock.do_handshake()
+            return
+        except ssl.SSLWantReadError:
+            await wait_for(sock, WANT_READ)
+        except ssl.SSLWantWriteError:
+            await wait_for(sock, WANT_WRITE)
 
 
 class TlsTransport(TcpTransport):
