@@ -42,7 +42,7 @@ from ._messages import (
 )
 from ._runtime import Runtime, current_runtime
 from ._serialize import dumps, loads
-from ._shape import Extent, MeshTrait, NDSlice, Point, Shape
+from ._shape import Extent, MeshTrait, NDSlice, Point, Shape, ShapedMesh
 from ._value_mesh import ValueMesh
 
 log = logging.getLogger("monarch.actor")
@@ -840,7 +840,7 @@ class _MeshState:
             self.backlog.append(then)
 
 
-class ActorMesh(MeshTrait, Generic[R]):
+class ActorMesh(ShapedMesh, Generic[R]):
     """The actors of one spawn, one per proc of a ProcMesh; endpoints are attributes."""
 
     def __init__(
@@ -864,15 +864,7 @@ class ActorMesh(MeshTrait, Generic[R]):
                 )
             setattr(self, ep_name, Endpoint(self, ep_name, prop))
 
-    # MeshTrait hooks
-    @property
-    def _ndslice(self) -> NDSlice:
-        return self._shape.ndslice
-
-    @property
-    def _labels(self) -> Sequence[str]:
-        return self._shape.labels
-
+    # MeshTrait hook
     def _new_with_shape(self, shape: Shape) -> ActorMesh[R]:
         return self._with_shape(shape)
 

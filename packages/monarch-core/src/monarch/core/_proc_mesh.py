@@ -33,7 +33,7 @@ from ._messages import (
 )
 from ._runtime import ROOT_ENV, Runtime, current_runtime
 from ._serialize import dumps, loads
-from ._shape import MeshTrait, NDSlice, Shape
+from ._shape import NDSlice, Shape, ShapedMesh
 
 T = TypeVar("T")
 
@@ -143,7 +143,7 @@ def handle_run_bootstrap(
         runtime.send_to_port(body.reply, PortValue(0), dumps(None))
 
 
-class ProcMesh(MeshTrait):
+class ProcMesh(ShapedMesh):
     """Processes laid out on a shape; ``spawn`` puts one actor on each."""
 
     def __init__(
@@ -154,14 +154,6 @@ class ProcMesh(MeshTrait):
         self._runtime = runtime
         self._group = group
         self._stopped = False
-
-    @property
-    def _ndslice(self) -> NDSlice:
-        return self._shape.ndslice
-
-    @property
-    def _labels(self) -> Sequence[str]:
-        return self._shape.labels
 
     def _new_with_shape(self, shape: Shape) -> ProcMesh:
         return ProcMesh(self._procs, shape, self._runtime, self._group)
@@ -229,21 +221,13 @@ def _rebuild_proc_mesh(procs: list[str], shape: Shape) -> ProcMesh:
     return ProcMesh(procs, shape, current_runtime())
 
 
-class HostMesh(MeshTrait):
+class HostMesh(ShapedMesh):
     """Host agents laid out on a shape; ``spawn_procs`` starts processes on each."""
 
     def __init__(self, hosts: Sequence[str], shape: Shape, runtime: Runtime) -> None:
         self._hosts = list(hosts)
         self._shape = shape
         self._runtime = runtime
-
-    @property
-    def _ndslice(self) -> NDSlice:
-        return self._shape.ndslice
-
-    @property
-    def _labels(self) -> Sequence[str]:
-        return self._shape.labels
 
     def _new_with_shape(self, shape: Shape) -> HostMesh:
         return HostMesh(self._hosts, shape, self._runtime)

@@ -30,6 +30,7 @@ __all__ = [
     "Selection",
     "SelectionKind",
     "Shape",
+    "ShapedMesh",
     "Slice",
 ]
 
@@ -985,3 +986,17 @@ class MeshTrait(ABC):
 
     def __len__(self) -> int:
         return len(self._ndslice)
+
+
+class ShapedMesh(MeshTrait):
+    """A mesh that keeps its Shape in ``_shape``: the MeshTrait hooks read it from there."""
+
+    _shape: Shape
+
+    @property
+    def _ndslice(self) -> NDSlice:
+        return self._shape.ndslice
+
+    @property
+    def _labels(self) -> Sequence[str]:
+        return self._shape.labels
