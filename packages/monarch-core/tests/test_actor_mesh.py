@@ -276,3 +276,28 @@ def test_get_with_timeout_raises_timeout_error_and_keeps_running(procs: ProcMesh
     with pytest.raises(TimeoutError):
         future.get(timeout=0.01)
     assert future.get(timeout=30) == "rested"
+
+
+def test_the_job_secret_never_appears_on_a_command_line(procs: ProcMesh) -> None:
+    from monarch.core._runtime import current_runtime
+
+    secret = current_runtime().secret.hex()
+    info = procs.spawn("cmdline", Counter).whoami.call().get().values()
+    for pid in (v["pid"] for v in info):
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            assert secret.encode() not in cmdline.read()
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            assert secret.encode() in environ.read()  # it travels in the environment
+
+
+def test_host_meshes_travel_in_messages(procs: ProcMesh) -> None:
+    class Spawner(Actor):
+        @endpoint
+        def spawn_on(self, hosts: Any) -> int:
+            mesh = hosts.spawn_procs(per_host={"gpus": 1})
+            value: int = mesh.spawn("c", Counter, 9).get.call_one().get()
+            mesh.stop().get()
+            return value
+
+    spawner = procs.slice(gpus=0).spawn("hostspawner", Spawner)
+    assert spawner.spawn_on.call_one(this_host()).get(timeout=60) == 9
