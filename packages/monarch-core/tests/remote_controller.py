@@ -7,6 +7,7 @@ test puts the controller on its own "host". Each step prints one JSON line to st
     python remote_controller.py local ADDR0 PID0 ADDR1 PID1   (then waits to be killed)
     python remote_controller.py wrong-secret ADDR
     python remote_controller.py netns ADDR_H2 ADDR_H3   (waits for a line on stdin midway)
+    python remote_controller.py shutdown ADDR0 ADDR1
 """
 
 from __future__ import annotations
@@ -92,7 +93,15 @@ def netns(addr2: str, addr3: str) -> None:
     )
 
 
+def shutdown(addr0: str, addr1: str) -> None:
+    hosts = attach_to_workers(workers=[addr0, addr1], ca="trust_all_connections")
+    procs = hosts.spawn_procs(per_host={"gpus": 1})
+    pids = procs.spawn("where", Where).where.call().get(timeout=30).values()
+    emit(pids=[v["pid"] for v in pids], shutdown=outcome(hosts.shutdown(), 30))
+
+
 SCENARIOS: dict[str, Callable[..., None]] = {
+    "shutdown": shutdown,
     "local": local,
     "wrong-secret": wrong_secret,
     "netns": netns,

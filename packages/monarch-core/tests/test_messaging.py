@@ -285,3 +285,38 @@ def test_shutdown_context_stops_spawned_procs() -> None:
     shutdown_context().get(timeout=30)  # idempotent
     with pytest.raises(RuntimeError, match="stopped"):
         mesh.spawn("again", Worker)
+
+
+def _set_marker() -> None:
+    os.environ["MONARCH_TEST_BOOTSTRAPPED"] = str(os.getpid())
+
+
+def test_bootstrap_runs_on_every_proc_before_actors() -> None:
+    class ReadEnv(Actor):
+        def __init__(self) -> None:
+            self.seen_at_init = os.environ.get("MONARCH_TEST_BOOTSTRAPPED")
+
+        @endpoint
+        def seen(self) -> tuple[str | None, int]:
+            return self.seen_at_init, os.getpid()
+
+    mesh = this_host().spawn_procs(per_host={"gpus": 2}, bootstrap=_set_marker)
+    try:
+        seen = mesh.spawn("env", ReadEnv).seen.call().get(timeout=30).values()
+        assert [marker for marker, _ in seen] == [str(pid) for _, pid in seen]
+    finally:
+        mesh.stop().get(timeout=30)
+
+
+def _fail_bootstrap() -> None:
+    raise RuntimeError(f"no GPU here (pid {os.getpid()})")
+
+
+def test_a_failing_bootstrap_fails_the_proc_mesh_and_ends_its_procs() -> None:
+    mesh = this_host().spawn_procs(per_host={"gpus": 1}, bootstrap=_fail_bootstrap)
+    with pytest.raises(ActorError, match="no GPU here") as info:
+        mesh.initialized.get(timeout=30)
+    pid = int(str(info.value.exception).rsplit(" ", 1)[1].rstrip(")"))
+    mesh.stop().get(timeout=30)  # returns once the procs that started have exited
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

@@ -249,6 +249,19 @@ def test_attach_spawn_call_and_survive_a_dead_host(
     assert w1.popen.poll() is None  # and goes on serving
 
 
+def test_host_mesh_shutdown_stops_the_workers_and_their_procs(
+    start: Callable[..., Child], env: dict[str, str]
+) -> None:
+    w0, a0 = start_worker(start, env, "tcp://127.0.0.1:0")
+    w1, a1 = start_worker(start, env, "tcp://127.0.0.1:0")
+    controller = start([sys.executable, str(CONTROLLER), "shutdown", a0, a1], env)
+    result = controller.json(60)
+    assert result["shutdown"] == {"value": None, "seconds": result["shutdown"]["seconds"]}
+    assert w0.wait(10) == 0 and w1.wait(10) == 0
+    pids = result["pids"]
+    wait_until(lambda: not any(map(alive, pids)), 10, f"procs {pids} exit with their workers")
+
+
 def test_wrong_secret_fails_fast(start: Callable[..., Child], env: dict[str, str]) -> None:
     worker, address = start_worker(
         start, {**env, SECRET_ENV: secrets.token_hex(32)}, "tcp://127.0.0.1:0"

@@ -48,6 +48,7 @@ class _ProcGroup:
         self.ready: asyncio.Future[None] = runtime.loop.create_future()
         self.exited: dict[int, str] = {}
         self.all_exited = asyncio.Event()
+        self._exit_seen = asyncio.Event()
         self.events = runtime.open_port(self.on_event)
 
     def on_ready(self, body: Body, payload: Sequence[Buffer]) -> None:
@@ -70,9 +71,19 @@ class _ProcGroup:
                 )
             else:
                 self.runtime.peer_exited(address, f"(pid {body.pid}) {body.how}")
+            self._exit_seen.set()
+            self._exit_seen = asyncio.Event()
             if len(self.exited) == self.count:
                 self.all_exited.set()
                 self.runtime.close_port(self.events)
+
+    def started(self) -> dict[int, str]:
+        """The procs that reported an address, by rank."""
+        return {rank: a for rank, a in enumerate(self.addresses) if a is not None}
+
+    async def wait_exited(self, ranks: set[int]) -> None:
+        while not ranks <= self.exited.keys():
+            await self._exit_seen.wait()
 
     def host_lost(self, address: str, exc: BaseException) -> None:
         if not self.ready.done():
@@ -102,17 +113,26 @@ async def _start_procs(
             spawn = SpawnProcs(per_host, i * per_host, ready_port, group.events, name, env)
             runtime.post(host, TO_PROC, "", spawn)
         await asyncio.wait_for(group.ready, current_config().host_spawn_ready_timeout)
-    except TimeoutError:
-        raise TimeoutError(
-            f"procs of {name!r} did not start within host_spawn_ready_timeout"
-        ) from None
+    except BaseException as exc:
+        for address in group.started().values():  # a failed start leaves no procs behind
+            runtime.post(address, TO_PROC, "", StopProc("the proc mesh failed to start"))
+        if isinstance(exc, TimeoutError):
+            raise TimeoutError(
+                f"procs of {name!r} did not start within host_spawn_ready_timeout"
+            ) from None
+        raise
     finally:
         runtime.close_port(ready_port)
         for stop_watching in unwatch:
             stop_watching()
     addresses = [a for a in group.addresses if a is not None]
     if bootstrap is not None:
-        await _run_bootstrap(runtime, addresses, bootstrap)
+        try:
+            await _run_bootstrap(runtime, addresses, bootstrap)
+        except BaseException:
+            for address in addresses:  # a mesh that failed to start leaves no procs behind
+                runtime.post(address, TO_PROC, "", StopProc("bootstrap failed"))
+            raise
     return addresses
 
 
@@ -184,13 +204,16 @@ class ProcMesh(ShapedMesh):
         group = self._group
         assert group is not None
         try:
-            procs = await resolve(self._procs)
-        except Exception:  # noqa: BLE001 - never started: nothing to stop
-            return
-        for address in procs:
+            await resolve(self._procs)
+        except Exception:  # noqa: BLE001 - a mesh that failed to start: stop what did start
+            pass
+        started = group.started()
+        for address in started.values():
             self._runtime.post(address, TO_PROC, "", StopProc(reason))
         try:
-            await asyncio.wait_for(group.all_exited.wait(), current_config().process_exit_timeout)
+            await asyncio.wait_for(
+                group.wait_exited(set(started)), current_config().process_exit_timeout
+            )
         except TimeoutError:
             raise TimeoutError(
                 f"procs did not exit within process_exit_timeout after stop: "
