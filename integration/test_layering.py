@@ -30,7 +30,7 @@ META = "monarch"
 ROOT_OWNER = "monarch-core"
 OWNS: dict[str, frozenset[str]] = {
     "monarch-transport": frozenset({"transport"}),
-    "monarch-core": frozenset({"actor", "config", "core"}),
+    "monarch-core": frozenset({"actor", "config", "core", "_rust_bindings"}),
     "monarch-rdma": frozenset({"rdma"}),
     "monarch-tensor": frozenset({"tensor"}),
     "monarch-jobs": frozenset({"job", "spmd"}),

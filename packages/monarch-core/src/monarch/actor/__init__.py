@@ -1,4 +1,8 @@
-"""Actors, endpoints, meshes, ports and futures: upstream Monarch's ``monarch.actor`` API."""
+"""Actors, endpoints, meshes, ports and futures: upstream Monarch's ``monarch.actor`` API.
+
+``unhandled_fault_hook`` is looked up here each time a failure reaches the client
+unhandled, so reassigning it (``monarch.actor.unhandled_fault_hook = my_hook``) works.
+"""
 
 from monarch.core._actor import (
     Accumulator,
@@ -25,6 +29,8 @@ from monarch.core._future import Future, returns_future
 from monarch.core._port import Channel, Port, PortReceiver, RankedPortReceiver
 from monarch.core._proc_mesh import HostMesh, ProcMesh, shutdown_context, this_host, this_proc
 from monarch.core._shape import Extent, NDSlice, Point, Selection, Shape
+from monarch.core._supervision import MeshFailure
+from monarch.core._supervision import default_unhandled_fault_hook as unhandled_fault_hook
 from monarch.core._value_mesh import ValueMesh
 from monarch.core._worker import (
     run_worker_loop_forever,
@@ -45,6 +51,7 @@ __all__ = [
     "Future",
     "HostMesh",
     "Instance",
+    "MeshFailure",
     "NDSlice",
     "NotAnEndpoint",
     "Point",
@@ -74,4 +81,5 @@ __all__ = [
     "start_worker_loop_forever",
     "this_host",
     "this_proc",
+    "unhandled_fault_hook",
 ]

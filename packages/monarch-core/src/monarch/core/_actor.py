@@ -33,6 +33,7 @@ from ._future import Future, run_on, submit, submit_into
 from ._messages import (
     STOP_METHOD,
     TO_PROC,
+    ActorFailed,
     Body,
     Call,
     PortRef,
@@ -43,6 +44,7 @@ from ._messages import (
 from ._runtime import Runtime, current_runtime
 from ._serialize import dumps, loads
 from ._shape import Extent, MeshTrait, NDSlice, Point, Shape, ShapedMesh
+from ._supervision import MeshFailure, call_fault_hook
 from ._value_mesh import ValueMesh
 
 log = logging.getLogger("monarch.actor")
@@ -285,6 +287,10 @@ class Context:
 
 
 _EMPTY_POINT = Point(0, Extent([], []))
+_host_var: contextvars.ContextVar[_ActorHost | None] = contextvars.ContextVar(
+    "monarch_actor_host", default=None
+)
+"""The actor whose code is running: the owner of any mesh that code spawns."""
 _context: contextvars.ContextVar[Context | None] = contextvars.ContextVar(
     "monarch_context", default=None
 )
@@ -330,6 +336,7 @@ def _shape_of(spec: ShapeSpec) -> Shape:
 
 _STOP = "stop"
 _CALL = "call"
+_SUPERVISE = "supervise"
 
 
 class _ActorHost:
@@ -351,6 +358,8 @@ class _ActorHost:
         )
         self.thread: concurrent.futures.ThreadPoolExecutor | None = None
         self.concurrent: set[asyncio.Task[None]] = set()
+        self.owned: list[Any] = []
+        """Meshes this actor spawned: they are stopped before it, and die with it."""
         self.order = ReceiveOrder(self._enqueue, runtime.loop.call_later)
         self.task = runtime.spawn_task(self.run(payload))
 
@@ -380,14 +389,16 @@ class _ActorHost:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - any failure in __init__ fails the actor
-            self.failure = exc
             self._reply(spawn.reply, exc, error=True)
+            self._fail(exc, "__init__ raised")
         else:
             self._reply(spawn.reply, None)
         while True:
             kind, message, parts = await self.queue.get()
             if kind == _STOP:
                 await self._stop(message, parts)
+            elif kind == _SUPERVISE:
+                await self._supervise(message)
             elif self.failure is not None or self.stopped is not None:
                 self._refuse(message)
             else:
@@ -398,6 +409,7 @@ class _ActorHost:
     ) -> Any:
         ctx = contextvars.copy_context()
         ctx.run(_context.set, Context(self.info, message_rank))
+        ctx.run(_host_var.set, self)
         if inspect.iscoroutinefunction(fn):
             return await ctx.run(asyncio.ensure_future, fn(*args, **kwargs))
         if self.thread is None:
@@ -478,14 +490,49 @@ class _ActorHost:
             self._reply(reply, result, rank=message_rank.rank)
 
     def _fail(self, exc: BaseException, why: str) -> None:
-        """The actor has failed: it answers every later call with a SupervisionError."""
-        if self.failure is None:
-            self.failure = exc
-            log.error("actor %s failed: %s", self.info.actor_id, why, exc_info=exc)
+        """The actor has failed: it answers every later call with a SupervisionError,
+        its owner hears of it, and the meshes it owns die with it."""
+        if self.failure is not None:
+            return
+        self.failure = exc
+        log.error("actor %s failed: %s", self.info.actor_id, why, exc_info=exc)
+        reason = f"actor {self.info.actor_id} failed: {why}: {exc!r}"
+        failed = ActorFailed(self.spawn.mesh, self.spawn.rank, reason)
+        self.runtime.post(self.spawn.reply.proc, TO_PROC, "", failed)
+        if self.owned:
+            self.runtime.spawn_task(self._stop_owned(f"owner {self.info.actor_id} failed"))
+
+    def supervise(self, failure: MeshFailure) -> None:
+        """A mesh this actor owns failed: ``__supervise__`` runs between messages."""
+        self.queue.put_nowait((_SUPERVISE, failure, ()))
+
+    async def _supervise(self, failure: MeshFailure) -> None:
+        if self.failure is not None or self.stopped is not None:
+            return
+        handler = getattr(type(self.instance), "__supervise__", None)
+        if handler is None:
+            self._fail(failure, "it owns a failed mesh and has no __supervise__")
+            return
+        try:
+            handled = await self._invoke(self.rank, handler, self.instance, failure)
+        except Exception as exc:  # noqa: BLE001 - a raising handler fails its actor
+            self._fail(exc, f"__supervise__ raised while handling {failure}")
+            return
+        if not handled:
+            self._fail(failure, "__supervise__ did not handle a failure")
+
+    async def _stop_owned(self, reason: str) -> None:
+        owned, self.owned = self.owned, []
+        for mesh in reversed(owned):
+            try:
+                await asyncio.wrap_future(mesh.stop(reason)._cf)
+            except Exception:
+                log.exception("stopping %r owned by %s failed", mesh, self.info.actor_id)
 
     async def _stop(self, stop: Call, parts: Sequence[Buffer]) -> None:
         if self.stopped is None:
             self.stopped = str(loads(parts))
+            await self._stop_owned(f"owner {self.info.actor_id} stopped")
             for task in list(self.concurrent):
                 task.cancel()
             cleanup = getattr(self.instance, "__cleanup__", None)
@@ -797,6 +844,8 @@ class _MeshState:
         self.stopped: str | None = None
         self.backlog: deque[Callable[[list[str] | BaseException], None]] = deque()
         self.spawn_gather: _Gather | None = None
+        self.supervised: _Supervised | None = None
+        """Set in the process that spawned the mesh: who owns it, and what failed."""
 
     def known_addresses(self) -> list[str]:
         """The addresses for pickling a mesh that may still be starting.
@@ -824,6 +873,8 @@ class _MeshState:
                 self.addresses = await resolve(procs)
             except Exception as exc:  # noqa: BLE001 - every waiting cast fails with it
                 self.error = exc
+            if self.supervised is not None and self.addresses is not None:
+                self.supervised.watch(self.addresses)
             while self.backlog:
                 self.backlog.popleft()(self.addresses or self.error or RuntimeError("no procs"))
 
@@ -838,6 +889,72 @@ class _MeshState:
             then(self.error)
         else:
             self.backlog.append(then)
+
+
+class _Supervised:
+    """The spawner's view of an actor mesh it owns: failures go to its owner.
+
+    ``owner`` is the actor whose code spawned the mesh, or ``None`` for the client
+    (the root). Each rank's failure is reported once; none after a deliberate stop.
+    """
+
+    def __init__(
+        self,
+        state: _MeshState,
+        owner: _ActorHost | None,
+        cls: type,
+        mesh_id: str,
+        name: str,
+        shape: Shape,
+    ) -> None:
+        self.state = state
+        self.owner = owner
+        self.cls = cls
+        self.mesh_id = mesh_id
+        self.name = name
+        self.shape = shape
+        self.failed: set[int] = set()
+        _supervised[mesh_id] = self
+
+    def watch(self, addresses: list[str]) -> None:
+        """Hear at once when a proc under the mesh dies (the connection to it closes)."""
+        runtime = self.state.runtime
+        for address in {addresses[rank] for rank in self.shape.ndslice}:
+            if address != runtime.address:
+                ranks = [r for r in self.shape.ndslice if addresses[r] == address]
+                runtime.watch_peer(address, self._lost(ranks))
+
+    def _lost(self, ranks: list[int]) -> Callable[[str, BaseException], None]:
+        def lost(address: str, exc: BaseException) -> None:
+            self.fail(ranks, f"the proc at {address} failed: {exc}")
+
+        return lost
+
+    def fail(self, ranks: Sequence[int], event: str) -> None:
+        if self.state.stopped is not None:
+            return
+        new = [rank for rank in ranks if rank not in self.failed]
+        if not new:
+            return
+        self.failed.update(new)
+        positions = [self.shape.ndslice.index(rank) for rank in new]
+        mesh: ActorMesh[Any] = ActorMesh(self.cls, self.mesh_id, self.name, self.shape, self.state)
+        failure = MeshFailure(self.name, positions, event, mesh)
+        if self.owner is not None:
+            self.owner.supervise(failure)
+        else:  # the root: nobody above to handle it
+            self.state.runtime.loop.run_in_executor(None, call_fault_hook, failure)
+
+
+_supervised: dict[str, _Supervised] = {}
+
+
+def handle_actor_failed(
+    runtime: Runtime, body: ActorFailed, payload: Sequence[Buffer], sender: str
+) -> None:
+    supervised = _supervised.get(body.mesh)
+    if supervised is not None:
+        supervised.fail([body.rank], body.reason)
 
 
 class ActorMesh(ShapedMesh, Generic[R]):
@@ -1058,5 +1175,10 @@ def spawn_actor_mesh(
 
     posted = asyncio.run_coroutine_threadsafe(post(), runtime.loop)
     state = _MeshState(runtime, None, procs)
+    owner = _host_var.get()
+    state.supervised = _Supervised(state, owner, cls, mesh_id, name, shape)
     runtime.loop.call_soon_threadsafe(state.wait_for, procs, posted)
-    return ActorMesh(cls, mesh_id, name, shape, state)
+    mesh: ActorMesh[Any] = ActorMesh(cls, mesh_id, name, shape, state)
+    if owner is not None:
+        owner.owned.append(mesh)
+    return mesh

@@ -131,6 +131,14 @@ class GetController(msgspec.Struct, array_like=True, tag=18, frozen=True):
     reply: PortRef
 
 
+class ActorFailed(msgspec.Struct, array_like=True, tag=19, frozen=True):
+    """An actor has failed: sent to the process that spawned it, where its owner lives."""
+
+    mesh: str
+    rank: int
+    reason: str
+
+
 Body = (
     Call
     | PortValue
@@ -142,6 +150,7 @@ Body = (
     | SpawnFailed
     | RunBootstrap
     | GetController
+    | ActorFailed
 )
 
 _decoder: Final = msgspec.msgpack.Decoder(Body)

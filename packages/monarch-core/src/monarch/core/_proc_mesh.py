@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from monarch.transport import Buffer
 
-from ._actor import ActorMesh, Procs, SupervisionError, resolve, spawn_actor_mesh
+from ._actor import ActorMesh, Procs, SupervisionError, _host_var, resolve, spawn_actor_mesh
 from ._config import runtime_env
 from ._future import Future, run_on
 from ._messages import (
@@ -47,6 +47,9 @@ class _ProcGroup:
         self.addresses: list[str | None] = [None] * count
         self.ready: asyncio.Future[None] = runtime.loop.create_future()
         self.exited: dict[int, str] = {}
+        self.stopping = False
+        self.actor_meshes: list[ActorMesh[Any]] = []
+        """Actor meshes spawned here on these procs: a deliberate stop is no failure."""
         self.all_exited = asyncio.Event()
         self._exit_seen = asyncio.Event()
         self.events = runtime.open_port(self.on_event)
@@ -182,7 +185,28 @@ class ProcMesh(ShapedMesh):
         """Spawn ``Class(*args, **kwargs)`` on every proc; returns the ActorMesh at once."""
         if self._stopped:
             raise RuntimeError("cannot spawn on a stopped proc mesh")
-        return spawn_actor_mesh(self._runtime, name, Class, self._procs, self._shape, args, kwargs)
+        failed = self._failures()
+        if failed:
+            raise SupervisionError(
+                f"Cannot spawn new actors on mesh with supervision events: {failed[0]}"
+            )
+        mesh = spawn_actor_mesh(self._runtime, name, Class, self._procs, self._shape, args, kwargs)
+        if self._group is not None:
+            self._group.actor_meshes.append(mesh)
+        return mesh
+
+    def _failures(self) -> list[str]:
+        """What has gone wrong with the procs of this mesh, as far as this process knows."""
+        found: list[str] = []
+        group = self._group
+        if group is not None and not group.stopping:
+            found += [f"proc {rank} {how}" for rank, how in sorted(group.exited.items())]
+        procs = self._procs
+        if isinstance(procs, concurrent.futures.Future):
+            procs = procs.result() if procs.done() and procs.exception() is None else []
+        failed_peers = self._runtime.failed_peers
+        found += [f"{a}: {failed_peers[a]}" for a in set(procs) if a in failed_peers]
+        return found
 
     @property
     def initialized(self) -> Future[None]:
@@ -203,6 +227,9 @@ class ProcMesh(ShapedMesh):
 
         group = self._group
         assert group is not None
+        group.stopping = True
+        for mesh in group.actor_meshes:  # their procs going away now is no failure
+            mesh._state.stopped = mesh._state.stopped or reason
         try:
             await resolve(self._procs)
         except Exception:  # noqa: BLE001 - a mesh that failed to start: stop what did start
@@ -275,15 +302,18 @@ class HostMesh(ShapedMesh):
         shape = Shape(labels, NDSlice.new_row_major(sizes))
         per = math.prod(per_host.values())
         runtime = self._runtime
-        group_cf: concurrent.futures.Future[_ProcGroup] = asyncio.run_coroutine_threadsafe(
-            _new_group(runtime, len(hosts) * per), runtime.loop
-        )
-        group = group_cf.result()
+        # Made here, not on the loop: spawn_procs must not block (an async actor's
+        # __init__ runs on the loop itself).
+        group = _ProcGroup(runtime, len(hosts) * per)
         addresses = asyncio.run_coroutine_threadsafe(
             _start_procs(runtime, hosts, per, name or "procs", bootstrap, group), runtime.loop
         )
         mesh = ProcMesh(addresses, shape, runtime, group)
-        _owned.append(mesh)
+        owner = _host_var.get()
+        if owner is not None:
+            owner.owned.append(mesh)  # it dies with the actor that made it
+        else:
+            _owned.append(mesh)
         return mesh
 
     def shutdown(self) -> Future[None]:
@@ -334,10 +364,6 @@ def _resolver(done: asyncio.Future[None]) -> Callable[[str, BaseException], None
 
 def _rebuild_host_mesh(hosts: list[str], shape: Shape) -> HostMesh:
     return HostMesh(hosts, shape, current_runtime())
-
-
-async def _new_group(runtime: Runtime, count: int) -> _ProcGroup:
-    return _ProcGroup(runtime, count)
 
 
 _owned: list[ProcMesh] = []

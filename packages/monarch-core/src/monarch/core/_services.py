@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ._actor import handle_spawn_actor, refuse_undeliverable
+from ._actor import handle_actor_failed, handle_spawn_actor, refuse_undeliverable
 from ._controller import handle_get_controller
 from ._host import handle_spawn_procs
-from ._messages import GetController, RunBootstrap, SpawnActor, SpawnProcs
+from ._messages import ActorFailed, GetController, RunBootstrap, SpawnActor, SpawnProcs
 from ._proc_mesh import handle_run_bootstrap
 from ._runtime import Runtime
 
@@ -18,5 +18,6 @@ def install(runtime: Runtime) -> None:
             SpawnProcs: handle_spawn_procs,
             RunBootstrap: handle_run_bootstrap,
             GetController: handle_get_controller,
+            ActorFailed: handle_actor_failed,
         }
     )

@@ -1,0 +1,1 @@
+"""Upstream's ``monarch._rust_bindings.monarch_hyperactor`` (compatibility imports only)."""

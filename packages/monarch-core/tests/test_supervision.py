@@ -1,0 +1,222 @@
+"""Supervision: failures reach owners' __supervise__, climb when unhandled, end at the hook."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from typing import Any
+
+import pytest
+
+from monarch.actor import (
+    Actor,
+    MeshFailure,
+    SupervisionError,
+    endpoint,
+    this_host,
+)
+
+
+class Worker(Actor):
+    @endpoint
+    def ping(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def explode(self) -> None:
+        raise RuntimeError("worker exploded")
+
+    @endpoint
+    def crash(self) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Manager(Actor):
+    """Owns a worker mesh; restarts it when told the failure is handled."""
+
+    def __init__(self, handle: bool) -> None:
+        self.handle = handle
+        self.procs = this_host().spawn_procs(per_host={"w": 2})
+        self.workers = self.procs.spawn("workers", Worker)
+        self.failures: list[str] = []
+        self.restarts = 0
+
+    @endpoint
+    def worker_pids(self) -> list[int]:
+        pids: list[int] = self.workers.ping.call().get().values()
+        return pids
+
+    @endpoint
+    def break_a_worker(self) -> None:
+        self.workers.slice(w=1).explode.broadcast()
+
+    @endpoint
+    def seen(self) -> tuple[list[str], int]:
+        return self.failures, self.restarts
+
+    def __supervise__(self, failure: MeshFailure) -> bool:
+        self.failures.append(str(failure))
+        if self.handle:
+            self.workers = self.procs.spawn(f"workers{self.restarts}", Worker)
+            self.restarts += 1
+        return self.handle
+
+
+class AsyncManager(Actor):
+    def __init__(self) -> None:
+        self.procs = this_host().spawn_procs(per_host={"w": 1})
+        self.workers = self.procs.spawn("workers", Worker)
+        self.failures: list[MeshFailure] = []
+
+    @endpoint
+    async def break_a_worker(self) -> None:
+        self.workers.explode.broadcast()
+
+    @endpoint
+    async def seen(self) -> list[int]:
+        return [rank for failure in self.failures for rank in failure.crashed_ranks]
+
+    async def __supervise__(self, failure: MeshFailure) -> bool:
+        self.failures.append(failure)
+        return True
+
+
+def wait_for(condition: Any, what: str, timeout: float = 30.0) -> Any:
+    """Poll ``condition`` until it is truthy or the deadline passes."""
+    done = threading.Event()
+    for _ in range(int(timeout / 0.05)):
+        value = condition()
+        if value:
+            return value
+        done.wait(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_unhandled_failure_reaches_the_fault_hook(unhandled_failures: list[MeshFailure]) -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    workers = procs.spawn("fragile", Worker)
+    workers.slice(gpus=1).explode.broadcast()
+    failure = wait_for(lambda: unhandled_failures[:1], "the failure at the root")[0]
+    assert failure.mesh_name == "fragile" and failure.crashed_ranks == [1]
+    assert "worker exploded" in failure.event
+    assert "MeshFailure(mesh_name=fragile, crashed_ranks=[1]" in str(failure)
+    assert workers.slice(gpus=0).ping.call_one().get(timeout=30) > 0  # the rest works
+    with pytest.raises(SupervisionError, match="worker exploded"):
+        workers.ping.call().get(timeout=30)
+    procs.stop().get(timeout=30)
+
+
+def test_a_supervising_owner_handles_and_restarts(unhandled_failures: list[MeshFailure]) -> None:
+    host = this_host().spawn_procs(per_host={"m": 1})
+    manager = host.spawn("manager", Manager, True)
+    assert len(manager.worker_pids.call_one().get(timeout=30)) == 2
+    manager.break_a_worker.call_one().get(timeout=30)
+    failures, restarts = wait_for(
+        lambda: (seen := manager.seen.call_one().get(timeout=30))[1] and seen, "a restart"
+    )
+    assert restarts == 1 and "worker exploded" in failures[0]
+    assert len(manager.worker_pids.call_one().get(timeout=30)) == 2  # the new mesh works
+    assert unhandled_failures == []  # handled: nothing reached the root
+    host.stop().get(timeout=30)
+
+
+def test_an_unhandled_failure_climbs_with_its_chain(unhandled_failures: list[MeshFailure]) -> None:
+    host = this_host().spawn_procs(per_host={"m": 1})
+    manager = host.spawn("strict", Manager, False)
+    manager.break_a_worker.call_one().get(timeout=30)
+    failure = wait_for(lambda: unhandled_failures[:1], "the failure at the root")[0]
+    assert failure.mesh_name == "strict"
+    assert "did not handle" in failure.event and "worker exploded" in failure.event
+    with pytest.raises(SupervisionError, match="worker exploded"):
+        manager.seen.call_one().get(timeout=30)
+    host.stop().get(timeout=30)
+
+
+def test_async_supervise(unhandled_failures: list[MeshFailure]) -> None:
+    host = this_host().spawn_procs(per_host={"m": 1})
+    manager = host.spawn("async-manager", AsyncManager)
+    manager.break_a_worker.call_one().get(timeout=30)
+    assert wait_for(lambda: manager.seen.call_one().get(timeout=30), "supervise") == [0]
+    assert unhandled_failures == []
+    host.stop().get(timeout=30)
+
+
+def test_a_dead_proc_taints_its_mesh_but_not_other_slices(
+    unhandled_failures: list[MeshFailure],
+) -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    workers = procs.spawn("victims", Worker)
+    with pytest.raises(SupervisionError):
+        workers.slice(gpus=1).crash.call_one().get(timeout=30)
+    failure = wait_for(lambda: unhandled_failures[:1], "the failure at the root")[0]
+    assert failure.mesh_name == "victims" and failure.crashed_ranks == [1]
+    assert workers.slice(gpus=0).ping.call_one().get(timeout=30) > 0
+    with pytest.raises(SupervisionError, match="Cannot spawn new actors on mesh with"):
+        procs.spawn("more", Worker)
+    procs.stop().get(timeout=30)
+
+
+def test_a_deliberate_stop_is_no_failure(unhandled_failures: list[MeshFailure]) -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    workers = procs.spawn("quiet", Worker)
+    workers.ping.call().get(timeout=30)
+    procs.stop().get(timeout=30)
+    probe = this_host().spawn_procs(per_host={"gpus": 1})  # a round trip after the stop
+    probe.spawn("probe", Worker).ping.call().get(timeout=30)
+    probe.stop().get(timeout=30)
+    assert unhandled_failures == []
+
+
+def test_meshes_die_with_their_owner() -> None:
+    host = this_host().spawn_procs(per_host={"m": 1})
+    manager = host.spawn("owner", Manager, True)
+    pids = manager.worker_pids.call_one().get(timeout=30)
+    manager.stop().get(timeout=30)  # stops what it owns first
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    host.stop().get(timeout=30)
+
+
+def test_the_default_hook_ends_the_client() -> None:
+    script = textwrap.dedent(
+        """
+        import threading
+        from monarch.actor import Actor, endpoint, this_host
+
+        class Fragile(Actor):
+            @endpoint
+            def explode(self):
+                raise RuntimeError("nobody handles this")
+
+        procs = this_host().spawn_procs(per_host={"gpus": 1})
+        procs.spawn("fragile", Fragile).explode.broadcast()
+        threading.Event().wait(60)  # the hook interrupts this
+        print("not reached")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=90
+    )
+    # An uncaught KeyboardInterrupt ends Python by SIGINT: a shell shows status 130, as
+    # upstream's observed exit code.
+    assert done.returncode == -signal.SIGINT
+    assert "Unhandled monarch error on the root actor" in done.stderr
+    assert "nobody handles this" in done.stderr
+    assert "not reached" not in done.stdout
+
+
+def test_supervision_error_lives_where_upstream_has_it() -> None:
+    from monarch._rust_bindings.monarch_hyperactor.supervision import (
+        MeshFailure as CompatFailure,
+    )
+    from monarch._rust_bindings.monarch_hyperactor.supervision import (
+        SupervisionError as CompatError,
+    )
+
+    assert CompatError is SupervisionError and CompatFailure is MeshFailure
+    assert issubclass(SupervisionError, RuntimeError)
