@@ -220,3 +220,36 @@ def test_supervision_error_lives_where_upstream_has_it() -> None:
 
     assert CompatError is SupervisionError and CompatFailure is MeshFailure
     assert issubclass(SupervisionError, RuntimeError)
+
+
+def test_a_peer_declared_failed_is_cut_off_for_good(
+    unhandled_failures: list[MeshFailure],
+) -> None:
+    """As when a frozen host comes back after its heartbeat deadline: it is not re-admitted."""
+    from monarch.core._future import run_on
+    from monarch.core._runtime import PeerLost, current_runtime
+
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    workers = procs.spawn("declared", Worker)
+    pid = workers.ping.call_one().get(timeout=30)
+    runtime = current_runtime()
+    address = procs._procs.result()[0]  # type: ignore[union-attr]
+
+    async def declare() -> None:
+        runtime._peer_failed(address, PeerLost("declared failed by the test"))
+
+    run_on(runtime.loop, declare()).get(timeout=10)
+    with pytest.raises(SupervisionError, match="declared failed by the test"):
+        workers.ping.call_one().get(timeout=30)
+    # Cut off from its parent, the proc stops: no half-alive process remains.
+    wait_for(lambda: not _alive(pid), f"proc {pid} to exit")
+    assert any(f.mesh_name == "declared" for f in unhandled_failures)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie has exited; its parent reaps it
+        return stat.read().split()[2] != "Z"

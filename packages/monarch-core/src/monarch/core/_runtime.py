@@ -201,6 +201,8 @@ class Runtime:
         self.posted = 0
         """Messages this process has sent: what casting through a tree keeps small."""
         self._early: dict[str, list[tuple[Body, Sequence[Buffer], str]]] = {}
+        self._inbound: dict[str, set[Connection]] = {}
+        """Connections peers opened to us, by peer: closed if the peer is declared failed."""
         self._watchers: dict[str, dict[int, PeerWatcher]] = {}
         self._watch_ids = itertools.count(1)
         self.failed_peers: dict[str, BaseException] = {}
@@ -235,6 +237,18 @@ class Runtime:
         beats: asyncio.Task[None] | None = None
         try:
             async for frame in conn:
+                if sender == "?":
+                    sender = decode_envelope(frame[0]).sender
+                    self._inbound.setdefault(sender, set()).add(conn)
+                    if sender in self.failed_peers:
+                        # Declared failed once, failed for good: a peer that comes back
+                        # (SIGCONT, a healed partition) is not silently re-admitted.
+                        log.warning(
+                            "refusing %s: it was declared failed (%s)",
+                            sender,
+                            self.failed_peers[sender],
+                        )
+                        return
                 if len(frame) == 1:  # the peer asks for heartbeats (_PeerWriter.run)
                     if beats is None:
                         beats = self.spawn_task(self._send_heartbeats(conn, frame[0]))
@@ -245,6 +259,7 @@ class Runtime:
         finally:
             if beats is not None:
                 beats.cancel()
+            self._inbound.get(sender, set()).discard(conn)
 
     async def _send_heartbeats(self, conn: Connection, request: Buffer) -> None:
         """Beat on ``conn`` at the interval its peer asked for, until it closes."""
@@ -284,6 +299,8 @@ class Runtime:
             if address in self.failed_peers:
                 return  # undeliverable; watchers already learned of the failure
             writer = self._writers[address] = _PeerWriter(self, address)
+        elif writer.failure is not None:
+            return
         writer.post(parts)
 
     def cast(
@@ -380,9 +397,16 @@ class Runtime:
         return lambda: self._watchers.get(address, {}).pop(key, None) and None
 
     def _peer_failed(self, address: str, exc: BaseException) -> None:
+        """Declare a peer failed, for good: cut every connection with it, tell watchers."""
         if address in self.failed_peers:
             return
         self.failed_peers[address] = exc
+        writer = self._writers.get(address)
+        if writer is not None:
+            writer.failure = writer.failure or exc
+            writer.task.cancel()
+        for conn in self._inbound.pop(address, ()):
+            self.spawn_task(conn.aclose())
         for watcher in list(self._watchers.pop(address, {}).values()):
             try:
                 watcher(address, exc)
@@ -392,9 +416,6 @@ class Runtime:
     def peer_exited(self, address: str, how: str) -> None:
         """A child process we spawned has exited (seen by its parent at once)."""
         self._peer_failed(address, PeerLost(f"process at {address} {how}"))
-        writer = self._writers.get(address)
-        if writer is not None:
-            writer.task.cancel()
 
     async def aclose(self) -> None:
         for writer in list(self._writers.values()):
