@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import inspect
 import logging
+import queue
 import random
 import threading
 import traceback
@@ -356,7 +357,8 @@ class _ActorHost:
         self.info = Instance(
             self.rank, spawn.name, "?", actor_id, runtime.address, spawn.reply.proc
         )
-        self.thread: concurrent.futures.ThreadPoolExecutor | None = None
+        self.thread: _ActorThread | None = None
+        self._ranks: dict[ShapeSpec, Point] = {}
         self.concurrent: set[asyncio.Task[None]] = set()
         self.owned: list[Any] = []
         """Meshes this actor spawned: they are stopped before it, and die with it."""
@@ -384,7 +386,7 @@ class _ActorHost:
             self.info = dataclasses.replace(self.info, class_name=cls.__name__)
             self.endpoints = _endpoints(cls)
             if not _actor_is_async(cls):
-                self.thread = concurrent.futures.ThreadPoolExecutor(1, f"actor-{spawn.name}")
+                self.thread = _ActorThread(self.runtime.loop, f"actor-{spawn.name}")
             self.instance = await self._invoke(self.rank, cls, *args, **kwargs)
         except asyncio.CancelledError:
             raise
@@ -415,11 +417,19 @@ class _ActorHost:
         if self.thread is None:
             return ctx.run(fn, *args, **kwargs)
         call = functools.partial(ctx.run, fn, *args, **kwargs)
-        return await self.runtime.loop.run_in_executor(self.thread, call)
+        return await self.thread.run(call)
 
     def _message_rank(self, call: Call) -> Point:
-        shape = _shape_of(call.shape)
-        return Point(shape.ndslice.index(self.spawn.rank), shape.extent)
+        """This actor's rank within the shape a message was cast to (cached per shape)."""
+        point = self._ranks.get(call.shape)
+        if point is None:
+            if len(self._ranks) >= 64:
+                self._ranks.clear()
+            shape = _shape_of(call.shape)
+            point = self._ranks[call.shape] = Point(
+                shape.ndslice.index(self.spawn.rank), shape.extent
+            )
+        return point
 
     def _refuse(self, call: Call) -> None:
         if call.reply is None:
@@ -546,7 +556,7 @@ class _ActorHost:
                 except Exception:
                     log.exception("__cleanup__ of %s failed", self.info.actor_id)
             if self.thread is not None:
-                self.thread.shutdown(wait=False)
+                self.thread.shutdown()
         if stop.reply is not None:
             self._reply(stop.reply, None, rank=self._message_rank(stop).rank)
 
@@ -560,6 +570,48 @@ class _ActorHost:
             payload = dumps(_RemoteFailure.of(problem, "A remote actor call failed"))
             error = True
         self.runtime.send_to_port(port, PortValue(rank, error), payload)
+
+
+class _ActorThread:
+    """The thread a sync actor's code runs on: one call at a time, in order.
+
+    Lighter than an executor: a queue the thread blocks on, and the result handed back
+    to the loop with one thread-safe callback.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, name: str) -> None:
+        self.loop = loop
+        self.calls: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def run(self, call: Callable[[], Any]) -> asyncio.Future[Any]:
+        done: asyncio.Future[Any] = self.loop.create_future()
+        self.calls.put((call, done))
+        return done
+
+    def shutdown(self) -> None:
+        self.calls.put(None)
+
+    def _serve(self) -> None:
+        while (item := self.calls.get()) is not None:
+            call, done = item
+            try:
+                result = call()
+            except BaseException as exc:  # noqa: BLE001 - handed back to the actor
+                self.loop.call_soon_threadsafe(_settle, done, None, exc)
+            else:
+                self.loop.call_soon_threadsafe(_settle, done, result, None)
+
+
+def _settle(done: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if done.cancelled():
+        return
+    if exc is not None:
+        done.set_exception(exc)
+    else:
+        done.set_result(result)
 
 
 class _DropPort:
