@@ -8,6 +8,7 @@ frames and no event-loop round trip per frame. The same code runs on asyncio
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -86,6 +87,53 @@ async def wait_for(sock: socket.socket, want: int) -> None:
         raise ConnectionClosed("the connection was closed") from None
 
 
+class _AsyncioReadable:
+    """Readability of one socket on an asyncio loop, registered once, not per wait.
+
+    ``anyio.wait_readable`` adds and removes the reader around every wait (two
+    ``epoll_ctl`` calls and some lookups per message). Here the reader stays registered
+    while the connection keeps waiting; it is removed only when it fires with nobody
+    waiting (being level-triggered it would fire again and again). A wake-up may be
+    spurious: the receiver just tries to read and waits again.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+        self._loop = loop
+        self._fd = sock.fileno()
+        self._waiter: asyncio.Future[None] | None = None
+        self._registered = False
+        self._closed = False
+
+    async def wait(self) -> None:
+        if self._closed:
+            raise ConnectionClosed("the connection was closed")
+        waiter = self._waiter = self._loop.create_future()
+        if not self._registered:
+            self._loop.add_reader(self._fd, self._ready)
+            self._registered = True
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def _ready(self) -> None:
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            self._loop.remove_reader(self._fd)
+            self._registered = False
+        else:
+            waiter.set_result(None)
+
+    def close(self) -> None:
+        self._closed = True
+        if self._registered:
+            self._loop.remove_reader(self._fd)
+            self._registered = False
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(ConnectionClosed("the connection was closed"))
+
+
 class SocketConnection(Connection):
     """A :class:`Connection` over a connected, authenticated, non-blocking socket."""
 
@@ -99,6 +147,8 @@ class SocketConnection(Connection):
     ) -> None:
         self._io = io
         self._sock = io.sock
+        self._readable: _AsyncioReadable | None = None
+        self._backend_known = False
         self._options = options
         self._decoder = FrameDecoder(
             max_frame_size=options.max_frame_size, max_parts=options.max_parts
@@ -268,7 +318,7 @@ class SocketConnection(Connection):
                     self._fail(ConnectionClosed("peer closed the connection"))
                     raise ConnectionClosed("peer closed the connection")
                 else:
-                    await wait_for(self._sock, n)
+                    await self._wait(n)
         finally:
             self._receiving = False
 
@@ -301,8 +351,24 @@ class SocketConnection(Connection):
         self._queue.clear()
         self._close_socket()
 
+    async def _wait(self, want: int) -> None:
+        if not self._backend_known:
+            self._backend_known = True
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # not asyncio (trio): anyio's waits it is
+                pass
+            else:
+                self._readable = _AsyncioReadable(loop, self._sock)
+        if want == WANT_READ and self._readable is not None:
+            await self._readable.wait()
+        else:
+            await wait_for(self._sock, want)
+
     def _close_socket(self) -> None:
         if self._sock.fileno() >= 0:
+            if self._readable is not None:
+                self._readable.close()
             anyio.notify_closing(self._sock)
             self._sock.close()
 
