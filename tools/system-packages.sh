@@ -2,7 +2,7 @@
 # Debian packages the test suite uses beyond Python: installed when missing and we are root
 # (CI and fresh machines); otherwise the tests that need them skip and say why.
 set -euo pipefail
-needed=(iproute2)
+needed=(iproute2 iptables)
 missing=()
 for pkg in "${needed[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

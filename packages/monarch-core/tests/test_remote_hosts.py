@@ -12,21 +12,28 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import select
-import shutil
 import signal
 import stat
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import IO, Any
 
 import anyio
 import pytest
+from hostkit import (
+    SECRET_ENV,
+    Child,
+    NetnsUnavailable,
+    alive,
+    children,
+    ip,
+    network_namespaces,
+    start_worker,
+    wait_until,
+    worker_argv,
+)
 
 from monarch.core import _cli, _worker
 from monarch.core._attach import _resolve, attach_to_workers
@@ -37,63 +44,7 @@ from monarch.transport import open_connection
 from monarch.transport.wire import Envelope, encode
 
 CONTROLLER = Path(__file__).with_name("remote_controller.py")
-SECRET_ENV = "MONARCH_JOB_SECRET"
 HEARTBEAT_TIMEOUT = 1.5  # what remote_controller.py configures
-
-
-class Child:
-    """A process whose stdout is read line by line, each read with a deadline."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], *, stdin: bool = False) -> None:
-        self.argv = argv
-        self.stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed in kill()
-        self.popen = subprocess.Popen(
-            argv,
-            env=env,
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self.stderr,
-        )
-        self.pid = self.popen.pid
-        self._buffer = b""
-
-    def _explain(self, what: str) -> str:
-        self.stderr.seek(0)
-        tail = self.stderr.read()[-3000:].decode(errors="replace")
-        return f"{what} from {self.argv[:6]}; stderr:\n{tail}"
-
-    def line(self, timeout: float) -> str:
-        assert self.popen.stdout is not None
-        fd = self.popen.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise AssertionError(self._explain(f"no line within {timeout}s"))
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                raise AssertionError(self._explain(f"exit {self.popen.wait()} before a line"))
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line.decode()
-
-    def json(self, timeout: float) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(self.line(timeout))
-        return data
-
-    def send_line(self, text: str) -> None:
-        assert self.popen.stdin is not None
-        self.popen.stdin.write(text.encode() + b"\n")
-        self.popen.stdin.flush()
-
-    def wait(self, timeout: float) -> int:
-        return self.popen.wait(timeout)
-
-    def kill(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.kill()
-        self.popen.wait(10)
-        self.stderr.close()
 
 
 @pytest.fixture
@@ -109,45 +60,8 @@ def env(secret: str) -> dict[str, str]:
 @pytest.fixture
 def start() -> Iterator[Callable[..., Child]]:
     """Start a Child; all are killed when the test ends."""
-    children: list[Child] = []
-
-    def start(argv: list[str], env: dict[str, str], *, stdin: bool = False) -> Child:
-        child = Child(argv, env, stdin=stdin)
-        children.append(child)
-        return child
-
-    yield start
-    for child in reversed(children):
-        child.kill()
-
-
-def worker_argv(listen: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "monarch.core._cli", "worker", "--listen", listen, *extra]
-
-
-def start_worker(
-    start: Callable[..., Child], env: dict[str, str], listen: str, netns: str | None = None
-) -> tuple[Child, str]:
-    prefix = ["ip", "netns", "exec", netns] if netns else []
-    child = start([*prefix, *worker_argv(listen)], env)
-    return child, child.line(30)
-
-
-def alive(pid: int) -> bool:
-    """Running (not a zombie)?"""
-    try:
-        stat_line = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat_line.rpartition(")")[2].split()[0] != "Z"
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}")
-        time.sleep(0.02)
+    with children() as start:
+        yield start
 
 
 # -- the command ---------------------------------------------------------------------------
@@ -304,63 +218,14 @@ def test_enable_transport(env: dict[str, str]) -> None:
 # -- three hosts in network namespaces --------------------------------------------------------
 
 
-def _ip(*args: str) -> str:
-    done = subprocess.run(["ip", *args], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
-    return done.stdout
-
-
 @pytest.fixture
 def netns_hosts() -> Iterator[list[str]]:
     """Namespaces h1..h3 at 10.0.0.1..3/24 on a bridge of their own (as shared/infra/netns)."""
-    if not sys.platform.startswith("linux") or os.geteuid() != 0:
-        pytest.skip("network namespaces need root on Linux")
-    if shutil.which("ip") is None:
-        pytest.skip("network namespaces need iproute2 (the ip command)")
-    tag = str(os.getpid() % 100000)
-    switch = f"mrh{tag}sw"
-    hosts = [f"mrh{tag}h{i}" for i in (1, 2, 3)]
-    made: list[str] = []
     try:
-        # Guard: the root namespace must never route 10.0.0.0/24 anywhere, so that a stray
-        # connect from outside the namespaces fails here instead of leaving the machine.
-        if "unreachable 10.0.0.0/24" not in _ip("route", "show", "type", "unreachable"):
-            try:
-                _ip("route", "add", "unreachable", "10.0.0.0/24")
-            except RuntimeError as exc:
-                pytest.skip(f"cannot install the guard route (10.0.0.0/24 in use here?): {exc}")
-        try:
-            _ip("netns", "add", switch)
-        except RuntimeError as exc:
-            pytest.skip(f"cannot create network namespaces: {exc}")
-        made.append(switch)
-        _ip("-n", switch, "link", "add", "br0", "type", "bridge")
-        _ip("-n", switch, "link", "set", "br0", "up")
-        for i, host in enumerate(hosts, 1):
-            _ip("netns", "add", host)
-            made.append(host)
-            veth, port = f"v{tag}h{i}", f"p{tag}h{i}"
-            _ip("link", "add", veth, "type", "veth", "peer", "name", port)
-            _ip("link", "set", veth, "netns", host)
-            _ip("link", "set", port, "netns", switch)
-            _ip("-n", switch, "link", "set", port, "master", "br0")
-            _ip("-n", switch, "link", "set", port, "up")
-            _ip("-n", host, "link", "set", veth, "name", "eth0")
-            _ip("-n", host, "addr", "add", f"10.0.0.{i}/24", "dev", "eth0")
-            _ip("-n", host, "link", "set", "eth0", "up")
-            _ip("-n", host, "link", "set", "lo", "up")
-        yield hosts
-    finally:
-        for ns in reversed(made):
-            for pid in subprocess.run(
-                ["ip", "netns", "pids", ns], capture_output=True, text=True
-            ).stdout.split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        with network_namespaces(3, f"mrh{os.getpid() % 100000}") as hosts:
+            yield hosts
+    except NetnsUnavailable as exc:
+        pytest.skip(str(exc))
 
 
 def test_hosts_in_network_namespaces_and_a_partition(
@@ -376,7 +241,7 @@ def test_hosts_in_network_namespaces_and_a_partition(
     first = controller.json(60)
     assert first["values"] == ["10.0.0.2", "10.0.0.2", "10.0.0.3", "10.0.0.3"]
 
-    _ip("-n", h3, "link", "set", "eth0", "down")  # h3 falls silent: no FIN, no RST
+    ip("-n", h3, "link", "set", "eth0", "down")  # h3 falls silent: no FIN, no RST
     controller.send_line("cut")
     second = controller.json(30)
     cut = second["cut"]

@@ -1073,7 +1073,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
         ranks = list(self._shape.ndslice)
         seqs = runtime.send_order.take(self._mesh_id, ranks, len(procs))
         spec = _shape_spec(self._shape)
-        call = Call(self._mesh_id, method, spec, reply, explicit, runtime.address, seqs)
+        call = Call(self._mesh_id, method, spec, reply, explicit, runtime.incarnation, seqs)
         runtime.cast([procs[rank] for rank in ranks], self._mesh_id, call, payload)
 
     def _start_cast(

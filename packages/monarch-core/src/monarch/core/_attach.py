@@ -144,6 +144,7 @@ def _watch_worker(runtime: Runtime, address: str) -> None:
             hint = f" (the worker must be given this controller's {SECRET_ENV})"
         log.warning("worker %s failed: %s%s", address, exc, hint)
 
+    runtime.forget(address)  # attaching again means: a new worker may be there now
     runtime.watch_peer(address, lost)
 
 

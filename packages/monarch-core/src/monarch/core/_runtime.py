@@ -49,6 +49,8 @@ from ._netaddr import advertised, bind_url
 
 log = logging.getLogger("monarch.core")
 
+DRAIN_GRACE: Final = 0.25
+"""Seconds a failed peer's open connections are still read, for what it sent before."""
 ROOT_ENV: Final = "MONARCH_ROOT_ADDRESS"
 """The root client's address, inherited by every process of the job."""
 SECRET_ENV: Final = "MONARCH_JOB_SECRET"
@@ -106,11 +108,13 @@ class _PeerWriter:
         try:
             conn = await open_connection(self.address, secret=self.runtime.secret)
             self.heard = loop.time()
-            if settings is not None:
-                # Ask the peer for a heartbeat on this connection every interval.
-                request = Envelope(HEARTBEAT, repr(settings[0]), self.runtime.address)
-                await conn.send([encode(request)])
-            # Peers send nothing else on our outbound connection: see _watch.
+            # The hello: who we are (this process's incarnation, which outlives an address
+            # change and tells a restarted process from its predecessor), and how often
+            # the peer should beat back on this connection ("" = never).
+            interval = repr(settings[0]) if settings is not None else ""
+            hello = Envelope(HEARTBEAT, interval, self.runtime.address, 0, self.runtime.hello)
+            await conn.send([encode(hello)])
+            # Peers send nothing but their hello and heartbeats back: see _watch.
             watch = loop.create_task(self._watch(conn))
             self.conn = conn
             try:
@@ -138,8 +142,11 @@ class _PeerWriter:
         """Heartbeats are all a peer sends back; a read fails when the connection dies."""
         loop = self.runtime.loop
         try:
-            while len(await conn.receive()) == 1:
+            while len(frame := await conn.receive()) == 1:
                 self.heard = loop.time()
+                incarnation = decode_envelope(frame[0]).headers.get("i")
+                if incarnation is not None:
+                    self.runtime.incarnations[self.address] = incarnation
             exc: BaseException = PeerLost(f"{self.address} sent on a one-way connection")
         except TransportError as error:
             exc = PeerLost(f"lost connection to {self.address}: {error}")
@@ -198,10 +205,15 @@ class Runtime:
         self._port_ids = itertools.count(1)
         self.actors: dict[str, ActorSink] = {}
         self.send_order = SendOrder()
+        self.incarnation = secrets.token_hex(8)
+        """This process's identity: stable when its address changes, new in a new process."""
+        self.hello = {"i": self.incarnation}
+        self.incarnations: dict[str, str] = {}
+        """The incarnation last seen at each peer address."""
         self.posted = 0
         """Messages this process has sent: what casting through a tree keeps small."""
         self._early: dict[str, list[tuple[Body, Sequence[Buffer], str]]] = {}
-        self._inbound: dict[str, set[Connection]] = {}
+        self._inbound: dict[str, dict[Connection, asyncio.Event]] = {}
         """Connections peers opened to us, by peer: closed if the peer is declared failed."""
         self._watchers: dict[str, dict[int, PeerWatcher]] = {}
         self._watch_ids = itertools.count(1)
@@ -235,23 +247,18 @@ class Runtime:
     async def _serve_connection(self, conn: Connection) -> None:
         sender = "?"
         beats: asyncio.Task[None] | None = None
+        drained = asyncio.Event()
         try:
             async for frame in conn:
-                if sender == "?":
-                    sender = decode_envelope(frame[0]).sender
-                    self._inbound.setdefault(sender, set()).add(conn)
-                    if sender in self.failed_peers:
-                        # Declared failed once, failed for good: a peer that comes back
-                        # (SIGCONT, a healed partition) is not silently re-admitted.
-                        log.warning(
-                            "refusing %s: it was declared failed (%s)",
-                            sender,
-                            self.failed_peers[sender],
-                        )
+                if len(frame) == 1:  # a peer's hello (see _PeerWriter.run)
+                    hello = decode_envelope(frame[0])
+                    sender = hello.sender
+                    incarnation = hello.headers.get("i")
+                    if not self._admit(sender, incarnation):
                         return
-                if len(frame) == 1:  # the peer asks for heartbeats (_PeerWriter.run)
+                    self._inbound.setdefault(sender, {})[conn] = drained
                     if beats is None:
-                        beats = self.spawn_task(self._send_heartbeats(conn, frame[0]))
+                        beats = self.spawn_task(self._send_heartbeats(conn, hello))
                     continue
                 sender = self._dispatch(frame)
         except TransportError as exc:
@@ -259,17 +266,47 @@ class Runtime:
         finally:
             if beats is not None:
                 beats.cancel()
-            self._inbound.get(sender, set()).discard(conn)
+            self._inbound.get(sender, {}).pop(conn, None)
+            drained.set()
 
-    async def _send_heartbeats(self, conn: Connection, request: Buffer) -> None:
-        """Beat on ``conn`` at the interval its peer asked for, until it closes."""
-        envelope = decode_envelope(request)  # type: ignore[arg-type]
+    def _admit(self, sender: str, incarnation: str | None) -> bool:
+        """Whether a peer saying hello may talk to us.
+
+        A peer declared failed stays failed: a process that comes back (SIGCONT, a
+        healed partition) is not silently re-admitted. A new process that happens to
+        get a failed one's address (a restarted worker, a recycled port) has another
+        incarnation, and is a new peer.
+        """
+        if incarnation is not None:
+            known = self.incarnations.setdefault(sender, incarnation)
+            if known != incarnation:
+                self.incarnations[sender] = incarnation
+                self.forget(sender)
+        if sender in self.failed_peers:
+            log.warning(
+                "refusing %s: it was declared failed (%s)", sender, self.failed_peers[sender]
+            )
+            return False
+        return True
+
+    def forget(self, address: str) -> None:
+        """Treat ``address`` as a new peer: its old failure no longer applies."""
+        if self.failed_peers.pop(address, None) is not None:
+            writer = self._writers.pop(address, None)
+            if writer is not None:
+                writer.task.cancel()
+
+    async def _send_heartbeats(self, conn: Connection, hello: Envelope) -> None:
+        """Answer a hello with ours, then beat at the interval the peer asked for."""
+        await conn.send([encode(Envelope(HEARTBEAT, "", self.address, 0, self.hello))])
+        if not hello.dest:
+            return  # no heartbeats wanted (a peer on this machine)
         try:
-            interval = float(envelope.dest)
+            interval = float(hello.dest)
         except ValueError:
             interval = math.nan
-        if envelope.kind != HEARTBEAT or not math.isfinite(interval):
-            log.warning("bad heartbeat request from %s", envelope.sender)
+        if hello.kind != HEARTBEAT or not math.isfinite(interval):
+            log.warning("bad heartbeat request from %s", hello.sender)
             return
         beat = [encode(Envelope(HEARTBEAT, "", self.address))]
         try:
@@ -405,8 +442,32 @@ class Runtime:
         if writer is not None:
             writer.failure = writer.failure or exc
             writer.task.cancel()
-        for conn in self._inbound.pop(address, ()):
+        inbound = self._inbound.pop(address, {})
+        if inbound:
+            self.spawn_task(self._drain_then_notify(address, exc, inbound))
+        else:
+            self._notify_failed(address, exc)
+
+    async def _drain_then_notify(
+        self, address: str, exc: BaseException, inbound: dict[Connection, asyncio.Event]
+    ) -> None:
+        """Read what a dead peer sent before it died, then fail what waits on it.
+
+        A reply the peer sent just before dying is still in our receive buffer; calls
+        must get it, not a SupervisionError. A dead process's connections end at once;
+        a frozen one's are cut after a short grace.
+        """
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(*(drained.wait() for drained in inbound.values())), DRAIN_GRACE
+            )
+        except TimeoutError:
+            pass
+        for conn in inbound:
             self.spawn_task(conn.aclose())
+        self._notify_failed(address, exc)
+
+    def _notify_failed(self, address: str, exc: BaseException) -> None:
         for watcher in list(self._watchers.pop(address, {}).values()):
             try:
                 watcher(address, exc)

@@ -148,6 +148,7 @@ class SocketConnection(Connection):
         self._io = io
         self._sock = io.sock
         self._readable: _AsyncioReadable | None = None
+        self._closing: asyncio.Task[None] | None = None
         self._backend_known = False
         self._options = options
         self._decoder = FrameDecoder(
@@ -366,11 +367,27 @@ class SocketConnection(Connection):
             await wait_for(self._sock, want)
 
     def _close_socket(self) -> None:
-        if self._sock.fileno() >= 0:
-            if self._readable is not None:
-                self._readable.close()
-            anyio.notify_closing(self._sock)
-            self._sock.close()
+        if self._sock.fileno() < 0:
+            return
+        if self._readable is not None:
+            self._readable.close()
+        try:
+            anyio.notify_closing(self._sock)  # wakes a flush waiting for writability
+        except RuntimeError:  # anyio.NoEventLoopError: no task here
+            # Called from an event-loop callback, outside any task (a failed
+            # flush_nowait): let a task wake the waiters, then close.
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self._sock.close()
+            else:
+                self._closing = loop.create_task(self._notify_and_close())
+            return
+        self._sock.close()
+
+    async def _notify_and_close(self) -> None:
+        anyio.notify_closing(self._sock)
+        self._sock.close()
 
     def _peer_text(self) -> str:
         getter = self._attributes.get(ConnectionAttribute.remote_address)

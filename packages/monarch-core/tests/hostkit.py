@@ -1,0 +1,238 @@
+"""Helpers for tests over real processes and "hosts": children, pids, network namespaces.
+
+Shared by test_remote_hosts.py and test_faults.py (imported by name: conftest.py puts this
+folder on ``sys.path``). Nothing here sleeps for a fixed time: every wait polls a condition
+against a deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+SECRET_ENV = "MONARCH_JOB_SECRET"
+
+
+class Child:
+    """A process whose stdout is read line by line, each read with a deadline."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], *, stdin: bool = False) -> None:
+        self.argv = argv
+        self.stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed in kill()
+        self.popen = subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+        )
+        self.pid = self.popen.pid
+        self._buffer = b""
+
+    def _explain(self, what: str) -> str:
+        self.stderr.seek(0)
+        tail = self.stderr.read()[-3000:].decode(errors="replace")
+        return f"{what} from {self.argv[:6]}; stderr:\n{tail}"
+
+    def stderr_text(self) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace")
+
+    def line(self, timeout: float) -> str:
+        assert self.popen.stdout is not None
+        fd = self.popen.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise AssertionError(self._explain(f"no line within {timeout}s"))
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise AssertionError(self._explain(f"exit {self.popen.wait()} before a line"))
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode()
+
+    def json(self, timeout: float) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.line(timeout))
+        return data
+
+    def send_line(self, text: str) -> None:
+        assert self.popen.stdin is not None
+        self.popen.stdin.write(text.encode() + b"\n")
+        self.popen.stdin.flush()
+
+    def wait(self, timeout: float) -> int:
+        return self.popen.wait(timeout)
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait(10)
+        self.stderr.close()
+
+
+@contextlib.contextmanager
+def children() -> Iterator[Callable[..., Child]]:
+    """``start(argv, env, stdin=False)`` starts a Child; all are killed on exit."""
+    started: list[Child] = []
+
+    def start(argv: list[str], env: dict[str, str], *, stdin: bool = False) -> Child:
+        child = Child(argv, env, stdin=stdin)
+        started.append(child)
+        return child
+
+    try:
+        yield start
+    finally:
+        for child in reversed(started):
+            if child.popen.poll() is None:  # a frozen child must be able to die
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signal.SIGCONT)
+            child.kill()
+
+
+def worker_argv(listen: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "monarch.core._cli", "worker", "--listen", listen, *extra]
+
+
+def start_worker(
+    start: Callable[..., Child], env: dict[str, str], listen: str, netns: str | None = None
+) -> tuple[Child, str]:
+    """A ``monarch worker`` (in namespace ``netns`` if given), and the address it printed."""
+    prefix = ["ip", "netns", "exec", netns] if netns else []
+    child = start([*prefix, *worker_argv(listen)], env)
+    return child, child.line(30)
+
+
+# -- processes -------------------------------------------------------------------------------
+
+
+def alive(pid: int) -> bool:
+    """Running (not a zombie)?"""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat_line.rpartition(")")[2].split()[0] != "Z"
+
+
+def stopped(pid: int) -> bool:
+    """Stopped by a signal (SIGSTOP)?"""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat_line.rpartition(")")[2].split()[0] == "T"
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> float:
+    """Poll ``condition`` until true; fail after ``timeout`` s. Returns the seconds it took."""
+    start = time.monotonic()
+    deadline = start + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what}")
+        time.sleep(0.01)
+    return time.monotonic() - start
+
+
+def socket_queued(pid: int) -> int:
+    """Bytes waiting in the receive queues of ``pid``'s Unix and TCP sockets (``ss``)."""
+    done = subprocess.run(["ss", "-xtpnH"], capture_output=True, text=True, check=True)
+    needle = f"pid={pid},"
+    total = 0
+    for line in done.stdout.splitlines():
+        if needle in line:
+            fields = line.split()
+            with contextlib.suppress(IndexError, ValueError):
+                total += int(fields[2])  # netid state Recv-Q Send-Q ...
+    return total
+
+
+# -- hosts in network namespaces (as shared/infra/netns) --------------------------------------
+
+
+def ip(*args: str) -> str:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def netns_unavailable() -> str | None:
+    """Why namespaced hosts cannot be made here, or None if they can."""
+    if not sys.platform.startswith("linux") or os.geteuid() != 0:
+        return "network namespaces need root on Linux"
+    if shutil.which("ip") is None:
+        return "network namespaces need iproute2 (the ip command)"
+    return None
+
+
+class NetnsUnavailable(RuntimeError):
+    """Namespaces could not be made on this machine (a reason to skip, not a failure)."""
+
+
+@contextlib.contextmanager
+def network_namespaces(count: int, prefix: str) -> Iterator[list[str]]:
+    """Namespaces ``{prefix}h1..`` at 10.0.0.1../24 on a bridge of their own.
+
+    ``prefix`` keeps concurrent users apart (pass something unique, e.g. with the pid). On
+    exit every process left in them is killed and they are deleted.
+    """
+    reason = netns_unavailable()
+    if reason is not None:
+        raise NetnsUnavailable(reason)
+    switch = f"{prefix}sw"
+    hosts = [f"{prefix}h{i}" for i in range(1, count + 1)]
+    made: list[str] = []
+    try:
+        # Guard: the root namespace must never route 10.0.0.0/24 anywhere, so that a stray
+        # connect from outside the namespaces fails here instead of leaving the machine.
+        if "unreachable 10.0.0.0/24" not in ip("route", "show", "type", "unreachable"):
+            try:
+                ip("route", "add", "unreachable", "10.0.0.0/24")
+            except RuntimeError as exc:
+                raise NetnsUnavailable(
+                    f"cannot install the guard route (10.0.0.0/24 in use here?): {exc}"
+                ) from None
+        try:
+            ip("netns", "add", switch)
+        except RuntimeError as exc:
+            raise NetnsUnavailable(f"cannot create network namespaces: {exc}") from None
+        made.append(switch)
+        ip("-n", switch, "link", "add", "br0", "type", "bridge")
+        ip("-n", switch, "link", "set", "br0", "up")
+        for i, host in enumerate(hosts, 1):
+            ip("netns", "add", host)
+            made.append(host)
+            veth, port = f"v{prefix}{i}", f"p{prefix}{i}"
+            ip("link", "add", veth, "type", "veth", "peer", "name", port)
+            ip("link", "set", veth, "netns", host)
+            ip("link", "set", port, "netns", switch)
+            ip("-n", switch, "link", "set", port, "master", "br0")
+            ip("-n", switch, "link", "set", port, "up")
+            ip("-n", host, "link", "set", veth, "name", "eth0")
+            ip("-n", host, "addr", "add", f"10.0.0.{i}/24", "dev", "eth0")
+            ip("-n", host, "link", "set", "eth0", "up")
+            ip("-n", host, "link", "set", "lo", "up")
+        yield hosts
+    finally:
+        for ns in reversed(made):
+            for pid in subprocess.run(
+                ["ip", "netns", "pids", ns], capture_output=True, text=True
+            ).stdout.split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
