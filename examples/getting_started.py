@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+import monarch.actor
 from monarch.actor import (
     Accumulator,
     Actor,
@@ -117,6 +118,9 @@ def main() -> None:
     except ActorError as error:
         print("caught ActorError:", repr(error.exception))
     print("the actor lives on:", trainers.slice(gpus=1).train.call_one(step=1).get())
+    # A crash nobody supervises reaches the client's fault hook; the default one ends the
+    # client (as upstream's does). Here we only report it, and carry on.
+    monarch.actor.unhandled_fault_hook = lambda failure: print("fault hook:", failure.report())
     doomed = this_host().spawn_procs(per_host={"gpus": 1}).spawn("doomed", Trainer, lr=1.0)
     try:
         doomed.crash.call_one().get(timeout=30)

@@ -4,6 +4,8 @@
 unhandled, so reassigning it (``monarch.actor.unhandled_fault_hook = my_hook``) works.
 """
 
+from collections.abc import Callable
+
 from monarch.core._actor import (
     Accumulator,
     Actor,
@@ -30,13 +32,16 @@ from monarch.core._port import Channel, Port, PortReceiver, RankedPortReceiver
 from monarch.core._proc_mesh import HostMesh, ProcMesh, shutdown_context, this_host, this_proc
 from monarch.core._shape import Extent, NDSlice, Point, Selection, Shape
 from monarch.core._supervision import MeshFailure
-from monarch.core._supervision import default_unhandled_fault_hook as unhandled_fault_hook
+from monarch.core._supervision import default_unhandled_fault_hook as _default_hook
 from monarch.core._value_mesh import ValueMesh
 from monarch.core._worker import (
     run_worker_loop_forever,
     run_worker_loop_until_shutdown,
     start_worker_loop_forever,
 )
+
+unhandled_fault_hook: Callable[[MeshFailure], None] = _default_hook
+"""Called with every failure that reaches the client unhandled; reassign to change that."""
 
 __all__ = [
     "Accumulator",

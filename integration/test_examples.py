@@ -1,0 +1,40 @@
+"""The examples run unchanged, as a new user would run them (each in a fresh process)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [
+        (
+            "getting_started.py",
+            [
+                "== adverbs",
+                "call_one  ->",
+                "caught ActorError",
+                "caught SupervisionError",
+                "stopped",
+            ],
+        ),
+        (
+            "supervision.py",
+            ["caught SupervisionError", "client fault hook", "(restarts: 1)"],
+        ),
+        ("transport_demo.py", ["unix://@", "tcp://127.0.0.1:", "tls://127.0.0.1:", "wrong secret"]),
+    ],
+)
+def test_example_runs(script: str, expected: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / script)], capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for text in expected:
+        assert text in done.stdout, (text, done.stdout[-3000:])
