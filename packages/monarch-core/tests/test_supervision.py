@@ -253,7 +253,7 @@ def test_a_peer_declared_failed_is_cut_off_for_good(
         workers.ping.call_one().get(timeout=30)
     # Cut off from its parent, the proc stops: no half-alive process remains.
     wait_for(lambda: not _alive(pid), f"proc {pid} to exit")
-    assert any(f.mesh_name == "declared" for f in unhandled_failures)
+    wait_for(lambda: _about(unhandled_failures, "declared"), "the failure at the root")
 
 
 def _alive(pid: int) -> bool:

@@ -30,7 +30,7 @@ from monarch.transport import Buffer
 
 from ._cast import ReceiveOrder
 from ._config import current_config
-from ._future import Future, run_on, submit, submit_into
+from ._future import Future, run_on, submit_into
 from ._messages import (
     STOP_METHOD,
     TO_PROC,
@@ -1146,29 +1146,25 @@ class ActorMesh(ShapedMesh, Generic[R]):
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
         """Drain and stop every actor of the mesh (``__cleanup__`` runs); later calls fail."""
-        return submit(self._runtime.loop, lambda: self._start_stop(reason))
+        return submit_into(self._runtime.loop, lambda cf: self._start_stop(reason, cf))
 
-    def _start_stop(self, reason: str) -> asyncio.Future[None]:
-        result: asyncio.Future[None] = self._runtime.loop.create_future()
+    def _start_stop(self, reason: str, result: concurrent.futures.Future[None]) -> None:
+        def finish(values: list[Any] | None, error: BaseException | None) -> None:
+            if error is not None:
+                result.set_exception(error)
+            else:
+                result.set_result(None)
 
         def go(ready: list[str] | BaseException) -> None:
             if isinstance(ready, BaseException):
-                result.set_result(None)
+                result.set_result(None)  # never started: nothing to stop
                 return
             targets = {ready[rank] for rank in self._shape.ndslice}
-            gather = _Gather(self._runtime, len(self._shape.ndslice), targets)
+            gather = _Gather(self._runtime, len(self._shape.ndslice), targets, on_done=finish)
             self._post_to(ready, STOP_METHOD, dumps(reason), gather.port)
-            gather.done.add_done_callback(
-                lambda done: (
-                    result.set_exception(exc)
-                    if (exc := done.exception()) is not None
-                    else result.set_result(None)
-                )
-            )
 
         self._state.when_ready(go)
         self._state.stopped = reason
-        return result
 
     def __reduce__(self) -> Any:
         addresses = self._state.addresses or self._state.known_addresses()

@@ -7,7 +7,7 @@ process on the first request and answers every request with the same mesh.
 
 from __future__ import annotations
 
-import asyncio
+import concurrent.futures
 import os
 from collections.abc import Sequence
 from typing import Any, TypeVar
@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from monarch.transport import Buffer
 
 from ._actor import ActorMesh, _Gather, _RemoteFailure, spawn_actor_mesh
-from ._future import Future, submit
+from ._future import Future, submit_into
 from ._messages import TO_PROC, GetController, PortValue
 from ._runtime import ROOT_ENV, Runtime, current_runtime
 from ._serialize import dumps
@@ -32,17 +32,18 @@ def get_or_spawn_controller(name: str, Class: type[T], *args: Any, **kwargs: Any
     root = os.environ.get(ROOT_ENV) or runtime.address
     payload = dumps((Class, args, kwargs))
 
-    def start() -> asyncio.Future[Any]:
-        gather = _Gather(runtime, 1, {root})
+    def start(result: concurrent.futures.Future[Any]) -> None:
+        def finish(values: list[Any] | None, error: BaseException | None) -> None:
+            if error is not None:
+                result.set_exception(error)
+            else:
+                assert values is not None
+                result.set_result(values[0])
+
+        gather = _Gather(runtime, 1, {root}, on_done=finish)
         runtime.post(root, TO_PROC, "", GetController(name, gather.port), payload)
-        return asyncio.ensure_future(_first(gather))
 
-    return submit(runtime.loop, start)
-
-
-async def _first(gather: _Gather) -> Any:
-    values = await gather.done
-    return values[0]
+    return submit_into(runtime.loop, start)
 
 
 def handle_get_controller(

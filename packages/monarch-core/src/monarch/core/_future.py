@@ -140,36 +140,6 @@ async def _await_elsewhere(cf: concurrent.futures.Future[R]) -> R:
     return cf.result()
 
 
-def submit(loop: asyncio.AbstractEventLoop, start: Callable[[], asyncio.Future[R]]) -> Future[R]:
-    """Run ``start()`` on the loop, in call order with other submissions; wrap its result.
-
-    Unlike scheduling a coroutine, ``start`` runs in the very callback this submits,
-    so operations submitted one after another take effect in that order.
-    """
-    cf: concurrent.futures.Future[R] = concurrent.futures.Future()
-
-    def copy(done: asyncio.Future[R]) -> None:
-        if done.cancelled():
-            cf.cancel()
-        elif (exc := done.exception()) is not None:
-            cf.set_exception(exc)
-        else:
-            cf.set_result(done.result())
-
-    def run() -> None:
-        if not cf.set_running_or_notify_cancel():
-            return
-        try:
-            started = start()
-        except BaseException as exc:  # noqa: BLE001 - handed to the future
-            cf.set_exception(exc)
-            return
-        started.add_done_callback(copy)
-
-    loop.call_soon_threadsafe(run)
-    return Future._wrap(cf)
-
-
 def submit_into(
     loop: asyncio.AbstractEventLoop, start: Callable[[concurrent.futures.Future[R]], None]
 ) -> Future[R]:

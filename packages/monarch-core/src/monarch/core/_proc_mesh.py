@@ -50,7 +50,6 @@ class _ProcGroup:
         self.stopping = False
         self.actor_meshes: list[ActorMesh[Any]] = []
         """Actor meshes spawned here on these procs: a deliberate stop is no failure."""
-        self.all_exited = asyncio.Event()
         self._exit_seen = asyncio.Event()
         self.events = runtime.open_port(self.on_event)
 
@@ -77,7 +76,6 @@ class _ProcGroup:
             self._exit_seen.set()
             self._exit_seen = asyncio.Event()
             if len(self.exited) == self.count:
-                self.all_exited.set()
                 self.runtime.close_port(self.events)
 
     def started(self) -> dict[int, str]:
