@@ -263,3 +263,43 @@ def _alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as stat:  # a zombie has exited; its parent reaps it
         return stat.read().split()[2] != "Z"
+
+
+class SelfStopping(Actor):
+    @endpoint
+    def ping(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def stop_myself(self) -> str:
+        from monarch.actor import context
+
+        context().actor_instance.stop("done with this")
+        return "stopping"
+
+    @endpoint
+    def abort_myself(self) -> None:
+        from monarch.actor import context
+
+        context().actor_instance.abort("gave up")
+
+
+def test_an_actor_can_stop_or_abort_itself(unhandled_failures: list[MeshFailure]) -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    actors = procs.spawn("selfish", SelfStopping)
+    assert actors.slice(gpus=0).stop_myself.call_one().get(timeout=30) == "stopping"
+    with pytest.raises(SupervisionError, match="done with this"):
+        actors.slice(gpus=0).ping.call_one().get(timeout=30)
+    actors.slice(gpus=1).abort_myself.call_one().get(timeout=30)
+    with pytest.raises(SupervisionError, match="gave up"):
+        actors.slice(gpus=1).ping.call_one().get(timeout=30)
+    failure = wait_for(lambda: _about(unhandled_failures, "selfish")[:1], "the abort at the root")
+    assert failure[0].crashed_ranks == [1] and "gave up" in failure[0].event
+    procs.stop().get(timeout=30)
+
+
+def test_the_client_instance_cannot_stop_itself() -> None:
+    from monarch.actor import context
+
+    with pytest.raises(RuntimeError, match="shutdown_context"):
+        context().actor_instance.stop()

@@ -280,6 +280,27 @@ class Instance:
     def proc_mesh(self) -> Any:
         return self.proc
 
+    def stop(self, reason: str | None = None) -> None:
+        """Stop this actor after the message it is handling (``__cleanup__`` runs)."""
+        self._host().request_stop(reason or "stopped by itself")
+
+    def abort(self, reason: str | None = None) -> None:
+        """Fail this actor: its owner is told, later calls raise SupervisionError."""
+        self._host().request_abort(reason or "aborted by itself")
+
+    def kill(self, reason: str | None = None) -> None:
+        """Like :meth:`abort`: the actor fails without running ``__cleanup__``."""
+        self._host().request_abort(reason or "killed by itself")
+
+    def _host(self) -> _ActorHost:
+        host = _live_hosts.get(self.actor_id)
+        if host is None:
+            raise RuntimeError(
+                f"{self.actor_id} is not an actor running in this process (the root client "
+                "is stopped with shutdown_context())"
+            )
+        return host
+
 
 @dataclass(frozen=True)
 class Context:
@@ -373,6 +394,16 @@ class _ActorHost:
         self.order.accept(
             body.origin or sender, seq, (body, payload), current_config().message_delivery_timeout
         )
+
+    def request_stop(self, reason: str) -> None:
+        """Stop once the messages queued so far are handled (from any thread)."""
+        stop = Call(self.spawn.mesh, STOP_METHOD, self.spawn.shape)
+        self.runtime.loop.call_soon_threadsafe(self.queue.put_nowait, (_STOP, stop, dumps(reason)))
+
+    def request_abort(self, reason: str) -> None:
+        """Fail now (from any thread): as if an endpoint had raised with nobody to tell."""
+        error = RuntimeError(reason)
+        self.runtime.loop.call_soon_threadsafe(self._fail, error, reason)
 
     def _enqueue(self, item: tuple[Call, Sequence[Buffer]]) -> None:
         call, payload = item
@@ -637,10 +668,13 @@ def handle_spawn_actor(
 ) -> None:
     host = _ActorHost(runtime, body, payload)
     _hosts[(id(runtime), body.mesh)] = host
+    _live_hosts[host.info.actor_id] = host
     runtime.add_actor(body.mesh, host.deliver)
 
 
 _hosts: dict[tuple[int, str], _ActorHost] = {}
+_live_hosts: dict[str, _ActorHost] = {}
+"""Actors of this process by actor id, for ``Instance.stop``/``abort``."""
 
 
 # -- the caller side -------------------------------------------------------------------
