@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -64,6 +65,11 @@ class Counter(Actor):
     @endpoint
     def unpicklable_result(self) -> Any:
         return threading.Lock()
+
+    @endpoint
+    def nap(self, seconds: float) -> int:
+        threading.Event().wait(seconds)
+        return self.value
 
     @endpoint
     def die(self) -> None:
@@ -301,3 +307,34 @@ def test_host_meshes_travel_in_messages(procs: ProcMesh) -> None:
 
     spawner = procs.slice(gpus=0).spawn("hostspawner", Spawner)
     assert spawner.spawn_on.call_one(this_host()).get(timeout=60) == 9
+
+
+def test_with_python_executable_runs_procs_with_that_python(tmp_path: Any) -> None:
+    wrapper = tmp_path / "python-wrapper"
+    wrapper.write_text(f'#!/bin/sh\nMONARCH_TEST_WRAPPED=yes exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+
+    class Env(Actor):
+        @endpoint
+        def wrapped(self) -> str | None:
+            return os.environ.get("MONARCH_TEST_WRAPPED")
+
+    hosts = this_host().with_python_executable(str(wrapper))
+    assert hosts.initialized.get(timeout=10) is None
+    mesh = hosts.spawn_procs(per_host={"gpus": 1})
+    try:
+        assert mesh.spawn("env", Env).wrapped.call_one().get(timeout=30) == "yes"
+    finally:
+        mesh.stop().get(timeout=30)
+
+
+def test_blocking_get_inside_a_running_event_loop_warns(procs: ProcMesh) -> None:
+    counters = procs.spawn("warned", Counter)
+
+    async def main() -> int:
+        with pytest.warns(RuntimeWarning, match="use `await future`"):
+            # Still running when get() is called: the actor naps first.
+            value: int = counters.slice(gpus=0).nap.call_one(0.3).get(timeout=30)
+        return value
+
+    assert asyncio.run(main()) == 0

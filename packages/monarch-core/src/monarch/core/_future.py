@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Generic, TypeVar, cast
 
@@ -71,11 +72,18 @@ class Future(Generic[R]):
 
         A timeout leaves the operation running: a later ``get`` may still succeed.
         """
-        if not self._cf.done() and threading.current_thread() is _loop_thread:
-            raise RuntimeError(
-                "Future.get() inside an async endpoint would block the actor's event loop; "
-                "use `await future` instead"
-            )
+        if not self._cf.done():
+            if threading.current_thread() is _loop_thread:
+                raise RuntimeError(
+                    "Future.get() inside an async endpoint would block the actor's event loop; "
+                    "use `await future` instead"
+                )
+            if asyncio._get_running_loop() is not None:
+                warnings.warn(
+                    "Future.get() blocks the running event loop; use `await future` instead",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         return self._cf.result(timeout)
 
     def result(self, timeout: float | None = None) -> R:

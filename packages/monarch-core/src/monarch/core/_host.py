@@ -54,7 +54,7 @@ def handle_spawn_procs(
     for rank in range(body.base_rank, body.base_rank + body.count):
         try:
             child = subprocess.Popen(
-                [sys.executable, "-m", "monarch.core._proc"],
+                [body.python or sys.executable, "-m", "monarch.core._proc"],
                 env={**env, RANK_ENV: str(rank)},
                 stdin=subprocess.DEVNULL,
             )

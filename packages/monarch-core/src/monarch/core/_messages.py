@@ -101,6 +101,8 @@ class SpawnProcs(msgspec.Struct, array_like=True, tag=14, frozen=True):
     name: str = "procs"
     env: dict[str, str] = msgspec.field(default_factory=dict)
     """Environment for the procs: the caster's configuration and the job's root."""
+    python: str = ""
+    """The Python to run the procs with ("" = the agent's own)."""
 
 
 class ProcExited(msgspec.Struct, array_like=True, tag=15, frozen=True):

@@ -102,6 +102,7 @@ async def _start_procs(
     name: str,
     bootstrap: Callable[[], object] | None,
     group: _ProcGroup,
+    python: str = "",
 ) -> list[str]:
     from ._config import current_config
 
@@ -111,7 +112,7 @@ async def _start_procs(
     env = {**runtime_env(), ROOT_ENV: os.environ.get(ROOT_ENV) or runtime.address}
     try:
         for i, host in enumerate(hosts):
-            spawn = SpawnProcs(per_host, i * per_host, ready_port, group.events, name, env)
+            spawn = SpawnProcs(per_host, i * per_host, ready_port, group.events, name, env, python)
             runtime.post(host, TO_PROC, "", spawn)
         await asyncio.wait_for(group.ready, current_config().host_spawn_ready_timeout)
     except BaseException as exc:
@@ -272,13 +273,25 @@ def _rebuild_proc_mesh(procs: list[str], shape: Shape) -> ProcMesh:
 class HostMesh(ShapedMesh):
     """Host agents laid out on a shape; ``spawn_procs`` starts processes on each."""
 
-    def __init__(self, hosts: Sequence[str], shape: Shape, runtime: Runtime) -> None:
+    def __init__(
+        self, hosts: Sequence[str], shape: Shape, runtime: Runtime, python: str = ""
+    ) -> None:
         self._hosts = list(hosts)
         self._shape = shape
         self._runtime = runtime
+        self._python = python
 
     def _new_with_shape(self, shape: Shape) -> HostMesh:
-        return HostMesh(self._hosts, shape, self._runtime)
+        return HostMesh(self._hosts, shape, self._runtime, self._python)
+
+    def with_python_executable(self, path: str) -> HostMesh:
+        """The same hosts, starting procs with the Python at ``path`` (on each host)."""
+        return HostMesh(self._hosts, self._shape, self._runtime, path)
+
+    @property
+    def initialized(self) -> Future[None]:
+        """The host agents are running (they were when this mesh was made)."""
+        return Future._of(None)
 
     def spawn_procs(
         self,
@@ -304,7 +317,8 @@ class HostMesh(ShapedMesh):
         # __init__ runs on the loop itself).
         group = _ProcGroup(runtime, len(hosts) * per)
         addresses = asyncio.run_coroutine_threadsafe(
-            _start_procs(runtime, hosts, per, name or "procs", bootstrap, group), runtime.loop
+            _start_procs(runtime, hosts, per, name or "procs", bootstrap, group, self._python),
+            runtime.loop,
         )
         mesh = ProcMesh(addresses, shape, runtime, group)
         owner = _host_var.get()
@@ -346,7 +360,7 @@ class HostMesh(ShapedMesh):
         await self.shutdown()
 
     def __reduce__(self) -> Any:
-        return (_rebuild_host_mesh, (self._hosts, self._shape))
+        return (_rebuild_host_mesh, (self._hosts, self._shape, self._python))
 
     def __repr__(self) -> str:
         return f"<HostMesh {self._shape.extent!r}>"
@@ -360,8 +374,8 @@ def _resolver(done: asyncio.Future[None]) -> Callable[[str, BaseException], None
     return resolve_once
 
 
-def _rebuild_host_mesh(hosts: list[str], shape: Shape) -> HostMesh:
-    return HostMesh(hosts, shape, current_runtime())
+def _rebuild_host_mesh(hosts: list[str], shape: Shape, python: str = "") -> HostMesh:
+    return HostMesh(hosts, shape, current_runtime(), python)
 
 
 _owned: list[ProcMesh] = []
