@@ -7,10 +7,10 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 from typing import Any
 
 import pytest
+from hostkit import wait_until
 
 from monarch.actor import (
     Actor,
@@ -90,14 +90,15 @@ def _about(failures: list[MeshFailure], *names: str) -> list[MeshFailure]:
 
 
 def wait_for(condition: Any, what: str, timeout: float = 30.0) -> Any:
-    """Poll ``condition`` until it is truthy or the deadline passes."""
-    done = threading.Event()
-    for _ in range(int(timeout / 0.05)):
-        value = condition()
-        if value:
-            return value
-        done.wait(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    """The first truthy value of ``condition``, polled until the deadline (hostkit's wait)."""
+    last: list[Any] = [None]
+
+    def holds() -> bool:
+        last[0] = condition()
+        return bool(last[0])
+
+    wait_until(holds, timeout, what)
+    return last[0]
 
 
 def test_unhandled_failure_reaches_the_fault_hook(unhandled_failures: list[MeshFailure]) -> None:

@@ -796,9 +796,7 @@ class Endpoint(Generic[R]):
     def choose(self, *args: Any, **kwargs: Any) -> Future[R]:
         """Call one actor of the mesh, chosen uniformly at random."""
         payload = self._bind(args, kwargs)
-        shape = self._mesh._shape
-        mesh = self._mesh._with_shape(_select_position(shape, random.randrange(len(shape.ndslice))))
-        return self._submit(mesh, payload, "one")
+        return self._submit(_choose_one(self._mesh), payload, "one")
 
     def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[R]]:
         """One future per rank, in arrival order."""
@@ -827,8 +825,7 @@ class Endpoint(Generic[R]):
         payload = self._bind(args, kwargs)
         mesh = self._mesh
         if selection == "choose":
-            shape = mesh._shape
-            mesh = mesh._with_shape(_select_position(shape, random.randrange(len(shape.ndslice))))
+            mesh = _choose_one(mesh)
         elif selection != "all":
             raise ValueError(f"selection must be 'all' or 'choose', not {selection!r}")
         reply = port._ref if port is not None else None
@@ -904,10 +901,13 @@ class Accumulator(Generic[R, A]):
         return run_on(loop, fold())
 
 
-def _select_position(shape: Shape, position: int) -> Shape:
-    rank = shape.ndslice[position]
-    return Shape(
-        list(shape.labels), NDSlice(rank, [1] * len(shape.labels), list(shape.ndslice.strides))
+def _choose_one(mesh: ActorMesh[R]) -> ActorMesh[R]:
+    """One actor of the mesh, chosen uniformly at random, keeping the mesh's dimensions."""
+    shape = mesh._shape
+    rank = shape.ndslice[random.randrange(len(shape.ndslice))]
+    labels = list(shape.labels)
+    return mesh._with_shape(
+        Shape(labels, NDSlice(rank, [1] * len(labels), list(shape.ndslice.strides)))
     )
 
 
