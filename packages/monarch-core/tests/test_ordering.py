@@ -73,7 +73,7 @@ def _wait_posted(runtime: Any, before: int) -> int:
     async def nothing() -> None:
         return None
 
-    run_on(runtime.loop, nothing()).get(timeout=10)
+    run_on(runtime, nothing()).get(timeout=10)
     return int(runtime.posted - before)
 
 

@@ -249,7 +249,7 @@ def test_a_peer_declared_failed_is_cut_off_for_good(
     async def declare() -> None:
         runtime._peer_failed(address, PeerLost("declared failed by the test"))
 
-    run_on(runtime.loop, declare()).get(timeout=10)
+    run_on(runtime, declare()).get(timeout=10)
     with pytest.raises(SupervisionError, match="declared failed by the test"):
         workers.ping.call_one().get(timeout=30)
     # Cut off from its parent, the proc stops: no half-alive process remains.

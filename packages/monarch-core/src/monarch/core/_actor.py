@@ -124,6 +124,7 @@ class EndpointProperty(Generic[R]):
         self._instrument = instrument
         self._concurrent = concurrent
         self._signature = inspect.signature(method)
+        self._arity = _positional_arity(self._signature)
         functools.update_wrapper(self, method)  # type: ignore[arg-type]
 
     @property
@@ -205,6 +206,19 @@ def concurrent_endpoint(
         )
 
     return wrap(method) if method is not None else wrap
+
+
+def _positional_arity(signature: inspect.Signature) -> tuple[int, int] | None:
+    """(fewest, most) positional arguments a plain signature takes, self included;
+    ``None`` when it has ``*args``, ``**kwargs`` or keyword-only parameters."""
+    fewest = most = 0
+    for param in signature.parameters.values():
+        if param.kind not in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            return None
+        most += 1
+        if param.default is param.empty:
+            fewest = most
+    return fewest, most
 
 
 def _endpoints(cls: type) -> dict[str, EndpointProperty[Any]]:
@@ -362,12 +376,17 @@ _SUPERVISE = "supervise"
 
 
 class _ActorHost:
-    """Runs one actor inside its proc: a queue drained one message at a time."""
+    """Runs one actor inside its proc: its messages one at a time, in order.
+
+    A sync actor (``def`` endpoints) lives on a thread of its own, which takes its
+    messages from a queue and replies from there: the proc's loop only decodes and
+    routes, with no loop round trip per message. An async actor's messages are
+    handled by a task on the proc's loop.
+    """
 
     def __init__(self, runtime: Runtime, spawn: SpawnActor, payload: Sequence[Buffer]) -> None:
         self.runtime = runtime
         self.spawn = spawn
-        self.queue: asyncio.Queue[tuple[str, Any, Sequence[Buffer]]] = asyncio.Queue()
         self.failure: BaseException | None = None
         self.stopped: str | None = None
         self.instance: Any = None
@@ -378,46 +397,174 @@ class _ActorHost:
         self.info = Instance(
             self.rank, spawn.name, "?", actor_id, runtime.address, spawn.reply.proc
         )
-        self.thread: _ActorThread | None = None
-        self._ranks: dict[ShapeSpec, Point] = {}
+        self._contexts: dict[ShapeSpec, Context] = {}
         self.concurrent: set[asyncio.Task[None]] = set()
         self.owned: list[Any] = []
         """Meshes this actor spawned: they are stopped before it, and die with it."""
         self.order = ReceiveOrder(self._enqueue, runtime.loop.call_later)
-        self.task = runtime.spawn_task(self.run(payload))
+        self.calls: queue.SimpleQueue[tuple[str, Any, Sequence[Buffer]]] | None = None
+        """A sync actor's messages, taken by its thread."""
+        self.queue: asyncio.Queue[tuple[str, Any, Sequence[Buffer]]] = asyncio.Queue()
+        """An async actor's messages, taken by its task."""
+        try:
+            cls, args, kwargs = loads(payload)
+            self.info = dataclasses.replace(self.info, class_name=cls.__name__)
+            self.endpoints = _endpoints(cls)
+            is_async = _actor_is_async(cls)
+        except Exception as exc:  # noqa: BLE001 - reported as the spawn's failure
+            runtime.spawn_task(self._run_async(None, (exc,), {}))
+            return
+        if is_async:
+            runtime.spawn_task(self._run_async(cls, args, kwargs))
+        else:
+            self.calls = queue.SimpleQueue()
+            threading.Thread(
+                target=self._run_sync,
+                args=(cls, args, kwargs),
+                name=f"actor-{spawn.name}",
+                daemon=True,
+            ).start()
+
+    # -- routing (loop thread) -------------------------------------------------------
 
     def deliver(self, body: Body, payload: Sequence[Buffer], sender: str) -> None:
         """Take a Call off the wire, in sequence order per origin (see ``_cast``)."""
         if not isinstance(body, Call):
             return
-        seq = body.seqs[self._message_rank(body).rank] if body.seqs else 0
+        seq = body.seqs[self._context_for(body).message_rank.rank] if body.seqs else 0
         self.order.accept(
             body.origin or sender, seq, (body, payload), current_config().message_delivery_timeout
         )
 
-    def request_stop(self, reason: str) -> None:
-        """Stop once the messages queued so far are handled (from any thread)."""
-        stop = Call(self.spawn.mesh, STOP_METHOD, self.spawn.shape)
-        self.runtime.loop.call_soon_threadsafe(self.queue.put_nowait, (_STOP, stop, dumps(reason)))
-
-    def request_abort(self, reason: str) -> None:
-        """Fail now (from any thread): as if an endpoint had raised with nobody to tell."""
-        error = RuntimeError(reason)
-        self.runtime.loop.call_soon_threadsafe(self._fail, error, reason)
-
     def _enqueue(self, item: tuple[Call, Sequence[Buffer]]) -> None:
         call, payload = item
         # A stop is queued like any message: it drains what came before it.
-        self.queue.put_nowait((_STOP if call.method == STOP_METHOD else _CALL, call, payload))
+        self._put((_STOP if call.method == STOP_METHOD else _CALL, call, payload))
 
-    async def run(self, payload: Sequence[Buffer]) -> None:
+    def _put(self, item: tuple[str, Any, Sequence[Buffer]]) -> None:
+        if self.calls is not None:
+            self.calls.put(item)
+        else:
+            self.queue.put_nowait(item)
+
+    def supervise(self, failure: MeshFailure) -> None:
+        """A mesh this actor owns failed: ``__supervise__`` runs between messages."""
+        self._put((_SUPERVISE, failure, ()))
+
+    def request_stop(self, reason: str) -> None:
+        """Stop once the messages queued so far are handled (from any thread)."""
+        stop = Call(self.spawn.mesh, STOP_METHOD, self.spawn.shape)
+        self.runtime.call_soon(self._put, (_STOP, stop, dumps(reason)))
+
+    def request_abort(self, reason: str) -> None:
+        """Fail now (from any thread): as if an endpoint had raised with nobody to tell."""
+        self.runtime.call_soon(self._fail, RuntimeError(reason), reason)
+
+    def _context_for(self, call: Call) -> Context:
+        """The context of a message: this actor's rank within the shape it was cast to
+        (cached per shape)."""
+        context = self._contexts.get(call.shape)
+        if context is None:
+            if len(self._contexts) >= 64:
+                self._contexts.clear()
+            shape = _shape_of(call.shape)
+            point = Point(shape.ndslice.index(self.spawn.rank), shape.extent)
+            context = self._contexts[call.shape] = Context(self.info, point)
+        return context
+
+    # -- a sync actor: its thread ----------------------------------------------------
+
+    def _run_sync(self, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        _host_var.set(self)
+        _context.set(Context(self.info, self.rank))
+        try:
+            self.instance = cls(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - any failure in __init__ fails the actor
+            self._reply(self.spawn.reply, exc, error=True)
+            self._fail(exc, "__init__ raised")
+        else:
+            self._reply(self.spawn.reply, None)
+        calls = self.calls
+        assert calls is not None
+        while True:
+            kind, message, parts = calls.get()
+            try:
+                if kind == _CALL:
+                    if self.failure is not None or self.stopped is not None:
+                        self._refuse(message)
+                        continue
+                    context = self._context_for(message)
+                    _context.set(context)
+                    try:
+                        fn, args, kwargs = self._prepare(message, parts, context)
+                        result = self._call_sync(fn, args, kwargs)
+                    except BaseException as exc:  # noqa: BLE001 - see _conclude
+                        self._conclude(message, context, None, exc)
+                    else:
+                        self._conclude(message, context, result, None)
+                elif kind == _STOP:
+                    self._stop_sync(message, parts)
+                else:
+                    self._supervise_sync(message)
+            except Exception:
+                log.exception("actor %s could not handle a message", self.info.actor_id)
+
+    def _call_sync(
+        self, fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]
+    ) -> Any:
+        """Call actor code on its thread; an ``async def`` (an as_endpoint method, a
+        ``__supervise__``) runs on the loop while the thread waits."""
+        if not _is_async_fn(fn):
+            return fn(*args, **kwargs)
+        ctx = contextvars.copy_context()
+
+        async def run() -> Any:
+            return await ctx.run(asyncio.ensure_future, fn(*args, **kwargs))
+
+        return run_on(self.runtime, run()).get()
+
+    def _stop_sync(self, stop: Call, parts: Sequence[Buffer]) -> None:
+        if self.stopped is None:
+            self.stopped = str(loads(parts))
+            if self.owned:
+                run_on(self.runtime, self._stop_owned(f"owner {self.info.actor_id} stopped")).get()
+            cleanup = getattr(self.instance, "__cleanup__", None)
+            if cleanup is not None and self.failure is None:
+                _context.set(Context(self.info, self.rank))
+                self._cleanup_sync(cleanup, stop)
+                return
+        self._reply_stopped(stop)
+
+    def _cleanup_sync(self, cleanup: Callable[..., Any], stop: Call) -> None:
+        """Run ``__cleanup__`` here; the stop completes at ``cleanup_timeout`` at the latest."""
+        replied = threading.Lock()
+
+        def reply() -> None:
+            if replied.acquire(blocking=False):
+                self._reply_stopped(stop)
+
+        def expire() -> None:
+            if not replied.locked():
+                log.warning("__cleanup__ of %s timed out", self.info.actor_id)
+                reply()
+
+        timeout = current_config().cleanup_timeout
+        self.runtime.call_soon(self.runtime.loop.call_later, timeout, expire)
+        try:
+            self._call_sync(cleanup, (None,), {})
+        except Exception:
+            log.exception("__cleanup__ of %s failed", self.info.actor_id)
+        reply()
+
+    # -- an async actor: its task on the loop ---------------------------------------
+
+    async def _run_async(
+        self, cls: type | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
         spawn = self.spawn
         try:
-            cls, args, kwargs = loads(payload)
-            self.info = dataclasses.replace(self.info, class_name=cls.__name__)
-            self.endpoints = _endpoints(cls)
-            if not _actor_is_async(cls):
-                self.thread = _ActorThread(self.runtime.loop, f"actor-{spawn.name}")
+            if cls is None:
+                raise args[0]
             self.instance = await self._invoke(self.rank, cls, *args, **kwargs)
         except asyncio.CancelledError:
             raise
@@ -429,13 +576,13 @@ class _ActorHost:
         while True:
             kind, message, parts = await self.queue.get()
             if kind == _STOP:
-                await self._stop(message, parts)
+                await self._stop_async(message, parts)
             elif kind == _SUPERVISE:
-                await self._supervise(message)
+                await self._supervise_async(message)
             elif self.failure is not None or self.stopped is not None:
                 self._refuse(message)
             else:
-                await self.handle(message, parts)
+                await self._handle_async(message, parts)
 
     async def _invoke(
         self, message_rank: Point, fn: Callable[..., Any], *args: Any, **kwargs: Any
@@ -445,132 +592,41 @@ class _ActorHost:
         ctx.run(_host_var.set, self)
         if inspect.iscoroutinefunction(fn):
             return await ctx.run(asyncio.ensure_future, fn(*args, **kwargs))
-        if self.thread is None:
-            return ctx.run(fn, *args, **kwargs)
-        call = functools.partial(ctx.run, fn, *args, **kwargs)
-        return await self.thread.run(call)
+        return ctx.run(fn, *args, **kwargs)
 
-    def _message_rank(self, call: Call) -> Point:
-        """This actor's rank within the shape a message was cast to (cached per shape)."""
-        point = self._ranks.get(call.shape)
-        if point is None:
-            if len(self._ranks) >= 64:
-                self._ranks.clear()
-            shape = _shape_of(call.shape)
-            point = self._ranks[call.shape] = Point(
-                shape.ndslice.index(self.spawn.rank), shape.extent
-            )
-        return point
-
-    def _refuse(self, call: Call) -> None:
-        if call.reply is None:
-            return
-        if self.stopped is not None:
-            why = f"actor {self.info.actor_id} was stopped: {self.stopped}"
-        else:
-            why = (
-                f"actor {self.info.actor_id} and all its descendants have failed: {self.failure!r}"
-            )
-        rank = self._message_rank(call).rank
-        self._reply(call.reply, SupervisionError(why), error=True, rank=rank)
-
-    def _endpoint(self, call: Call) -> EndpointProperty[Any] | None:
-        prop = self.endpoints.get(call.method)
-        if prop is None and not call.method.startswith("_"):
-            # A plain method called through as_endpoint().
-            method = getattr(type(self.instance), call.method, None)
-            if callable(method):
-                prop = EndpointProperty(method, explicit_response_port=call.explicit)
-        return prop
-
-    async def handle(self, call: Call, parts: Sequence[Buffer]) -> None:
+    async def _handle_async(self, call: Call, parts: Sequence[Buffer]) -> None:
         prop = self._endpoint(call)
         if prop is not None and prop._concurrent:
-            task = self.runtime.loop.create_task(self._handle(call, parts, prop))
+            task = self.runtime.loop.create_task(self._handle_one(call, parts))
             self.concurrent.add(task)
             task.add_done_callback(self.concurrent.discard)
             await asyncio.sleep(0)  # let it start before the next message: start order
         else:
-            await self._handle(call, parts, prop)
+            await self._handle_one(call, parts)
 
-    async def _handle(
-        self, call: Call, parts: Sequence[Buffer], prop: EndpointProperty[Any] | None
-    ) -> None:
-        message_rank = self._message_rank(call)
-        reply = call.reply
-        explicit = prop is not None and prop._explicit_response_port
+    async def _handle_one(self, call: Call, parts: Sequence[Buffer]) -> None:
+        context = self._context_for(call)
         try:
-            args, kwargs = loads(parts)
-            if prop is None:
-                raise AttributeError(
-                    f"{type(self.instance).__name__} has no endpoint {call.method!r}"
-                )
-            if explicit:
-                from ._port import Port
-
-                port: Port[Any] | _DropPort = (
-                    Port(reply, message_rank.rank) if reply is not None else _DropPort()
-                )
-                await self._invoke(message_rank, prop._method, self.instance, port, *args, **kwargs)
-                return
-            result = await self._invoke(message_rank, prop._method, self.instance, *args, **kwargs)
+            fn, args, kwargs = self._prepare(call, parts, context)
+            result = await self._invoke(context.message_rank, fn, *args, **kwargs)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - endpoint errors go back to the caller
-            if reply is not None and not (explicit and prop is not None and prop._concurrent):
-                self._reply(reply, exc, error=True, rank=message_rank.rank)
-            else:
-                self._fail(exc, f"endpoint {call.method} raised with nobody to tell")
-            return
-        except BaseException as exc:  # noqa: BLE001 - SystemExit and the like fail the actor
-            self._fail(exc, f"endpoint {call.method} raised {type(exc).__name__}")
-            if reply is not None:
-                self._refuse(call)
-            return
-        if reply is not None:
-            self._reply(reply, result, rank=message_rank.rank)
+        except BaseException as exc:  # noqa: BLE001 - see _conclude
+            self._conclude(call, context, None, exc)
+        else:
+            self._conclude(call, context, result, None)
 
-    def _fail(self, exc: BaseException, why: str) -> None:
-        """The actor has failed: it answers every later call with a SupervisionError,
-        its owner hears of it, and the meshes it owns die with it."""
-        if self.failure is not None:
-            return
-        self.failure = exc
-        log.error("actor %s failed: %s", self.info.actor_id, why, exc_info=exc)
-        reason = f"actor {self.info.actor_id} failed: {why}: {exc!r}"
-        failed = ActorFailed(self.spawn.mesh, self.spawn.rank, reason)
-        self.runtime.post(self.spawn.reply.proc, TO_PROC, "", failed)
-        if self.owned:
-            self.runtime.spawn_task(self._stop_owned(f"owner {self.info.actor_id} failed"))
-
-    def supervise(self, failure: MeshFailure) -> None:
-        """A mesh this actor owns failed: ``__supervise__`` runs between messages."""
-        self.queue.put_nowait((_SUPERVISE, failure, ()))
-
-    async def _supervise(self, failure: MeshFailure) -> None:
-        if self.failure is not None or self.stopped is not None:
-            return
-        handler = getattr(type(self.instance), "__supervise__", None)
-        if handler is None:
-            self._fail(failure, "it owns a failed mesh and has no __supervise__")
-            return
+    async def _supervise_async(self, failure: MeshFailure) -> None:
         try:
-            handled = await self._invoke(self.rank, handler, self.instance, failure)
-        except Exception as exc:  # noqa: BLE001 - a raising handler fails its actor
-            self._fail(exc, f"__supervise__ raised while handling {failure}")
+            fn, args, _ = self._supervise_handler(failure)
+            handled = await self._invoke(self.rank, fn, *args)
+        except _NoHandler:
             return
-        if not handled:
-            self._fail(failure, "__supervise__ did not handle a failure")
+        except Exception as exc:  # noqa: BLE001 - a raising handler fails its actor
+            handled = exc
+        self._supervised(failure, handled)
 
-    async def _stop_owned(self, reason: str) -> None:
-        owned, self.owned = self.owned, []
-        for mesh in reversed(owned):
-            try:
-                await asyncio.wrap_future(mesh.stop(reason)._cf)
-            except Exception:
-                log.exception("stopping %r owned by %s failed", mesh, self.info.actor_id)
-
-    async def _stop(self, stop: Call, parts: Sequence[Buffer]) -> None:
+    async def _stop_async(self, stop: Call, parts: Sequence[Buffer]) -> None:
         if self.stopped is None:
             self.stopped = str(loads(parts))
             await self._stop_owned(f"owner {self.info.actor_id} stopped")
@@ -586,12 +642,127 @@ class _ActorHost:
                     log.warning("__cleanup__ of %s timed out", self.info.actor_id)
                 except Exception:
                     log.exception("__cleanup__ of %s failed", self.info.actor_id)
-            if self.thread is not None:
-                self.thread.shutdown()
+        self._reply_stopped(stop)
+
+    # -- both kinds ---------------------------------------------------------------------
+
+    def _endpoint(self, call: Call) -> EndpointProperty[Any] | None:
+        prop = self.endpoints.get(call.method)
+        if prop is None and not call.method.startswith("_"):
+            # A plain method called through as_endpoint().
+            method = getattr(type(self.instance), call.method, None)
+            if callable(method):
+                prop = EndpointProperty(method, explicit_response_port=call.explicit)
+        return prop
+
+    def _prepare(
+        self, call: Call, parts: Sequence[Buffer], context: Context
+    ) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        """The function to run for a call, and its arguments."""
+        args, kwargs = loads(parts)
+        prop = self._endpoint(call)
+        if prop is None:
+            raise AttributeError(f"{type(self.instance).__name__} has no endpoint {call.method!r}")
+        if prop._explicit_response_port:
+            from ._port import Port
+
+            reply = call.reply
+            rank = context.message_rank.rank
+            port: Port[Any] | _DropPort = Port(reply, rank) if reply is not None else _DropPort()
+            return _no_result(prop._method), (self.instance, port, *args), kwargs
+        return prop._method, (self.instance, *args), kwargs
+
+    def _conclude(
+        self, call: Call, context: Context, result: Any, exc: BaseException | None
+    ) -> None:
+        """Reply with what a call returned or raised; what cannot go back fails the actor."""
+        reply = call.reply
+        rank = context.message_rank.rank
+        if exc is None:
+            if reply is not None and result is not _NO_RESULT:
+                self._reply(reply, result, rank=rank)
+            return
+        if not isinstance(exc, Exception):  # SystemExit and the like fail the actor
+            self._fail(exc, f"endpoint {call.method} raised {type(exc).__name__}")
+            if reply is not None:
+                self._refuse(call)
+            return
+        prop = self._endpoint(call)
+        explicit = prop is not None and prop._explicit_response_port
+        if reply is not None and not (explicit and prop is not None and prop._concurrent):
+            self._reply(reply, exc, error=True, rank=rank)
+        else:
+            self._fail(exc, f"endpoint {call.method} raised with nobody to tell")
+
+    def _refuse(self, call: Call) -> None:
+        if call.reply is None:
+            return
+        if self.stopped is not None:
+            why = f"actor {self.info.actor_id} was stopped: {self.stopped}"
+        else:
+            why = (
+                f"actor {self.info.actor_id} and all its descendants have failed: {self.failure!r}"
+            )
+        rank = self._context_for(call).message_rank.rank
+        self._reply(call.reply, SupervisionError(why), error=True, rank=rank)
+
+    def _supervise_handler(
+        self, failure: MeshFailure
+    ) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        if self.failure is not None or self.stopped is not None:
+            raise _NoHandler
+        handler = getattr(type(self.instance), "__supervise__", None)
+        if handler is None:
+            self._fail(failure, "it owns a failed mesh and has no __supervise__")
+            raise _NoHandler
+        return handler, (self.instance, failure), {}
+
+    def _supervise_sync(self, failure: MeshFailure) -> None:
+        _context.set(Context(self.info, self.rank))
+        try:
+            handled = self._call_sync(*self._supervise_handler(failure))
+        except _NoHandler:
+            return
+        except Exception as exc:  # noqa: BLE001 - a raising handler fails its actor
+            handled = exc
+        self._supervised(failure, handled)
+
+    def _supervised(self, failure: MeshFailure, handled: Any) -> None:
+        """What ``__supervise__`` returned (or raised): a falsy value fails the actor."""
+        if isinstance(handled, Exception):
+            self._fail(handled, f"__supervise__ raised while handling {failure}")
+        elif not handled:
+            self._fail(failure, "__supervise__ did not handle a failure")
+
+    def _fail(self, exc: BaseException, why: str) -> None:
+        """The actor has failed (from any thread): it answers every later call with a
+        SupervisionError, its owner hears of it, and the meshes it owns die with it."""
+        if self.failure is not None:
+            return
+        self.failure = exc
+        log.error("actor %s failed: %s", self.info.actor_id, why, exc_info=exc)
+        reason = f"actor {self.info.actor_id} failed: {why}: {exc!r}"
+        failed = ActorFailed(self.spawn.mesh, self.spawn.rank, reason)
+        self.runtime.post(self.spawn.reply.proc, TO_PROC, "", failed)
+        if self.owned:
+            self.runtime.call_soon(
+                self.runtime.spawn_task, self._stop_owned(f"owner {self.info.actor_id} failed")
+            )
+
+    async def _stop_owned(self, reason: str) -> None:
+        owned, self.owned = self.owned, []
+        for mesh in reversed(owned):
+            try:
+                await asyncio.wrap_future(mesh.stop(reason)._cf)
+            except Exception:
+                log.exception("stopping %r owned by %s failed", mesh, self.info.actor_id)
+
+    def _reply_stopped(self, stop: Call) -> None:
         if stop.reply is not None:
-            self._reply(stop.reply, None, rank=self._message_rank(stop).rank)
+            self._reply(stop.reply, None, rank=self._context_for(stop).message_rank.rank)
 
     def _reply(self, port: PortRef, value: Any, *, error: bool = False, rank: int = 0) -> None:
+        """Send a value or an error to a port (from any thread)."""
         if error:
             value = _RemoteFailure.of(value, f"A remote actor call failed on {self.info.actor_id}")
         try:
@@ -603,46 +774,35 @@ class _ActorHost:
         self.runtime.send_to_port(port, PortValue(rank, error), payload)
 
 
-class _ActorThread:
-    """The thread a sync actor's code runs on: one call at a time, in order.
-
-    Lighter than an executor: a queue the thread blocks on, and the result handed back
-    to the loop with one thread-safe callback.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, name: str) -> None:
-        self.loop = loop
-        self.calls: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]] | None] = (
-            queue.SimpleQueue()
-        )
-        threading.Thread(target=self._serve, name=name, daemon=True).start()
-
-    def run(self, call: Callable[[], Any]) -> asyncio.Future[Any]:
-        done: asyncio.Future[Any] = self.loop.create_future()
-        self.calls.put((call, done))
-        return done
-
-    def shutdown(self) -> None:
-        self.calls.put(None)
-
-    def _serve(self) -> None:
-        while (item := self.calls.get()) is not None:
-            call, done = item
-            try:
-                result = call()
-            except BaseException as exc:  # noqa: BLE001 - handed back to the actor
-                self.loop.call_soon_threadsafe(_settle, done, None, exc)
-            else:
-                self.loop.call_soon_threadsafe(_settle, done, result, None)
+def _is_async_fn(fn: Callable[..., Any]) -> bool:
+    code = getattr(fn, "__code__", None)  # a plain function: one flag, no inspect call
+    if code is not None and not hasattr(fn, "_is_coroutine_marker"):
+        return bool(code.co_flags & inspect.CO_COROUTINE)
+    return inspect.iscoroutinefunction(fn)
 
 
-def _settle(done: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
-    if done.cancelled():
-        return
-    if exc is not None:
-        done.set_exception(exc)
-    else:
-        done.set_result(result)
+class _NoHandler(Exception):
+    """No ``__supervise__`` runs (the actor is done, or has none and has failed)."""
+
+
+_NO_RESULT: Any = object()
+"""What an explicit-response endpoint returns: it replies through its port itself."""
+
+
+def _no_result(method: Callable[..., Any]) -> Callable[..., Any]:
+    if inspect.iscoroutinefunction(method):
+
+        async def run_async(*args: Any, **kwargs: Any) -> Any:
+            await method(*args, **kwargs)
+            return _NO_RESULT
+
+        return run_async
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        method(*args, **kwargs)
+        return _NO_RESULT
+
+    return run
 
 
 class _DropPort:
@@ -667,12 +827,10 @@ def handle_spawn_actor(
     runtime: Runtime, body: SpawnActor, payload: Sequence[Buffer], sender: str
 ) -> None:
     host = _ActorHost(runtime, body, payload)
-    _hosts[(id(runtime), body.mesh)] = host
     _live_hosts[host.info.actor_id] = host
     runtime.add_actor(body.mesh, host.deliver)
 
 
-_hosts: dict[tuple[int, str], _ActorHost] = {}
 _live_hosts: dict[str, _ActorHost] = {}
 """Actors of this process by actor id, for ``Instance.stop``/``abort``."""
 
@@ -697,7 +855,8 @@ class _Gather:
         self.on_done = on_done
         self.values: list[Any] = [None] * count
         self.received = 0
-        self.done: asyncio.Future[list[Any]] = runtime.loop.create_future()
+        self._done: asyncio.Future[list[Any]] | None = None
+        self._outcome: tuple[list[Any] | None, BaseException | None] | None = None
         self.arrivals: list[asyncio.Future[Any]] | None = (
             [runtime.loop.create_future() for _ in range(count)] if stream else None
         )
@@ -737,18 +896,35 @@ class _Gather:
         self._finish(error)
 
     def _finish(self, error: BaseException | None) -> None:
-        if self.done.done():
+        if self._outcome is not None:
             return
+        self._outcome = (None, error) if error is not None else (self.values, None)
         self.runtime.close_port(self.port)
         for unwatch in self._unwatch:
             unwatch()
         if self.on_done is not None:
             self.on_done(None if error is not None else self.values, error)
+        if self._done is not None:
+            self._settle(self._done)
+
+    @property
+    def done(self) -> asyncio.Future[list[Any]]:
+        """The values, as an asyncio future of the loop (made when first asked for)."""
+        if self._done is None:
+            self._done = self.runtime.loop.create_future()
+            if self._outcome is not None:
+                self._settle(self._done)
+        return self._done
+
+    def _settle(self, done: asyncio.Future[list[Any]]) -> None:
+        assert self._outcome is not None
+        values, error = self._outcome
         if error is not None:
-            self.done.set_exception(error)
-            self.done.exception()  # observed here; on_done or an awaiter reports it
+            done.set_exception(error)
+            done.exception()  # observed here; on_done or an awaiter reports it
         else:
-            self.done.set_result(self.values)
+            assert values is not None
+            done.set_result(values)
 
 
 class Endpoint(Generic[R]):
@@ -766,21 +942,22 @@ class Endpoint(Generic[R]):
         )
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Buffer]:
-        try:
-            if self._prop._explicit_response_port:
-                self._prop._signature.bind(None, None, *args, **kwargs)
-            else:
-                self._prop._signature.bind(None, *args, **kwargs)
-        except TypeError as exc:
-            raise TypeError(f"{self._name}() {exc}") from None
+        """The pickled arguments, once they are known to fit the endpoint's signature."""
+        prop = self._prop
+        arity = prop._arity
+        leading = 2 if prop._explicit_response_port else 1  # self, and the port
+        if kwargs or arity is None or not arity[0] <= len(args) + leading <= arity[1]:
+            try:
+                prop._signature.bind(*(None,) * leading, *args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"{self._name}() {exc}") from None
         return dumps((args, kwargs))
 
     def _submit(self, mesh: ActorMesh[Any], payload: list[Buffer], want: str) -> Future[Any]:
-        explicit = self._prop._explicit_response_port
-        return submit_into(
-            mesh._runtime.loop,
-            lambda cf: mesh._start_cast(self._name, payload, want, explicit, cf),
+        start = functools.partial(
+            mesh._start_cast, self._name, payload, want, self._prop._explicit_response_port
         )
+        return submit_into(mesh._runtime, start)
 
     def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
         """Call every actor of the (sliced) mesh; gather one value per rank."""
@@ -803,17 +980,15 @@ class Endpoint(Generic[R]):
         arrivals: list[asyncio.Future[Any]] = self._submit(
             self._mesh, self._bind(args, kwargs), "stream"
         ).get()
-        loop = self._mesh._runtime.loop
-        return iter([run_on(loop, _await(arrival)) for arrival in arrivals])
+        runtime = self._mesh._runtime
+        return iter([run_on(runtime, _await(arrival)) for arrival in arrivals])
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Fire and forget to every actor of the mesh."""
         payload = self._bind(args, kwargs)
         mesh = self._mesh
         explicit = self._prop._explicit_response_port
-        mesh._runtime.loop.call_soon_threadsafe(
-            mesh._post_cast, self._name, payload, None, explicit
-        )
+        mesh._runtime.call_soon(mesh._post_cast, self._name, payload, None, explicit)
 
     def _send(
         self,
@@ -830,9 +1005,7 @@ class Endpoint(Generic[R]):
             raise ValueError(f"selection must be 'all' or 'choose', not {selection!r}")
         reply = port._ref if port is not None else None
         explicit = self._prop._explicit_response_port
-        mesh._runtime.loop.call_soon_threadsafe(
-            mesh._post_cast, self._name, payload, reply, explicit
-        )
+        mesh._runtime.call_soon(mesh._post_cast, self._name, payload, reply, explicit)
 
 
 async def _await(future: asyncio.Future[Any]) -> Any:
@@ -890,7 +1063,6 @@ class Accumulator(Generic[R, A]):
 
     def accumulate(self, *args: Any, **kwargs: Any) -> Future[A]:
         futures = list(self._endpoint.stream(*args, **kwargs))
-        loop = self._endpoint._mesh._runtime.loop
 
         async def fold() -> A:
             value = self._identity
@@ -898,7 +1070,7 @@ class Accumulator(Generic[R, A]):
                 value = self._combine(value, await future)
             return value
 
-        return run_on(loop, fold())
+        return run_on(self._endpoint._mesh._runtime, fold())
 
 
 def _choose_one(mesh: ActorMesh[R]) -> ActorMesh[R]:
@@ -1060,6 +1232,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
         self._shape = shape
         self._state = state
         self._runtime = state.runtime
+        self._plan: tuple[list[int], ShapeSpec] | None = None
         for ep_name, prop in _endpoints(cls).items():
             if ep_name in _RESERVED:
                 raise ValueError(
@@ -1104,11 +1277,17 @@ class ActorMesh(ShapedMesh, Generic[R]):
         explicit: bool = False,
     ) -> None:
         runtime = self._runtime
-        ranks = list(self._shape.ndslice)
+        ranks, spec = self._cast_plan()
         seqs = runtime.send_order.take(self._mesh_id, ranks, len(procs))
-        spec = _shape_spec(self._shape)
         call = Call(self._mesh_id, method, spec, reply, explicit, runtime.incarnation, seqs)
         runtime.cast([procs[rank] for rank in ranks], self._mesh_id, call, payload)
+
+    def _cast_plan(self) -> tuple[list[int], ShapeSpec]:
+        """The ranks this (sliced) mesh covers and its shape on the wire (computed once)."""
+        plan = self._plan
+        if plan is None:
+            plan = self._plan = (list(self._shape.ndslice), _shape_spec(self._shape))
+        return plan
 
     def _start_cast(
         self,
@@ -1122,37 +1301,56 @@ class ActorMesh(ShapedMesh, Generic[R]):
 
         ``result`` is completed straight from the gathering port: no future in between.
         """
-
-        def finish(values: list[Any] | None, error: BaseException | None) -> None:
-            if result.done():
-                return
-            if error is not None:
-                result.set_exception(error)
-            elif want == "one":
-                assert values is not None
-                result.set_result(values[0])
-            else:
-                assert values is not None
-                result.set_result(ValueMesh(self._shape_for_values(), values))
+        state = self._state
+        if state.addresses is not None and state.stopped is None:
+            self._cast_gathering(state.addresses, method, payload, want, explicit, result)
+            return
 
         def go(ready: list[str] | BaseException) -> None:
             if isinstance(ready, BaseException):
                 result.set_exception(ready)
-                return
-            targets = {ready[rank] for rank in self._shape.ndslice}
-            streaming = want == "stream"
-            gather = _Gather(
-                self._runtime,
-                len(self._shape.ndslice),
-                targets,
-                stream=streaming,
-                on_done=None if streaming else finish,
-            )
-            self._post_to(ready, method, payload, gather.port, explicit)
-            if streaming:
-                result.set_result(gather.arrivals)
+            else:
+                self._cast_gathering(ready, method, payload, want, explicit, result)
 
-        self._state.when_ready(go)
+        state.when_ready(go)
+
+    def _cast_gathering(
+        self,
+        procs: list[str],
+        method: str,
+        payload: Sequence[Buffer],
+        want: str,
+        explicit: bool,
+        result: concurrent.futures.Future[Any],
+    ) -> None:
+        ranks, _ = self._cast_plan()
+        targets = {procs[rank] for rank in ranks}
+        if want == "stream":
+            gather = _Gather(self._runtime, len(ranks), targets, stream=True)
+            self._post_to(procs, method, payload, gather.port, explicit)
+            result.set_result(gather.arrivals)
+            return
+        on_done = functools.partial(self._complete, want, result)
+        gather = _Gather(self._runtime, len(ranks), targets, on_done=on_done)
+        self._post_to(procs, method, payload, gather.port, explicit)
+
+    def _complete(
+        self,
+        want: str,
+        result: concurrent.futures.Future[Any],
+        values: list[Any] | None,
+        error: BaseException | None,
+    ) -> None:
+        if result.done():
+            return
+        if error is not None:
+            result.set_exception(error)
+        elif want == "one":
+            assert values is not None
+            result.set_result(values[0])
+        else:
+            assert values is not None
+            result.set_result(ValueMesh(self._shape_for_values(), values))
 
     def _shape_for_values(self) -> Shape:
         return Shape(
@@ -1176,11 +1374,11 @@ class ActorMesh(ShapedMesh, Generic[R]):
             if self._state.spawn_gather is not None:
                 await self._state.spawn_gather.done
 
-        return run_on(self._runtime.loop, wait())
+        return run_on(self._runtime, wait())
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
         """Drain and stop every actor of the mesh (``__cleanup__`` runs); later calls fail."""
-        return submit_into(self._runtime.loop, lambda cf: self._start_stop(reason, cf))
+        return submit_into(self._runtime, lambda cf: self._start_stop(reason, cf))
 
     def _start_stop(self, reason: str, result: concurrent.futures.Future[None]) -> None:
         def finish(values: list[Any] | None, error: BaseException | None) -> None:
@@ -1209,7 +1407,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
         return f"<ActorMesh {self._name} of {self._class.__name__} {self._shape.extent!r}>"
 
 
-_RESERVED = frozenset(dir(ActorMesh)) | {"_class", "_mesh_id", "_name", "_shape", "_state"}
+_RESERVED = frozenset(dir(ActorMesh)) | {"_class", "_mesh_id", "_name", "_shape", "_state", "_plan"}
 
 
 def _rebuild_actor_mesh(
@@ -1255,11 +1453,11 @@ def spawn_actor_mesh(
             runtime.post(addresses[rank], TO_PROC, "", spawn, payload)
         return gather
 
-    posted = asyncio.run_coroutine_threadsafe(post(), runtime.loop)
+    posted = run_on(runtime, post())._cf
     state = _MeshState(runtime, None, procs)
     owner = _host_var.get()
     state.supervised = _Supervised(state, owner, cls, mesh_id, name, shape)
-    runtime.loop.call_soon_threadsafe(state.wait_for, procs, posted)
+    runtime.call_soon(state.wait_for, procs, posted)
     mesh: ActorMesh[Any] = ActorMesh(cls, mesh_id, name, shape, state)
     if owner is not None:
         owner.owned.append(mesh)

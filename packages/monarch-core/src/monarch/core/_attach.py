@@ -173,6 +173,6 @@ def attach_to_workers(
     runtime = _reachable_runtime(addresses)
     for address in addresses:
         # Connect now: heartbeats start, and a bad secret or a dead worker is logged at once.
-        runtime.loop.call_soon_threadsafe(_watch_worker, runtime, address)
+        runtime.call_soon(_watch_worker, runtime, address)
     shape = Shape(["hosts"], NDSlice.new_row_major([len(addresses)]))
     return HostMesh(addresses, shape, runtime)

@@ -43,7 +43,7 @@ def get_or_spawn_controller(name: str, Class: type[T], *args: Any, **kwargs: Any
         gather = _Gather(runtime, 1, {root}, on_done=finish)
         runtime.post(root, TO_PROC, "", GetController(name, gather.port), payload)
 
-    return submit_into(runtime.loop, start)
+    return submit_into(runtime, start)
 
 
 def handle_get_controller(

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import threading
 import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -148,8 +149,16 @@ async def _await_elsewhere(cf: concurrent.futures.Future[R]) -> R:
     return cf.result()
 
 
+class LoopRunner(Protocol):
+    """What runs work on the runtime loop from any thread, in order (a Runtime)."""
+
+    loop: asyncio.AbstractEventLoop
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None: ...
+
+
 def submit_into(
-    loop: asyncio.AbstractEventLoop, start: Callable[[concurrent.futures.Future[R]], None]
+    runner: LoopRunner, start: Callable[[concurrent.futures.Future[R]], None]
 ) -> Future[R]:
     """Run ``start(cf)`` on the loop, in call order; ``start`` arranges to complete ``cf``.
 
@@ -157,23 +166,50 @@ def submit_into(
     directly, with no asyncio future (and loop iteration) in between.
     """
     cf: concurrent.futures.Future[R] = concurrent.futures.Future()
-
-    def run() -> None:
-        if not cf.set_running_or_notify_cancel():
-            return
-        try:
-            start(cf)
-        except BaseException as exc:  # noqa: BLE001 - handed to the future
-            if not cf.done():
-                cf.set_exception(exc)
-
-    loop.call_soon_threadsafe(run)
+    runner.call_soon(_start, start, cf)
     return Future._wrap(cf)
 
 
-def run_on(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, R]) -> Future[R]:
-    """Schedule ``coro`` on the runtime loop from any thread."""
-    return Future._wrap(asyncio.run_coroutine_threadsafe(coro, loop))
+def _start(
+    start: Callable[[concurrent.futures.Future[R]], None], cf: concurrent.futures.Future[R]
+) -> None:
+    if not cf.set_running_or_notify_cancel():
+        return
+    try:
+        start(cf)
+    except BaseException as exc:  # noqa: BLE001 - handed to the future
+        if not cf.done():
+            cf.set_exception(exc)
+
+
+def run_on(runner: LoopRunner, coro: Coroutine[Any, Any, R]) -> Future[R]:
+    """Run ``coro`` as a task of the runtime loop, started in order with ``call_soon``."""
+    cf: concurrent.futures.Future[R] = concurrent.futures.Future()
+
+    def start() -> None:
+        if cf.cancelled():
+            coro.close()
+            return
+        task = runner.loop.create_task(coro)
+        task.add_done_callback(functools.partial(_copy_outcome, cf))
+        cf.add_done_callback(
+            lambda _: runner.loop.call_soon_threadsafe(task.cancel) if cf.cancelled() else None
+        )
+
+    runner.call_soon(start)
+    return Future._wrap(cf)
+
+
+def _copy_outcome(cf: concurrent.futures.Future[R], task: asyncio.Task[R]) -> None:
+    if task.cancelled():
+        cf.cancel()
+        return
+    if not cf.set_running_or_notify_cancel():
+        return  # cancelled by its caller
+    if (exc := task.exception()) is not None:
+        cf.set_exception(exc)
+    else:
+        cf.set_result(task.result())
 
 
 def returns_future(fn: Callable[..., Awaitable[R]]) -> Callable[..., Future[R]]:
@@ -182,7 +218,6 @@ def returns_future(fn: Callable[..., Awaitable[R]]) -> Callable[..., Future[R]]:
     Lazy, as upstream: the body runs when the future is first observed, on the
     runtime loop for ``get``/``result``, or on the awaiting loop for ``await``.
     """
-    import functools
 
     @functools.wraps(fn)
     def wrapper(*args: object, **kwargs: object) -> Future[R]:
@@ -208,7 +243,7 @@ class _CoroutineFuture(Future[R]):
             body = future._make
             future._make = None
             assert body is not None
-            return asyncio.run_coroutine_threadsafe(body(), current_runtime().loop)
+            return run_on(current_runtime(), body())._cf
 
         future: _CoroutineFuture[R] = cls._lazy(start)  # type: ignore[assignment]
         future._make = make

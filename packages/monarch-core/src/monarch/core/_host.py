@@ -73,7 +73,7 @@ def _watch(runtime: Runtime, child: subprocess.Popen[bytes], rank: int, events: 
         how = f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
         exited = ProcExited(rank, child.pid, how)
         if not runtime.loop.is_closed():
-            runtime.loop.call_soon_threadsafe(runtime.send_to_port, events, exited)
+            runtime.send_to_port(events, exited)
 
     threading.Thread(target=wait, name=f"monarch-wait-{child.pid}", daemon=True).start()
 

@@ -12,8 +12,6 @@ import asyncio
 import threading
 from typing import Any, Generic, TypeVar
 
-from monarch.transport import Buffer
-
 from ._future import Future, run_on
 from ._messages import Body, PortRef, PortValue
 from ._runtime import Runtime, current_runtime
@@ -24,13 +22,6 @@ R = TypeVar("R")
 
 class PortClosed(RuntimeError):
     """A one-shot port already got its value."""
-
-
-def _post(runtime: Runtime, ref: PortRef, body: PortValue, payload: list[Buffer]) -> None:
-    if threading.get_ident() == getattr(runtime, "loop_thread_id", None):
-        runtime.send_to_port(ref, body, payload)
-    else:
-        runtime.loop.call_soon_threadsafe(runtime.send_to_port, ref, body, payload)
 
 
 class Port(Generic[R]):
@@ -53,14 +44,16 @@ class Port(Generic[R]):
 
     def send(self, obj: R) -> None:
         """Send a value (never blocks; raises if ``obj`` cannot be pickled)."""
-        _post(current_runtime(), self._ref, PortValue(self._sender_rank()), dumps(obj))
+        current_runtime().send_to_port(self._ref, PortValue(self._sender_rank()), dumps(obj))
 
     def exception(self, exc: BaseException) -> None:
         """Make the receiver's ``recv`` raise ``exc``."""
         from ._actor import _RemoteFailure
 
         failure = _RemoteFailure.of(exc, "a value sent to a port")
-        _post(current_runtime(), self._ref, PortValue(self._sender_rank(), True), dumps(failure))
+        current_runtime().send_to_port(
+            self._ref, PortValue(self._sender_rank(), True), dumps(failure)
+        )
 
     def __reduce__(self) -> Any:
         return (Port, (self._ref, self._rank), {"return_undeliverable": self.return_undeliverable})
@@ -111,7 +104,7 @@ class PortReceiver(Generic[R]):
         self._inbox = inbox
 
     def recv(self) -> Future[R]:
-        return run_on(self._inbox.runtime.loop, self._recv())
+        return run_on(self._inbox.runtime, self._recv())
 
     async def _recv(self) -> R:
         _, value = await self._inbox.get()
@@ -128,7 +121,7 @@ class RankedPortReceiver(Generic[R]):
         self._inbox = inbox
 
     def recv(self) -> Future[tuple[int, R]]:
-        return run_on(self._inbox.runtime.loop, self._inbox.get())
+        return run_on(self._inbox.runtime, self._inbox.get())
 
 
 class Channel(Generic[R]):
@@ -153,4 +146,4 @@ def _open_inbox(once: bool) -> _Inbox:
     async def make() -> _Inbox:
         return _Inbox(runtime, once)
 
-    return run_on(runtime.loop, make()).get()
+    return run_on(runtime, make()).get()

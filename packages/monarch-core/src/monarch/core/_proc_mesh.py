@@ -212,14 +212,14 @@ class ProcMesh(ShapedMesh):
         async def wait() -> None:
             await resolve(self._procs)
 
-        return run_on(self._runtime.loop, wait())
+        return run_on(self._runtime, wait())
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
         """Stop every proc of the mesh (the whole mesh, even from a slice) and wait for exits."""
         if self._group is None:
             raise RuntimeError("this_proc() cannot be stopped; stop the meshes you spawned")
         self._stopped = True
-        return run_on(self._runtime.loop, self._stop(reason))
+        return run_on(self._runtime, self._stop(reason))
 
     async def _stop(self, reason: str) -> None:
         from ._config import current_config
@@ -348,7 +348,7 @@ class HostMesh(ShapedMesh):
             if gone:
                 await asyncio.wait_for(asyncio.gather(*gone), current_config().process_exit_timeout)
 
-        return run_on(runtime.loop, stop())
+        return run_on(runtime, stop())
 
     def stop(self) -> Future[None]:
         return self.shutdown()
@@ -410,7 +410,7 @@ def shutdown_context(host_timeout: float | None = None) -> Future[None]:
             except (TimeoutError, RuntimeError):
                 pass
 
-    return run_on(meshes[0]._runtime.loop, wait_all())
+    return run_on(meshes[0]._runtime, wait_all())
 
 
 def this_host() -> HostMesh:

@@ -21,9 +21,12 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+import anyio
+
 from monarch.transport import (
     Buffer,
     Connection,
+    ConnectionClosed,
     Listener,
     TransportError,
     open_connection,
@@ -67,38 +70,108 @@ class PeerLost(ConnectionError):
 
 
 class _PeerWriter:
-    """Writes the messages queued for one peer, in order; notices when the peer dies."""
+    """Writes the messages queued for one peer, in order; notices when the peer dies.
+
+    Any thread may post: an actor's thread writes its replies straight to the socket
+    (so a reply is out before the actor's next message runs, and no loop wake-up is
+    paid for it). ``lock`` guards the connection's sending side, ``pending`` and
+    ``busy``; while ``busy``, only the writer task touches the connection.
+    """
 
     def __init__(self, runtime: Runtime, address: str) -> None:
         self.runtime = runtime
         self.address = address
+        self.lock = threading.Lock()
         self.pending: deque[Sequence[Buffer]] = deque()
         self.wake = asyncio.Event()
+        self.kicked = False
+        """A wake-up of the writer task is on its way from another thread."""
         self.failure: BaseException | None = None
         self.heard = runtime.loop.time()
         """When the peer last showed it is alive (connection made, or a heartbeat)."""
         self.conn: Connection | None = None
         """Set once connected; then an idle writer lets ``post`` write directly."""
         self.busy = False
-        self.task = runtime.loop.create_task(self.run())
+        self.dirty = False
+        """Queued in the connection by a batch, not flushed yet."""
+        self.task: asyncio.Task[None] | None = None
+        self.stopped = False
 
-    def post(self, parts: Sequence[Buffer]) -> None:
+    def start(self) -> None:
+        """Connect and serve (loop thread)."""
+        if self.task is None and not self.stopped:
+            self.task = self.runtime.loop.create_task(self.run())
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self.task is not None:
+            self.task.cancel()
+
+    def post(self, parts: Sequence[Buffer], on_loop: bool = True) -> None:
         if self.failure is not None:
             return  # undeliverable: whoever waits on this peer has been told
-        conn = self.conn
-        if conn is not None and not self.busy and not self.pending:
-            # The fast path: straight into the connection, and onto the socket if it
-            # has room, with no task switch. Order holds: nothing is queued before it.
+        error: TransportError | None = None
+        with self.lock:
+            conn = self.conn
+            if conn is None or self.busy or self.pending:
+                self.pending.append(parts)
+                direct = False
+            else:
+                direct = True
+                # Straight into the connection, with no task switch; order holds, as
+                # nothing is queued before it.
+                try:
+                    conn.send_nowait(parts)
+                    if not on_loop:
+                        if conn.flush_nowait():
+                            return
+                        self.busy = True  # the socket is full: the writer task goes on
+                except TransportError as exc:
+                    error = exc
+        if error is not None:
+            if on_loop:
+                self._fail(error)
+            else:
+                self.runtime.call_soon(self._fail, error)
+            return
+        if direct and on_loop:
+            # Inside a batch (see Runtime.call_soon) the write waits for the batch's
+            # end, so a burst becomes one system call.
+            if self.runtime._batching:
+                if not self.dirty:
+                    self.dirty = True
+                    self.runtime._dirty.append(self)
+            else:
+                self.flush()
+            return
+        self._kick(on_loop)
+
+    def _kick(self, on_loop: bool) -> None:
+        if on_loop:
+            self.wake.set()
+        elif not self.kicked:
+            self.kicked = True
+            self.runtime.loop.call_soon_threadsafe(self.wake.set)
+
+    def flush(self) -> None:
+        """Write what the fast path queued; the writer task finishes if the socket is full."""
+        self.dirty = False
+        with self.lock:
+            conn = self.conn
+            if conn is None or self.busy:
+                return
             try:
-                conn.send_nowait(parts)
                 if conn.flush_nowait():
                     return
             except TransportError as exc:
-                self._fail(exc)
-                return
+                error: TransportError | None = exc
+            else:
+                error = None
+                self.busy = True
+        if error is not None:
+            self._fail(error)
         else:
-            self.pending.append(parts)
-        self.wake.set()
+            self.wake.set()
 
     async def run(self) -> None:
         conn: Connection | None = None
@@ -116,19 +189,26 @@ class _PeerWriter:
             await conn.send([encode(hello)])
             # Peers send nothing but their hello and heartbeats back: see _watch.
             watch = loop.create_task(self._watch(conn))
-            self.conn = conn
+            with self.lock:
+                self.conn = conn
             try:
                 while True:
+                    with self.lock:
+                        self.kicked = False
+                        self.busy = True
+                        pending = self.pending
+                        while pending:
+                            conn.send_nowait(pending.popleft())
+                    await conn.flush()
+                    with self.lock:
+                        if self.pending:
+                            continue
+                        self.busy = False
                     await self.wake.wait()
                     self.wake.clear()
-                    self.busy = True
-                    pending = self.pending
-                    while pending:
-                        conn.send_nowait(pending.popleft())
-                    await conn.flush()
-                    self.busy = False
             finally:
-                self.conn = None
+                with self.lock:
+                    self.conn = None
                 watch.cancel()
         except (TransportError, OSError) as exc:
             self._fail(exc)
@@ -151,7 +231,7 @@ class _PeerWriter:
         except TransportError as error:
             exc = PeerLost(f"lost connection to {self.address}: {error}")
         self._fail(exc)
-        self.task.cancel()
+        self.stop()
 
     async def _heartbeat(self, interval: float, limit: float) -> None:
         """Declare the peer lost once it has been silent for ``limit`` s (frozen, cut off)."""
@@ -166,13 +246,14 @@ class _PeerWriter:
                         f"(heartbeat_timeout is {limit:g}s)"
                     )
                 )
-                self.task.cancel()
+                self.stop()
                 return
 
     def _fail(self, exc: BaseException) -> None:
         if self.failure is None:
             self.failure = exc
-            self.pending.clear()
+            with self.lock:
+                self.pending.clear()
             self.runtime._peer_failed(self.address, exc)
 
 
@@ -225,6 +306,50 @@ class Runtime:
         self.stopped = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.loop_thread_id: int | None = None
+        self._inbox: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._inbox_scheduled = False
+        self._batching = 0
+        """Depth of batches running: their writes are flushed together at the end."""
+        self._dirty: list[_PeerWriter] = []
+
+    # -- the loop's work, from any thread -------------------------------------------
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop, from any thread, in call order.
+
+        Every thread's requests go through this one queue, so what a thread asks for
+        happens in the order it asked (a cast, then a stop, say). A burst costs one
+        loop wake-up, and the messages its work sends go out in one system call.
+        """
+        self._inbox.append((fn, args))
+        if not self._inbox_scheduled:
+            self._inbox_scheduled = True
+            self.loop.call_soon_threadsafe(self._drain_inbox)
+
+    def _drain_inbox(self) -> None:
+        self._inbox_scheduled = False  # first: a request appended from now on schedules anew
+        inbox = self._inbox
+        self._batching += 1
+        try:
+            while inbox:
+                fn, args = inbox.popleft()
+                try:
+                    fn(*args)
+                except Exception:
+                    log.exception("runtime request %r failed", fn)
+        finally:
+            self._end_batch()
+
+    def _end_batch(self) -> None:
+        self._batching -= 1
+        if self._batching == 0 and self._dirty:
+            dirty, self._dirty = self._dirty, []
+            for writer in dirty:
+                writer.flush()
+
+    def on_loop(self) -> bool:
+        """Whether the caller runs on this runtime's loop thread."""
+        return threading.get_ident() == self.loop_thread_id
 
     async def start(self, listen: str = "unix://@", advertise: str | None = None) -> None:
         """Listen at ``listen``; this runtime is then known as ``advertise`` if given.
@@ -249,7 +374,8 @@ class Runtime:
         beats: asyncio.Task[None] | None = None
         drained = asyncio.Event()
         try:
-            async for frame in conn:
+            frame = await conn.receive()
+            while True:
                 if len(frame) == 1:  # a peer's hello (see _PeerWriter.run)
                     hello = decode_envelope(frame[0])
                     sender = hello.sender
@@ -259,8 +385,23 @@ class Runtime:
                     self._inbound.setdefault(sender, {})[conn] = drained
                     if beats is None:
                         beats = self.spawn_task(self._send_heartbeats(conn, hello))
+                    frame = await conn.receive()
                     continue
-                sender = self._dispatch(frame)
+                # This frame and every one already read, as one batch: what they send
+                # in return goes out together when it ends.
+                self._batching += 1
+                try:
+                    sender = self._dispatch(frame)
+                    while len(frame := conn.receive_nowait()) != 1:
+                        sender = self._dispatch(frame)
+                except anyio.WouldBlock:
+                    frame = []
+                finally:
+                    self._end_batch()
+                if not frame:
+                    frame = await conn.receive()
+        except ConnectionClosed:
+            pass  # the peer went away; a failure, if it is one, is noticed by its watchers
         except TransportError as exc:
             log.warning("dropped connection from %s: %s", sender, exc)
         finally:
@@ -294,7 +435,7 @@ class Runtime:
         if self.failed_peers.pop(address, None) is not None:
             writer = self._writers.pop(address, None)
             if writer is not None:
-                writer.task.cancel()
+                writer.stop()
 
     async def _send_heartbeats(self, conn: Connection, hello: Envelope) -> None:
         """Answer a hello with ours, then beat at the interval the peer asked for."""
@@ -321,29 +462,53 @@ class Runtime:
     def post(
         self, address: str, kind: int, dest: str, body: Body, payload: Sequence[Buffer] = ()
     ) -> None:
-        """Queue a message for ``address`` (loop thread only); never blocks."""
-        self.posted += 1
+        """Send a message to ``address``, from any thread; never blocks.
+
+        One thread's messages to one peer keep their order: they all go through that
+        peer's writer, which the first of them creates.
+        """
         parts: list[Buffer] = [
             encode(Envelope(kind, dest, self.address)),
             encode_body(body),
             *payload,
         ]
+        self.post_parts(address, parts)
+
+    def post_parts(self, address: str, parts: Sequence[Buffer]) -> None:
+        """Send an encoded message to ``address``, from any thread."""
+        self.posted += 1
+        on_loop = threading.get_ident() == self.loop_thread_id
         if address == self.address:
-            self.loop.call_soon(self._dispatch, parts)
+            if on_loop:
+                self.loop.call_soon(self._dispatch, parts)
+            else:
+                self.call_soon(self._dispatch, parts)
             return
         writer = self._writers.get(address)
         if writer is None:
             if address in self.failed_peers:
                 return  # undeliverable; watchers already learned of the failure
-            writer = self._writers[address] = _PeerWriter(self, address)
-        elif writer.failure is not None:
-            return
-        writer.post(parts)
+            writer = self._writer(address, on_loop)
+        writer.post(parts, on_loop)
+
+    def _writer(self, address: str, on_loop: bool = True) -> _PeerWriter:
+        """The writer to ``address``, made (and, on the loop or soon, started) if new."""
+        writer = self._writers.get(address)
+        if writer is None:
+            writer = self._writers.setdefault(address, _PeerWriter(self, address))
+            if on_loop:
+                writer.start()
+            else:
+                self.call_soon(writer.start)
+        return writer
 
     def cast(
         self, targets: Sequence[str], dest: str, call: Call, payload: Sequence[Buffer]
     ) -> None:
-        """Send ``call`` to every target through the cast tree (see ``_cast``)."""
+        """Send ``call`` to every target through the cast tree (see ``_cast``); loop only."""
+        if len(targets) == 1 and not call.forward:
+            self.post(targets[0], TO_ACTOR, dest, call, payload)
+            return
         from ._config import current_config
 
         fan_out(self.post, targets, dest, call, payload, current_config().max_cast_fanout)
@@ -428,9 +593,8 @@ class Runtime:
             return lambda: None
         key = next(self._watch_ids)
         self._watchers.setdefault(address, {})[key] = watcher
-        if address != self.address and address not in self._writers:
-            # Connect now, so that a dead peer is noticed even before we send to it.
-            self._writers[address] = _PeerWriter(self, address)
+        if address != self.address:
+            self._writer(address)  # connect now: a dead peer is noticed before we send to it
         return lambda: self._watchers.get(address, {}).pop(key, None) and None
 
     def _peer_failed(self, address: str, exc: BaseException) -> None:
@@ -441,7 +605,7 @@ class Runtime:
         writer = self._writers.get(address)
         if writer is not None:
             writer.failure = writer.failure or exc
-            writer.task.cancel()
+            writer.stop()
         inbound = self._inbound.pop(address, {})
         if inbound:
             self.spawn_task(self._drain_then_notify(address, exc, inbound))
@@ -480,7 +644,7 @@ class Runtime:
 
     async def aclose(self) -> None:
         for writer in list(self._writers.values()):
-            writer.task.cancel()
+            writer.stop()
         if self.listener is not None:
             await self.listener.aclose()
         for task in list(self._tasks):
