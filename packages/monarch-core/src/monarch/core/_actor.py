@@ -10,7 +10,6 @@ actor's own thread, so a long sync endpoint never stalls the proc.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import dataclasses
 import functools
@@ -30,7 +29,7 @@ from monarch.transport import Buffer
 
 from ._cast import ReceiveOrder
 from ._config import current_config
-from ._future import Future, run_on, submit_into
+from ._future import Future, Outcome, run_on, submit_into, wait_outcome
 from ._messages import (
     STOP_METHOD,
     TO_PROC,
@@ -753,7 +752,7 @@ class _ActorHost:
         owned, self.owned = self.owned, []
         for mesh in reversed(owned):
             try:
-                await asyncio.wrap_future(mesh.stop(reason)._cf)
+                await wait_outcome(mesh.stop(reason)._cf)
             except Exception:
                 log.exception("stopping %r owned by %s failed", mesh, self.info.actor_id)
 
@@ -839,7 +838,28 @@ _live_hosts: dict[str, _ActorHost] = {}
 
 
 class _Gather:
-    """Collects one reply per rank of a cast on a port; fails fast on errors or dead procs."""
+    """Collects one reply per rank of a cast on a port; fails fast on errors or dead procs.
+
+    When done it completes ``result`` (a call's future: its one value, or a ValueMesh
+    over ``mesh``) or calls ``on_done``. One object per call in flight, itself the
+    port's handler: thousands may be pending at once.
+    """
+
+    __slots__ = (
+        "_done",
+        "_outcome",
+        "arrivals",
+        "count",
+        "mesh",
+        "on_done",
+        "port",
+        "received",
+        "result",
+        "runtime",
+        "values",
+        "want",
+        "watches",
+    )
 
     def __init__(
         self,
@@ -849,10 +869,16 @@ class _Gather:
         *,
         stream: bool = False,
         on_done: Callable[[list[Any] | None, BaseException | None], None] | None = None,
+        result: Future[Any] | None = None,
+        want: str = "",
+        mesh: ActorMesh[Any] | None = None,
     ) -> None:
         self.runtime = runtime
         self.count = count
         self.on_done = on_done
+        self.result = result
+        self.want = want
+        self.mesh = mesh
         self.values: list[Any] = [None] * count
         self.received = 0
         self._done: asyncio.Future[list[Any]] | None = None
@@ -860,10 +886,11 @@ class _Gather:
         self.arrivals: list[asyncio.Future[Any]] | None = (
             [runtime.loop.create_future() for _ in range(count)] if stream else None
         )
-        self.port = runtime.open_port(self._on_value)
-        self._unwatch = [runtime.watch_peer(proc, self._on_peer_lost) for proc in procs]
+        self.port = runtime.open_port(self)
+        self.watches = [(proc, runtime.watch_peer(proc, self._on_peer_lost)) for proc in procs]
 
-    def _on_value(self, body: Body, payload: Sequence[Buffer]) -> None:
+    def __call__(self, body: Body, payload: Sequence[Buffer]) -> None:
+        """A value for the port."""
         if not isinstance(body, PortValue):
             return
         try:
@@ -898,12 +925,23 @@ class _Gather:
     def _finish(self, error: BaseException | None) -> None:
         if self._outcome is not None:
             return
-        self._outcome = (None, error) if error is not None else (self.values, None)
-        self.runtime.close_port(self.port)
-        for unwatch in self._unwatch:
-            unwatch()
+        values = self.values
+        self._outcome = (None, error) if error is not None else (values, None)
+        runtime = self.runtime
+        runtime.close_port(self.port)
+        for proc, key in self.watches:
+            runtime.unwatch_peer(proc, key)
+        result = self.result
+        if result is not None and not result.done():
+            if error is not None:
+                result.set_exception(error)
+            elif self.want == "one":
+                result.set_result(values[0])
+            else:
+                assert self.mesh is not None
+                result.set_result(ValueMesh(self.mesh._shape_for_values(), values))
         if self.on_done is not None:
-            self.on_done(None if error is not None else self.values, error)
+            self.on_done(None if error is not None else values, error)
         if self._done is not None:
             self._settle(self._done)
 
@@ -954,10 +992,10 @@ class Endpoint(Generic[R]):
         return dumps((args, kwargs))
 
     def _submit(self, mesh: ActorMesh[Any], payload: list[Buffer], want: str) -> Future[Any]:
-        start = functools.partial(
-            mesh._start_cast, self._name, payload, want, self._prop._explicit_response_port
+        explicit = self._prop._explicit_response_port
+        return submit_into(
+            mesh._runtime, ActorMesh._start_cast, mesh, self._name, payload, want, explicit
         )
-        return submit_into(mesh._runtime, start)
 
     def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
         """Call every actor of the (sliced) mesh; gather one value per rank."""
@@ -1114,20 +1152,20 @@ class _MeshState:
         procs = self.procs
         if procs is None:
             raise TypeError("an ActorMesh with no procs cannot be sent")
-        if not isinstance(procs, concurrent.futures.Future):
+        if not isinstance(procs, Outcome):
             return list(procs)
         if not procs.done() and threading.get_ident() == self.runtime.loop_thread_id:
             raise TypeError(
                 "an ActorMesh whose procs are still starting cannot be sent from inside "
                 "an async endpoint; await mesh.initialized first"
             )
-        return list(procs.result())
+        return list(procs.wait())
 
-    def wait_for(self, procs: Procs, posted: concurrent.futures.Future[_Gather] | None) -> None:
+    def wait_for(self, procs: Procs, posted: Outcome[_Gather] | None) -> None:
         async def wait() -> None:
             try:
                 if posted is not None:
-                    self.spawn_gather = await asyncio.wrap_future(posted)
+                    self.spawn_gather = await wait_outcome(posted)
                 self.addresses = await resolve(procs)
             except Exception as exc:  # noqa: BLE001 - every waiting cast fails with it
                 self.error = exc
@@ -1295,7 +1333,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
         payload: Sequence[Buffer],
         want: str,
         explicit: bool,
-        result: concurrent.futures.Future[Any],
+        result: Future[Any],
     ) -> None:
         """Post the cast now (or after earlier casts, once the procs are up); loop only.
 
@@ -1321,7 +1359,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
         payload: Sequence[Buffer],
         want: str,
         explicit: bool,
-        result: concurrent.futures.Future[Any],
+        result: Future[Any],
     ) -> None:
         ranks, _ = self._cast_plan()
         targets = {procs[rank] for rank in ranks}
@@ -1330,27 +1368,8 @@ class ActorMesh(ShapedMesh, Generic[R]):
             self._post_to(procs, method, payload, gather.port, explicit)
             result.set_result(gather.arrivals)
             return
-        on_done = functools.partial(self._complete, want, result)
-        gather = _Gather(self._runtime, len(ranks), targets, on_done=on_done)
+        gather = _Gather(self._runtime, len(ranks), targets, result=result, want=want, mesh=self)
         self._post_to(procs, method, payload, gather.port, explicit)
-
-    def _complete(
-        self,
-        want: str,
-        result: concurrent.futures.Future[Any],
-        values: list[Any] | None,
-        error: BaseException | None,
-    ) -> None:
-        if result.done():
-            return
-        if error is not None:
-            result.set_exception(error)
-        elif want == "one":
-            assert values is not None
-            result.set_result(values[0])
-        else:
-            assert values is not None
-            result.set_result(ValueMesh(self._shape_for_values(), values))
 
     def _shape_for_values(self) -> Shape:
         return Shape(
@@ -1378,9 +1397,9 @@ class ActorMesh(ShapedMesh, Generic[R]):
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
         """Drain and stop every actor of the mesh (``__cleanup__`` runs); later calls fail."""
-        return submit_into(self._runtime, lambda cf: self._start_stop(reason, cf))
+        return submit_into(self._runtime, self._start_stop, reason)
 
-    def _start_stop(self, reason: str, result: concurrent.futures.Future[None]) -> None:
+    def _start_stop(self, reason: str, result: Future[None]) -> None:
         def finish(values: list[Any] | None, error: BaseException | None) -> None:
             if error is not None:
                 result.set_exception(error)
@@ -1417,14 +1436,14 @@ def _rebuild_actor_mesh(
     return ActorMesh(cls, mesh_id, name, _shape_of(spec), state)
 
 
-Procs = Sequence[str] | concurrent.futures.Future[list[str]]
+Procs = Sequence[str] | Outcome[list[str]]
 """Proc addresses by rank, or the future of them while the procs start."""
 
 
 async def resolve(procs: Procs) -> list[str]:
-    if isinstance(procs, concurrent.futures.Future):
-        pending: concurrent.futures.Future[Any] = procs
-        return list(await asyncio.wrap_future(pending))
+    if isinstance(procs, Outcome):
+        pending: Outcome[Any] = procs
+        return list(await wait_outcome(pending))
     return list(procs)
 
 

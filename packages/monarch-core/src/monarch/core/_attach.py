@@ -11,7 +11,6 @@ old address still arrives, as that listener stays open.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import enum
 import logging
@@ -20,6 +19,7 @@ from typing import Any
 
 from monarch.transport import Address, AuthenticationError, open_listener
 
+from ._future import run_on
 from ._netaddr import WILDCARD_HOSTS, route_source, split_alias
 from ._proc_mesh import HostMesh
 from ._runtime import SECRET_ENV, Runtime, current_runtime
@@ -119,7 +119,7 @@ def _reachable_runtime(workers: Sequence[str]) -> Runtime:
     runtime = current_runtime(listen=str(Address("tcp", source, 0)))
     identity = Address.parse(runtime.address)
     if identity.scheme != "tcp" or identity.host != source:
-        asyncio.run_coroutine_threadsafe(_listen_at(runtime, source), runtime.loop).result()
+        run_on(runtime, _listen_at(runtime, source)).get()
     return runtime
 
 

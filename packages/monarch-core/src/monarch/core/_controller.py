@@ -7,7 +7,6 @@ process on the first request and answers every request with the same mesh.
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 from collections.abc import Sequence
 from typing import Any, TypeVar
@@ -32,15 +31,8 @@ def get_or_spawn_controller(name: str, Class: type[T], *args: Any, **kwargs: Any
     root = os.environ.get(ROOT_ENV) or runtime.address
     payload = dumps((Class, args, kwargs))
 
-    def start(result: concurrent.futures.Future[Any]) -> None:
-        def finish(values: list[Any] | None, error: BaseException | None) -> None:
-            if error is not None:
-                result.set_exception(error)
-            else:
-                assert values is not None
-                result.set_result(values[0])
-
-        gather = _Gather(runtime, 1, {root}, on_done=finish)
+    def start(result: Future[Any]) -> None:
+        gather = _Gather(runtime, 1, {root}, result=result, want="one")
         runtime.post(root, TO_PROC, "", GetController(name, gather.port), payload)
 
     return submit_into(runtime, start)

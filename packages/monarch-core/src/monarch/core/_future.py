@@ -1,8 +1,8 @@
 """``Future``: the result of every adverb, usable from sync code, asyncio, and endpoints.
 
-A Future wraps a ``concurrent.futures.Future`` completed by the runtime's event loop,
-which runs on its own thread in the controller and on the main thread of a worker.
-``get()`` blocks the calling thread; ``await`` suspends the calling asyncio task.
+A Future wraps an ``Outcome`` completed by the runtime's event loop (which runs on its
+own thread in the controller and on the main thread of a worker) or by an actor's
+thread. ``get()`` blocks the calling thread; ``await`` suspends the calling task.
 """
 
 from __future__ import annotations
@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import logging
 import threading
 import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
 R = TypeVar("R")
 T = TypeVar("T")
+
+_log = logging.getLogger("monarch.actor")
 
 _loop_thread: threading.Thread | None = None
 """The thread running the runtime loop; ``get()`` there would deadlock."""
@@ -27,53 +30,169 @@ def set_loop_thread(thread: threading.Thread | None) -> None:
     _loop_thread = thread
 
 
-class Future(Generic[R]):
-    """The eventual result of a Monarch operation. Not constructible by users."""
+_PENDING: Final = 0
+_DONE: Final = 1
+_outcome_lock = threading.Lock()
+"""Guards every Outcome's transitions: held for a few instructions, so one is enough."""
 
-    __slots__ = ("_cf_", "_start")
 
-    _cf_: concurrent.futures.Future[R] | None
-    _start: Callable[[], concurrent.futures.Future[R]] | None
+class Outcome(Generic[R]):
+    """A one-shot, thread-safe result: what ``concurrent.futures.Future`` offers, minus
+    cancellation, in one small object.
+
+    Thousands may be pending at once (pipelined calls), so it matters that each is a
+    single object: no Condition, lock and lists per instance, which cost allocation and
+    garbage-collector time. A thread that blocks in ``wait`` gets a lock of its own.
+    """
+
+    __slots__ = ("_callbacks", "_error", "_state", "_value", "_waiter")
+
+    def __init__(self) -> None:
+        self._state = _PENDING
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._waiter: threading.Lock | None = None
+        self._callbacks: list[Callable[[Outcome[R]], object]] | None = None
+
+    def done(self) -> bool:
+        return self._state == _DONE
+
+    def set_result(self, value: R) -> None:
+        self._settle(value, None)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._settle(None, error)
+
+    def _settle(self, value: Any, error: BaseException | None) -> None:
+        with _outcome_lock:
+            if self._state == _DONE:
+                raise concurrent.futures.InvalidStateError(f"{self!r} is already done")
+            self._value = value
+            self._error = error
+            self._state = _DONE
+            waiter, self._waiter = self._waiter, None
+            callbacks, self._callbacks = self._callbacks, None
+        if waiter is not None:
+            waiter.release()
+        if callbacks:
+            for callback in callbacks:
+                self._run(callback)
+
+    def _run(self, callback: Callable[[Outcome[R]], object]) -> None:
+        try:
+            callback(self)
+        except Exception:  # noqa: BLE001 - one failing callback must not stop the others
+            _log.exception("a done callback of %r failed", self)
+
+    def add_done_callback(self, callback: Callable[[Outcome[R]], object]) -> None:
+        """Call ``callback(self)`` once done: now if it is, else on the completing thread."""
+        with _outcome_lock:
+            if self._state != _DONE:
+                if self._callbacks is None:
+                    self._callbacks = [callback]
+                else:
+                    self._callbacks.append(callback)
+                return
+        self._run(callback)
+
+    def wait(self, timeout: float | None = None) -> R:
+        """The value (or raise the error), blocking up to ``timeout`` seconds."""
+        if self._state != _DONE:
+            with _outcome_lock:
+                waiter = self._waiter
+                if self._state != _DONE and waiter is None:
+                    waiter = self._waiter = threading.Lock()
+                    waiter.acquire()
+            if waiter is not None:
+                # Released once by the completion; each waiter passes it on to the next.
+                if not waiter.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+                    raise TimeoutError
+                waiter.release()
+        if self._error is not None:
+            raise self._error
+        value: R = self._value
+        return value
+
+    def error(self) -> BaseException | None:
+        """The error of a completed outcome (``None`` if it has a value)."""
+        return self._error
+
+    def asyncio_future(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[R]:
+        """An asyncio future of ``loop`` (the running one) completed with this outcome."""
+        future: asyncio.Future[R] = loop.create_future()
+        if self._state == _DONE:
+            _copy_into(future, self)
+        else:
+            self.add_done_callback(
+                lambda outcome: loop.call_soon_threadsafe(_copy_into, future, outcome)
+            )
+        return future
+
+
+def _copy_into(future: asyncio.Future[R], outcome: Outcome[R]) -> None:
+    if future.done():
+        return
+    if outcome._error is not None:
+        future.set_exception(outcome._error)
+    else:
+        future.set_result(outcome._value)
+
+
+async def wait_outcome(outcome: Outcome[R]) -> R:
+    """Await an outcome on the running asyncio loop."""
+    return await outcome.asyncio_future(asyncio.get_running_loop())
+
+
+class Future(Outcome[R]):
+    """The eventual result of a Monarch operation. Not constructible by users.
+
+    A Future is its own outcome: the runtime completes it directly, so a pending call
+    costs one object.
+    """
+
+    __slots__ = ("_start",)
+
+    _start: Callable[[Future[R]], None] | None
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("Future cannot be constructed directly; Monarch operations return one")
 
     @classmethod
-    def _wrap(cls, cf: concurrent.futures.Future[R]) -> Future[R]:
+    def _new(cls) -> Future[R]:
         future: Future[R] = object.__new__(cls)
-        future._cf_ = cf
+        Outcome.__init__(future)
         future._start = None
         return future
 
     @classmethod
-    def _lazy(cls, start: Callable[[], concurrent.futures.Future[R]]) -> Future[R]:
-        """A future whose work starts when it is first observed."""
-        future: Future[R] = object.__new__(cls)
-        future._cf_ = None
+    def _lazy(cls, start: Callable[[Future[R]], None]) -> Future[R]:
+        """A future whose work, ``start(future)``, begins when it is first observed."""
+        future: Future[R] = cls._new()
         future._start = start
         return future
 
     @property
-    def _cf(self) -> concurrent.futures.Future[R]:
-        cf = self._cf_
-        if cf is None:
-            assert self._start is not None
-            cf = self._cf_ = self._start()
-            self._start = None
-        return cf
+    def _cf(self) -> Future[R]:
+        """This future, its work started (see ``_lazy``)."""
+        if self._start is not None:
+            with _outcome_lock:
+                start, self._start = self._start, None
+            if start is not None:
+                start(self)
+        return self
 
     @classmethod
     def _of(cls, value: R) -> Future[R]:
-        cf: concurrent.futures.Future[R] = concurrent.futures.Future()
-        cf.set_result(value)
-        return cls._wrap(cf)
+        future: Future[R] = cls._new()
+        future.set_result(value)
+        return future
 
     def get(self, timeout: float | None = None) -> R:
         """Block until the value is ready; ``TimeoutError`` after ``timeout`` seconds.
 
         A timeout leaves the operation running: a later ``get`` may still succeed.
         """
-        if not self._cf.done():
+        if self._cf._state != _DONE:
             if threading.current_thread() is _loop_thread:
                 raise RuntimeError(
                     "Future.get() inside an async endpoint would block the actor's event loop; "
@@ -85,7 +204,7 @@ class Future(Generic[R]):
                     RuntimeWarning,
                     stacklevel=2,
                 )
-        return self._cf.result(timeout)
+        return self.wait(timeout)
 
     def result(self, timeout: float | None = None) -> R:
         return self.get(timeout)
@@ -100,36 +219,37 @@ class Future(Generic[R]):
         return None
 
     def done(self) -> bool:
-        return self._cf.done()
+        return self._cf._state == _DONE
 
     def as_asyncio(self) -> asyncio.Future[R]:
         """This future as an asyncio future of the running loop."""
-        return asyncio.wrap_future(self._cf)
+        return self._cf.asyncio_future(asyncio.get_running_loop())
 
     def __await__(self) -> Generator[Any, None, R]:
-        if asyncio._get_running_loop() is not None:
-            return asyncio.wrap_future(self._cf).__await__()
+        loop = asyncio._get_running_loop()
+        if loop is not None:
+            return self._cf.asyncio_future(loop).__await__()
         return _await_elsewhere(self._cf).__await__()
 
     def then(self, fn: Callable[[R], T]) -> Future[T]:
         """A future of ``fn(value)``, computed when this one completes."""
-        out: concurrent.futures.Future[T] = concurrent.futures.Future()
+        out: Future[T] = Future._new()
 
-        def done(cf: concurrent.futures.Future[R]) -> None:
+        def done(outcome: Outcome[R]) -> None:
             try:
-                out.set_result(fn(cf.result()))
+                out.set_result(fn(outcome.wait()))
             except BaseException as exc:  # noqa: BLE001 - handed to the future
                 out.set_exception(exc)
 
         self._cf.add_done_callback(done)
-        return Future._wrap(out)
+        return out
 
     def __repr__(self) -> str:
-        state = "done" if self._cf.done() else "pending"
+        state = "done" if self._state == _DONE else "pending"
         return f"<monarch.actor.Future {state}>"
 
 
-async def _await_elsewhere(cf: concurrent.futures.Future[R]) -> R:
+async def _await_elsewhere(outcome: Outcome[R]) -> R:
     """Await from another async library (trio): wake the awaiting task through anyio."""
     import anyio
     import anyio.from_thread
@@ -138,15 +258,15 @@ async def _await_elsewhere(cf: concurrent.futures.Future[R]) -> R:
     done = anyio.Event()
     token = anyio.lowlevel.current_token()
 
-    def wake(_: concurrent.futures.Future[R]) -> None:
+    def wake(_: Outcome[R]) -> None:
         try:
             anyio.from_thread.run_sync(done.set, token=token)
         except RuntimeError:  # completed on the awaiting thread itself
             done.set()
 
-    cf.add_done_callback(wake)
+    outcome.add_done_callback(wake)
     await done.wait()
-    return cf.result()
+    return outcome.wait()
 
 
 class LoopRunner(Protocol):
@@ -154,62 +274,51 @@ class LoopRunner(Protocol):
 
     loop: asyncio.AbstractEventLoop
 
-    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None: ...
+    def call_soon(self, *request: Any) -> None: ...
 
 
-def submit_into(
-    runner: LoopRunner, start: Callable[[concurrent.futures.Future[R]], None]
-) -> Future[R]:
-    """Run ``start(cf)`` on the loop, in call order; ``start`` arranges to complete ``cf``.
+def submit_into(runner: LoopRunner, start: Callable[..., None], *args: Any) -> Future[R]:
+    """Run ``start(*args, future)`` on the loop, in call order; it arranges to complete
+    the future it is given.
 
-    The cheapest way back to the caller: whatever completes the operation sets ``cf``
-    directly, with no asyncio future (and loop iteration) in between.
+    The cheapest way back to the caller: whatever completes the operation completes the
+    future directly, with no asyncio future (and loop iteration) in between.
     """
-    cf: concurrent.futures.Future[R] = concurrent.futures.Future()
-    runner.call_soon(_start, start, cf)
-    return Future._wrap(cf)
+    future: Future[R] = Future._new()
+    runner.call_soon(_start, future, start, *args)
+    return future
 
 
-def _start(
-    start: Callable[[concurrent.futures.Future[R]], None], cf: concurrent.futures.Future[R]
-) -> None:
-    if not cf.set_running_or_notify_cancel():
-        return
+def _start(future: Future[R], start: Callable[..., None], *args: Any) -> None:
     try:
-        start(cf)
+        start(*args, future)
     except BaseException as exc:  # noqa: BLE001 - handed to the future
-        if not cf.done():
-            cf.set_exception(exc)
+        if not future.done():
+            future.set_exception(exc)
 
 
 def run_on(runner: LoopRunner, coro: Coroutine[Any, Any, R]) -> Future[R]:
     """Run ``coro`` as a task of the runtime loop, started in order with ``call_soon``."""
-    cf: concurrent.futures.Future[R] = concurrent.futures.Future()
+    future: Future[R] = Future._new()
+    _run_into(runner, coro, future)
+    return future
 
+
+def _run_into(runner: LoopRunner, coro: Coroutine[Any, Any, R], future: Outcome[R]) -> None:
     def start() -> None:
-        if cf.cancelled():
-            coro.close()
-            return
         task = runner.loop.create_task(coro)
-        task.add_done_callback(functools.partial(_copy_outcome, cf))
-        cf.add_done_callback(
-            lambda _: runner.loop.call_soon_threadsafe(task.cancel) if cf.cancelled() else None
-        )
+        task.add_done_callback(functools.partial(_copy_outcome, future))
 
     runner.call_soon(start)
-    return Future._wrap(cf)
 
 
-def _copy_outcome(cf: concurrent.futures.Future[R], task: asyncio.Task[R]) -> None:
+def _copy_outcome(future: Outcome[R], task: asyncio.Task[R]) -> None:
     if task.cancelled():
-        cf.cancel()
-        return
-    if not cf.set_running_or_notify_cancel():
-        return  # cancelled by its caller
-    if (exc := task.exception()) is not None:
-        cf.set_exception(exc)
+        future.set_exception(asyncio.CancelledError("the runtime stopped the operation"))
+    elif (exc := task.exception()) is not None:
+        future.set_exception(exc)
     else:
-        cf.set_result(task.result())
+        future.set_result(task.result())
 
 
 def returns_future(fn: Callable[..., Awaitable[R]]) -> Callable[..., Future[R]]:
@@ -237,35 +346,33 @@ class _CoroutineFuture(Future[R]):
 
     @classmethod
     def _of_coroutine(cls, make: Callable[[], Coroutine[Any, Any, R]]) -> _CoroutineFuture[R]:
-        def start() -> concurrent.futures.Future[R]:
+        def start(future: Future[R]) -> None:
             from ._runtime import current_runtime
 
-            body = future._make
-            future._make = None
+            body = this._make
+            this._make = None
             assert body is not None
-            return run_on(current_runtime(), body())._cf
+            _run_into(current_runtime(), body(), future)
 
-        future: _CoroutineFuture[R] = cls._lazy(start)  # type: ignore[assignment]
-        future._make = make
-        return future
+        this: _CoroutineFuture[R] = cls._lazy(start)  # type: ignore[assignment]
+        this._make = make
+        return this
 
     def __await__(self) -> Generator[Any, None, R]:
         make = self._make
-        if self._cf_ is not None or make is None:
+        if self._start is None or make is None:
             return super().__await__()
         self._make = None
-        cf: concurrent.futures.Future[R] = concurrent.futures.Future()
-        self._cf_ = cf
         self._start = None
-        return _settle(make(), cf).__await__()
+        return _settle(make(), self).__await__()
 
 
-async def _settle(coro: Coroutine[Any, Any, R], cf: concurrent.futures.Future[R]) -> R:
-    """Await ``coro`` here, recording its outcome in ``cf`` so the future can be re-read."""
+async def _settle(coro: Coroutine[Any, Any, R], outcome: Outcome[R]) -> R:
+    """Await ``coro`` here, recording how it ended so the future can be read again."""
     try:
         value = await coro
     except BaseException as exc:
-        cf.set_exception(exc)
+        outcome.set_exception(exc)
         raise
-    cf.set_result(value)
+    outcome.set_result(value)
     return value

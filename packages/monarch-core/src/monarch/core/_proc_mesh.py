@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import concurrent.futures
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -19,7 +18,7 @@ from monarch.transport import Buffer
 
 from ._actor import ActorMesh, Procs, SupervisionError, _host_var, resolve, spawn_actor_mesh
 from ._config import runtime_env
-from ._future import Future, run_on
+from ._future import Future, Outcome, run_on, wait_outcome
 from ._messages import (
     TO_PROC,
     Body,
@@ -107,7 +106,7 @@ async def _start_procs(
     from ._config import current_config
 
     ready_port = runtime.open_port(group.on_ready)
-    unwatch = [runtime.watch_peer(host, group.host_lost) for host in hosts]
+    watches = [(host, runtime.watch_peer(host, group.host_lost)) for host in hosts]
     # The procs get this process's configuration and the job's root, wherever they run.
     env = {**runtime_env(), ROOT_ENV: os.environ.get(ROOT_ENV) or runtime.address}
     try:
@@ -125,8 +124,8 @@ async def _start_procs(
         raise
     finally:
         runtime.close_port(ready_port)
-        for stop_watching in unwatch:
-            stop_watching()
+        for host, key in watches:
+            runtime.unwatch_peer(host, key)
     addresses = [a for a in group.addresses if a is not None]
     if bootstrap is not None:
         try:
@@ -201,8 +200,8 @@ class ProcMesh(ShapedMesh):
         if group is not None and not group.stopping:
             found += [f"proc {rank} {how}" for rank, how in sorted(group.exited.items())]
         procs = self._procs
-        if isinstance(procs, concurrent.futures.Future):
-            procs = procs.result() if procs.done() and procs.exception() is None else []
+        if isinstance(procs, Outcome):
+            procs = procs.wait() if procs.done() and procs.error() is None else []
         failed_peers = self._runtime.failed_peers
         found += [f"{a}: {failed_peers[a]}" for a in set(procs) if a in failed_peers]
         return found
@@ -253,10 +252,10 @@ class ProcMesh(ShapedMesh):
         await self.stop()
 
     def __reduce__(self) -> Any:
-        if isinstance(self._procs, concurrent.futures.Future):
+        if isinstance(self._procs, Outcome):
             if not self._procs.done():
                 raise TypeError("a ProcMesh cannot be sent before its procs are running")
-            procs = self._procs.result()
+            procs = self._procs.wait()
         else:
             procs = list(self._procs)
         return (_rebuild_proc_mesh, (procs, self._shape))
@@ -316,10 +315,10 @@ class HostMesh(ShapedMesh):
         # Made here, not on the loop: spawn_procs must not block (an async actor's
         # __init__ runs on the loop itself).
         group = _ProcGroup(runtime, len(hosts) * per)
-        addresses = asyncio.run_coroutine_threadsafe(
+        addresses = run_on(
+            runtime,
             _start_procs(runtime, hosts, per, name or "procs", bootstrap, group, self._python),
-            runtime.loop,
-        )
+        )._cf
         mesh = ProcMesh(addresses, shape, runtime, group)
         owner = _host_var.get()
         if owner is not None:
@@ -406,7 +405,7 @@ def shutdown_context(host_timeout: float | None = None) -> Future[None]:
     async def wait_all() -> None:
         for stop in stops:
             try:
-                await asyncio.wait_for(asyncio.wrap_future(stop._cf), host_timeout)
+                await asyncio.wait_for(wait_outcome(stop._cf), host_timeout)
             except (TimeoutError, RuntimeError):
                 pass
 

@@ -306,7 +306,7 @@ class Runtime:
         self.stopped = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.loop_thread_id: int | None = None
-        self._inbox: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._inbox: deque[tuple[Any, ...]] = deque()
         self._inbox_scheduled = False
         self._batching = 0
         """Depth of batches running: their writes are flushed together at the end."""
@@ -314,14 +314,14 @@ class Runtime:
 
     # -- the loop's work, from any thread -------------------------------------------
 
-    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+    def call_soon(self, *request: Any) -> None:
         """Run ``fn(*args)`` on the loop, from any thread, in call order.
 
         Every thread's requests go through this one queue, so what a thread asks for
         happens in the order it asked (a cast, then a stop, say). A burst costs one
         loop wake-up, and the messages its work sends go out in one system call.
         """
-        self._inbox.append((fn, args))
+        self._inbox.append(request)  # (fn, *args): one tuple, however many are queued
         if not self._inbox_scheduled:
             self._inbox_scheduled = True
             self.loop.call_soon_threadsafe(self._drain_inbox)
@@ -332,7 +332,7 @@ class Runtime:
         self._batching += 1
         try:
             while inbox:
-                fn, args = inbox.popleft()
+                fn, *args = inbox.popleft()
                 try:
                     fn(*args)
                 except Exception:
@@ -585,17 +585,26 @@ class Runtime:
 
     # -- failures ---------------------------------------------------------------------
 
-    def watch_peer(self, address: str, watcher: PeerWatcher) -> Callable[[], None]:
-        """Call ``watcher(address, exc)`` once if that peer fails; returns an unwatch."""
+    def watch_peer(self, address: str, watcher: PeerWatcher) -> int:
+        """Call ``watcher(address, exc)`` once if that peer fails; returns a key for
+        ``unwatch_peer``."""
+        key = next(self._watch_ids)
         failure = self.failed_peers.get(address)
         if failure is not None:
             self.loop.call_soon(watcher, address, failure)
-            return lambda: None
-        key = next(self._watch_ids)
-        self._watchers.setdefault(address, {})[key] = watcher
-        if address != self.address:
+            return key
+        watchers = self._watchers.get(address)
+        if watchers is None:
+            watchers = self._watchers[address] = {}
+        watchers[key] = watcher
+        if address != self.address and address not in self._writers:
             self._writer(address)  # connect now: a dead peer is noticed before we send to it
-        return lambda: self._watchers.get(address, {}).pop(key, None) and None
+        return key
+
+    def unwatch_peer(self, address: str, key: int) -> None:
+        watchers = self._watchers.get(address)
+        if watchers is not None:
+            watchers.pop(key, None)
 
     def _peer_failed(self, address: str, exc: BaseException) -> None:
         """Declare a peer failed, for good: cut every connection with it, tell watchers."""

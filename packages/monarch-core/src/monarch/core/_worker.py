@@ -34,8 +34,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 # Only the standard library at import: every ``monarch`` command loads this module to
 # register the subcommand. The runtime is imported when a worker starts.
 if TYPE_CHECKING:
-    import concurrent.futures
-
     from monarch.transport import Buffer
 
     from ._future import Future
@@ -157,8 +155,7 @@ class _Worker:
     """A worker runtime on its own thread (the process's runtime while it runs)."""
 
     def __init__(self, address: str, secret: bytes) -> None:
-        import concurrent.futures
-
+        from ._future import Future
         from ._netaddr import split_alias
         from ._runtime import Runtime, new_event_loop
 
@@ -166,7 +163,7 @@ class _Worker:
         self.secret = secret
         self.loop = new_event_loop()
         self.runtime = Runtime(self.loop, secret)
-        self.done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self.done: Future[None] = Future._new()
         self.thread = threading.Thread(target=self._run, name="monarch-worker", daemon=True)
         self._ready = threading.Event()
         self._failure: BaseException | None = None
@@ -257,12 +254,11 @@ def start_worker_loop_forever(
     ``"trust_all_connections"`` or None; certificates raise NotImplementedError (see the
     module docstring).
     """
-    from ._future import Future
 
     check_security(ca=ca, private_key=private_key, address=address)
     worker = _Worker(address, worker_secret())
     worker.start()
-    return Future._wrap(worker.done)
+    return worker.done
 
 
 def _serve_blocking(address: str, secret: bytes, *, announce: bool = False) -> None:
@@ -277,7 +273,7 @@ def _serve_blocking(address: str, secret: bytes, *, announce: bool = False) -> N
         if announce:
             print(real, flush=True)
             print(f"monarch worker: serving as host agent at {real}", file=sys.stderr, flush=True)
-        worker.done.result()
+        worker.done.wait()
     finally:
         for signum, handler in restore.items():
             signal.signal(signum, handler)
