@@ -8,6 +8,11 @@ its calls. In the same run and in the same way it times the raw baseline
 (``_raw_peer.py``: 4 plain Python server processes, pickle over a Unix socket). The
 repetitions of the two are interleaved, so a drift in machine load hits both alike.
 
+When the baseline venvs exist (``hatch run bench:baselines``, see ``baselines.py``), the
+same run then measures upstream torchmonarch 0.7.0 (the very same workload code,
+``_actor_workloads.py``, in the upstream interpreter) and Ray 2.60.0
+(``_ray_workloads.py``), one after the other, each in a block of its own.
+
 Workloads (figures are medians over the repetitions; the JSON keeps every repetition):
 
 * no-op round trip: ``one.ping.call_one().get()``, one call at a time, each call timed
@@ -27,49 +32,68 @@ Workloads (figures are medians over the repetitions; the JSON keeps every repeti
   controller; raw: the server processes and the raw cold-start client.
 
 Also an in-process memcpy of 128 MiB. The ``targets`` section compares the headline
-figures with upstream Monarch 0.7.0 as measured on the reference machine (DESIGN.md,
-"Performance targets"); nothing here asserts on speed.
+figures with upstream Monarch 0.7.0: as measured in this run when the upstream venv
+exists, else as measured on the reference machine (DESIGN.md, "Performance targets");
+nothing here asserts on speed.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
-import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _raw_peer import AsyncRawClient, RawClient, rss_kib, start_server
+from _actor_workloads import MonarchSide
+from _raw_peer import AsyncRawClient, RawClient, start_server
 from _results import (
     RESULTS_DIR,
     fmt_num,
     machine_info,
     markdown_table,
     package_versions,
-    percentile,
     ratio_entry,
     summarize,
     write_json,
 )
+from _workloads import (
+    DEFAULT,
+    HERE,
+    MESH_SIZE,
+    MIB,
+    PAYLOAD_MIB,
+    QUICK,
+    WORKLOADS,
+    Side,
+    Sizes,
+    check_echo,
+    cold_figures,
+    drop_pycache,
+    latency,
+    pids_rss,
+    run_cold,
+    run_sides,
+    use_pycache_if_needed,
+)
+from baselines import default_python
 
-from monarch.actor import Actor, endpoint, this_host
-
-HERE = Path(__file__).resolve().parent
-MIB = 1024 * 1024
-PAYLOAD_MIB = (1, 16, 128)
-MESH_SIZE = 4
 MEMCPY_SIZE = 128 * MIB
 
-# Upstream Monarch 0.7.0 on the reference machine (DESIGN.md, "Performance targets").
+# Upstream Monarch 0.7.0 on the reference machine (DESIGN.md, "Performance targets"): what
+# the targets are checked against when no upstream venv was measured in this run.
 UPSTREAM: dict[str, float] = {
     "roundtrip_sync_median_us": 714.0,
     "roundtrip_await_median_us": 714.0,
@@ -80,6 +104,18 @@ UPSTREAM: dict[str, float] = {
     "cold_start_process_s": 0.37,
     "worker_rss_MiB": 111.0,
 }
+# Ray 2.60 on the same reference machine (DESIGN.md): shown when no Ray venv was measured.
+RAY_REFERENCE: dict[str, float] = {
+    "roundtrip_sync_median_us": 853.0,
+    "roundtrip_await_median_us": 853.0,
+    "pipelined_calls_per_s": 4500.0,
+    "fire_and_forget_msgs_per_s": 4100.0,
+    "mesh4_gather_median_us": 3200.0,
+    "payload_128MiB_oneway_MiBps": 1040.0,
+    "cold_start_process_s": 4.4,
+    "worker_rss_MiB": 115.0,
+}
+REFERENCES = {"upstream": UPSTREAM, "ray": RAY_REFERENCE}
 # figure -> target ratio to upstream (see UPSTREAM); whether higher is better comes from FIGURES
 TARGETS: dict[str, float] = {
     "roundtrip_sync_median_us": 0.2,
@@ -94,6 +130,23 @@ TARGETS: dict[str, float] = {
 MEMCPY_TARGET = 0.5
 """128 MiB one-way >= this fraction of the memcpy bandwidth measured in the same run."""
 
+IMPLS = ("monarch", "raw", "upstream", "ray")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Another implementation, measured in its own interpreter (see ``baselines.py``)."""
+
+    impl: str
+    script: str
+    label: str
+
+
+BASELINES = {
+    "upstream": Baseline("upstream", "_actor_workloads.py", "upstream torchmonarch 0.7.0"),
+    "ray": Baseline("ray", "_ray_workloads.py", "Ray 2.60.0"),
+}
+
 
 @dataclass(frozen=True)
 class Figure:
@@ -105,19 +158,21 @@ class Figure:
 def _figures() -> dict[str, Figure]:
     figs: dict[str, Figure] = {}
 
-    def latency(name: str, label: str) -> None:
+    def lat(name: str, label: str) -> None:
         figs[f"{name}_median_us"] = Figure("us", False, f"{label}, median")
         figs[f"{name}_p99_us"] = Figure("us", False, f"{label}, p99")
 
-    latency("roundtrip_sync", "no-op round trip, sync .get()")
-    latency("roundtrip_await", "no-op round trip, await from asyncio")
-    latency("roundtrip_async_endpoint", "no-op round trip to an async endpoint, .get()")
+    lat("roundtrip_sync", "no-op round trip, sync .get()")
+    lat("roundtrip_await", "no-op round trip, await from asyncio")
+    lat("roundtrip_async_endpoint", "no-op round trip to an async endpoint, .get()")
     figs["pipelined_calls_per_s"] = Figure("calls/s", True, "pipelined calls")
     figs["fire_and_forget_msgs_per_s"] = Figure("msg/s", True, "fire-and-forget + 1 call")
-    latency("mesh4_gather", "call to a mesh of 4 + gather")
-    for mib in PAYLOAD_MIB:
-        figs[f"payload_{mib}MiB_oneway_MiBps"] = Figure("MiB/s", True, f"{mib} MiB one-way")
-        figs[f"payload_{mib}MiB_echo_MiBps"] = Figure("MiB/s", True, f"{mib} MiB echo (both ways)")
+    lat("mesh4_gather", "call to a mesh of 4 + gather")
+    for size in PAYLOAD_MIB:
+        figs[f"payload_{size}MiB_oneway_MiBps"] = Figure("MiB/s", True, f"{size} MiB one-way")
+        figs[f"payload_{size}MiB_echo_MiBps"] = Figure(
+            "MiB/s", True, f"{size} MiB echo (both ways)"
+        )
     figs["cold_start_process_s"] = Figure("s", False, "cold start: process start to reply")
     figs["cold_start_spawn_s"] = Figure("s", False, "cold start: spawn call to reply")
     figs["cold_start_import_s"] = Figure("s", False, "cold start: import monarch.actor")
@@ -137,273 +192,6 @@ def _figures() -> dict[str, Figure]:
 
 
 FIGURES = _figures()
-
-
-@dataclass(frozen=True)
-class Sizes:
-    roundtrips: int
-    """Sequential calls per repetition, for each round-trip figure."""
-    pipelined: int
-    fire_and_forget: int
-    mesh_calls: int
-    payload_calls: tuple[int, ...]
-    """Calls per repetition for each size of PAYLOAD_MIB."""
-    reps: int
-    warmup: int
-
-
-DEFAULT = Sizes(
-    roundtrips=1000,
-    pipelined=10_000,
-    fire_and_forget=10_000,
-    mesh_calls=300,
-    payload_calls=(16, 4, 1),
-    reps=7,
-    warmup=1,
-)
-QUICK = Sizes(
-    roundtrips=300,
-    pipelined=5000,
-    fire_and_forget=5000,
-    mesh_calls=100,
-    payload_calls=(4, 2, 1),
-    reps=3,
-    warmup=0,
-)
-
-WORKLOADS = (
-    "roundtrip",
-    "roundtrip_await",
-    "roundtrip_async_endpoint",
-    "pipelined",
-    "fire_and_forget",
-    "mesh_gather",
-    "payload",
-    "cold_start",
-)
-
-
-# -- the actors ---------------------------------------------------------------------------
-
-
-class Echo(Actor):
-    """Sync endpoints (they run on the actor's own thread)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    @endpoint
-    def ping(self) -> None:
-        return None
-
-    @endpoint
-    def echo(self, x: Any) -> Any:
-        return x
-
-    @endpoint
-    def sink(self, x: Any) -> None:
-        return None
-
-    @endpoint
-    def tick(self) -> None:
-        self.count += 1
-
-    @endpoint
-    def ticks(self) -> int:
-        return self.count
-
-    @endpoint
-    def pid(self) -> int:
-        return os.getpid()
-
-
-class AsyncEcho(Actor):
-    """An ``async def`` endpoint (runs on the proc's event loop)."""
-
-    @endpoint
-    async def ping(self) -> None:
-        return None
-
-
-# -- helpers ------------------------------------------------------------------------------
-
-
-def _latency(prefix: str, samples: list[float]) -> dict[str, float]:
-    return {
-        f"{prefix}_median_us": percentile(samples, 50) * 1e6,
-        f"{prefix}_p99_us": percentile(samples, 99) * 1e6,
-    }
-
-
-def _payload(mib: int) -> bytes:
-    data = bytearray(mib * MIB)  # zero-filled, so every page is touched before timing
-    data[0], data[-1] = 1, 2
-    return bytes(data)
-
-
-def _check_echo(value: Any, size: int) -> None:
-    if not isinstance(value, bytes | bytearray) or len(value) != size:
-        raise AssertionError(f"echo returned {type(value).__name__} of {len(value)} bytes")
-    if value[0] != 1 or value[-1] != 2:
-        raise AssertionError("echo returned corrupted bytes")
-
-
-def _mib(kib: dict[str, int]) -> float | None:
-    return kib["VmRSS"] / 1024 if "VmRSS" in kib else None
-
-
-_PYCACHE: list[str] = []
-"""A bytecode cache for the cold-start processes, when this environment writes none."""
-
-
-def _cold_env() -> dict[str, str]:
-    # a fresh job: not the secret this process's runtime put in its environment
-    env = {k: v for k, v in os.environ.items() if k != "MONARCH_JOB_SECRET"}
-    if _PYCACHE:
-        # Installed packages come with compiled bytecode; PYTHONDONTWRITEBYTECODE would
-        # make every cold start compile monarch's sources again. Cache it aside instead.
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = _PYCACHE[0]
-    return env
-
-
-def _run_cold(args: list[str], timeout: float) -> dict[str, Any]:
-    started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, *args],
-        capture_output=True,
-        timeout=timeout,
-        env=_cold_env(),
-        stdin=subprocess.DEVNULL,
-    )
-    if proc.returncode != 0:
-        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-5:]
-        raise RuntimeError(f"cold start exited with code {proc.returncode}: {' | '.join(tail)}")
-    doc: dict[str, Any] = json.loads(proc.stdout.decode().strip().splitlines()[-1])
-    doc["t_parent"] = started
-    return doc
-
-
-def _cold_figures(doc: dict[str, Any]) -> dict[str, float]:
-    out = {
-        "cold_start_process_s": doc["t_reply"] - doc["t_parent"],
-        "cold_start_spawn_s": doc["t_reply"] - doc["t_spawn"],
-    }
-    if "t_imported" in doc:
-        out["cold_start_import_s"] = doc["t_imported"] - doc["t_main"]
-    if "stop_s" in doc:
-        out["cold_start_stop_s"] = doc["stop_s"]
-    for key, name in (
-        ("controller_rss", "controller_rss_MiB"),
-        ("worker_rss", "cold_start_worker_rss_MiB"),
-    ):
-        value = _mib(doc.get(key, {}))
-        if value is not None:
-            out[name] = value
-    return out
-
-
-# -- monarch ---------------------------------------------------------------------------
-
-
-class MonarchSide:
-    """This process as a Monarch controller: a mesh of 4 procs, an Echo actor on each."""
-
-    name = "monarch"
-
-    def __init__(self, timeout: float, runner: asyncio.Runner) -> None:
-        self.timeout = timeout
-        self.runner = runner
-        self.procs = this_host().spawn_procs(per_host={"gpus": MESH_SIZE})
-        self.actors = self.procs.spawn("echo", Echo)
-        self.async_actors = self.procs.spawn("async_echo", AsyncEcho)
-        self.one = self.actors.slice(gpus=0)
-        self.async_one = self.async_actors.slice(gpus=0)
-        self.pids: list[int] = list(self.actors.pid.call().get(timeout).values())
-
-    def roundtrip(self, n: int) -> dict[str, float]:
-        return _latency("roundtrip_sync", self._sequential(self.one.ping, n))
-
-    def roundtrip_async_endpoint(self, n: int) -> dict[str, float]:
-        return _latency("roundtrip_async_endpoint", self._sequential(self.async_one.ping, n))
-
-    def _sequential(self, ping: Any, n: int) -> list[float]:
-        timeout, clock = self.timeout, time.perf_counter
-        samples = []
-        for _ in range(n):
-            t0 = clock()
-            ping.call_one().get(timeout)
-            samples.append(clock() - t0)
-        return samples
-
-    def roundtrip_await(self, n: int) -> dict[str, float]:
-        async def run() -> list[float]:
-            ping, clock = self.one.ping, time.perf_counter
-            samples = []
-            for _ in range(n):
-                t0 = clock()
-                await ping.call_one()
-                samples.append(clock() - t0)
-            return samples
-
-        return _latency("roundtrip_await", self.runner.run(asyncio.wait_for(run(), self.timeout)))
-
-    def pipelined(self, n: int) -> dict[str, float]:
-        ping, timeout = self.one.ping, self.timeout
-        t0 = time.perf_counter()
-        futures = [ping.call_one() for _ in range(n)]
-        for future in futures:
-            future.get(timeout)
-        return {"pipelined_calls_per_s": n / (time.perf_counter() - t0)}
-
-    def fire_and_forget(self, n: int) -> dict[str, float]:
-        one = self.one
-        before = one.ticks.call_one().get(self.timeout)
-        tick = one.tick
-        t0 = time.perf_counter()
-        for _ in range(n):
-            tick.broadcast()
-        after = one.ticks.call_one().get(self.timeout)
-        elapsed = time.perf_counter() - t0
-        if after - before != n:
-            raise AssertionError(f"the reply saw {after - before} of {n} broadcasts")
-        return {"fire_and_forget_msgs_per_s": n / elapsed}
-
-    def mesh_gather(self, n: int) -> dict[str, float]:
-        ping, timeout, clock = self.actors.ping, self.timeout, time.perf_counter
-        samples = []
-        for _ in range(n):
-            t0 = clock()
-            values = ping.call().get(timeout)
-            samples.append(clock() - t0)
-        if len(values.values()) != MESH_SIZE:
-            raise AssertionError(f"gathered {len(values.values())} values")
-        return _latency("mesh4_gather", samples)
-
-    def payload(self, mib: int, data: bytes, count: int) -> dict[str, float]:
-        one, timeout, clock = self.one, self.timeout, time.perf_counter
-        t0 = clock()
-        for _ in range(count):
-            if one.sink.call_one(data).get(timeout) is not None:
-                raise AssertionError("sink returned a value")
-        oneway = clock() - t0
-        t0 = clock()
-        for _ in range(count):
-            _check_echo(one.echo.call_one(data).get(timeout), len(data))
-        echo = clock() - t0
-        return {
-            f"payload_{mib}MiB_oneway_MiBps": mib * count / oneway,
-            f"payload_{mib}MiB_echo_MiBps": 2 * mib * count / echo,
-        }
-
-    def cold_start(self, timeout: float) -> dict[str, float]:
-        return _cold_figures(_run_cold([str(HERE / "_core_cold_start.py")], timeout))
-
-    def worker_rss(self) -> list[float]:
-        return [v for v in (_mib(rss_kib(pid)) for pid in self.pids) if v is not None]
-
-    def stop(self) -> None:
-        self.procs.stop().get(self.timeout)
 
 
 # -- raw baseline ---------------------------------------------------------------------
@@ -434,7 +222,7 @@ class RawSide:
             t0 = clock()
             call("ping")
             samples.append(clock() - t0)
-        return _latency("roundtrip_sync", samples)
+        return latency("roundtrip_sync", samples)
 
     def roundtrip_async_endpoint(self, n: int) -> dict[str, float]:
         return {}  # no such thing
@@ -449,7 +237,7 @@ class RawSide:
                 samples.append(clock() - t0)
             return samples
 
-        return _latency("roundtrip_await", self.runner.run(asyncio.wait_for(run(), self.timeout)))
+        return latency("roundtrip_await", self.runner.run(asyncio.wait_for(run(), self.timeout)))
 
     def pipelined(self, n: int) -> dict[str, float]:
         client = self.aclient
@@ -502,7 +290,7 @@ class RawSide:
             samples.append(clock() - t0)
         if len(values) != MESH_SIZE:
             raise AssertionError(f"gathered {len(values)} values")
-        return _latency("mesh4_gather", samples)
+        return latency("mesh4_gather", samples)
 
     def payload(self, mib: int, data: bytes, count: int) -> dict[str, float]:
         call, clock = self.one.call, time.perf_counter
@@ -513,7 +301,7 @@ class RawSide:
         oneway = clock() - t0
         t0 = clock()
         for _ in range(count):
-            _check_echo(call("echo", data), len(data))
+            check_echo(call("echo", data), len(data))
         echo = clock() - t0
         return {
             f"payload_{mib}MiB_oneway_MiBps": mib * count / oneway,
@@ -521,10 +309,10 @@ class RawSide:
         }
 
     def cold_start(self, timeout: float) -> dict[str, float]:
-        return _cold_figures(_run_cold([str(HERE / "_raw_peer.py"), "cold"], timeout))
+        return cold_figures(run_cold([str(HERE / "_raw_peer.py"), "cold"], timeout))
 
     def worker_rss(self) -> list[float]:
-        return [v for v in (_mib(rss_kib(pid)) for pid in self.pids) if v is not None]
+        return pids_rss(self.pids)
 
     def stop(self) -> None:
         try:
@@ -536,9 +324,6 @@ class RawSide:
         for server in self.servers:
             server.kill()
             server.wait()
-
-
-Side = MonarchSide | RawSide
 
 
 # -- orchestration ----------------------------------------------------------------------
@@ -584,7 +369,8 @@ class Recorder:
                 }
             )
         order = list(FIGURES)
-        out.sort(key=lambda e: (order.index(e["name"]), e["impl"] != "monarch"))
+        impls = list(IMPLS)
+        out.sort(key=lambda e: (order.index(e["name"]), impls.index(e["impl"])))
         return out
 
 
@@ -592,43 +378,82 @@ def _progress(started: float, text: str) -> None:
     print(f"[{time.perf_counter() - started:6.1f}s] {text}", file=sys.stderr, flush=True)
 
 
-def _run_workload(
-    side: Side, workload: str, sizes: Sizes, payloads: dict[int, bytes], timeout: float
-) -> dict[str, float]:
-    if workload == "roundtrip":
-        return side.roundtrip(sizes.roundtrips)
-    if workload == "roundtrip_await":
-        return side.roundtrip_await(sizes.roundtrips)
-    if workload == "roundtrip_async_endpoint":
-        return side.roundtrip_async_endpoint(sizes.roundtrips)
-    if workload == "pipelined":
-        return side.pipelined(sizes.pipelined)
-    if workload == "fire_and_forget":
-        return side.fire_and_forget(sizes.fire_and_forget)
-    if workload == "mesh_gather":
-        return side.mesh_gather(sizes.mesh_calls)
-    if workload == "payload":
-        out: dict[str, float] = {}
-        for mib, count in zip(PAYLOAD_MIB, sizes.payload_calls, strict=True):
-            out.update(side.payload(mib, payloads[mib], count))
-        return out
-    if workload == "cold_start":
-        return side.cold_start(timeout)
-    raise ValueError(workload)
+def _baseline_env(impl: str) -> dict[str, str]:
+    """This environment, less what would point the other interpreter at our monarch."""
+    drop = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "MONARCH_JOB_SECRET", "MONARCH_ROOT_ADDRESS"}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    if impl == "ray":
+        env.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no network here; don't try
+    return env
 
 
-def _prime(side: Side, workload: str, payloads: dict[int, bytes], timeout: float) -> None:
-    """Imports, connections, allocator pools, bytecode: what a first call pays for."""
-    small = Sizes(
-        roundtrips=50,
-        pipelined=500,
-        fire_and_forget=500,
-        mesh_calls=20,
-        payload_calls=(1, 1, 1),
-        reps=1,
-        warmup=0,
-    )
-    _run_workload(side, workload, small, payloads, timeout)
+def _kill_group(pgid: int) -> None:
+    """Anything left in a baseline's process group (a raylet, a proc), once it is done."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_baseline(
+    baseline: Baseline,
+    python: Path,
+    workloads: list[str],
+    sizes: Sizes,
+    call_timeout: float,
+    timeout: float,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    """Run the workloads in another interpreter; its JSON document (see script_main)."""
+    with tempfile.TemporaryDirectory(prefix=f"core-bench-{baseline.impl}-") as tmp:
+        out = Path(tmp) / "figures.json"
+        cmd = [
+            str(python),
+            str(HERE / baseline.script),
+            "--json",
+            str(out),
+            "--workloads",
+            ",".join(workloads),
+            "--sizes",
+            json.dumps(asdict(sizes)),
+            "--timeout",
+            str(call_timeout),
+        ]
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=_baseline_env(baseline.impl),
+            cwd=tmp,
+            start_new_session=True,
+        )
+        tail: collections.deque[str] = collections.deque(maxlen=20)
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                line = raw.decode(errors="replace").rstrip()
+                tail.append(line)
+                if line.startswith("  ["):  # script_main's progress
+                    progress(f"{baseline.impl}: {line.strip()}")
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid)
+            proc.wait()
+            raise RuntimeError(f"timed out after {timeout:.0f} s") from None
+        finally:
+            _kill_group(proc.pid)
+            reader.join(5)
+        if code != 0 or not out.exists():
+            lines = " | ".join(line for line in tail if line.strip())[-1500:]
+            raise RuntimeError(f"exited with code {code}: {lines}")
+        doc: dict[str, Any] = json.loads(out.read_text())
+        return doc
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -638,10 +463,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, help="untimed repetitions before the timed ones")
     p.add_argument("--out", default=str(RESULTS_DIR / "core.json"), help="JSON output path")
     p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated subset")
-    p.add_argument("--impls", default="monarch,raw", help="monarch and/or raw (the baseline)")
+    p.add_argument(
+        "--impls",
+        default=",".join(IMPLS),
+        help="any of monarch, raw (the baseline in this process), upstream, ray (when found)",
+    )
     p.add_argument("--roundtrips", type=int, help="sequential calls per round-trip repetition")
     p.add_argument("--count", type=int, help="calls/messages per pipelined and fire-and-forget rep")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per call")
+    for impl in BASELINES:
+        p.add_argument(
+            f"--{impl}-python",
+            metavar="PATH",
+            help=f"the {BASELINES[impl].label} interpreter (default: "
+            f"benchmarks/.venvs/{impl}/bin/python, when it exists)",
+        )
+    p.add_argument("--no-baselines", action="store_true", help="measure neither upstream nor ray")
+    p.add_argument(
+        "--baseline-timeout",
+        type=float,
+        default=1800.0,
+        help="seconds allowed for each baseline's whole block",
+    )
     return p.parse_args(argv)
 
 
@@ -658,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes = replace(sizes, pipelined=args.count, fire_and_forget=args.count)
     workloads = [w for w in args.workloads.split(",") if w]
     impls = [i for i in args.impls.split(",") if i]
-    for given, known in ((workloads, WORKLOADS), (impls, ("monarch", "raw"))):
+    for given, known in ((workloads, WORKLOADS), (impls, IMPLS)):
         unknown = sorted(set(given) - set(known))
         if unknown:
             sys.exit(f"unknown {', '.join(unknown)}; choose from {', '.join(known)}")
@@ -666,17 +509,35 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     recorder = Recorder()
     notes: list[str] = []
-    payloads: dict[int, bytes] = {}
-    if "cold_start" in workloads and sys.flags.dont_write_bytecode:
-        _PYCACHE.append(tempfile.mkdtemp(prefix="core-bench-pycache-"))
-        notes.append(
-            "PYTHONDONTWRITEBYTECODE is set: cold starts used a bytecode cache in a "
-            "temporary PYTHONPYCACHEPREFIX (filled by an untimed first cold start)"
-        )
+    failures: dict[str, str] = {}
+
+    # which baselines, with which interpreter
+    pythons: dict[str, Path] = {}
+    for impl in BASELINES:
+        if impl not in impls or args.no_baselines:
+            continue
+        given = getattr(args, f"{impl}_python")
+        if given:
+            python = Path(given)
+            if not python.exists():
+                sys.exit(f"--{impl}-python {given}: no such file")
+            pythons[impl] = python
+        else:
+            found = default_python(impl)
+            if found is None:
+                notes.append(
+                    f"{impl}: not measured, no benchmarks/.venvs/{impl} "
+                    "(make it with `hatch run bench:baselines`)"
+                )
+            else:
+                pythons[impl] = found
+
+    note = use_pycache_if_needed(workloads)
+    if note:
+        notes.append(note)
     runner = asyncio.Runner()
     sides: list[Side] = []
-    failures: dict[str, str] = {}
-    skip: set[tuple[str, str]] = set()  # (impl, workload) that failed when primed
+    memcpy: dict[str, Any] = {}
     try:
         kinds: list[type[MonarchSide] | type[RawSide]] = [MonarchSide, RawSide]
         for make in kinds:
@@ -688,49 +549,20 @@ def main(argv: list[str] | None = None) -> int:
                 failures[make.name] = f"setup failed: {exc!r}"
         _progress(started, f"started: {', '.join(s.name for s in sides)}")
 
-        def prime(selected: list[str]) -> None:
-            for side in sides:
-                for workload in selected:
-                    try:
-                        _prime(side, workload, payloads, args.timeout)
-                    except Exception as exc:  # noqa: BLE001 - recorded, skipped from now on
-                        failures[f"{side.name}/{workload}"] = f"priming failed: {exc!r}"
-                        skip.add((side.name, workload))
+        def measure_memcpy() -> None:
+            memcpy.update(memcpy_bandwidth(max(sizes.reps, 5)))
 
-        # RSS after a few small calls: before any payload reaches the workers (or this process)
-        prime([w for w in workloads if w != "payload"])
-        bench_rss = _mib(rss_kib())
-        if bench_rss is not None:
-            recorder.add("monarch", {"bench_controller_rss_MiB": bench_rss})
-        for side in sides:
-            for value in side.worker_rss():
-                recorder.add(side.name, {"worker_rss_MiB": value})
-        if "payload" in workloads:
-            payloads.update((mib, _payload(mib)) for mib in PAYLOAD_MIB)
-            prime(["payload"])
-        memcpy = memcpy_bandwidth(max(sizes.reps, 5))
-        _progress(started, "primed")
-
-        total = sizes.warmup + sizes.reps
-        for rep in range(total):
-            warm = " (warm-up)" if rep < sizes.warmup else ""
-            _progress(started, f"repetition {rep + 1}/{total}{warm}")
-            for workload in workloads:
-                shift = rep % max(1, len(sides))  # alternate which side goes first
-                for side in sides[shift:] + sides[:shift]:
-                    if (side.name, workload) in skip:
-                        continue
-                    try:
-                        figures = _run_workload(side, workload, sizes, payloads, args.timeout)
-                    except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
-                        recorder.error(side.name, workload, f"{type(exc).__name__}: {exc}")
-                        continue
-                    if rep >= sizes.warmup:
-                        recorder.add(side.name, figures)
-        for side in sides:
-            end = side.worker_rss()[:1]  # worker 0: the one that served the payloads
-            if end:
-                recorder.add(side.name, {"worker_rss_end_MiB": end[0]})
+        run_sides(
+            sides,
+            workloads,
+            sizes,
+            args.timeout,
+            recorder,
+            failures,
+            controller_impl="monarch" if any(s.name == "monarch" for s in sides) else None,
+            progress=lambda text: _progress(started, text),
+            after_prime=measure_memcpy,
+        )
     finally:
         for side in sides:
             try:
@@ -738,8 +570,46 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:  # noqa: BLE001 - reported, not fatal
                 notes.append(f"{side.name}: stop failed: {exc!r}")
         runner.close()
-        for cache in _PYCACHE:
-            shutil.rmtree(cache, ignore_errors=True)
+        drop_pycache()
+    if not memcpy:
+        measure_memcpy()
+
+    # the baselines: each in a block of its own, with nothing of ours left running
+    baselines: dict[str, dict[str, Any]] = {}
+    for impl, python in pythons.items():
+        baseline = BASELINES[impl]
+        _progress(started, f"{impl}: {baseline.label} ({python})")
+        info: dict[str, Any] = {"label": baseline.label, "python": str(python)}
+        baselines[impl] = info
+        t0 = time.perf_counter()
+        try:
+            doc = run_baseline(
+                baseline,
+                python,
+                workloads,
+                sizes,
+                args.timeout,
+                args.baseline_timeout,
+                lambda text: _progress(started, text),
+            )
+        except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+            failures[impl] = f"baseline failed: {exc}"
+            info["error"] = str(exc)
+            info["duration_s"] = round(time.perf_counter() - t0, 1)
+            continue
+        info["python_version"] = doc.get("python")
+        info["packages"] = doc.get("packages")
+        info["duration_s"] = doc.get("duration_s")
+        for name, values in doc.get("values", {}).items():
+            if name in FIGURES:
+                for value in values:
+                    recorder.add(impl, {name: value})
+        for workload, texts in doc.get("errors", {}).items():
+            for text in texts:
+                recorder.error(impl, workload, text)
+        for key, text in doc.get("failures", {}).items():
+            failures[f"{impl}/{key}"] = text
+        notes.extend(f"{impl}: {n}" for n in doc.get("notes", []) if "PYTHONDONTWRITE" not in n)
 
     entries = recorder.entries()
     medians: dict[tuple[str, str], float | None] = {
@@ -748,14 +618,17 @@ def main(argv: list[str] | None = None) -> int:
     targets = []
     for name, target in TARGETS.items():
         ours = medians.get(("monarch", name))
+        measured = medians.get(("upstream", name))
         targets.append(
             ratio_entry(
                 name,
                 target,
                 ours,
-                UPSTREAM[name],
+                measured if measured is not None else UPSTREAM[name],
                 higher_is_better=FIGURES[name].higher_is_better,
-                against="upstream 0.7.0",
+                against="upstream 0.7.0 (this run)"
+                if measured is not None
+                else "upstream 0.7.0 (reference machine, DESIGN.md)",
                 label=FIGURES[name].label,
                 unit=FIGURES[name].unit,
             )
@@ -771,13 +644,22 @@ def main(argv: list[str] | None = None) -> int:
             unit="MiB/s",
         )
     )
-    versus_raw = []
-    for name, fig in FIGURES.items():
-        ours, raw = medians.get(("monarch", name)), medians.get(("raw", name))
-        if ours is not None and raw:
-            versus_raw.append(
-                {"name": name, "unit": fig.unit, "monarch": ours, "raw": raw, "ratio": ours / raw}
-            )
+    versus: dict[str, list[dict[str, Any]]] = {}
+    for other in ("raw", "upstream", "ray"):
+        rows = []
+        for name, fig in FIGURES.items():
+            ours, theirs = medians.get(("monarch", name)), medians.get((other, name))
+            if ours is not None and theirs:
+                rows.append(
+                    {
+                        "name": name,
+                        "unit": fig.unit,
+                        "monarch": ours,
+                        other: theirs,
+                        "ratio": ours / theirs,
+                    }
+                )
+        versus[other] = rows
 
     info = machine_info()
     info["load_average_end"] = info.pop("load_average", None)
@@ -798,13 +680,17 @@ def main(argv: list[str] | None = None) -> int:
         "duration_s": round(time.perf_counter() - started, 1),
         "memcpy": memcpy,
         "upstream": {"version": "0.7.0", **UPSTREAM},
+        "ray_reference": {"version": "2.60", **RAY_REFERENCE},
+        "baselines": baselines,
         "figures": entries,
         "errors": [
             {"impl": impl, "workload": workload, "errors": errors}
             for (impl, workload), errors in recorder.errors.items()
         ],
         "targets": targets,
-        "versus_raw": versus_raw,
+        "versus_raw": versus["raw"],
+        "versus_upstream": versus["upstream"],
+        "versus_ray": versus["ray"],
         "failures": failures,
         "notes": notes,
     }
@@ -826,6 +712,12 @@ def _cell(f: dict[str, Any] | None) -> str:
     return text
 
 
+def _ratio(ours: dict[str, Any] | None, theirs: float | None) -> str:
+    if ours is None or ours["median"] is None or not theirs:
+        return "-"
+    return fmt_num(ours["median"] / theirs)
+
+
 def render_markdown(doc: dict[str, Any]) -> str:
     m = doc["machine"]
     s = doc["settings"]
@@ -841,16 +733,29 @@ def render_markdown(doc: dict[str, Any]) -> str:
     ]
     by_key = {(f["impl"], f["name"]): f for f in doc["figures"]}
     targets = {t["name"]: t for t in doc["targets"] if t["against"].startswith("upstream")}
+    references = {"upstream": doc["upstream"], "ray": doc.get("ray_reference", {})}
+    measured = {impl for impl, _ in by_key}
+    used_reference = False
+
+    def baseline(impl: str, name: str) -> tuple[str, float | None]:
+        """The cell and the figure to compare with: measured, else the reference one."""
+        nonlocal used_reference
+        f = by_key.get((impl, name))
+        if f is not None and f["median"] is not None:
+            return _cell(f), f["median"]
+        ref = references[impl].get(name)
+        if impl not in measured and isinstance(ref, int | float):
+            used_reference = True
+            return f"{fmt_num(ref)} (ref)", float(ref)
+        return "-", None
+
     rows = []
     for name, fig in FIGURES.items():
         ours, raw = by_key.get(("monarch", name)), by_key.get(("raw", name))
-        if ours is None and raw is None:
-            continue
-        vs_raw = (
-            fmt_num(ours["median"] / raw["median"])
-            if ours and raw and ours["median"] is not None and raw["median"]
-            else "-"
-        )
+        if not any((impl, name) in by_key for impl in IMPLS):
+            continue  # a reference figure alone: not measured here at all
+        up_cell, up = baseline("upstream", name)
+        ray_cell, ray = baseline("ray", name)
         t = targets.get(name)
         rows.append(
             [
@@ -858,11 +763,13 @@ def render_markdown(doc: dict[str, Any]) -> str:
                 fig.unit,
                 _cell(ours),
                 _cell(raw),
-                vs_raw,
-                fmt_num(t["baseline"]) if t else "-",
+                _ratio(ours, raw["median"] if raw else None),
+                up_cell,
+                ray_cell,
+                _ratio(ours, up),
                 f"{t['op']} {t['target']}x" if t else "",
-                fmt_num(t["ratio"]) if t else "",
                 {True: "pass", False: "FAIL", None: "-"}[t["pass"]] if t else "",
+                _ratio(ours, ray),
             ]
         )
     headers = [
@@ -872,11 +779,33 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "raw",
         "monarch/raw",
         "upstream 0.7.0",
+        "ray 2.60",
+        "monarch/upstream",
         "target",
-        "vs upstream",
         "result",
+        "monarch/ray",
     ]
     lines.append(markdown_table(headers, rows))
+    lines.append("")
+    for impl in ("upstream", "ray"):
+        info = doc.get("baselines", {}).get(impl)
+        label = BASELINES[impl].label
+        if info is None:
+            lines.append(f"{impl}: not measured in this run.")
+        elif "error" in info:
+            lines.append(f"{impl}: {label} failed: {info['error'][:300]}")
+        else:
+            versions = ", ".join(f"{k} {v}" for k, v in (info.get("packages") or {}).items() if v)
+            lines.append(
+                f"{impl}: measured in this run, after monarch and raw ({versions}; "
+                f"{info['python']}, {info.get('duration_s')} s)."
+            )
+    if used_reference:
+        lines.append(
+            "(ref): not measured in this run; the figure measured on the reference machine "
+            "(DESIGN.md, 'Performance targets'). Ratios and targets then compare across "
+            "machines."
+        )
     lines.append("")
     memcpy = doc["memcpy"]
     lines.append(f"memcpy (in-process bytearray copy, 128 MiB): {fmt_num(memcpy['median'])} MiB/s")
@@ -888,7 +817,11 @@ def render_markdown(doc: dict[str, Any]) -> str:
                 f"{t['target']}): {result}"
             )
     passed = [t for t in doc["targets"] if t["pass"]]
-    lines.append(f"targets met: {len(passed)} of {len(doc['targets'])}")
+    against = sorted({t["against"] for t in targets.values()})
+    lines.append(
+        f"targets met: {len(passed)} of {len(doc['targets'])} "
+        f"(against {' and '.join(against) or 'nothing'})"
+    )
     problems = []
     for key, error in doc["failures"].items():
         problems.append(f"- {key}: {error}")
