@@ -369,6 +369,8 @@ def _shape_of(spec: ShapeSpec) -> Shape:
     return Shape(list(spec.labels), NDSlice(spec.offset, list(spec.sizes), list(spec.strides)))
 
 
+HELD_REPLIES = 32
+"""Most replies a sync actor's thread holds back while more messages wait."""
 _STOP = "stop"
 _CALL = "call"
 _SUPERVISE = "supervise"
@@ -485,12 +487,22 @@ class _ActorHost:
             self._reply(self.spawn.reply, None)
         calls = self.calls
         assert calls is not None
+        # Replies wait here while more messages are queued (up to HELD_REPLIES of them),
+        # then go out in one system call. Only replies: what the actor's own code sends
+        # goes out at once, as it may block waiting for an answer to it.
+        held: list[Any] = []
+        pending = 0
+        flush_writes = self.runtime.flush_writes
         while True:
+            if held and (pending >= HELD_REPLIES or calls.empty()):
+                flush_writes(held)
+                pending = 0
             kind, message, parts = calls.get()
             try:
                 if kind == _CALL:
+                    pending += 1
                     if self.failure is not None or self.stopped is not None:
-                        self._refuse(message)
+                        self._refuse(message, held)
                         continue
                     context = self._context_for(message)
                     _context.set(context)
@@ -498,13 +510,15 @@ class _ActorHost:
                         fn, args, kwargs = self._prepare(message, parts, context)
                         result = self._call_sync(fn, args, kwargs)
                     except BaseException as exc:  # noqa: BLE001 - see _conclude
-                        self._conclude(message, context, None, exc)
+                        self._conclude(message, context, None, exc, held)
                     else:
-                        self._conclude(message, context, result, None)
-                elif kind == _STOP:
-                    self._stop_sync(message, parts)
+                        self._conclude(message, context, result, None, held)
                 else:
-                    self._supervise_sync(message)
+                    flush_writes(held)
+                    if kind == _STOP:
+                        self._stop_sync(message, parts)
+                    else:
+                        self._supervise_sync(message)
             except Exception:
                 log.exception("actor %s could not handle a message", self.info.actor_id)
 
@@ -672,28 +686,33 @@ class _ActorHost:
         return prop._method, (self.instance, *args), kwargs
 
     def _conclude(
-        self, call: Call, context: Context, result: Any, exc: BaseException | None
+        self,
+        call: Call,
+        context: Context,
+        result: Any,
+        exc: BaseException | None,
+        batch: list[Any] | None = None,
     ) -> None:
         """Reply with what a call returned or raised; what cannot go back fails the actor."""
         reply = call.reply
         rank = context.message_rank.rank
         if exc is None:
             if reply is not None and result is not _NO_RESULT:
-                self._reply(reply, result, rank=rank)
+                self._reply(reply, result, rank=rank, batch=batch)
             return
         if not isinstance(exc, Exception):  # SystemExit and the like fail the actor
             self._fail(exc, f"endpoint {call.method} raised {type(exc).__name__}")
             if reply is not None:
-                self._refuse(call)
+                self._refuse(call, batch)
             return
         prop = self._endpoint(call)
         explicit = prop is not None and prop._explicit_response_port
         if reply is not None and not (explicit and prop is not None and prop._concurrent):
-            self._reply(reply, exc, error=True, rank=rank)
+            self._reply(reply, exc, error=True, rank=rank, batch=batch)
         else:
             self._fail(exc, f"endpoint {call.method} raised with nobody to tell")
 
-    def _refuse(self, call: Call) -> None:
+    def _refuse(self, call: Call, batch: list[Any] | None = None) -> None:
         if call.reply is None:
             return
         if self.stopped is not None:
@@ -703,7 +722,7 @@ class _ActorHost:
                 f"actor {self.info.actor_id} and all its descendants have failed: {self.failure!r}"
             )
         rank = self._context_for(call).message_rank.rank
-        self._reply(call.reply, SupervisionError(why), error=True, rank=rank)
+        self._reply(call.reply, SupervisionError(why), error=True, rank=rank, batch=batch)
 
     def _supervise_handler(
         self, failure: MeshFailure
@@ -760,8 +779,16 @@ class _ActorHost:
         if stop.reply is not None:
             self._reply(stop.reply, None, rank=self._context_for(stop).message_rank.rank)
 
-    def _reply(self, port: PortRef, value: Any, *, error: bool = False, rank: int = 0) -> None:
-        """Send a value or an error to a port (from any thread)."""
+    def _reply(
+        self,
+        port: PortRef,
+        value: Any,
+        *,
+        error: bool = False,
+        rank: int = 0,
+        batch: list[Any] | None = None,
+    ) -> None:
+        """Send a value or an error to a port (from any thread; see ``Runtime.post``)."""
         if error:
             value = _RemoteFailure.of(value, f"A remote actor call failed on {self.info.actor_id}")
         try:
@@ -770,7 +797,7 @@ class _ActorHost:
             problem = TypeError(f"cannot pickle the result of {self.info.actor_id}: {exc}")
             payload = dumps(_RemoteFailure.of(problem, "A remote actor call failed"))
             error = True
-        self.runtime.send_to_port(port, PortValue(rank, error), payload)
+        self.runtime.send_to_port(port, PortValue(rank, error), payload, batch)
 
 
 def _is_async_fn(fn: Callable[..., Any]) -> bool:

@@ -92,8 +92,6 @@ class _PeerWriter:
         self.conn: Connection | None = None
         """Set once connected; then an idle writer lets ``post`` write directly."""
         self.busy = False
-        self.dirty = False
-        """Queued in the connection by a batch, not flushed yet."""
         self.task: asyncio.Task[None] | None = None
         self.stopped = False
 
@@ -107,7 +105,14 @@ class _PeerWriter:
         if self.task is not None:
             self.task.cancel()
 
-    def post(self, parts: Sequence[Buffer], on_loop: bool = True) -> None:
+    def post(
+        self,
+        parts: Sequence[Buffer],
+        on_loop: bool = True,
+        batch: list[_PeerWriter] | None = None,
+    ) -> None:
+        """Queue ``parts`` from any thread (``on_loop`` says which); in a ``batch`` the
+        write waits for the batch to be flushed, so a burst becomes one system call."""
         if self.failure is not None:
             return  # undeliverable: whoever waits on this peer has been told
         error: TransportError | None = None
@@ -122,40 +127,22 @@ class _PeerWriter:
                 # nothing is queued before it.
                 try:
                     conn.send_nowait(parts)
-                    if not on_loop:
+                    if batch is None:
                         if conn.flush_nowait():
                             return
                         self.busy = True  # the socket is full: the writer task goes on
                 except TransportError as exc:
                     error = exc
         if error is not None:
-            if on_loop:
-                self._fail(error)
-            else:
-                self.runtime.call_soon(self._fail, error)
-            return
-        if direct and on_loop:
-            # Inside a batch (see Runtime.call_soon) the write waits for the batch's
-            # end, so a burst becomes one system call.
-            if self.runtime._batching:
-                if not self.dirty:
-                    self.dirty = True
-                    self.runtime._dirty.append(self)
-            else:
-                self.flush()
-            return
-        self._kick(on_loop)
+            self._fail_from(error, on_loop)
+        elif direct and batch is not None:
+            if self not in batch:
+                batch.append(self)
+        else:
+            self._kick(on_loop)
 
-    def _kick(self, on_loop: bool) -> None:
-        if on_loop:
-            self.wake.set()
-        elif not self.kicked:
-            self.kicked = True
-            self.runtime.loop.call_soon_threadsafe(self.wake.set)
-
-    def flush(self) -> None:
-        """Write what the fast path queued; the writer task finishes if the socket is full."""
-        self.dirty = False
+    def flush(self, on_loop: bool = True) -> None:
+        """Write what a batch queued; the writer task finishes if the socket is full."""
         with self.lock:
             conn = self.conn
             if conn is None or self.busy:
@@ -169,9 +156,22 @@ class _PeerWriter:
                 error = None
                 self.busy = True
         if error is not None:
+            self._fail_from(error, on_loop)
+        else:
+            self._kick(on_loop)
+
+    def _kick(self, on_loop: bool) -> None:
+        if on_loop:
+            self.wake.set()
+        elif not self.kicked:
+            self.kicked = True
+            self.runtime.loop.call_soon_threadsafe(self.wake.set)
+
+    def _fail_from(self, error: BaseException, on_loop: bool) -> None:
+        if on_loop:
             self._fail(error)
         else:
-            self.wake.set()
+            self.runtime.call_soon(self._fail, error)
 
     async def run(self) -> None:
         conn: Connection | None = None
@@ -347,6 +347,11 @@ class Runtime:
             for writer in dirty:
                 writer.flush()
 
+    def flush_writes(self, batch: list[Any]) -> None:
+        """Write what posts with ``batch`` (from a thread other than the loop's) held."""
+        while batch:
+            batch.pop().flush(on_loop=False)
+
     def on_loop(self) -> bool:
         """Whether the caller runs on this runtime's loop thread."""
         return threading.get_ident() == self.loop_thread_id
@@ -460,22 +465,32 @@ class Runtime:
     # -- sending -------------------------------------------------------------------
 
     def post(
-        self, address: str, kind: int, dest: str, body: Body, payload: Sequence[Buffer] = ()
+        self,
+        address: str,
+        kind: int,
+        dest: str,
+        body: Body,
+        payload: Sequence[Buffer] = (),
+        batch: list[Any] | None = None,
     ) -> None:
         """Send a message to ``address``, from any thread; never blocks.
 
         One thread's messages to one peer keep their order: they all go through that
-        peer's writer, which the first of them creates.
+        peer's writer, which the first of them creates. A thread other than the loop's
+        may pass a ``batch`` (a list it keeps): the write then waits for
+        ``flush_writes(batch)``, so replies to a burst go out in one system call.
         """
         parts: list[Buffer] = [
             encode(Envelope(kind, dest, self.address)),
             encode_body(body),
             *payload,
         ]
-        self.post_parts(address, parts)
+        self.post_parts(address, parts, batch)
 
-    def post_parts(self, address: str, parts: Sequence[Buffer]) -> None:
-        """Send an encoded message to ``address``, from any thread."""
+    def post_parts(
+        self, address: str, parts: Sequence[Buffer], batch: list[Any] | None = None
+    ) -> None:
+        """Send an encoded message to ``address``, from any thread (see ``post``)."""
         self.posted += 1
         on_loop = threading.get_ident() == self.loop_thread_id
         if address == self.address:
@@ -489,7 +504,10 @@ class Runtime:
             if address in self.failed_peers:
                 return  # undeliverable; watchers already learned of the failure
             writer = self._writer(address, on_loop)
-        writer.post(parts, on_loop)
+        if on_loop:
+            writer.post(parts, True, self._dirty if self._batching else None)
+        else:
+            writer.post(parts, False, batch)
 
     def _writer(self, address: str, on_loop: bool = True) -> _PeerWriter:
         """The writer to ``address``, made (and, on the loop or soon, started) if new."""
@@ -513,8 +531,14 @@ class Runtime:
 
         fan_out(self.post, targets, dest, call, payload, current_config().max_cast_fanout)
 
-    def send_to_port(self, port: PortRef, body: Body, payload: Sequence[Buffer] = ()) -> None:
-        self.post(port.proc, TO_PORT, str(port.port), body, payload)
+    def send_to_port(
+        self,
+        port: PortRef,
+        body: Body,
+        payload: Sequence[Buffer] = (),
+        batch: list[Any] | None = None,
+    ) -> None:
+        self.post(port.proc, TO_PORT, str(port.port), body, payload, batch)
 
     # -- receiving -----------------------------------------------------------------
 
