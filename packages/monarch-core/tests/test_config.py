@@ -104,7 +104,8 @@ def test_every_key_has_an_env_var_and_doc() -> None:
     for key in KEYS.values():
         assert key.env and key.doc, key.name
         assert key.default_value == get_global_config()[key.name]
-    assert {k.name for k in KEYS.values() if k.ours} == {"heartbeat_interval", "heartbeat_timeout"}
+    ours = {k.name for k in KEYS.values() if k.ours}
+    assert ours == {"heartbeat_interval", "heartbeat_timeout", "procs_per_process"}
     assert KEYS["default_transport"].env[:2] == (
         "HYPERACTOR_MESH_DEFAULT_TRANSPORT",
         "HYPERACTOR_DEFAULT_TRANSPORT",

@@ -45,11 +45,13 @@ def _issue(target: Any, adverb: str, name: str, seq: int) -> None:
         send(target.add, (name, seq), {}, port=port)
 
 
-@pytest.fixture(scope="module")
-def procs() -> Iterator[ProcMesh]:
-    """Five procs and a fan-out of 2: casts to all of them go through relays."""
-    with configured(max_cast_fanout=2):
-        mesh = this_host().spawn_procs(per_host={"gpus": 5})
+@pytest.fixture(scope="module", params=[(5, 1), (10, 4)], ids=["5-procs", "10-procs-in-3"])
+def procs(request: pytest.FixtureRequest) -> Iterator[ProcMesh]:
+    """A fan-out of 2, so casts to all procs go through relays: five procs, or ten of them
+    sharing three processes (whose actors are then reached by one message per process)."""
+    size, together = request.param
+    with configured(max_cast_fanout=2, procs_per_process=together):
+        mesh = this_host().spawn_procs(per_host={"gpus": size})
         yield mesh
         mesh.stop().get(timeout=30)
 
@@ -62,7 +64,7 @@ def test_a_cast_is_relayed_down_a_tree(procs: ProcMesh) -> None:
     logs.add.broadcast("client", 1)
     sent = _wait_posted(runtime, before)
     assert sent == 2  # one message per chunk head, not one per actor
-    assert logs.take.call().get(timeout=30).values() == [[("client", 1)]] * 5
+    assert logs.take.call().get(timeout=30).values() == [[("client", 1)]] * procs.size()
 
 
 def _wait_posted(runtime: Any, before: int) -> int:

@@ -21,9 +21,11 @@ import threading
 import traceback
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
+
+import msgspec
 
 from monarch.transport import Buffer
 
@@ -36,6 +38,7 @@ from ._messages import (
     ActorFailed,
     Body,
     Call,
+    PortBatch,
     PortRef,
     PortValue,
     ShapeSpec,
@@ -402,7 +405,6 @@ class _ActorHost:
         self.concurrent: set[asyncio.Task[None]] = set()
         self.owned: list[Any] = []
         """Meshes this actor spawned: they are stopped before it, and die with it."""
-        self.order = ReceiveOrder(self._enqueue, runtime.loop.call_later)
         self.calls: queue.SimpleQueue[tuple[str, Any, Sequence[Buffer]]] | None = None
         """A sync actor's messages, taken by its thread."""
         self.queue: asyncio.Queue[tuple[str, Any, Sequence[Buffer]]] = asyncio.Queue()
@@ -428,17 +430,8 @@ class _ActorHost:
 
     # -- routing (loop thread) -------------------------------------------------------
 
-    def deliver(self, body: Body, payload: Sequence[Buffer], sender: str) -> None:
-        """Take a Call off the wire, in sequence order per origin (see ``_cast``)."""
-        if not isinstance(body, Call):
-            return
-        seq = body.seqs[self._context_for(body).message_rank.rank] if body.seqs else 0
-        self.order.accept(
-            body.origin or sender, seq, (body, payload), current_config().message_delivery_timeout
-        )
-
-    def _enqueue(self, item: tuple[Call, Sequence[Buffer]]) -> None:
-        call, payload = item
+    def enqueue(self, call: Call, payload: Sequence[Buffer]) -> None:
+        """A call for this actor, in order (see ``_LocalMesh``)."""
         # A stop is queued like any message: it drains what came before it.
         self._put((_STOP if call.method == STOP_METHOD else _CALL, call, payload))
 
@@ -849,12 +842,90 @@ def refuse_undeliverable(runtime: Runtime, body: Body, dest: str) -> None:
         runtime.send_to_port(body.reply, PortValue(0, True), dumps(failure))
 
 
+class _LocalMesh:
+    """The actors of one mesh that live in this process (several when procs share one).
+
+    Takes the mesh's calls off the wire in sequence order per origin (see ``_cast``) and
+    hands each to the local actors its shape covers. When a call gathers replies and
+    covers several of them, their replies go back together (``_LocalGather``).
+    """
+
+    def __init__(self, runtime: Runtime, hosts: list[_ActorHost]) -> None:
+        self.runtime = runtime
+        self.hosts = hosts
+        self.order = ReceiveOrder(self._dispatch, runtime.loop.call_later)
+        self._targets: dict[ShapeSpec, list[_ActorHost]] = {}
+
+    def deliver(self, body: Body, payload: Sequence[Buffer], sender: str) -> None:
+        if not isinstance(body, Call):
+            return
+        seq = body.seqs[0] if body.seqs else 0
+        self.order.accept(
+            body.origin or sender, seq, (body, payload), current_config().message_delivery_timeout
+        )
+
+    def _dispatch(self, item: tuple[Call, Sequence[Buffer]]) -> None:
+        call, payload = item
+        hosts = self.hosts
+        if len(hosts) > 1:
+            hosts = self._covered(call.shape)
+            if len(hosts) > 1 and call.gather and call.reply is not None:
+                gather = _LocalGather(self.runtime, call.reply, len(hosts))
+                call = msgspec.structs.replace(call, reply=gather.port)
+        for host in hosts:
+            host.enqueue(call, payload)
+
+    def _covered(self, spec: ShapeSpec) -> list[_ActorHost]:
+        covered = self._targets.get(spec)
+        if covered is None:
+            if len(self._targets) >= 64:
+                self._targets.clear()
+            ndslice = _shape_of(spec).ndslice
+            covered = self._targets[spec] = [h for h in self.hosts if h.spawn.rank in ndslice]
+        return covered
+
+
+class _LocalGather:
+    """Collects the replies of this process's actors to one call; sends them on as one
+    PortBatch, each distinct value once (replies of identical values are stored once)."""
+
+    __slots__ = ("count", "groups", "port", "reply", "runtime")
+
+    def __init__(self, runtime: Runtime, reply: PortRef, count: int) -> None:
+        self.runtime = runtime
+        self.reply = reply
+        self.count = count
+        self.groups: dict[Any, tuple[list[int], bool, Sequence[Buffer]]] = {}
+        self.port = runtime.open_port(self)
+
+    def __call__(self, body: Body, payload: Sequence[Buffer]) -> None:
+        if not isinstance(body, PortValue):
+            return
+        # A value that is one small pickle is grouped with identical ones.
+        key: Any = (body.error, bytes(payload[0])) if len(payload) == 1 else object()
+        group = self.groups.get(key)
+        if group is None:
+            self.groups[key] = ([body.rank], body.error, payload)
+        else:
+            group[0].append(body.rank)
+        self.count -= 1
+        if self.count == 0:
+            self.runtime.close_port(self.port)
+            groups = tuple((tuple(r), e, len(p)) for r, e, p in self.groups.values())
+            parts = [part for _, _, p in self.groups.values() for part in p]
+            self.runtime.send_to_port(self.reply, PortBatch(groups), parts)
+
+
 def handle_spawn_actor(
     runtime: Runtime, body: SpawnActor, payload: Sequence[Buffer], sender: str
 ) -> None:
-    host = _ActorHost(runtime, body, payload)
-    _live_hosts[host.info.actor_id] = host
-    runtime.add_actor(body.mesh, host.deliver)
+    hosts = [
+        _ActorHost(runtime, msgspec.structs.replace(body, rank=rank, ranks=()), payload)
+        for rank in (body.ranks or (body.rank,))
+    ]
+    for host in hosts:
+        _live_hosts[host.info.actor_id] = host
+    runtime.add_actor(body.mesh, _LocalMesh(runtime, hosts).deliver)
 
 
 _live_hosts: dict[str, _ActorHost] = {}
@@ -892,7 +963,7 @@ class _Gather:
         self,
         runtime: Runtime,
         count: int,
-        procs: set[str],
+        procs: Iterable[str],
         *,
         stream: bool = False,
         on_done: Callable[[list[Any] | None, BaseException | None], None] | None = None,
@@ -917,25 +988,43 @@ class _Gather:
         self.watches = [(proc, runtime.watch_peer(proc, self._on_peer_lost)) for proc in procs]
 
     def __call__(self, body: Body, payload: Sequence[Buffer]) -> None:
-        """A value for the port."""
-        if not isinstance(body, PortValue):
-            return
+        """A value for the port, or a batch of them (each distinct value unpickled once)."""
+        if isinstance(body, PortValue):
+            self._accept((body.rank,), *self._read(body.error, payload))
+        elif isinstance(body, PortBatch):
+            at = 0
+            for ranks, error, count in body.groups:
+                if self._outcome is not None:
+                    return
+                self._accept(ranks, *self._read(error, payload[at : at + count]))
+                at += count
+
+    @staticmethod
+    def _read(error: bool, payload: Sequence[Buffer]) -> tuple[Any, bool]:
         try:
             value = loads(payload)
         except Exception as exc:  # noqa: BLE001 - a reply that cannot be read fails the call
-            value, error = exc, True
-        else:
-            error = body.error
-            if error and isinstance(value, _RemoteFailure):
-                value = value.to_error()
+            return exc, True
+        if error and isinstance(value, _RemoteFailure):
+            value = value.to_error()
+        return value, error
+
+    def _accept(self, ranks: Sequence[int], value: Any, error: bool) -> None:
         if self.arrivals is not None:
-            slot = self.arrivals[self.received]
-            (slot.set_exception if error else slot.set_result)(value)
-        elif error:
+            for _ in ranks:
+                slot = self.arrivals[self.received]
+                (slot.set_exception if error else slot.set_result)(value)
+                self.received += 1
+            if self.received == self.count:
+                self._finish(None)
+            return
+        if error:
             self._finish(value)
             return
-        self.values[body.rank] = value
-        self.received += 1
+        values = self.values
+        for rank in ranks:
+            values[rank] = value
+        self.received += len(ranks)
         if self.received == self.count:
             self._finish(None)
 
@@ -1297,7 +1386,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
         self._shape = shape
         self._state = state
         self._runtime = state.runtime
-        self._plan: tuple[list[int], ShapeSpec] | None = None
+        self._plan: tuple[list[str], list[int], ShapeSpec, list[str]] | None = None
         for ep_name, prop in _endpoints(cls).items():
             if ep_name in _RESERVED:
                 raise ValueError(
@@ -1340,19 +1429,34 @@ class ActorMesh(ShapedMesh, Generic[R]):
         payload: Sequence[Buffer],
         reply: PortRef | None,
         explicit: bool = False,
+        gather: bool = False,
     ) -> None:
+        """One message per process hosting part of the (sliced) mesh, down the cast tree."""
         runtime = self._runtime
-        ranks, spec = self._cast_plan()
-        seqs = runtime.send_order.take(self._mesh_id, ranks, len(procs))
-        call = Call(self._mesh_id, method, spec, reply, explicit, runtime.incarnation, seqs)
-        runtime.cast([procs[rank] for rank in ranks], self._mesh_id, call, payload)
+        _, spec, targets = self._cast_plan(procs)
+        seqs = runtime.send_order.take(self._mesh_id, targets)
+        call = Call(
+            self._mesh_id,
+            method,
+            spec,
+            reply,
+            explicit,
+            runtime.incarnation,
+            seqs,
+            (),
+            gather and not explicit,
+        )
+        runtime.cast(targets, self._mesh_id, call, payload)
 
-    def _cast_plan(self) -> tuple[list[int], ShapeSpec]:
-        """The ranks this (sliced) mesh covers and its shape on the wire (computed once)."""
+    def _cast_plan(self, procs: list[str]) -> tuple[list[int], ShapeSpec, list[str]]:
+        """The ranks this (sliced) mesh covers, its shape on the wire, and the processes
+        hosting them in rank order (computed once: a cast costs O(processes))."""
         plan = self._plan
-        if plan is None:
-            plan = self._plan = (list(self._shape.ndslice), _shape_spec(self._shape))
-        return plan
+        if plan is None or plan[0] is not procs:
+            ranks = list(self._shape.ndslice)
+            targets = list(dict.fromkeys(procs[rank] for rank in ranks))
+            plan = self._plan = (procs, ranks, _shape_spec(self._shape), targets)
+        return plan[1], plan[2], plan[3]
 
     def _start_cast(
         self,
@@ -1388,15 +1492,14 @@ class ActorMesh(ShapedMesh, Generic[R]):
         explicit: bool,
         result: Future[Any],
     ) -> None:
-        ranks, _ = self._cast_plan()
-        targets = {procs[rank] for rank in ranks}
+        ranks, _, targets = self._cast_plan(procs)
         if want == "stream":
             gather = _Gather(self._runtime, len(ranks), targets, stream=True)
-            self._post_to(procs, method, payload, gather.port, explicit)
+            self._post_to(procs, method, payload, gather.port, explicit, True)
             result.set_result(gather.arrivals)
             return
         gather = _Gather(self._runtime, len(ranks), targets, result=result, want=want, mesh=self)
-        self._post_to(procs, method, payload, gather.port, explicit)
+        self._post_to(procs, method, payload, gather.port, explicit, True)
 
     def _shape_for_values(self) -> Shape:
         return Shape(
@@ -1437,9 +1540,9 @@ class ActorMesh(ShapedMesh, Generic[R]):
             if isinstance(ready, BaseException):
                 result.set_result(None)  # never started: nothing to stop
                 return
-            targets = {ready[rank] for rank in self._shape.ndslice}
-            gather = _Gather(self._runtime, len(self._shape.ndslice), targets, on_done=finish)
-            self._post_to(ready, STOP_METHOD, dumps(reason), gather.port)
+            ranks, _, targets = self._cast_plan(ready)
+            gather = _Gather(self._runtime, len(ranks), targets, on_done=finish)
+            self._post_to(ready, STOP_METHOD, dumps(reason), gather.port, gather=True)
 
         self._state.when_ready(go)
         self._state.stopped = reason
@@ -1492,11 +1595,15 @@ def spawn_actor_mesh(
 
     async def post() -> _Gather:
         addresses = await resolve(procs)
-        gather = _Gather(runtime, len(shape.ndslice), {addresses[r] for r in shape.ndslice})
-        spec = _shape_spec(shape)
+        hosted: dict[str, list[int]] = {}  # one spawn message per process, for its ranks
         for rank in shape.ndslice:
-            spawn = SpawnActor(mesh_id, name, rank, spec, gather.port)
-            runtime.post(addresses[rank], TO_PROC, "", spawn, payload)
+            hosted.setdefault(addresses[rank], []).append(rank)
+        gather = _Gather(runtime, len(shape.ndslice), hosted)
+        spec = _shape_spec(shape)
+        for address, ranks in hosted.items():
+            several = tuple(ranks) if len(ranks) > 1 else ()
+            spawn = SpawnActor(mesh_id, name, ranks[0], spec, gather.port, several)
+            runtime.post(address, TO_PROC, "", spawn, payload)
         return gather
 
     posted = run_on(runtime, post())._cf

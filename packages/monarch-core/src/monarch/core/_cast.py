@@ -6,9 +6,10 @@ head of each chunk, carrying the rest of the chunk, and every head relays the sa
 way, reusing the received payload parts. The caster's cost grows with the fan-out,
 not with the number of actors.
 
-Different casts reach a proc along different paths, so each Call carries, per target,
-a sequence number counted by the caster for that (mesh, rank); the receiving actor
-processes messages from each origin in sequence order, holding early ones back.
+Different casts reach a proc along different paths, so each Call carries, per target
+proc, a sequence number counted by the caster for that (mesh, proc); the receiving proc
+hands messages from each origin to the mesh's actors in sequence order, holding early
+ones back.
 """
 
 from __future__ import annotations
@@ -49,29 +50,38 @@ def fan_out(
     payload: Sequence[Buffer],
     fanout: int,
 ) -> None:
-    """Send ``call`` to ``targets`` through a tree: one message per chunk head."""
+    """Send ``call`` to ``targets`` through a tree: one message per chunk head.
+
+    ``call.seqs`` (if any) runs parallel to ``targets``; each head gets its chunk's.
+    """
+    seqs = call.seqs
+    start = 0
     for chunk in split(targets, fanout):
+        end = start + len(chunk)
         below = tuple(chunk[1:])
-        head_call = call if below == call.forward else msgspec.structs.replace(call, forward=below)
+        head_seqs = seqs[start:end] if seqs else ()
+        if below == call.forward and head_seqs == seqs:
+            head_call = call
+        else:
+            head_call = msgspec.structs.replace(call, forward=below, seqs=head_seqs)
         post(chunk[0], TO_ACTOR, dest, head_call, payload)
+        start = end
 
 
 class SendOrder:
-    """The caster's side: the next sequence number per (mesh, rank)."""
+    """The caster's side: the next sequence number per (mesh, destination proc)."""
 
     def __init__(self) -> None:
-        self._next: dict[str, list[int]] = {}
+        self._next: dict[str, dict[str, int]] = {}
 
-    def take(self, mesh: str, ranks: Sequence[int], size: int) -> tuple[int, ...]:
+    def take(self, mesh: str, targets: Sequence[str]) -> tuple[int, ...]:
         counters = self._next.get(mesh)
         if counters is None:
-            counters = self._next[mesh] = [0] * size
-        elif len(counters) < size:
-            counters.extend([0] * (size - len(counters)))
+            counters = self._next[mesh] = {}
         seqs = []
-        for rank in ranks:
-            counters[rank] += 1
-            seqs.append(counters[rank])
+        for target in targets:
+            seq = counters[target] = counters.get(target, 0) + 1
+            seqs.append(seq)
         return tuple(seqs)
 
 

@@ -722,6 +722,16 @@ class Config:
         doc="(ours) A peer silent this long is declared dead.",
         ours=True,
     )
+    procs_per_process: int = _key(
+        _Int(1),
+        1,
+        "MONARCH_PROCS_PER_PROCESS",
+        doc=(
+            "(ours) Procs of a spawn_procs mesh that share one OS process: simulates a large "
+            "mesh (e.g. 8 x 128) on a small machine; each proc still gets its own actors."
+        ),
+        ours=True,
+    )
     # logging
     enable_log_forwarding: bool = _key(
         _BOOL,

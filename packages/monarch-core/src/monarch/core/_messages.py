@@ -48,9 +48,13 @@ class Call(msgspec.Struct, array_like=True, tag=1, frozen=True):
     origin: str = ""
     """The process that cast it; the Envelope's sender may be a relay of the cast tree."""
     seqs: tuple[int, ...] = ()
-    """Per target, in cast order: its sequence number from ``origin`` (restores FIFO)."""
+    """The receiver's sequence number from ``origin`` for this mesh (restores FIFO), then
+    those of the procs in ``forward``, in order."""
     forward: tuple[str, ...] = ()
     """The procs below the receiver in the cast tree, in cast order: it relays to them."""
+    gather: bool = False
+    """The reply port gathers one value per rank: a proc hosting several of the targets
+    may answer for all of them in one PortBatch."""
 
 
 STOP_METHOD: Final = "__monarch_stop__"
@@ -64,6 +68,13 @@ class PortValue(msgspec.Struct, array_like=True, tag=2, frozen=True):
     error: bool = False
 
 
+class PortBatch(msgspec.Struct, array_like=True, tag=3, frozen=True):
+    """Values for several ranks at once: per group, its ranks, whether it is an error, and
+    how many payload parts (which follow, group after group) its one pickled value has."""
+
+    groups: tuple[tuple[tuple[int, ...], bool, int], ...]
+
+
 class SpawnActor(msgspec.Struct, array_like=True, tag=10, frozen=True):
     """Create an actor in the receiving proc; the pickle holds (class, args, kwargs)."""
 
@@ -73,6 +84,8 @@ class SpawnActor(msgspec.Struct, array_like=True, tag=10, frozen=True):
     """Global rank of this actor in its mesh."""
     shape: ShapeSpec
     reply: PortRef
+    ranks: tuple[int, ...] = ()
+    """All the ranks of the mesh this process hosts (procs sharing a process), if several."""
 
 
 class ProcReady(msgspec.Struct, array_like=True, tag=12, frozen=True):
@@ -144,6 +157,7 @@ class ActorFailed(msgspec.Struct, array_like=True, tag=19, frozen=True):
 Body = (
     Call
     | PortValue
+    | PortBatch
     | SpawnActor
     | ProcReady
     | StopProc

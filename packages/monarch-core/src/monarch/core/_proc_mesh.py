@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from monarch.transport import Buffer
 
 from ._actor import ActorMesh, Procs, SupervisionError, _host_var, resolve, spawn_actor_mesh
-from ._config import runtime_env
+from ._config import current_config, runtime_env
 from ._future import Future, Outcome, run_on, wait_outcome
 from ._messages import (
     TO_PROC,
@@ -103,8 +103,6 @@ async def _start_procs(
     group: _ProcGroup,
     python: str = "",
 ) -> list[str]:
-    from ._config import current_config
-
     ready_port = runtime.open_port(group.on_ready)
     watches = [(host, runtime.watch_peer(host, group.host_lost)) for host in hosts]
     # The procs get this process's configuration and the job's root, wherever they run.
@@ -221,8 +219,6 @@ class ProcMesh(ShapedMesh):
         return run_on(self._runtime, self._stop(reason))
 
     async def _stop(self, reason: str) -> None:
-        from ._config import current_config
-
         group = self._group
         assert group is not None
         group.stopping = True
@@ -312,13 +308,24 @@ class HostMesh(ShapedMesh):
         shape = Shape(labels, NDSlice.new_row_major(sizes))
         per = math.prod(per_host.values())
         runtime = self._runtime
+        # Procs may share OS processes (procs_per_process): `together` ranks per process.
+        together = min(current_config().procs_per_process, per)
+        processes = -(-per // together)
         # Made here, not on the loop: spawn_procs must not block (an async actor's
         # __init__ runs on the loop itself).
-        group = _ProcGroup(runtime, len(hosts) * per)
-        addresses = run_on(
-            runtime,
-            _start_procs(runtime, hosts, per, name or "procs", bootstrap, group, self._python),
-        )._cf
+        group = _ProcGroup(runtime, len(hosts) * processes)
+
+        async def start() -> list[str]:
+            started = await _start_procs(
+                runtime, hosts, processes, name or "procs", bootstrap, group, self._python
+            )
+            return [
+                started[host * processes + local // together]
+                for host in range(len(hosts))
+                for local in range(per)
+            ]
+
+        addresses = run_on(runtime, start())._cf
         mesh = ProcMesh(addresses, shape, runtime, group)
         owner = _host_var.get()
         if owner is not None:
@@ -337,8 +344,6 @@ class HostMesh(ShapedMesh):
         remote = sorted({host for host in hosts if host != runtime.address})
 
         async def stop() -> None:
-            from ._config import current_config
-
             loop = runtime.loop
             gone: list[asyncio.Future[None]] = [loop.create_future() for _ in remote]
             for host, done in zip(remote, gone, strict=True):

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import anyio
+import msgspec
 
 from monarch.transport import (
     Buffer,
@@ -554,8 +555,9 @@ class Runtime:
             else:
                 handler(body, payload)
         elif kind == TO_ACTOR:
-            if isinstance(body, Call) and body.forward:
-                self.cast(body.forward, envelope.dest, body, payload)  # relay first
+            if isinstance(body, Call) and body.forward:  # relay first
+                below = msgspec.structs.replace(body, seqs=body.seqs[1:]) if body.seqs else body
+                self.cast(body.forward, envelope.dest, below, payload)
             sink = self.actors.get(envelope.dest)
             if sink is None:
                 self._hold(envelope.dest, body, payload, envelope.sender)
