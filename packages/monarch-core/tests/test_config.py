@@ -105,7 +105,12 @@ def test_every_key_has_an_env_var_and_doc() -> None:
         assert key.env and key.doc, key.name
         assert key.default_value == get_global_config()[key.name]
     ours = {k.name for k in KEYS.values() if k.ours}
-    assert ours == {"heartbeat_interval", "heartbeat_timeout", "procs_per_process"}
+    assert ours == {
+        "heartbeat_interval",
+        "heartbeat_timeout",
+        "procs_per_process",
+        "read_peer_buffers",
+    }
     assert KEYS["default_transport"].env[:2] == (
         "HYPERACTOR_MESH_DEFAULT_TRANSPORT",
         "HYPERACTOR_DEFAULT_TRANSPORT",

@@ -52,6 +52,8 @@ from monarch.actor import (
     endpoint,
     this_host,
 )
+from monarch.config import configured
+from monarch.core._runtime import current_runtime
 
 CONTROLLER = Path(__file__).with_name("fault_controller.py")
 HEARTBEAT_TIMEOUT = 1.5  # what fault_controller.py configures
@@ -230,7 +232,8 @@ def test_kill_the_receiver_of_a_128_mib_transfer(
     meshes: Spawn,
     unhandled_failures: list[MeshFailure],
 ) -> None:
-    actors, pids = meshes(2, "to_proc")
+    with configured(read_peer_buffers=False):  # through the socket (see the lent ones below)
+        actors, pids = meshes(2, "to_proc")
     data = pattern(128 * MIB)
     os.kill(pids[0], signal.SIGSTOP)  # the transfer starts and cannot finish
     wait_until(lambda: stopped(pids[0]), 10, "the receiver is stopped")
@@ -251,7 +254,8 @@ def test_kill_the_sender_of_a_128_mib_transfer(
     meshes: Spawn,
     unhandled_failures: list[MeshFailure],
 ) -> None:
-    actors, pids = meshes(2, "proc_to_proc")
+    with configured(read_peer_buffers=False):
+        actors, pids = meshes(2, "proc_to_proc")
     sender, receiver = actors.slice(gpus=0), actors.slice(gpus=1)
     assert sender.push.call_one(receiver, 256).get(timeout=30)[0] == 256  # connected
     os.kill(pids[1], signal.SIGSTOP)  # the receiver holds the transfer half way
@@ -269,6 +273,51 @@ def test_kill_the_sender_of_a_128_mib_transfer(
     data = pattern(128 * MIB)
     assert receiver.sink.call_one(data).get(timeout=60) == (len(data), zlib.crc32(data))
     assert receiver.get.call_one().get(timeout=30) == ACKED + 2
+
+
+def test_kill_the_borrower_of_a_lent_128_mib_buffer(
+    meshes: Spawn,
+    unhandled_failures: list[MeshFailure],
+) -> None:
+    """Between procs of one machine a large buffer is lent, not sent (see _lending): the
+    lender keeps it until the borrower has read it, or is dead."""
+    actors, pids = meshes(2, "borrower")
+    lender = current_runtime().lender
+    data = pattern(128 * MIB)
+    os.kill(pids[0], signal.SIGSTOP)  # it cannot read what it is lent
+    wait_until(lambda: stopped(pids[0]), 10, "the borrower is stopped")
+    pending = actors.slice(gpus=0).sink.call_one(data)
+    wait_until(lambda: len(lender) == 1, 10, "the buffer is lent")
+
+    seconds = kill_and_time(pids[0], signal.SIGKILL, pending)
+    assert seconds < SAME_HOST_LIMIT
+    assert_reported(unhandled_failures, "borrower", 0)
+    wait_until(lambda: len(lender) == 0, 10, "the dead borrower's loan is ours again")
+    survivor = actors.slice(gpus=1)
+    assert survivor.sink.call_one(data).get(timeout=60) == (len(data), zlib.crc32(data))
+    wait_until(lambda: len(lender) == 0, 10, "the survivor gives its loan back")
+
+
+def test_kill_the_lender_of_a_128_mib_buffer(
+    meshes: Spawn,
+    unhandled_failures: list[MeshFailure],
+) -> None:
+    actors, pids = meshes(2, "lender")
+    sender, receiver = actors.slice(gpus=0), actors.slice(gpus=1)
+    assert sender.push.call_one(receiver, 256).get(timeout=30)[0] == 256  # connected
+    os.kill(pids[1], signal.SIGSTOP)  # the borrower gets the loan but cannot read it yet
+    wait_until(lambda: stopped(pids[1]), 10, "the receiver is stopped")
+    pending = sender.push.call_one(receiver, 128 * MIB)
+    wait_until(lambda: socket_queued(pids[1]) > 0, 30, "the loan is on its way")
+
+    seconds = kill_and_time(pids[0], signal.SIGKILL, pending)
+    assert seconds < SAME_HOST_LIMIT
+    assert_reported(unhandled_failures, "lender", 0)
+    # The borrower cannot read the dead lender's memory: it drops the message, goes on.
+    os.kill(pids[1], signal.SIGCONT)
+    assert receiver.get.call_one().get(timeout=30) == ACKED + 1
+    data = pattern(128 * MIB)
+    assert receiver.sink.call_one(data).get(timeout=60) == (len(data), zlib.crc32(data))
 
 
 # -- other hosts: controllers and workers of their own --------------------------------------------

@@ -722,6 +722,16 @@ class Config:
         doc="(ours) A peer silent this long is declared dead.",
         ours=True,
     )
+    read_peer_buffers: bool = _key(
+        _BOOL,
+        True,
+        "MONARCH_READ_PEER_BUFFERS",
+        doc=(
+            "(ours) Processes of one machine read each other's large buffers directly "
+            "(process_vm_readv, one copy) where allowed, instead of through the socket."
+        ),
+        ours=True,
+    )
     procs_per_process: int = _key(
         _Int(1),
         1,

@@ -154,6 +154,12 @@ class ActorFailed(msgspec.Struct, array_like=True, tag=19, frozen=True):
     reason: str
 
 
+class ReturnLoans(msgspec.Struct, array_like=True, tag=20, frozen=True):
+    """The borrower has read these lent buffers (see ``_lending``): the lender may let go."""
+
+    keys: tuple[int, ...]
+
+
 Body = (
     Call
     | PortValue
@@ -167,6 +173,7 @@ Body = (
     | RunBootstrap
     | GetController
     | ActorFailed
+    | ReturnLoans
 )
 
 _decoder: Final = msgspec.msgpack.Decoder(Body)

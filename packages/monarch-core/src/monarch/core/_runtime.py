@@ -37,6 +37,8 @@ from monarch.transport.wire import Envelope, decode_envelope, encode
 
 from ._cast import SendOrder, fan_out
 from ._future import set_loop_thread
+from ._lending import Lender, PullError, address_of, borrow, can_read, is_descriptor
+from ._lending import available as lending_available
 from ._messages import (
     HEARTBEAT,
     TO_ACTOR,
@@ -45,6 +47,7 @@ from ._messages import (
     Body,
     Call,
     PortRef,
+    ReturnLoans,
     StopProc,
     decode_body,
     encode_body,
@@ -95,6 +98,8 @@ class _PeerWriter:
         self.busy = False
         self.task: asyncio.Task[None] | None = None
         self.stopped = False
+        self.lend = False
+        """The peer reads our large buffers itself (see ``_lending``)."""
 
     def start(self) -> None:
         """Connect and serve (loop thread)."""
@@ -225,9 +230,12 @@ class _PeerWriter:
         try:
             while len(frame := await conn.receive()) == 1:
                 self.heard = loop.time()
-                incarnation = decode_envelope(frame[0]).headers.get("i")
+                headers = decode_envelope(frame[0]).headers
+                incarnation = headers.get("i")
                 if incarnation is not None:
                     self.runtime.incarnations[self.address] = incarnation
+                if headers.get("pull") == "1":
+                    self.lend = True  # the peer can read our memory: lend it large buffers
             exc: BaseException = PeerLost(f"{self.address} sent on a one-way connection")
         except TransportError as error:
             exc = PeerLost(f"lost connection to {self.address}: {error}")
@@ -290,6 +298,16 @@ class Runtime:
         self.incarnation = secrets.token_hex(8)
         """This process's identity: stable when its address changes, new in a new process."""
         self.hello = {"i": self.incarnation}
+        self.lender = Lender()
+        """Our large buffers read by peers of this machine (see ``_lending``)."""
+        self._token = self.incarnation.encode()
+        if lending_available():
+            # What a peer of this machine reads to find out it may read our memory.
+            self.hello = {
+                **self.hello,
+                "pid": str(os.getpid()),
+                "probe": str(address_of(self._token)),
+            }
         self.incarnations: dict[str, str] = {}
         """The incarnation last seen at each peer address."""
         self.posted = 0
@@ -390,7 +408,8 @@ class Runtime:
                         return
                     self._inbound.setdefault(sender, {})[conn] = drained
                     if beats is None:
-                        beats = self.spawn_task(self._send_heartbeats(conn, hello))
+                        pulls = self._can_pull_from(hello)
+                        beats = self.spawn_task(self._send_heartbeats(conn, hello, pulls))
                     frame = await conn.receive()
                     continue
                 # This frame and every one already read, as one batch: what they send
@@ -443,9 +462,25 @@ class Runtime:
             if writer is not None:
                 writer.stop()
 
-    async def _send_heartbeats(self, conn: Connection, hello: Envelope) -> None:
+    def _can_pull_from(self, hello: Envelope) -> bool:
+        """Whether we can read the memory of the peer saying ``hello`` (same machine)."""
+        headers = hello.headers
+        if not hello.sender.startswith("unix:") or "probe" not in headers:
+            return False
+        from ._config import current_config
+
+        if not current_config().read_peer_buffers:
+            return False
+        try:
+            pid, probe = int(headers["pid"]), int(headers["probe"])
+        except (KeyError, ValueError):
+            return False
+        return can_read(pid, probe, headers.get("i", "").encode())
+
+    async def _send_heartbeats(self, conn: Connection, hello: Envelope, pulls: bool) -> None:
         """Answer a hello with ours, then beat at the interval the peer asked for."""
-        await conn.send([encode(Envelope(HEARTBEAT, "", self.address, 0, self.hello))])
+        answer = {"i": self.incarnation, "pull": "1"} if pulls else {"i": self.incarnation}
+        await conn.send([encode(Envelope(HEARTBEAT, "", self.address, 0, answer))])
         if not hello.dest:
             return  # no heartbeats wanted (a peer on this machine)
         try:
@@ -505,6 +540,8 @@ class Runtime:
             if address in self.failed_peers:
                 return  # undeliverable; watchers already learned of the failure
             writer = self._writer(address, on_loop)
+        if writer.lend and len(parts) > 3:
+            parts = self.lender.lend_parts(parts, address)
         if on_loop:
             writer.post(parts, True, self._dirty if self._batching else None)
         else:
@@ -546,6 +583,15 @@ class Runtime:
     def _dispatch(self, frame: Sequence[Buffer]) -> str:
         envelope = decode_envelope(frame[0])  # type: ignore[arg-type]
         body = decode_body(frame[1])  # type: ignore[arg-type]
+        if len(frame) > 3 and any(map(is_descriptor, frame[3:])):
+            try:
+                frame, keys = borrow(frame)
+            except PullError as exc:
+                log.error("dropped a message from %s: %s", envelope.sender, exc)
+                if self.undeliverable is not None:
+                    self.undeliverable(self, body, envelope.dest)
+                return envelope.sender
+            self.post(envelope.sender, TO_PROC, "", ReturnLoans(tuple(keys)))
         payload = frame[2:]
         kind = envelope.kind
         if kind == TO_PORT:
@@ -566,6 +612,9 @@ class Runtime:
         elif kind == TO_PROC:
             if isinstance(body, StopProc):
                 self.stopped.set()
+                return envelope.sender
+            if isinstance(body, ReturnLoans):
+                self.lender.give_back(body.keys)
                 return envelope.sender
             control = self.control.get(type(body))
             if control is None:
@@ -667,6 +716,7 @@ class Runtime:
         self._notify_failed(address, exc)
 
     def _notify_failed(self, address: str, exc: BaseException) -> None:
+        self.lender.forget(address)
         for watcher in list(self._watchers.pop(address, {}).values()):
             try:
                 watcher(address, exc)

@@ -34,7 +34,22 @@ class _OutOfBand:
         self.value = value
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
-        return type(self.value), (pickle.PickleBuffer(self.value),)
+        if type(self.value) is bytes:
+            return _rebuild_bytes, (pickle.PickleBuffer(self.value),)
+        return bytearray, (pickle.PickleBuffer(self.value),)
+
+
+def _rebuild_bytes(buffer: Any) -> bytes:
+    """The ``bytes`` a buffer holds: the very object when the buffer is (a whole view of)
+    a ``bytes`` (one read from another process straight into it, or one sent within
+    this process), else a copy."""
+    if type(buffer) is bytes:
+        return buffer
+    view = memoryview(buffer)
+    whole = view.obj
+    if type(whole) is bytes and view.nbytes == len(whole):
+        return whole
+    return bytes(view)
 
 
 def _lift_buffers(obj: Any, depth: int = 0) -> Any:

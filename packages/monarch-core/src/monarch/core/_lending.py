@@ -1,0 +1,203 @@
+"""Large buffers lent between processes of one machine, read with one copy.
+
+Through a socket, a large buffer is copied into the kernel by its sender and out again
+by its receiver, which then copies it once more into the ``bytes`` it unpickles. Between
+processes of one machine that may read each other's memory (``process_vm_readv``: same
+user, no ptrace restriction in the way), the sender instead *lends* the buffer: the
+message carries a small descriptor (its pid, address and size), the receiver reads the
+bytes straight into the object it will hand to pickle (a fresh ``bytes`` for a ``bytes``
+payload, so nothing is copied again), then gives the loan back. The lender keeps the
+buffer alive until then, or until the borrower is declared dead.
+
+Whether a peer can read us is tested once per connection (see ``Runtime``): our hello
+carries our pid and the address of our incarnation token; the peer reads it and says
+so in its answer. Only then do we lend to it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import os
+import struct
+import threading
+from collections.abc import Sequence
+from typing import Any, Final
+
+from monarch.transport import Buffer
+
+LEND_MIN: Final = 1024 * 1024
+"""Buffers from this size are lent rather than written to the socket."""
+MAGIC: Final = b"\x00monarch-loan\x00\x00\x00"
+_DESCRIPTOR: Final = struct.Struct("<16sQQQQQ")
+DESCRIPTOR_SIZE: Final = _DESCRIPTOR.size
+"""A descriptor part: MAGIC, key, pid, address, size, kind. No other part has this
+size and prefix (pickles start with the PROTO opcode; out-of-band buffers are large)."""
+_BYTES: Final = 1
+_BUFFER: Final = 2
+
+
+class PullError(OSError):
+    """A lent buffer could not be read (the lender is gone, or reading is not allowed)."""
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+
+
+class _PyBuffer(ctypes.Structure):
+    _fields_ = [
+        ("buf", ctypes.c_void_p),
+        ("obj", ctypes.c_void_p),
+        ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t),
+        ("readonly", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("format", ctypes.c_char_p),
+        ("shape", ctypes.c_void_p),
+        ("strides", ctypes.c_void_p),
+        ("suboffsets", ctypes.c_void_p),
+        ("internal", ctypes.c_void_p),
+    ]
+
+
+def _bind() -> tuple[Any, Any, Any, Any] | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        readv = libc.process_vm_readv
+        api = ctypes.pythonapi
+    except (OSError, AttributeError):  # not Linux/glibc, or not CPython
+        return None
+    readv.argtypes = [
+        ctypes.c_int,
+        ctypes.POINTER(_IoVec),
+        ctypes.c_ulong,
+        ctypes.POINTER(_IoVec),
+        ctypes.c_ulong,
+        ctypes.c_ulong,
+    ]
+    readv.restype = ctypes.c_ssize_t
+    get = api.PyObject_GetBuffer
+    get.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+    get.restype = ctypes.c_int
+    release = api.PyBuffer_Release
+    release.argtypes = [ctypes.POINTER(_PyBuffer)]
+    release.restype = None
+    new_bytes = api.PyBytes_FromStringAndSize
+    new_bytes.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
+    new_bytes.restype = ctypes.py_object
+    return readv, get, release, new_bytes
+
+
+_api = _bind()
+
+
+def available() -> bool:
+    return _api is not None
+
+
+def address_of(buffer: Buffer) -> int:
+    """Where a buffer's bytes start in this process's memory."""
+    assert _api is not None
+    _, get, release, _ = _api
+    view = _PyBuffer()
+    get(buffer, ctypes.byref(view), 0)
+    try:
+        return int(view.buf or 0)
+    finally:
+        release(ctypes.byref(view))
+
+
+def pull(pid: int, address: int, size: int, kind: int = _BUFFER) -> bytes | bytearray:
+    """Read ``size`` bytes at ``address`` in process ``pid`` into a new object: a
+    ``bytes`` (which nothing else has seen yet, so filling it is safe) or a bytearray."""
+    assert _api is not None
+    readv, _, _, new_bytes = _api
+    into: bytes | bytearray = new_bytes(None, size) if kind == _BYTES else bytearray(size)
+    base = address_of(into)
+    done = 0
+    while done < size:
+        local = _IoVec(base + done, size - done)
+        remote = _IoVec(address + done, size - done)
+        got = readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        if got <= 0:
+            errno = ctypes.get_errno()
+            raise PullError(
+                errno, f"cannot read {size} bytes of process {pid}: {os.strerror(errno)}"
+            )
+        done += got
+    return into
+
+
+def can_read(pid: int, address: int, expected: bytes) -> bool:
+    """Whether process ``pid`` holds ``expected`` at ``address`` and we may read it."""
+    if _api is None or pid == os.getpid():
+        return False
+    try:
+        return bytes(pull(pid, address, len(expected))) == expected
+    except (PullError, OverflowError):
+        return False
+
+
+def is_descriptor(part: Buffer) -> bool:
+    return len(part) == DESCRIPTOR_SIZE and bytes(part[:16]) == MAGIC
+
+
+class Lender:
+    """This process's buffers on loan, by key: kept alive until given back."""
+
+    def __init__(self) -> None:
+        self._loans: dict[int, tuple[Buffer, str]] = {}
+        self._keys = itertools.count(1)
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def __len__(self) -> int:
+        return len(self._loans)
+
+    def lend_parts(self, parts: Sequence[Buffer], borrower: str) -> Sequence[Buffer]:
+        """``parts`` with its large buffers (after the envelope, body and first pickle)
+        replaced by descriptors lent to ``borrower``; ``parts`` itself if none is large."""
+        out: list[Buffer] | None = None
+        for i in range(3, len(parts)):
+            part = parts[i]
+            view = part if isinstance(part, memoryview) else memoryview(part)
+            if view.nbytes < LEND_MIN or not view.c_contiguous:
+                continue
+            if out is None:
+                out = list(parts)
+            out[i] = self._lend(view, borrower)
+        return parts if out is None else out
+
+    def _lend(self, view: memoryview, borrower: str) -> bytes:
+        kind = _BYTES if type(view.obj) is bytes and view.nbytes == len(view.obj) else _BUFFER
+        key = next(self._keys)
+        with self._lock:
+            self._loans[key] = (view, borrower)
+        return _DESCRIPTOR.pack(MAGIC, key, self._pid, address_of(view), view.nbytes, kind)
+
+    def give_back(self, keys: Sequence[int]) -> None:
+        with self._lock:
+            for key in keys:
+                self._loans.pop(key, None)
+
+    def forget(self, borrower: str) -> None:
+        """The borrower is dead: what it had not given back is ours again."""
+        with self._lock:
+            for key in [k for k, (_, b) in self._loans.items() if b == borrower]:
+                del self._loans[key]
+
+
+def borrow(parts: Sequence[Buffer]) -> tuple[list[Buffer], list[int]]:
+    """``parts`` with every descriptor replaced by the buffer it lends (read now), and
+    the keys to give back to the lender."""
+    out = list(parts)
+    keys: list[int] = []
+    for i in range(2, len(out)):
+        part = out[i]
+        if not is_descriptor(part):
+            continue
+        _, key, pid, address, size, kind = _DESCRIPTOR.unpack(bytes(part))
+        out[i] = pull(pid, address, size, kind)
+        keys.append(key)
+    return out, keys

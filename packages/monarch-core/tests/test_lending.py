@@ -1,0 +1,99 @@
+"""Large buffers lent between processes of one machine (``_lending``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from monarch.core import _lending
+from monarch.core._lending import DESCRIPTOR_SIZE, LEND_MIN, Lender, borrow, is_descriptor
+from monarch.core._serialize import dumps, loads
+
+pytestmark = pytest.mark.skipif(not _lending.available(), reason="needs process_vm_readv")
+
+sizes = st.lists(st.sampled_from([0, 100, 5000, LEND_MIN - 1, LEND_MIN, LEND_MIN + 3]), max_size=5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=sizes, as_bytes=st.lists(st.booleans(), min_size=5, max_size=5))
+def test_lent_parts_read_back_equal(sizes: list[int], as_bytes: list[bool]) -> None:
+    """Only large parts after the envelope, body and first pickle are lent; reading them
+    back (here from this very process) gives the same bytes, and the loans go back."""
+    parts: list[bytes | bytearray] = [b"envelope", b"body", b"\x80pickle"]
+    for i, size in enumerate(sizes):
+        data = os.urandom(size)
+        parts.append(data if as_bytes[i] else bytearray(data))
+    lender = Lender()
+    lent = lender.lend_parts(parts, "unix://@peer")
+    large = [i for i, p in enumerate(parts) if i >= 3 and len(p) >= LEND_MIN]
+    assert [i for i, p in enumerate(lent) if is_descriptor(p)] == large
+    assert len(lender) == len(large)
+    back, keys = borrow(lent)
+    assert [bytes(p) for p in back] == [bytes(p) for p in parts]
+    for i in large:  # a bytes payload arrives as a fresh bytes, any other as a bytearray
+        assert type(back[i]) is type(parts[i])
+    lender.give_back(keys)
+    assert len(lender) == 0
+
+
+def test_a_dead_borrowers_loans_are_forgotten() -> None:
+    lender = Lender()
+    big = bytes(LEND_MIN)
+    lender.lend_parts([b"e", b"b", b"p", big], "unix://@a")
+    lender.lend_parts([b"e", b"b", b"p", big, big], "unix://@b")
+    lender.forget("unix://@b")
+    assert len(lender) == 1
+
+
+def test_descriptors_are_told_apart_from_payloads() -> None:
+    assert DESCRIPTOR_SIZE < 4096  # out-of-band buffers are never this small
+    assert not is_descriptor(b"\x80" + bytes(DESCRIPTOR_SIZE - 1))  # a pickle
+    assert not is_descriptor(bytes(DESCRIPTOR_SIZE))
+
+
+def test_a_bytes_payload_read_into_bytes_is_not_copied_again() -> None:
+    data = os.urandom(LEND_MIN)
+    pickle, *buffers = dumps(data)
+    assert len(buffers) == 1
+    lent = Lender().lend_parts([b"e", b"b", pickle, *buffers], "unix://@x")
+    back, _ = borrow(lent)
+    received = back[3]
+    assert type(received) is bytes
+    assert loads([pickle, received]) is received
+
+
+def test_another_process_is_read_only_with_its_token() -> None:
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
+                import os, sys
+                from monarch.core._lending import address_of
+                token = b"monarch-token-123"
+                print(os.getpid(), address_of(token), flush=True)
+                sys.stdin.read()
+                """
+            ),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        pid, address = map(int, child.stdout.readline().split())
+        assert _lending.can_read(pid, address, b"monarch-token-123")
+        assert not _lending.can_read(pid, address, b"monarch-token-456")
+        assert not _lending.can_read(os.getpid(), address, b"monarch-token-123")
+    finally:
+        child.communicate("")
+    with pytest.raises(_lending.PullError):
+        _lending.pull(pid, address, 16)  # gone
