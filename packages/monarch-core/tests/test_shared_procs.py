@@ -100,7 +100,7 @@ def test_a_slice_reaches_only_its_procs(procs: ProcMesh) -> None:
     members.slice(gpus=slice(1, 3)).note.broadcast(7)
     assert members.slice(hosts=1, gpus=2).note.call_one(8).get(timeout=30) is None
     seen = members.notes.call().get(timeout=30).values()
-    expected = [[] for _ in range(HOSTS * PER_HOST)]
+    expected: list[list[int]] = [[] for _ in range(HOSTS * PER_HOST)]
     for rank in (1, 2, PER_HOST + 1, PER_HOST + 2):
         expected[rank].append(7)
     expected[PER_HOST + 2].append(8)
