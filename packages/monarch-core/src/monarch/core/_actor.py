@@ -1109,9 +1109,14 @@ class Endpoint(Generic[R]):
 
     def _submit(self, mesh: ActorMesh[Any], payload: list[Buffer], want: str) -> Future[Any]:
         explicit = self._prop._explicit_response_port
-        return submit_into(
-            mesh._runtime, ActorMesh._start_cast, mesh, self._name, payload, want, explicit
-        )
+        procs = mesh._cast_here() if want != "stream" else None
+        if procs is None:
+            return submit_into(
+                mesh._runtime, ActorMesh._start_cast, mesh, self._name, payload, want, explicit
+            )
+        future: Future[Any] = Future._new()
+        mesh._cast_gathering(procs, self._name, payload, want, explicit, future)
+        return future
 
     def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
         """Call every actor of the (sliced) mesh; gather one value per rank."""
@@ -1142,7 +1147,11 @@ class Endpoint(Generic[R]):
         payload = self._bind(args, kwargs)
         mesh = self._mesh
         explicit = self._prop._explicit_response_port
-        mesh._runtime.call_soon(mesh._post_cast, self._name, payload, None, explicit)
+        procs = mesh._cast_here()
+        if procs is not None:
+            mesh._post_to(procs, self._name, payload, None, explicit)
+        else:
+            mesh._runtime.call_soon(mesh._post_cast, self._name, payload, None, explicit)
 
     def _send(
         self,
@@ -1159,7 +1168,11 @@ class Endpoint(Generic[R]):
             raise ValueError(f"selection must be 'all' or 'choose', not {selection!r}")
         reply = port._ref if port is not None else None
         explicit = self._prop._explicit_response_port
-        mesh._runtime.call_soon(mesh._post_cast, self._name, payload, reply, explicit)
+        procs = mesh._cast_here()
+        if procs is not None:
+            mesh._post_to(procs, self._name, payload, reply, explicit)
+        else:
+            mesh._runtime.call_soon(mesh._post_cast, self._name, payload, reply, explicit)
 
 
 async def _await(future: asyncio.Future[Any]) -> Any:
@@ -1407,7 +1420,17 @@ class ActorMesh(ShapedMesh, Generic[R]):
             return NotAnEndpoint(self, name)
         raise AttributeError(f"{type(self).__name__} has no endpoint or attribute {name!r}")
 
-    # -- casting (runtime loop only) -------------------------------------------------
+    # -- casting ------------------------------------------------------------------------
+
+    def _cast_here(self) -> list[str] | None:
+        """The mesh's procs, when the calling thread may cast to it itself, without a
+        hop through the runtime loop: the procs are known, and nothing the caller asked
+        the loop for earlier (a cast waiting for the procs, a stop) can be overtaken."""
+        state = self._state
+        addresses = state.addresses
+        if addresses is None or state.stopped is not None or state.backlog:
+            return None
+        return addresses if self._runtime.idle() else None
 
     def _post_cast(
         self, method: str, payload: Sequence[Buffer], reply: PortRef | None, explicit: bool

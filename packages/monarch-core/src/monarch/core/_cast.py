@@ -15,6 +15,7 @@ ones back.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -73,16 +74,18 @@ class SendOrder:
 
     def __init__(self) -> None:
         self._next: dict[str, dict[str, int]] = {}
+        self._lock = threading.Lock()  # callers' threads cast too (see ActorMesh._cast_here)
 
     def take(self, mesh: str, targets: Sequence[str]) -> tuple[int, ...]:
-        counters = self._next.get(mesh)
-        if counters is None:
-            counters = self._next[mesh] = {}
-        seqs = []
-        for target in targets:
-            seq = counters[target] = counters.get(target, 0) + 1
-            seqs.append(seq)
-        return tuple(seqs)
+        with self._lock:
+            counters = self._next.get(mesh)
+            if counters is None:
+                counters = self._next[mesh] = {}
+            seqs = []
+            for target in targets:
+                seq = counters[target] = counters.get(target, 0) + 1
+                seqs.append(seq)
+            return tuple(seqs)
 
 
 class ReceiveOrder:

@@ -17,6 +17,7 @@ import math
 import os
 import secrets
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -69,6 +70,12 @@ ControlHandler = Callable[["Runtime", Any, Sequence[Buffer], str], None]
 PeerWatcher = Callable[[str, BaseException], None]
 
 
+BURST: Final = 50e-6
+"""Deferred posts closer together than this (seconds) are written together."""
+DEFER: Final[list[Any]] = []
+"""A ``batch`` for ``post`` off the loop: the writer task flushes (see ``post_deferred``)."""
+
+
 class PeerLost(ConnectionError):
     """A peer process stopped answering (exited, was killed, or the link broke)."""
 
@@ -100,6 +107,7 @@ class _PeerWriter:
         self.stopped = False
         self.lend = False
         """The peer reads our large buffers itself (see ``_lending``)."""
+        self.last_deferred = 0.0
 
     def start(self) -> None:
         """Connect and serve (loop thread)."""
@@ -133,6 +141,13 @@ class _PeerWriter:
                 # nothing is queued before it.
                 try:
                     conn.send_nowait(parts)
+                    if batch is DEFER:
+                        # Deferred only within a burst (posts closer than BURST apart): a
+                        # lone message goes out now, from this thread, with no wake-up.
+                        now = time.monotonic()
+                        if now - self.last_deferred > BURST:
+                            batch = None
+                        self.last_deferred = now
                     if batch is None:
                         if conn.flush_nowait():
                             return
@@ -141,6 +156,8 @@ class _PeerWriter:
                     error = exc
         if error is not None:
             self._fail_from(error, on_loop)
+        elif batch is DEFER:
+            self._kick(on_loop)  # the writer task writes it, with whatever follows
         elif direct and batch is not None:
             if self not in batch:
                 batch.append(self)
@@ -327,6 +344,7 @@ class Runtime:
         self.loop_thread_id: int | None = None
         self._inbox: deque[tuple[Any, ...]] = deque()
         self._inbox_scheduled = False
+        self._draining = False
         self._batching = 0
         """Depth of batches running: their writes are flushed together at the end."""
         self._dirty: list[_PeerWriter] = []
@@ -349,6 +367,7 @@ class Runtime:
         self._inbox_scheduled = False  # first: a request appended from now on schedules anew
         inbox = self._inbox
         self._batching += 1
+        self._draining = True
         try:
             while inbox:
                 fn, *args = inbox.popleft()
@@ -357,7 +376,13 @@ class Runtime:
                 except Exception:
                     log.exception("runtime request %r failed", fn)
         finally:
+            self._draining = False
             self._end_batch()
+
+    def idle(self) -> bool:
+        """No request made through ``call_soon`` is waiting or running: a thread may then
+        send a message itself without overtaking one it asked the loop for earlier."""
+        return not self._inbox and not self._draining
 
     def _end_batch(self) -> None:
         self._batching -= 1
@@ -547,6 +572,13 @@ class Runtime:
         else:
             writer.post(parts, False, batch)
 
+    def post_deferred(
+        self, address: str, kind: int, dest: str, body: Body, payload: Sequence[Buffer] = ()
+    ) -> None:
+        """``post``, except that off the loop the write is left to the writer task, so a
+        thread's burst of messages becomes one system call."""
+        self.post(address, kind, dest, body, payload, None if self.on_loop() else DEFER)
+
     def _writer(self, address: str, on_loop: bool = True) -> _PeerWriter:
         """The writer to ``address``, made (and, on the loop or soon, started) if new."""
         writer = self._writers.get(address)
@@ -561,13 +593,15 @@ class Runtime:
     def cast(
         self, targets: Sequence[str], dest: str, call: Call, payload: Sequence[Buffer]
     ) -> None:
-        """Send ``call`` to every target through the cast tree (see ``_cast``); loop only."""
+        """Send ``call`` to every target through the cast tree (see ``_cast``); from any
+        thread, its writes deferred off the loop (see ``post_deferred``)."""
         if len(targets) == 1 and not call.forward:
-            self.post(targets[0], TO_ACTOR, dest, call, payload)
+            self.post_deferred(targets[0], TO_ACTOR, dest, call, payload)
             return
         from ._config import current_config
 
-        fan_out(self.post, targets, dest, call, payload, current_config().max_cast_fanout)
+        fanout = current_config().max_cast_fanout
+        fan_out(self.post_deferred, targets, dest, call, payload, fanout)
 
     def send_to_port(
         self,
@@ -661,19 +695,21 @@ class Runtime:
     # -- failures ---------------------------------------------------------------------
 
     def watch_peer(self, address: str, watcher: PeerWatcher) -> int:
-        """Call ``watcher(address, exc)`` once if that peer fails; returns a key for
-        ``unwatch_peer``."""
+        """Call ``watcher(address, exc)`` (on the loop) if that peer fails; returns a key
+        for ``unwatch_peer``. From any thread; a watcher must tolerate a second call."""
         key = next(self._watch_ids)
+        on_loop = threading.get_ident() == self.loop_thread_id
+        if address not in self.failed_peers:
+            self._watchers.setdefault(address, {})[key] = watcher
+            if address != self.address and address not in self._writers:
+                self._writer(address, on_loop)  # connect now: a death is noticed at once
+        # Checked after registering: a failure declared meanwhile is not missed.
         failure = self.failed_peers.get(address)
         if failure is not None:
-            self.loop.call_soon(watcher, address, failure)
-            return key
-        watchers = self._watchers.get(address)
-        if watchers is None:
-            watchers = self._watchers[address] = {}
-        watchers[key] = watcher
-        if address != self.address and address not in self._writers:
-            self._writer(address)  # connect now: a dead peer is noticed before we send to it
+            if on_loop:
+                self.loop.call_soon(watcher, address, failure)
+            else:
+                self.call_soon(watcher, address, failure)
         return key
 
     def unwatch_peer(self, address: str, key: int) -> None:
