@@ -110,6 +110,7 @@ def test_every_key_has_an_env_var_and_doc() -> None:
         "heartbeat_timeout",
         "procs_per_process",
         "read_peer_buffers",
+        "wait_spin",
     }
     assert KEYS["default_transport"].env[:2] == (
         "HYPERACTOR_MESH_DEFAULT_TRANSPORT",

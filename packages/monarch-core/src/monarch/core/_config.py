@@ -732,6 +732,16 @@ class Config:
         ),
         ours=True,
     )
+    wait_spin: float = _key(
+        _DURATION,
+        "300us",
+        "MONARCH_WAIT_SPIN",
+        doc=(
+            "(ours) How long a thread blocking on a Future yields the CPU before it sleeps: "
+            "replies that come sooner skip a wake-up. 0 to sleep at once."
+        ),
+        ours=True,
+    )
     procs_per_process: int = _key(
         _Int(1),
         1,

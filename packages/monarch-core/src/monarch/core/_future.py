@@ -11,7 +11,9 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
+import os
 import threading
+import time
 import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Final, Generic, Protocol, TypeVar, cast
@@ -28,6 +30,13 @@ _loop_thread: threading.Thread | None = None
 def set_loop_thread(thread: threading.Thread | None) -> None:
     global _loop_thread
     _loop_thread = thread
+
+
+def _spin() -> float:
+    from ._config import current_config
+
+    spin: float = current_config().wait_spin
+    return spin
 
 
 _PENDING: Final = 0
@@ -97,6 +106,17 @@ class Outcome(Generic[R]):
 
     def wait(self, timeout: float | None = None) -> R:
         """The value (or raise the error), blocking up to ``timeout`` seconds."""
+        if self._state != _DONE:
+            spin = _spin()
+            if timeout is not None:
+                spin = min(spin, timeout)
+            if spin > 0:
+                # Most replies come within a few hundred microseconds: yield the CPU (and
+                # the GIL) that long before sleeping, which on an idle machine would cost
+                # waking a halted CPU to hand the reply over.
+                deadline = time.perf_counter() + spin
+                while self._state != _DONE and time.perf_counter() < deadline:
+                    os.sched_yield()
         if self._state != _DONE:
             with _outcome_lock:
                 waiter = self._waiter
