@@ -45,7 +45,7 @@ from ._messages import (
     SpawnActor,
 )
 from ._runtime import Runtime, current_runtime
-from ._serialize import dumps, loads
+from ._serialize import dumps, dumps_arguments, loads
 from ._shape import Extent, MeshTrait, NDSlice, Point, Shape, ShapedMesh
 from ._supervision import MeshFailure, call_fault_hook
 from ._value_mesh import ValueMesh
@@ -1105,7 +1105,7 @@ class Endpoint(Generic[R]):
                 prop._signature.bind(*(None,) * leading, *args, **kwargs)
             except TypeError as exc:
                 raise TypeError(f"{self._name}() {exc}") from None
-        return dumps((args, kwargs))
+        return dumps_arguments(args, kwargs)
 
     def _submit(self, mesh: ActorMesh[Any], payload: list[Buffer], want: str) -> Future[Any]:
         explicit = self._prop._explicit_response_port

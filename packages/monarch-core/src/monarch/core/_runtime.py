@@ -71,9 +71,9 @@ PeerWatcher = Callable[[str, BaseException], None]
 
 
 BURST: Final = 50e-6
-"""Deferred posts closer together than this (seconds) are written together."""
+"""Casts from a thread closer together than this (seconds) are written together."""
 DEFER: Final[list[Any]] = []
-"""A ``batch`` for ``post`` off the loop: the writer task flushes (see ``post_deferred``)."""
+"""A ``batch`` for ``post`` off the loop: the writer task flushes (see ``cast``)."""
 
 
 class PeerLost(ConnectionError):
@@ -107,7 +107,6 @@ class _PeerWriter:
         self.stopped = False
         self.lend = False
         """The peer reads our large buffers itself (see ``_lending``)."""
-        self.last_deferred = 0.0
 
     def start(self) -> None:
         """Connect and serve (loop thread)."""
@@ -141,13 +140,6 @@ class _PeerWriter:
                 # nothing is queued before it.
                 try:
                     conn.send_nowait(parts)
-                    if batch is DEFER:
-                        # Deferred only within a burst (posts closer than BURST apart): a
-                        # lone message goes out now, from this thread, with no wake-up.
-                        now = time.monotonic()
-                        if now - self.last_deferred > BURST:
-                            batch = None
-                        self.last_deferred = now
                     if batch is None:
                         if conn.flush_nowait():
                             return
@@ -345,6 +337,7 @@ class Runtime:
         self._inbox: deque[tuple[Any, ...]] = deque()
         self._inbox_scheduled = False
         self._draining = False
+        self._last_cast = 0.0
         self._batching = 0
         """Depth of batches running: their writes are flushed together at the end."""
         self._dirty: list[_PeerWriter] = []
@@ -572,13 +565,6 @@ class Runtime:
         else:
             writer.post(parts, False, batch)
 
-    def post_deferred(
-        self, address: str, kind: int, dest: str, body: Body, payload: Sequence[Buffer] = ()
-    ) -> None:
-        """``post``, except that off the loop the write is left to the writer task, so a
-        thread's burst of messages becomes one system call."""
-        self.post(address, kind, dest, body, payload, None if self.on_loop() else DEFER)
-
     def _writer(self, address: str, on_loop: bool = True) -> _PeerWriter:
         """The writer to ``address``, made (and, on the loop or soon, started) if new."""
         writer = self._writers.get(address)
@@ -593,15 +579,39 @@ class Runtime:
     def cast(
         self, targets: Sequence[str], dest: str, call: Call, payload: Sequence[Buffer]
     ) -> None:
-        """Send ``call`` to every target through the cast tree (see ``_cast``); from any
-        thread, its writes deferred off the loop (see ``post_deferred``)."""
+        """Send ``call`` to every target through the cast tree (see ``_cast``), from any
+        thread. Off the loop, a lone cast is written at once by the calling thread (no
+        wake-up anywhere); casts closer together than BURST are left to the writer tasks,
+        so a burst becomes one system call per peer."""
+        if threading.get_ident() == self.loop_thread_id:
+            self._fan_out(self.post, targets, dest, call, payload)
+            return
+        now = time.monotonic()
+        burst = now - self._last_cast < BURST
+        self._last_cast = now
+        batch: list[Any] = DEFER if burst else []
+
+        def post(address: str, kind: int, dest: str, body: Body, parts: Sequence[Buffer]) -> None:
+            self.post(address, kind, dest, body, parts, batch)
+
+        self._fan_out(post, targets, dest, call, payload)
+        if not burst:
+            self.flush_writes(batch)
+
+    def _fan_out(
+        self,
+        post: Callable[[str, int, str, Body, Sequence[Buffer]], None],
+        targets: Sequence[str],
+        dest: str,
+        call: Call,
+        payload: Sequence[Buffer],
+    ) -> None:
         if len(targets) == 1 and not call.forward:
-            self.post_deferred(targets[0], TO_ACTOR, dest, call, payload)
+            post(targets[0], TO_ACTOR, dest, call, payload)
             return
         from ._config import current_config
 
-        fanout = current_config().max_cast_fanout
-        fan_out(self.post_deferred, targets, dest, call, payload, fanout)
+        fan_out(post, targets, dest, call, payload, current_config().max_cast_fanout)
 
     def send_to_port(
         self,

@@ -91,6 +91,17 @@ def _is_plain(obj: Any, depth: int = 0) -> bool:
     return False
 
 
+_NO_ARGUMENTS: Final = pickle.dumps(((), {}), protocol=5)
+
+
+def dumps_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Buffer]:
+    """``dumps((args, kwargs))``, the arguments of a call: none at all is common enough to
+    keep its pickle at hand."""
+    if not args and not kwargs:
+        return [_NO_ARGUMENTS]
+    return dumps((args, kwargs))
+
+
 def dumps(obj: object) -> list[Buffer]:
     """Pickle ``obj``; the first part is the pickle, the rest its out-of-band buffers."""
     if _is_plain(obj):
