@@ -338,23 +338,3 @@ def test_blocking_get_inside_a_running_event_loop_warns(procs: ProcMesh) -> None
         return value
 
     assert asyncio.run(main()) == 0
-
-
-class Environment(Actor):
-    @endpoint
-    def get(self, name: str) -> str | None:
-        return os.environ.get(name)
-
-
-def test_procs_allocate_large_buffers_on_huge_pages(procs: ProcMesh) -> None:
-    """Fresh 128 MiB receive buffers would otherwise cost more in page faults than to copy."""
-    from monarch.core._host import with_huge_pages
-
-    env = procs.spawn("env", Environment)
-    expected = with_huge_pages(os.environ.get("GLIBC_TUNABLES", ""))
-    assert "glibc.malloc.hugetlb=" in expected
-    assert env.get.call("GLIBC_TUNABLES").get(timeout=30).values() == [expected] * 2
-    assert with_huge_pages("glibc.malloc.arena_max=2") == (
-        "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
-    )
-    assert with_huge_pages("glibc.malloc.hugetlb=0") == "glibc.malloc.hugetlb=0"  # theirs wins

@@ -76,7 +76,7 @@ def test_another_process_is_read_only_with_its_token() -> None:
             textwrap.dedent(
                 """
                 import os, sys
-                from monarch.core._lending import address_of
+                from monarch.core._memory import address_of
                 token = b"monarch-token-123"
                 print(os.getpid(), address_of(token), flush=True)
                 sys.stdin.read()

@@ -37,22 +37,6 @@ def child_listen_address(agent: str) -> str:
     return str(Address(address.scheme, address.host, 0))
 
 
-HUGE_PAGES: Final = "glibc.malloc.hugetlb=1"
-
-
-def with_huge_pages(tunables: str) -> str:
-    """glibc tunables for a proc: large allocations on transparent huge pages.
-
-    A proc receives large payloads into fresh allocations (a frame, then the unpickled
-    ``bytes``); with 4 KiB pages, faulting in 128 MiB costs several times the copy
-    itself. glibc's ``malloc.hugetlb=1`` (2.35+) asks the kernel for huge pages
-    instead (where THP is ``madvise`` or ``always``). A tunable the user set wins.
-    """
-    if "glibc.malloc.hugetlb" in tunables:
-        return tunables
-    return f"{tunables}:{HUGE_PAGES}" if tunables else HUGE_PAGES
-
-
 def handle_spawn_procs(
     runtime: Runtime, body: SpawnProcs, payload: Sequence[Buffer], sender: str
 ) -> None:
@@ -67,7 +51,6 @@ def handle_spawn_procs(
         LISTEN_ENV: child_listen_address(runtime.address),
     }
     env.update(body.env)
-    env["GLIBC_TUNABLES"] = with_huge_pages(env.get("GLIBC_TUNABLES", ""))
     for rank in range(body.base_rank, body.base_rank + body.count):
         try:
             child = subprocess.Popen(

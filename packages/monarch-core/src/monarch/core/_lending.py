@@ -26,6 +26,8 @@ from typing import Any, Final
 
 from monarch.transport import Buffer
 
+from . import _memory as memory
+
 LEND_MIN: Final = 1024 * 1024
 """Buffers from this size are lent rather than written to the socket."""
 MAGIC: Final = b"\x00monarch-loan\x00\x00\x00"
@@ -45,28 +47,10 @@ class _IoVec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
 
 
-class _PyBuffer(ctypes.Structure):
-    _fields_ = [
-        ("buf", ctypes.c_void_p),
-        ("obj", ctypes.c_void_p),
-        ("len", ctypes.c_ssize_t),
-        ("itemsize", ctypes.c_ssize_t),
-        ("readonly", ctypes.c_int),
-        ("ndim", ctypes.c_int),
-        ("format", ctypes.c_char_p),
-        ("shape", ctypes.c_void_p),
-        ("strides", ctypes.c_void_p),
-        ("suboffsets", ctypes.c_void_p),
-        ("internal", ctypes.c_void_p),
-    ]
-
-
-def _bind() -> tuple[Any, Any, Any, Any] | None:
+def _bind() -> Any:
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        readv = libc.process_vm_readv
-        api = ctypes.pythonapi
-    except (OSError, AttributeError):  # not Linux/glibc, or not CPython
+        readv = ctypes.CDLL(None, use_errno=True).process_vm_readv
+    except (OSError, AttributeError):  # not Linux/glibc
         return None
     readv.argtypes = [
         ctypes.c_int,
@@ -77,91 +61,38 @@ def _bind() -> tuple[Any, Any, Any, Any] | None:
         ctypes.c_ulong,
     ]
     readv.restype = ctypes.c_ssize_t
-    get = api.PyObject_GetBuffer
-    get.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
-    get.restype = ctypes.c_int
-    release = api.PyBuffer_Release
-    release.argtypes = [ctypes.POINTER(_PyBuffer)]
-    release.restype = None
-    new_bytes = api.PyBytes_FromStringAndSize
-    new_bytes.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
-    new_bytes.restype = ctypes.py_object
-    return readv, get, release, new_bytes
+    return readv
 
 
-_api = _bind()
+_readv = _bind() if memory.available() else None
 
 
 def available() -> bool:
-    return _api is not None
-
-
-def address_of(buffer: Buffer) -> int:
-    """Where a buffer's bytes start in this process's memory."""
-    assert _api is not None
-    _, get, release, _ = _api
-    view = _PyBuffer()
-    get(buffer, ctypes.byref(view), 0)
-    try:
-        return int(view.buf or 0)
-    finally:
-        release(ctypes.byref(view))
+    return _readv is not None
 
 
 def pull(pid: int, address: int, size: int, kind: int = _BUFFER) -> bytes | bytearray:
     """Read ``size`` bytes at ``address`` in process ``pid`` into a new object: a
     ``bytes`` (which nothing else has seen yet, so filling it is safe) or a bytearray."""
-    assert _api is not None
-    readv, _, _, new_bytes = _api
-    into: bytes | bytearray = new_bytes(None, size) if kind == _BYTES else bytearray(size)
-    base = address_of(into)
-    _huge_pages(base, size)
+    assert _readv is not None
+    into = memory.fresh_bytes(size) if kind == _BYTES else memory.fresh_bytearray(size)
+    base = memory.address_of(into)
     done = 0
     while done < size:
         local = _IoVec(base + done, size - done)
         remote = _IoVec(address + done, size - done)
-        got = readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        got = _readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
         if got <= 0:
             errno = ctypes.get_errno()
-            raise PullError(
-                errno, f"cannot read {size} bytes of process {pid}: {os.strerror(errno)}"
-            )
+            why = os.strerror(errno)
+            raise PullError(errno, f"cannot read {size} bytes of process {pid}: {why}")
         done += got
     return into
 
 
-_HUGE: Final = 2 * 1024 * 1024
-_MADV_HUGEPAGE: Final = 14
-
-
-def _huge_pages(base: int, size: int) -> None:
-    """Ask for transparent huge pages under a fresh large allocation, before it is first
-    touched: faulting 128 MiB in 4 KiB pages costs several times the copy itself. (Procs
-    get this from glibc already, see ``_host``; the caller's own process may not.)"""
-    if _madvise is None or size < 2 * _HUGE:
-        return
-    start = (base + _HUGE - 1) & ~(_HUGE - 1)
-    end = (base + size) & ~(_HUGE - 1)
-    if end > start:
-        _madvise(start, end - start, _MADV_HUGEPAGE)  # advice only: failure changes nothing
-
-
-def _bind_madvise() -> Any:
-    try:
-        madvise = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return None
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    madvise.restype = ctypes.c_int
-    return madvise
-
-
-_madvise = _bind_madvise()
-
-
 def can_read(pid: int, address: int, expected: bytes) -> bool:
     """Whether process ``pid`` holds ``expected`` at ``address`` and we may read it."""
-    if _api is None or pid == os.getpid():
+    if _readv is None or pid == os.getpid():
         return False
     try:
         return bytes(pull(pid, address, len(expected))) == expected
@@ -204,7 +135,8 @@ class Lender:
         key = next(self._keys)
         with self._lock:
             self._loans[key] = (view, borrower)
-        return _DESCRIPTOR.pack(MAGIC, key, self._pid, address_of(view), view.nbytes, kind)
+        address = memory.address_of(view)
+        return _DESCRIPTOR.pack(MAGIC, key, self._pid, address, view.nbytes, kind)
 
     def give_back(self, keys: Sequence[int]) -> None:
         with self._lock:

@@ -38,8 +38,9 @@ from monarch.transport.wire import Envelope, decode_envelope, encode
 
 from ._cast import SendOrder, fan_out
 from ._future import set_loop_thread
-from ._lending import Lender, PullError, address_of, borrow, can_read, is_descriptor
+from ._lending import Lender, PullError, borrow, can_read, is_descriptor
 from ._lending import available as lending_available
+from ._memory import address_of as memory_address
 from ._messages import (
     HEARTBEAT,
     TO_ACTOR,
@@ -315,7 +316,7 @@ class Runtime:
             self.hello = {
                 **self.hello,
                 "pid": str(os.getpid()),
-                "probe": str(address_of(self._token)),
+                "probe": str(memory_address(self._token)),
             }
         self.incarnations: dict[str, str] = {}
         """The incarnation last seen at each peer address."""

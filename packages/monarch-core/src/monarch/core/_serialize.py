@@ -17,6 +17,8 @@ import cloudpickle
 
 from monarch.transport import Buffer
 
+from ._memory import copy_to_bytes
+
 OUT_OF_BAND_MIN: Final = 4096
 """Buffers smaller than this are cheaper inside the pickle than as a part of their own."""
 
@@ -49,7 +51,7 @@ def _rebuild_bytes(buffer: Any) -> bytes:
     whole = view.obj
     if type(whole) is bytes and view.nbytes == len(whole):
         return whole
-    return bytes(view)
+    return copy_to_bytes(view)
 
 
 def _lift_buffers(obj: Any, depth: int = 0) -> Any:

@@ -21,6 +21,7 @@ from collections.abc import MutableSequence, Sequence
 from typing import Final, TypeAlias
 
 from ._errors import FrameTooLarge
+from ._memory import advise_huge_pages
 
 Buffer: TypeAlias = "bytes | bytearray | memoryview"
 Frame: TypeAlias = "list[memoryview]"
@@ -239,7 +240,9 @@ class FrameDecoder:
             # References: the list, getrefcount's argument, nothing else.
             if len(spares[i]) >= size and sys.getrefcount(spares[i]) == 2:
                 return spares.pop(i)
-        return bytearray(size)
+        buffer = bytearray(size)
+        advise_huge_pages(buffer)
+        return buffer
 
     def _make_room(self, want: int) -> None:
         held = self._end - self._start
