@@ -8,33 +8,38 @@ no) nothing changes.
 
 from __future__ import annotations
 
-import ctypes
+from functools import cache
 from typing import Any, Final
 
 HUGE_PAGE: Final = 2 * 1024 * 1024
 _MADV_HUGEPAGE: Final = 14
 
 
+@cache
 def _bind() -> Any:
+    """ctypes and libc's madvise, loaded at the first large frame (not at import)."""
+    import ctypes
+
     try:
         madvise = ctypes.CDLL(None, use_errno=True).madvise
     except (OSError, AttributeError):
         return None
     madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     madvise.restype = ctypes.c_int
-    return madvise
-
-
-_madvise = _bind()
+    return ctypes, madvise
 
 
 def advise_huge_pages(buffer: bytearray) -> None:
     """Advice only: whatever the kernel answers, the buffer works the same."""
     size = len(buffer)
-    if _madvise is None or size < 2 * HUGE_PAGE:
+    if size < 2 * HUGE_PAGE:
         return
+    bound = _bind()
+    if bound is None:
+        return
+    ctypes, madvise = bound
     base = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
     start = (base + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1)
     end = (base + size) & ~(HUGE_PAGE - 1)
     if end > start:
-        _madvise(start, end - start, _MADV_HUGEPAGE)
+        madvise(start, end - start, _MADV_HUGEPAGE)
