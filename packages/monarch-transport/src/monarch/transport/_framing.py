@@ -100,6 +100,17 @@ def encode_frame_into(
         else:
             out.append(view if type(view) is memoryview else memoryview(view))
         return 12 + size
+    if all(type(p) is bytes and len(p) <= SMALL_PART for p in parts):
+        # Small bytes parts (an envelope, a body, a pickle): copied as they are, no views.
+        sizes = [len(p) for p in parts]
+        body = sum(sizes)
+        if len(sizes) > max_parts or body > max_frame_size:
+            check_limits(len(sizes), body, max_frame_size, max_parts)
+        tail = _tail(out, coalesce_limit)
+        tail += header_struct(len(sizes)).pack(len(sizes), *sizes)
+        for part in parts:
+            tail += part
+        return 4 + 8 * len(sizes) + body
     views = [as_bytes_view(p) for p in parts]
     sizes = [v.nbytes for v in views]
     body = sum(sizes)
