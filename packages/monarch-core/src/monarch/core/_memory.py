@@ -10,6 +10,7 @@ CPython on Linux; elsewhere these fall back to plain allocations.
 from __future__ import annotations
 
 import ctypes
+import sys
 from typing import Any, Final
 
 from monarch.transport import Buffer
@@ -83,15 +84,76 @@ def advise_huge_pages(base: int, size: int) -> None:
 
 
 def fresh_bytes(size: int) -> bytes:
-    """A new ``bytes`` of ``size`` bytes, not yet filled, on huge pages when large.
+    """A ``bytes`` of ``size`` bytes for the caller to fill before anyone else sees it (a
+    ``bytes`` is immutable once shared); its content is undefined until then.
 
-    Only for the caller to fill before anyone else sees it (a ``bytes`` is immutable
-    once shared); its content is undefined until then.
+    A large one comes from ``_spares`` when one of that size is no longer used by anyone
+    (a fresh allocation's pages must be faulted in and zeroed by the kernel first, which
+    costs as much as the copy), else it is new, on huge pages.
     """
     assert _api is not None
-    data: bytes = _api[3](None, size)
-    advise_huge_pages(address_of(data), size)
+    data = _spares.take(size) if size >= SPARE_MIN else None
+    if data is None:
+        data = _api[3](None, size)
+        advise_huge_pages(address_of(data), size)
+        if size >= SPARE_MIN:
+            _spares.keep(data)
     return data
+
+
+SPARE_MIN: Final = 16 * 1024 * 1024
+"""``bytes`` from this size are kept for reuse once their user lets go of them."""
+SPARES: Final = 2
+SPARE_BYTES_MAX: Final = 512 * 1024 * 1024
+"""A spare larger than this is not kept (the memory is given back)."""
+
+
+class _SpareBytes:
+    """The last large ``bytes`` made by ``fresh_bytes``, reused once unreferenced.
+
+    Reusing one means writing into an immutable object: safe only when nothing else holds
+    it (its reference count says so: nobody can make a new reference without one), and
+    only once its cached hash is cleared. Where the object layout is not the one checked
+    at start (another Python), spares are off.
+    """
+
+    def __init__(self) -> None:
+        self._spares: list[bytes] = []
+        self._hash_at = self._find_hash_field()
+
+    @staticmethod
+    def _find_hash_field() -> int | None:
+        if sys.implementation.name != "cpython":
+            return None
+        at = sys.getsizeof(b"") - 1 - ctypes.sizeof(ctypes.c_ssize_t)  # just before the data
+        probe = bytes(range(64))
+        field = ctypes.c_ssize_t.from_address(id(probe) + at)
+        if field.value != -1:
+            return None
+        computed = hash(probe)  # fills the field in
+        return at if field.value == computed else None
+
+    def take(self, size: int) -> bytes | None:
+        if self._hash_at is None:
+            return None
+        spares = self._spares
+        for i in range(len(spares)):
+            spare = spares[i]
+            # References: the list, ``spare``, getrefcount's argument; no user's.
+            if len(spare) == size and sys.getrefcount(spare) == 3:
+                del spares[i]
+                ctypes.c_ssize_t.from_address(id(spare) + self._hash_at).value = -1
+                spares.append(spare)  # most recently used last
+                return spare
+        return None
+
+    def keep(self, data: bytes) -> None:
+        if self._hash_at is None or len(data) > SPARE_BYTES_MAX:
+            return
+        self._spares = [*self._spares[-(SPARES - 1) :], data] if SPARES > 1 else [data]
+
+
+_spares = _SpareBytes()
 
 
 def fresh_bytearray(size: int) -> bytearray:
