@@ -360,3 +360,43 @@ async def test_flush_nowait_writes_what_the_socket_takes(endpoint: Endpoint) -> 
             frame = await peer.receive()
         assert len(frame[0]) == len(big)
         await client.aclose()
+
+
+async def test_a_thread_writing_while_the_connection_fails_gets_a_clean_error(
+    endpoint: Endpoint,
+) -> None:
+    """A caller may write from its own thread (``send_nowait`` + ``flush_nowait``) while the
+    event loop reads the same connection; a failed read then closes it under the writer."""
+    import threading
+
+    async with serving(endpoint) as server:
+        client = await endpoint.connect(server.listener)
+        peer = await server.next_connection()
+        errors: list[BaseException] = []
+        stop = threading.Event()
+
+        def write() -> None:
+            try:
+                while not stop.is_set():
+                    client.send_nowait([b"x" * 100, b"y" * 5000])
+                    client.flush_nowait()
+            except ConnectionClosed:
+                pass
+            except BaseException as exc:  # noqa: BLE001 - what the test looks for
+                errors.append(exc)
+
+        async def read_until_closed() -> None:
+            while True:
+                await client.receive()  # the read fails: the connection closes
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            await peer.receive()  # the writer is under way
+            await peer.aclose()
+            with pytest.raises(ConnectionClosed):
+                await read_until_closed()
+        finally:
+            stop.set()
+            await anyio.to_thread.run_sync(writer.join)
+        assert errors == []

@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 from abc import abstractmethod
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -155,6 +156,9 @@ class SocketConnection(Connection):
             max_frame_size=options.max_frame_size, max_parts=options.max_parts
         )
         self._queue: deque[bytearray | memoryview] = deque()
+        self._send_lock = threading.RLock()
+        """Held while writing from the queue and while failing: a caller may send from
+        another thread than the one receiving, and a failed read closes the socket."""
         self._queued = 0  # bytes ever queued
         self._written = 0  # bytes ever written
         self._flushing = False
@@ -215,18 +219,19 @@ class SocketConnection(Connection):
 
     def flush_nowait(self) -> bool:
         queue = self._queue
-        if self._flushing or self._failure is not None:
-            return not queue
-        while queue:
-            try:
-                sent = self._io.send(queue)
-            except OSError as exc:
-                self._fail(exc)
-                raise ConnectionClosed(f"connection lost while sending: {exc}") from exc
-            if sent < 0:
-                return False
-            self._consume(sent)
-        return True
+        with self._send_lock:
+            if self._flushing or self._failure is not None:
+                return not queue
+            while queue:
+                try:
+                    sent = self._io.send(queue)
+                except OSError as exc:
+                    self._fail(exc)
+                    raise ConnectionClosed(f"connection lost while sending: {exc}") from exc
+                if sent < 0:
+                    return False
+                self._consume(sent)
+            return True
 
     async def _drain(self) -> bool:
         """Write until the queue is empty; returns whether it had to wait."""
@@ -234,14 +239,17 @@ class SocketConnection(Connection):
         waited = False
         try:
             while self._queue:
-                try:
-                    sent = self._io.send(self._queue)
-                except OSError as exc:
-                    self._fail(exc)
-                    raise ConnectionClosed(f"connection lost while sending: {exc}") from exc
-                if sent >= 0:
-                    self._consume(sent)
-                    continue
+                with self._send_lock:
+                    if self._failure is not None:
+                        raise ConnectionClosed(f"connection failed: {self._failure}")
+                    try:
+                        sent = self._io.send(self._queue)
+                    except OSError as exc:
+                        self._fail(exc)
+                        raise ConnectionClosed(f"connection lost while sending: {exc}") from exc
+                    if sent >= 0:
+                        self._consume(sent)
+                        continue
                 self._wake()
                 waited = True
                 await wait_for(self._sock, sent)
@@ -346,11 +354,12 @@ class SocketConnection(Connection):
         self._fail(exc)
 
     def _fail(self, exc: BaseException) -> None:
-        if self._failure is None:
-            self._failure = exc
-        self._closed = True
-        self._queue.clear()
-        self._close_socket()
+        with self._send_lock:  # not while another thread is writing
+            if self._failure is None:
+                self._failure = exc
+            self._closed = True
+            self._queue.clear()
+            self._close_socket()
 
     async def _wait(self, want: int) -> None:
         if not self._backend_known:
