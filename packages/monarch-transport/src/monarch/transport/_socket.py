@@ -99,7 +99,8 @@ class _AsyncioReadable:
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
-        self._loop = loop
+        self.loop = loop
+        """The loop the socket is registered with: only it may unregister or close it."""
         self._fd = sock.fileno()
         self._waiter: asyncio.Future[None] | None = None
         self._registered = False
@@ -108,9 +109,9 @@ class _AsyncioReadable:
     async def wait(self) -> None:
         if self._closed:
             raise ConnectionClosed("the connection was closed")
-        waiter = self._waiter = self._loop.create_future()
+        waiter = self._waiter = self.loop.create_future()
         if not self._registered:
-            self._loop.add_reader(self._fd, self._ready)
+            self.loop.add_reader(self._fd, self._ready)
             self._registered = True
         try:
             await waiter
@@ -120,7 +121,7 @@ class _AsyncioReadable:
     def _ready(self) -> None:
         waiter = self._waiter
         if waiter is None or waiter.done():
-            self._loop.remove_reader(self._fd)
+            self.loop.remove_reader(self._fd)
             self._registered = False
         else:
             waiter.set_result(None)
@@ -128,7 +129,7 @@ class _AsyncioReadable:
     def close(self) -> None:
         self._closed = True
         if self._registered:
-            self._loop.remove_reader(self._fd)
+            self.loop.remove_reader(self._fd)
             self._registered = False
         waiter = self._waiter
         if waiter is not None and not waiter.done():
@@ -378,8 +379,14 @@ class SocketConnection(Connection):
     def _close_socket(self) -> None:
         if self._sock.fileno() < 0:
             return
-        if self._readable is not None:
-            self._readable.close()
+        readable = self._readable
+        if readable is not None:
+            if asyncio._get_running_loop() is not readable.loop:
+                # Another thread's write failed: the loop that watches this socket
+                # unregisters it and closes it (the connection is already failed).
+                readable.loop.call_soon_threadsafe(self._close_socket)
+                return
+            readable.close()
         try:
             anyio.notify_closing(self._sock)  # wakes a flush waiting for writability
         except RuntimeError:  # anyio.NoEventLoopError: no task here
