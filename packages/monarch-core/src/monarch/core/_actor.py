@@ -15,9 +15,11 @@ import dataclasses
 import functools
 import inspect
 import logging
+import os
 import queue
 import random
 import threading
+import time
 import traceback
 import uuid
 from collections import deque
@@ -490,6 +492,8 @@ class _ActorHost:
             if held and (pending >= HELD_REPLIES or calls.empty()):
                 flush_writes(held)
                 pending = 0
+            if calls.empty():
+                _await_message(calls)
             kind, message, parts = calls.get()
             try:
                 if kind == _CALL:
@@ -791,6 +795,30 @@ class _ActorHost:
             payload = dumps(_RemoteFailure.of(problem, "A remote actor call failed"))
             error = True
         self.runtime.send_to_port(port, PortValue(rank, error), payload, batch)
+
+
+_spinning = 0
+"""Sync actor threads of this process yielding while they wait (at most one)."""
+
+
+def _await_message(calls: queue.SimpleQueue[Any]) -> None:
+    """Yield the CPU a while (``wait_spin``) for the next message before sleeping on the
+    queue: in a call-and-wait exchange it comes soon, and on an idle machine waking a
+    sleeping thread costs a halted CPU's wake-up. One actor thread of a process at most,
+    so that a cast to many actors of one process does not keep them all spinning."""
+    global _spinning
+    if _spinning:
+        return
+    spin = current_config().wait_spin
+    if spin <= 0:
+        return
+    _spinning += 1
+    try:
+        deadline = time.perf_counter() + spin
+        while calls.empty() and time.perf_counter() < deadline:
+            os.sched_yield()
+    finally:
+        _spinning -= 1
 
 
 def _is_async_fn(fn: Callable[..., Any]) -> bool:
