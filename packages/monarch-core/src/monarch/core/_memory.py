@@ -104,8 +104,9 @@ def fresh_bytes(size: int) -> bytes:
 SPARE_MIN: Final = 16 * 1024 * 1024
 """``bytes`` from this size are kept for reuse once their user lets go of them."""
 SPARES: Final = 2
-SPARE_BYTES_MAX: Final = 512 * 1024 * 1024
-"""A spare larger than this is not kept (the memory is given back)."""
+SPARE_BYTES_MAX: Final = 128 * 1024 * 1024
+"""A spare larger than this is not kept (the memory is given back): a process holds at
+most SPARES of them once nobody uses them, 256 MiB in all."""
 
 
 class _SpareBytes:
