@@ -1316,7 +1316,7 @@ class _MeshState:
                 "an ActorMesh whose procs are still starting cannot be sent from inside "
                 "an async endpoint; await mesh.initialized first"
             )
-        return list(procs.wait())
+        return list(procs._wait())
 
     def wait_for(self, procs: Procs, posted: Outcome[_Gather] | None) -> None:
         async def wait() -> None:

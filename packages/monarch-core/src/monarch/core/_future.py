@@ -51,7 +51,7 @@ class Outcome(Generic[R]):
 
     Thousands may be pending at once (pipelined calls), so it matters that each is a
     single object: no Condition, lock and lists per instance, which cost allocation and
-    garbage-collector time. A thread that blocks in ``wait`` gets a lock of its own.
+    garbage-collector time. A thread that blocks in ``_wait`` gets a lock of its own.
     """
 
     __slots__ = ("_callbacks", "_error", "_state", "_value", "_waiter")
@@ -104,7 +104,7 @@ class Outcome(Generic[R]):
                 return
         self._run(callback)
 
-    def wait(self, timeout: float | None = None) -> R:
+    def _wait(self, timeout: float | None = None) -> R:
         """The value (or raise the error), blocking up to ``timeout`` seconds."""
         if self._state != _DONE:
             spin = _spin()
@@ -133,11 +133,11 @@ class Outcome(Generic[R]):
         value: R = self._value
         return value
 
-    def error(self) -> BaseException | None:
+    def _failure(self) -> BaseException | None:
         """The error of a completed outcome (``None`` if it has a value)."""
         return self._error
 
-    def asyncio_future(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[R]:
+    def _asyncio_future(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[R]:
         """An asyncio future of ``loop`` (the running one) completed with this outcome."""
         future: asyncio.Future[R] = loop.create_future()
         if self._state == _DONE:
@@ -160,7 +160,7 @@ def _copy_into(future: asyncio.Future[R], outcome: Outcome[R]) -> None:
 
 async def wait_outcome(outcome: Outcome[R]) -> R:
     """Await an outcome on the running asyncio loop."""
-    return await outcome.asyncio_future(asyncio.get_running_loop())
+    return await outcome._asyncio_future(asyncio.get_running_loop())
 
 
 class Future(Outcome[R]):
@@ -224,7 +224,7 @@ class Future(Outcome[R]):
                     RuntimeWarning,
                     stacklevel=2,
                 )
-        return self.wait(timeout)
+        return self._wait(timeout)
 
     def result(self, timeout: float | None = None) -> R:
         return self.get(timeout)
@@ -243,12 +243,12 @@ class Future(Outcome[R]):
 
     def as_asyncio(self) -> asyncio.Future[R]:
         """This future as an asyncio future of the running loop."""
-        return self._cf.asyncio_future(asyncio.get_running_loop())
+        return self._cf._asyncio_future(asyncio.get_running_loop())
 
     def __await__(self) -> Generator[Any, None, R]:
         loop = asyncio._get_running_loop()
         if loop is not None:
-            return self._cf.asyncio_future(loop).__await__()
+            return self._cf._asyncio_future(loop).__await__()
         return _await_elsewhere(self._cf).__await__()
 
     def then(self, fn: Callable[[R], T]) -> Future[T]:
@@ -257,7 +257,7 @@ class Future(Outcome[R]):
 
         def done(outcome: Outcome[R]) -> None:
             try:
-                out.set_result(fn(outcome.wait()))
+                out.set_result(fn(outcome._wait()))
             except BaseException as exc:  # noqa: BLE001 - handed to the future
                 out.set_exception(exc)
 
@@ -286,7 +286,7 @@ async def _await_elsewhere(outcome: Outcome[R]) -> R:
 
     outcome.add_done_callback(wake)
     await done.wait()
-    return outcome.wait()
+    return outcome._wait()
 
 
 class LoopRunner(Protocol):

@@ -199,7 +199,7 @@ class ProcMesh(ShapedMesh):
             found += [f"proc {rank} {how}" for rank, how in sorted(group.exited.items())]
         procs = self._procs
         if isinstance(procs, Outcome):
-            procs = procs.wait() if procs.done() and procs.error() is None else []
+            procs = procs._wait() if procs.done() and procs._failure() is None else []
         failed_peers = self._runtime.failed_peers
         found += [f"{a}: {failed_peers[a]}" for a in set(procs) if a in failed_peers]
         return found
@@ -251,7 +251,7 @@ class ProcMesh(ShapedMesh):
         if isinstance(self._procs, Outcome):
             if not self._procs.done():
                 raise TypeError("a ProcMesh cannot be sent before its procs are running")
-            procs = self._procs.wait()
+            procs = self._procs._wait()
         else:
             procs = list(self._procs)
         return (_rebuild_proc_mesh, (procs, self._shape))

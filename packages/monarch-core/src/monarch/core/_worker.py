@@ -273,7 +273,7 @@ def _serve_blocking(address: str, secret: bytes, *, announce: bool = False) -> N
         if announce:
             print(real, flush=True)
             print(f"monarch worker: serving as host agent at {real}", file=sys.stderr, flush=True)
-        worker.done.wait()
+        worker.done._wait()
     finally:
         for signum, handler in restore.items():
             signal.signal(signum, handler)
