@@ -591,11 +591,16 @@ class Runtime:
         burst = now - self._last_cast < BURST
         self._last_cast = now
         batch: list[Any] = DEFER if burst else []
+        if len(targets) == 1 and not call.forward:
+            self.post(targets[0], TO_ACTOR, dest, call, payload, batch)
+        else:
 
-        def post(address: str, kind: int, dest: str, body: Body, parts: Sequence[Buffer]) -> None:
-            self.post(address, kind, dest, body, parts, batch)
+            def post(
+                address: str, kind: int, dest: str, body: Body, parts: Sequence[Buffer]
+            ) -> None:
+                self.post(address, kind, dest, body, parts, batch)
 
-        self._fan_out(post, targets, dest, call, payload)
+            self._fan_out(post, targets, dest, call, payload)
         if not burst:
             self.flush_writes(batch)
 
