@@ -180,6 +180,21 @@ def test_stop_drains_runs_cleanup_and_later_calls_fail(procs: ProcMesh) -> None:
         workers.value.call().get(timeout=30)
 
 
+def test_a_call_right_after_stop_is_refused_and_one_before_is_answered(procs: ProcMesh) -> None:
+    """Program order holds whichever way a request goes (from the calling thread, or through
+    the runtime loop): a call made before stop() is answered, one made after it is refused."""
+    for attempt in range(20):
+        workers = procs.spawn(f"late{attempt}", Worker)
+        workers.value.call().get(timeout=30)  # up: calls may now go out from this thread
+        before = workers.value.call()
+        stopping = workers.stop()
+        after = workers.value.call()
+        assert len(before.get(timeout=30)) == procs.size()
+        with pytest.raises(SupervisionError, match="stopped"):
+            after.get(timeout=30)
+        stopping.get(timeout=30)
+
+
 def test_failed_init_fails_every_call(procs: ProcMesh) -> None:
     broken = procs.spawn("broken", BadInit)
     with pytest.raises(SupervisionError, match="cannot start"):
