@@ -262,8 +262,11 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    with open(f"/proc/{pid}/stat") as stat:  # a zombie has exited; its parent reaps it
-        return stat.read().split()[2] != "Z"
+    try:
+        with open(f"/proc/{pid}/stat") as stat:  # a zombie has exited; its parent reaps it
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:  # reaped meanwhile
+        return False
 
 
 class SelfStopping(Actor):
