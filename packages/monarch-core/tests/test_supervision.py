@@ -10,7 +10,7 @@ import textwrap
 from typing import Any
 
 import pytest
-from hostkit import wait_until
+from hostkit import alive, wait_until
 
 from monarch.actor import (
     Actor,
@@ -253,20 +253,8 @@ def test_a_peer_declared_failed_is_cut_off_for_good(
     with pytest.raises(SupervisionError, match="declared failed by the test"):
         workers.ping.call_one().get(timeout=30)
     # Cut off from its parent, the proc stops: no half-alive process remains.
-    wait_for(lambda: not _alive(pid), f"proc {pid} to exit")
+    wait_for(lambda: not alive(pid), f"proc {pid} to exit")
     wait_for(lambda: _about(unhandled_failures, "declared"), "the failure at the root")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as stat:  # a zombie has exited; its parent reaps it
-            return stat.read().split()[2] != "Z"
-    except FileNotFoundError:  # reaped meanwhile
-        return False
 
 
 class SelfStopping(Actor):
