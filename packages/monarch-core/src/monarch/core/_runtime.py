@@ -3,9 +3,10 @@
 Every Monarch process runs exactly one Runtime on one asyncio event loop: in a
 worker proc on its main thread, in the controller (the user's script) on a
 background thread, so sync code can block on futures while the loop works.
-Messages to a peer are queued synchronously (``post``) and written by that
-peer's writer task, which keeps FIFO order per (sender process, peer) and turns
-bursts into one system call.
+Any thread may send (``post``): a message goes straight to the socket when that
+peer's connection is idle, else to its writer task, which keeps each thread's order
+per peer and turns bursts into one system call. Other work for the loop goes through
+one ordered queue (``call_soon``), so what a thread asks for happens in its order.
 """
 
 from __future__ import annotations
