@@ -1,10 +1,11 @@
 """Actors, endpoints and actor meshes: the user-facing half of messaging.
 
 The caller side (``ActorMesh``, ``Endpoint`` adverbs) pickles arguments once per cast,
-posts one message per destination proc, and gathers replies on a port into a
-ValueMesh. The callee side (``_ActorHost``) runs one actor: one message at a time,
-FIFO per sender, async endpoints on the proc's loop and sync endpoints on the
-actor's own thread, so a long sync endpoint never stalls the proc.
+posts one message per destination process (from the caller's own thread when it can),
+and gathers replies on a port into a ValueMesh. The callee side: ``_LocalMesh`` takes a
+mesh's messages for the actors of one process in order, ``_ActorHost`` runs one actor:
+one message at a time, FIFO per sender, async endpoints on the proc's loop and sync
+endpoints on the actor's own thread, so a long sync endpoint never stalls the proc.
 """
 
 from __future__ import annotations
