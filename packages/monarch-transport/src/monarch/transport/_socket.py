@@ -224,15 +224,20 @@ class SocketConnection(Connection):
             if self._flushing or self._failure is not None:
                 return not queue
             while queue:
-                try:
-                    sent = self._io.send(queue)
-                except OSError as exc:
-                    self._fail(exc)
-                    raise ConnectionClosed(f"connection lost while sending: {exc}") from exc
-                if sent < 0:
+                if self._write_some() < 0:
                     return False
-                self._consume(sent)
             return True
+
+    def _write_some(self) -> int:
+        """One write from the queue (the send lock held): bytes written, or WANT_WRITE."""
+        try:
+            sent = self._io.send(self._queue)
+        except OSError as exc:
+            self._fail(exc)
+            raise ConnectionClosed(f"connection lost while sending: {exc}") from exc
+        if sent >= 0:
+            self._consume(sent)
+        return sent
 
     async def _drain(self) -> bool:
         """Write until the queue is empty; returns whether it had to wait."""
@@ -243,14 +248,9 @@ class SocketConnection(Connection):
                 with self._send_lock:
                     if self._failure is not None:
                         raise ConnectionClosed(f"connection failed: {self._failure}")
-                    try:
-                        sent = self._io.send(self._queue)
-                    except OSError as exc:
-                        self._fail(exc)
-                        raise ConnectionClosed(f"connection lost while sending: {exc}") from exc
-                    if sent >= 0:
-                        self._consume(sent)
-                        continue
+                    sent = self._write_some()
+                if sent >= 0:
+                    continue
                 self._wake()
                 waited = True
                 await wait_for(self._sock, sent)
