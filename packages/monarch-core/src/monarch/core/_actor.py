@@ -418,7 +418,7 @@ class _ActorHost:
             self.endpoints = _endpoints(cls)
             is_async = _actor_is_async(cls)
         except Exception as exc:  # noqa: BLE001 - reported as the spawn's failure
-            runtime.spawn_task(self._run_async(None, (exc,), {}))
+            runtime.spawn_task(self._run_async(None, (), {}, exc))
             return
         if is_async:
             runtime.spawn_task(self._run_async(cls, args, kwargs))
@@ -570,12 +570,18 @@ class _ActorHost:
     # -- an async actor: its task on the loop ---------------------------------------
 
     async def _run_async(
-        self, cls: type | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        cls: type | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        unpickling: Exception | None = None,
     ) -> None:
+        """``unpickling``: why the class could not be read (the actor fails at once)."""
         spawn = self.spawn
         try:
-            if cls is None:
-                raise args[0]
+            if unpickling is not None:
+                raise unpickling
+            assert cls is not None
             self.instance = await self._invoke(self.rank, cls, *args, **kwargs)
         except asyncio.CancelledError:
             raise
@@ -1174,13 +1180,7 @@ class Endpoint(Generic[R]):
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Fire and forget to every actor of the mesh."""
         payload = self._bind(args, kwargs)
-        mesh = self._mesh
-        explicit = self._prop._explicit_response_port
-        procs = mesh._cast_here()
-        if procs is not None:
-            mesh._post_to(procs, self._name, payload, None, explicit)
-        else:
-            mesh._runtime.call_soon(mesh._post_cast, self._name, payload, None, explicit)
+        self._mesh._send_cast(self._name, payload, None, self._prop._explicit_response_port)
 
     def _send(
         self,
@@ -1196,12 +1196,7 @@ class Endpoint(Generic[R]):
         elif selection != "all":
             raise ValueError(f"selection must be 'all' or 'choose', not {selection!r}")
         reply = port._ref if port is not None else None
-        explicit = self._prop._explicit_response_port
-        procs = mesh._cast_here()
-        if procs is not None:
-            mesh._post_to(procs, self._name, payload, reply, explicit)
-        else:
-            mesh._runtime.call_soon(mesh._post_cast, self._name, payload, reply, explicit)
+        mesh._send_cast(self._name, payload, reply, self._prop._explicit_response_port)
 
 
 async def _await(future: asyncio.Future[Any]) -> Any:
@@ -1312,7 +1307,7 @@ class _MeshState:
             raise TypeError("an ActorMesh with no procs cannot be sent")
         if not isinstance(procs, Outcome):
             return list(procs)
-        if not procs.done() and threading.get_ident() == self.runtime.loop_thread_id:
+        if not procs.done() and self.runtime.on_loop():
             raise TypeError(
                 "an ActorMesh whose procs are still starting cannot be sent from inside "
                 "an async endpoint; await mesh.initialized first"
@@ -1461,6 +1456,17 @@ class ActorMesh(ShapedMesh, Generic[R]):
             return None
         return addresses if self._runtime.idle() else None
 
+    def _send_cast(
+        self, method: str, payload: Sequence[Buffer], reply: PortRef | None, explicit: bool
+    ) -> None:
+        """Cast with no gathering (broadcast, send): from this thread when it may (see
+        ``_cast_here``), else in order through the runtime loop."""
+        procs = self._cast_here()
+        if procs is not None:
+            self._post_to(procs, method, payload, reply, explicit)
+        else:
+            self._runtime.call_soon(self._post_cast, method, payload, reply, explicit)
+
     def _post_cast(
         self, method: str, payload: Sequence[Buffer], reply: PortRef | None, explicit: bool
     ) -> None:
@@ -1522,10 +1528,6 @@ class ActorMesh(ShapedMesh, Generic[R]):
 
         ``result`` is completed straight from the gathering port: no future in between.
         """
-        state = self._state
-        if state.addresses is not None and state.stopped is None:
-            self._cast_gathering(state.addresses, method, payload, want, explicit, result)
-            return
 
         def go(ready: list[str] | BaseException) -> None:
             if isinstance(ready, BaseException):
@@ -1533,7 +1535,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
             else:
                 self._cast_gathering(ready, method, payload, want, explicit, result)
 
-        state.when_ready(go)
+        self._state.when_ready(go)
 
     def _cast_gathering(
         self,

@@ -9,7 +9,6 @@ one sender arrive in send order.
 from __future__ import annotations
 
 import asyncio
-import threading
 from typing import Any, Generic, TypeVar
 
 from ._future import Future, run_on
@@ -140,7 +139,7 @@ class Channel(Generic[R]):
 
 def _open_inbox(once: bool) -> _Inbox:
     runtime = current_runtime()
-    if threading.get_ident() == getattr(runtime, "loop_thread_id", None):
+    if runtime.on_loop():
         return _Inbox(runtime, once)
 
     async def make() -> _Inbox:

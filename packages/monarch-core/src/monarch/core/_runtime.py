@@ -12,6 +12,7 @@ one ordered queue (``call_soon``), so what a thread asks for happens in its orde
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import math
@@ -418,33 +419,29 @@ class Runtime:
         beats: asyncio.Task[None] | None = None
         drained = asyncio.Event()
         try:
-            frame = await conn.receive()
             while True:
-                if len(frame) == 1:  # a peer's hello (see _PeerWriter.run)
-                    hello = decode_envelope(frame[0])
-                    sender = hello.sender
-                    incarnation = hello.headers.get("i")
-                    if not self._admit(sender, incarnation):
-                        return
-                    self._inbound.setdefault(sender, {})[conn] = drained
-                    if beats is None:
-                        pulls = self._can_pull_from(hello)
-                        beats = self.spawn_task(self._send_heartbeats(conn, hello, pulls))
-                    frame = await conn.receive()
-                    continue
+                frame = await conn.receive()
                 # This frame and every one already read, as one batch: what they send
                 # in return goes out together when it ends.
                 self._batching += 1
                 try:
-                    sender = self._dispatch(frame)
-                    while len(frame := conn.receive_nowait()) != 1:
-                        sender = self._dispatch(frame)
+                    while True:
+                        if len(frame) == 1:  # a peer's hello (see _PeerWriter.run)
+                            hello = decode_envelope(frame[0])
+                            sender = hello.sender
+                            if not self._admit(sender, hello.headers.get("i")):
+                                return
+                            self._inbound.setdefault(sender, {})[conn] = drained
+                            if beats is None:
+                                pulls = self._can_pull_from(hello)
+                                beats = self.spawn_task(self._send_heartbeats(conn, hello, pulls))
+                        else:
+                            sender = self._dispatch(frame)
+                        frame = conn.receive_nowait()
                 except anyio.WouldBlock:
-                    frame = []
+                    pass
                 finally:
                     self._end_batch()
-                if not frame:
-                    frame = await conn.receive()
         except ConnectionClosed:
             pass  # the peer went away; a failure, if it is one, is noticed by its watchers
         except TransportError as exc:
@@ -548,7 +545,7 @@ class Runtime:
     ) -> None:
         """Send an encoded message to ``address``, from any thread (see ``post``)."""
         self.posted += 1
-        on_loop = threading.get_ident() == self.loop_thread_id
+        on_loop = self.on_loop()
         if address == self.address:
             if on_loop:
                 self.loop.call_soon(self._dispatch, parts)
@@ -585,40 +582,22 @@ class Runtime:
         thread. Off the loop, a lone cast is written at once by the calling thread (no
         wake-up anywhere); casts closer together than BURST are left to the writer tasks,
         so a burst becomes one system call per peer."""
-        if threading.get_ident() == self.loop_thread_id:
-            self._fan_out(self.post, targets, dest, call, payload)
-            return
-        now = time.monotonic()
-        burst = now - self._last_cast < BURST
-        self._last_cast = now
-        batch: list[Any] = DEFER if burst else []
+        batch: list[Any] | None = None
+        burst = False
+        if not self.on_loop():
+            now = time.monotonic()
+            burst = now - self._last_cast < BURST
+            self._last_cast = now
+            batch = DEFER if burst else []
         if len(targets) == 1 and not call.forward:
             self.post(targets[0], TO_ACTOR, dest, call, payload, batch)
         else:
+            from ._config import current_config
 
-            def post(
-                address: str, kind: int, dest: str, body: Body, parts: Sequence[Buffer]
-            ) -> None:
-                self.post(address, kind, dest, body, parts, batch)
-
-            self._fan_out(post, targets, dest, call, payload)
-        if not burst:
+            post = self.post if batch is None else functools.partial(self.post, batch=batch)
+            fan_out(post, targets, dest, call, payload, current_config().max_cast_fanout)
+        if batch and not burst:
             self.flush_writes(batch)
-
-    def _fan_out(
-        self,
-        post: Callable[[str, int, str, Body, Sequence[Buffer]], None],
-        targets: Sequence[str],
-        dest: str,
-        call: Call,
-        payload: Sequence[Buffer],
-    ) -> None:
-        if len(targets) == 1 and not call.forward:
-            post(targets[0], TO_ACTOR, dest, call, payload)
-            return
-        from ._config import current_config
-
-        fan_out(post, targets, dest, call, payload, current_config().max_cast_fanout)
 
     def send_to_port(
         self,
@@ -715,10 +694,10 @@ class Runtime:
         """Call ``watcher(address, exc)`` (on the loop) if that peer fails; returns a key
         for ``unwatch_peer``. From any thread; a watcher must tolerate a second call."""
         key = next(self._watch_ids)
-        on_loop = threading.get_ident() == self.loop_thread_id
+        on_loop = self.on_loop()
         if address not in self.failed_peers:
             self._watchers.setdefault(address, {})[key] = watcher
-            if address != self.address and address not in self._writers:
+            if address != self.address:
                 self._writer(address, on_loop)  # connect now: a death is noticed at once
         # Checked after registering: a failure declared meanwhile is not missed.
         failure = self.failed_peers.get(address)
