@@ -353,15 +353,24 @@ def check_after(after: dict[str, Any]) -> None:
     assert not crashed & {2, 3}, after["failures"]
 
 
-def test_kill_a_host_agent_mid_call(
+def blocked_fault_controller(
     start: Callable[..., Child], env: dict[str, str], tmp_path: Path
-) -> None:
+) -> tuple[Child, Child, Child, dict[str, Any]]:
+    """Two worker hosts and a controller whose call to host 0 is blocked in its endpoint:
+    the workers, the controller, and what it reported once ready."""
     w0, a0 = start_worker(start, env, "tcp://127.0.0.1:0")
     w1, a1 = start_worker(start, env, "tcp://127.0.0.1:0")
     marker = tmp_path / "blocked"
     ctl = controller(start, env, "fault", a0, a1, str(marker))
-    ready = ctl.json(60)
+    ready: dict[str, Any] = ctl.json(60)
     wait_until(marker.exists, 30, "the endpoint is blocked")
+    return w0, w1, ctl, ready
+
+
+def test_kill_a_host_agent_mid_call(
+    start: Callable[..., Child], env: dict[str, str], tmp_path: Path
+) -> None:
+    w0, w1, ctl, ready = blocked_fault_controller(start, env, tmp_path)
 
     fault_at = time.monotonic()
     os.kill(w0.pid, signal.SIGKILL)
@@ -380,12 +389,7 @@ def test_kill_a_host_agent_mid_call(
 def test_a_frozen_host_is_declared_dead_and_not_readmitted(
     start: Callable[..., Child], env: dict[str, str], tmp_path: Path
 ) -> None:
-    w0, a0 = start_worker(start, env, "tcp://127.0.0.1:0")
-    w1, a1 = start_worker(start, env, "tcp://127.0.0.1:0")
-    marker = tmp_path / "blocked"
-    ctl = controller(start, env, "fault", a0, a1, str(marker))
-    ready = ctl.json(60)
-    wait_until(marker.exists, 30, "the endpoint is blocked")
+    w0, w1, ctl, ready = blocked_fault_controller(start, env, tmp_path)
 
     frozen = [w0.pid, *host_procs(ready, 0)]  # the whole host: its agent and its procs
     fault_at = time.monotonic()
