@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -13,6 +15,7 @@ from hypothesis import strategies as st
 
 from monarch.core import _lending
 from monarch.core._lending import DESCRIPTOR_SIZE, LEND_MIN, Lender, borrow, is_descriptor
+from monarch.core._memory import HUGE_PAGE
 from monarch.core._serialize import dumps, loads
 
 pytestmark = pytest.mark.skipif(not _lending.available(), reason="needs process_vm_readv")
@@ -97,3 +100,68 @@ def test_another_process_is_read_only_with_its_token() -> None:
         child.communicate("")
     with pytest.raises(_lending.PullError):
         _lending.pull(pid, address, 16)  # gone
+
+
+@given(size=st.integers(0, 1 << 31))
+def test_a_read_is_split_into_aligned_pieces_that_cover_it(size: int) -> None:
+    pieces = _lending._pieces(size)
+    assert 1 <= len(pieces) <= min(_lending.SPLIT_MAX, os.cpu_count() or 1)
+    assert [start for start, _ in pieces] == [0, *(s + n for s, n in pieces[:-1])]
+    assert sum(length for _, length in pieces) == size
+    if len(pieces) > 1:
+        assert size >= _lending.SPLIT_MIN
+        assert all(start % HUGE_PAGE == 0 and length > 0 for start, length in pieces)
+
+
+@pytest.fixture
+def lender_process() -> Iterator[tuple[int, int, int, str, int]]:
+    """Another process holding a 24 MiB ``bytes``: its pid, address, size and sha256; and
+    the address of 32 MiB of which only the first 24 can be read."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
+                import ctypes, hashlib, mmap, os, random, sys
+                from monarch.core._memory import address_of
+                data = random.Random(7).randbytes(24 * 1024 * 1024 + 12345)
+                digest = hashlib.sha256(data).hexdigest()
+                # 32 MiB mapped, then its last 8 MiB unmapped: a hole after 24 MiB
+                holed = mmap.mmap(-1, 32 << 20)
+                at = ctypes.addressof(ctypes.c_char.from_buffer(holed))
+                assert ctypes.CDLL(None).munmap(ctypes.c_void_p(at + (24 << 20)), 8 << 20) == 0
+                print(os.getpid(), address_of(data), len(data), digest, at, flush=True)
+                sys.stdin.read()
+                """
+            ),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        pid, address, size, digest, holed = child.stdout.readline().split()
+        yield int(pid), int(address), int(size), digest, int(holed)
+    finally:
+        child.communicate("")
+
+
+def test_a_large_read_in_pieces_is_whole(
+    lender_process: tuple[int, int, int, str, int],
+) -> None:
+    pid, address, size, digest, _ = lender_process
+    for kind in (_lending._BYTES, _lending._BUFFER):
+        data = _lending.pull(pid, address, size, kind)
+        assert len(data) == size and hashlib.sha256(data).hexdigest() == digest
+
+
+def test_a_large_read_failing_in_one_piece_raises(
+    lender_process: tuple[int, int, int, str, int],
+) -> None:
+    pid, *_, holed = lender_process
+    assert len(_lending._pieces(32 << 20)) > 1 or (os.cpu_count() or 1) == 1
+    assert len(_lending.pull(pid, holed, 24 << 20)) == 24 << 20
+    with pytest.raises(_lending.PullError, match=f"process {pid}"):
+        _lending.pull(pid, holed, 32 << 20)

@@ -22,6 +22,7 @@ import os
 import struct
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 from monarch.transport import Buffer
@@ -73,21 +74,85 @@ def available() -> bool:
 
 def pull(pid: int, address: int, size: int, kind: int = _BUFFER) -> bytes | bytearray:
     """Read ``size`` bytes at ``address`` in process ``pid`` into a new object: a
-    ``bytes`` (which nothing else has seen yet, so filling it is safe) or a bytearray."""
-    assert _readv is not None
+    ``bytes`` (which nothing else has seen yet, so filling it is safe) or a bytearray.
+
+    A large read is split among threads: the kernel copies each page after pinning it,
+    and one thread pinning 4 KiB pages moves about a third of what memcpy does; several
+    side by side get close to it (ctypes lets go of the GIL for each)."""
     into = memory.fresh_bytes(size) if kind == _BYTES else memory.fresh_bytearray(size)
     base = memory.address_of(into)
+    pieces = _pieces(size)
+    if len(pieces) == 1:
+        _read(pid, base, address, size)
+        return into
+    futures = [
+        _pool().submit(_read, pid, base + start, address + start, length)
+        for start, length in pieces[1:]
+    ]
+    errors: list[BaseException] = []
+    try:
+        start, length = pieces[0]
+        _read(pid, base + start, address + start, length)
+    except PullError as error:
+        errors.append(error)
+    for future in futures:  # every piece ends before ``into`` can be dropped
+        error = future.exception()
+        if error is not None:
+            errors.append(error)
+    if errors:
+        raise errors[0]
+    return into
+
+
+SPLIT_MIN: Final = 8 * 1024 * 1024
+"""Reads from this size are split among threads, in pieces of at least half of it."""
+SPLIT_MAX: Final = 4
+"""Threads reading one buffer at most (fewer on a machine with fewer cores)."""
+
+
+def _pieces(size: int) -> list[tuple[int, int]]:
+    """(offset, length) of the pieces a read of ``size`` bytes is split into: huge-page
+    aligned, as many as the cores (up to SPLIT_MAX), one when small."""
+    count = min(SPLIT_MAX, os.cpu_count() or 1, max(1, size // (SPLIT_MIN // 2)))
+    if size < SPLIT_MIN or count < 2:
+        return [(0, size)]
+    step = (-(-size // count) + memory.HUGE_PAGE - 1) & ~(memory.HUGE_PAGE - 1)
+    return [(start, min(step, size - start)) for start in range(0, size, step)]
+
+
+def _read(pid: int, local: int, remote: int, size: int) -> None:
+    assert _readv is not None
     done = 0
     while done < size:
-        local = _IoVec(base + done, size - done)
-        remote = _IoVec(address + done, size - done)
-        got = _readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        into = _IoVec(local + done, size - done)
+        source = _IoVec(remote + done, size - done)
+        got = _readv(pid, ctypes.byref(into), 1, ctypes.byref(source), 1, 0)
         if got <= 0:
             errno = ctypes.get_errno()
             why = os.strerror(errno)
             raise PullError(errno, f"cannot read {size} bytes of process {pid}: {why}")
         done += got
-    return into
+
+
+_readers: ThreadPoolExecutor | None = None
+_readers_lock = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _readers
+    if _readers is None:
+        with _readers_lock:
+            if _readers is None:
+                _readers = ThreadPoolExecutor(SPLIT_MAX - 1, thread_name_prefix="monarch-pull")
+    return _readers
+
+
+def _forget_pool() -> None:
+    global _readers
+    _readers = None  # a forked child has the executor but not its threads
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def can_read(pid: int, address: int, expected: bytes) -> bool:
