@@ -96,9 +96,9 @@ def pull(pid: int, address: int, size: int, kind: int = _BUFFER) -> bytes | byte
     except PullError as error:
         errors.append(error)
     for future in futures:  # every piece ends before ``into`` can be dropped
-        error = future.exception()
-        if error is not None:
-            errors.append(error)
+        failure = future.exception()
+        if failure is not None:
+            errors.append(failure)
     if errors:
         raise errors[0]
     return into
