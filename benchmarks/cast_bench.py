@@ -158,19 +158,19 @@ COUNTS = {"call_posted", "call_received", "call_distinct_values", "bcast_posted"
 class Received:
     """Counts the messages this process's runtime dispatches (benchmark instrumentation).
 
-    Wraps the runtime's ``_dispatch`` on the instance: every message read from a peer
+    Wraps the runtime's ``_deliver`` on the instance: every message read from a peer
     (and every message a process sends itself) goes through it.
     """
 
     def __init__(self, runtime: Runtime) -> None:
         self.count = 0
-        inner: Callable[[Any], str] = runtime._dispatch
+        inner: Callable[[Any, Any, Any], str] = runtime._deliver
 
-        def counting(frame: Any) -> str:
+        def counting(envelope: Any, body: Any, payload: Any) -> str:
             self.count += 1
-            return inner(frame)
+            return inner(envelope, body, payload)
 
-        vars(runtime)["_dispatch"] = counting
+        vars(runtime)["_deliver"] = counting
 
 
 def cpu_ticks(pids: Sequence[int]) -> int:

@@ -1,8 +1,10 @@
 """The messages procs exchange: a transport Envelope, a msgspec body, then pickled parts.
 
-Frame layout: ``[Envelope, body, pickle, *out-of-band buffers]``. The Envelope's
-``kind`` says who receives it (an actor mailbox, a port, or the proc itself) and
-``dest`` names it; the body is one of the Structs below. Same versioning rules as
+Frame layout: ``[Envelope, body, pickle, *out-of-band buffers]``; a small message (its
+payload one small pickle, or none) is one part instead, a ``Packed``: encoded in one
+call and decoded in one, with no frame parts to cut apart. The Envelope's ``kind`` says
+who receives it (an actor mailbox, a port, or the proc itself) and ``dest`` names it;
+the body is one of the Structs below. Same versioning rules as
 ``monarch.transport.wire``: Structs only grow at their end, with defaults.
 """
 
@@ -11,6 +13,8 @@ from __future__ import annotations
 from typing import Final
 
 import msgspec
+
+from monarch.transport.wire import Envelope
 
 TO_ACTOR: Final = 1
 TO_PORT: Final = 2
@@ -176,12 +180,32 @@ Body = (
     | ReturnLoans
 )
 
+
+class Packed(msgspec.Struct, array_like=True, tag=21, frozen=True):
+    """A whole small message as one frame part (see the module docstring)."""
+
+    envelope: Envelope
+    body: Body
+    payload: tuple[bytes, ...] = ()
+
+
+PACK_MAX: Final = 4096
+"""A payload of one pickle up to this size travels in a ``Packed``."""
+
 _decoder: Final = msgspec.msgpack.Decoder(Body)
+_single_decoder: Final = msgspec.msgpack.Decoder(Envelope | Packed)
 _encoder: Final = msgspec.msgpack.Encoder()
 
 encode_body = _encoder.encode
+encode_packed = _encoder.encode
 
 
 def decode_body(data: bytes | memoryview) -> Body:
     body: Body = _decoder.decode(data)
     return body
+
+
+def decode_single(data: bytes | memoryview) -> Envelope | Packed:
+    """A one-part frame: a ``Packed`` message, or a lone Envelope (a hello, a heartbeat)."""
+    single: Envelope | Packed = _single_decoder.decode(data)
+    return single

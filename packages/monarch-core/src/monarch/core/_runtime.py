@@ -45,16 +45,20 @@ from ._lending import available as lending_available
 from ._memory import address_of as memory_address
 from ._messages import (
     HEARTBEAT,
+    PACK_MAX,
     TO_ACTOR,
     TO_PORT,
     TO_PROC,
     Body,
     Call,
+    Packed,
     PortRef,
     ReturnLoans,
     StopProc,
     decode_body,
+    decode_single,
     encode_body,
+    encode_packed,
 )
 from ._netaddr import advertised, bind_url
 
@@ -426,17 +430,21 @@ class Runtime:
                 self._batching += 1
                 try:
                     while True:
-                        if len(frame) == 1:  # a peer's hello (see _PeerWriter.run)
-                            hello = decode_envelope(frame[0])
-                            sender = hello.sender
-                            if not self._admit(sender, hello.headers.get("i")):
+                        if len(frame) > 1:
+                            sender = self._dispatch(frame)
+                            frame = conn.receive_nowait()
+                            continue
+                        single = decode_single(frame[0])
+                        if isinstance(single, Packed):
+                            sender = self._deliver(single.envelope, single.body, single.payload)
+                        else:  # a peer's hello (see _PeerWriter.run)
+                            sender = single.sender
+                            if not self._admit(sender, single.headers.get("i")):
                                 return
                             self._inbound.setdefault(sender, {})[conn] = drained
                             if beats is None:
-                                pulls = self._can_pull_from(hello)
-                                beats = self.spawn_task(self._send_heartbeats(conn, hello, pulls))
-                        else:
-                            sender = self._dispatch(frame)
+                                pulls = self._can_pull_from(single)
+                                beats = self.spawn_task(self._send_heartbeats(conn, single, pulls))
                         frame = conn.receive_nowait()
                 except anyio.WouldBlock:
                     pass
@@ -446,6 +454,8 @@ class Runtime:
             pass  # the peer went away; a failure, if it is one, is noticed by its watchers
         except TransportError as exc:
             log.warning("dropped connection from %s: %s", sender, exc)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.warning("dropped connection from %s: malformed message: %s", sender, exc)
         finally:
             if beats is not None:
                 beats.cancel()
@@ -533,25 +543,22 @@ class Runtime:
         may pass a ``batch`` (a list it keeps): the write then waits for
         ``flush_writes(batch)``, so replies to a burst go out in one system call.
         """
-        parts: list[Buffer] = [
-            encode(Envelope(kind, dest, self.address)),
-            encode_body(body),
-            *payload,
-        ]
-        self.post_parts(address, parts, batch)
-
-    def post_parts(
-        self, address: str, parts: Sequence[Buffer], batch: list[Any] | None = None
-    ) -> None:
-        """Send an encoded message to ``address``, from any thread (see ``post``)."""
         self.posted += 1
-        on_loop = self.on_loop()
-        if address == self.address:
-            if on_loop:
-                self.loop.call_soon(self._dispatch, parts)
+        envelope = Envelope(kind, dest, self.address)
+        if address == self.address:  # to itself: the objects as they are, no encoding
+            if self.on_loop():
+                self.loop.call_soon(self._deliver, envelope, body, payload)
             else:
-                self.call_soon(self._dispatch, parts)
+                self.call_soon(self._deliver, envelope, body, payload)
             return
+        parts: Sequence[Buffer]
+        if not payload or (
+            len(payload) == 1 and type(payload[0]) is bytes and len(payload[0]) <= PACK_MAX
+        ):
+            parts = [encode_packed(Packed(envelope, body, tuple(payload)))]  # type: ignore[arg-type]
+        else:
+            parts = [encode(envelope), encode_body(body), *payload]
+        on_loop = self.on_loop()
         writer = self._writers.get(address)
         if writer is None:
             if address in self.failed_peers:
@@ -611,6 +618,7 @@ class Runtime:
     # -- receiving -----------------------------------------------------------------
 
     def _dispatch(self, frame: Sequence[Buffer]) -> str:
+        """Deliver a message of several parts read from a peer; returns its sender."""
         envelope = decode_envelope(frame[0])  # type: ignore[arg-type]
         body = decode_body(frame[1])  # type: ignore[arg-type]
         if len(frame) > 3 and any(map(is_descriptor, frame[3:])):
@@ -622,7 +630,9 @@ class Runtime:
                     self.undeliverable(self, body, envelope.dest)
                 return envelope.sender
             self.post(envelope.sender, TO_PROC, "", ReturnLoans(tuple(keys)))
-        payload = frame[2:]
+        return self._deliver(envelope, body, frame[2:])
+
+    def _deliver(self, envelope: Envelope, body: Body, payload: Sequence[Buffer]) -> str:
         kind = envelope.kind
         if kind == TO_PORT:
             handler = self._ports.get(int(envelope.dest))
