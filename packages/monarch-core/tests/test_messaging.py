@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,25 @@ class Overlapping(Actor):
         self.order.append("opening")
         self.gate.set()
         return self.order
+
+
+class Tracked:
+    """An argument whose lifetime on the receiving proc can be watched."""
+
+
+_seen: dict[str, weakref.ref[Tracked]] = {}
+
+
+class Taker(Actor):
+    @endpoint
+    def take(self, name: str, value: Tracked) -> None:
+        _seen[name] = weakref.ref(value)
+
+
+class Watcher(Actor):
+    @endpoint
+    def alive(self, name: str) -> bool:
+        return _seen[name]() is not None
 
 
 @pytest.fixture(scope="module")
@@ -335,3 +355,12 @@ def test_a_failing_bootstrap_fails_the_proc_mesh_and_ends_its_procs() -> None:
     mesh.stop().get(timeout=30)  # returns once the procs that started have exited
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_a_sync_actor_lets_go_of_a_message_once_handled(procs: ProcMesh) -> None:
+    """Its thread holds nothing of the last message while it waits for the next: a large
+    argument's memory is free for reuse by then (asked from another actor of the proc)."""
+    taker = procs.spawn("taker", Taker).slice(gpus=0)
+    watcher = procs.spawn("watcher", Watcher).slice(gpus=0)
+    taker.take.call_one("first", Tracked()).get(timeout=30)
+    assert watcher.alive.call_one("first").get(timeout=30) is False

@@ -496,29 +496,39 @@ class _ActorHost:
             if calls.empty():
                 _await_message(calls)
             kind, message, parts = calls.get()
+            if kind == _CALL:
+                pending += 1
             try:
-                if kind == _CALL:
-                    pending += 1
-                    if self.failure is not None or self.stopped is not None:
-                        self._refuse(message, held)
-                        continue
-                    context = self._context_for(message)
-                    _context.set(context)
-                    try:
-                        fn, args, kwargs = self._prepare(message, parts, context)
-                        result = self._call_sync(fn, args, kwargs)
-                    except BaseException as exc:  # noqa: BLE001 - see _conclude
-                        self._conclude(message, context, None, exc, held)
-                    else:
-                        self._conclude(message, context, result, None, held)
-                else:
-                    flush_writes(held)
-                    if kind == _STOP:
-                        self._stop_sync(message, parts)
-                    else:
-                        self._supervise_sync(message)
+                self._serve_sync(kind, message, parts, held)
             except Exception:
                 log.exception("actor %s could not handle a message", self.info.actor_id)
+            # Nothing of a message outlives its handling here (its arguments and result
+            # were locals of _serve_sync): a large one's memory is then free for the next
+            # (see _memory.fresh_bytes), which the loop may be receiving already.
+            del message, parts
+
+    def _serve_sync(
+        self, kind: str, message: Any, parts: Sequence[Buffer], held: list[Any]
+    ) -> None:
+        if kind == _CALL:
+            if self.failure is not None or self.stopped is not None:
+                self._refuse(message, held)
+                return
+            context = self._context_for(message)
+            _context.set(context)
+            try:
+                fn, args, kwargs = self._prepare(message, parts, context)
+                result = self._call_sync(fn, args, kwargs)
+            except BaseException as exc:  # noqa: BLE001 - see _conclude
+                self._conclude(message, context, None, exc, held)
+            else:
+                self._conclude(message, context, result, None, held)
+        else:
+            self.runtime.flush_writes(held)
+            if kind == _STOP:
+                self._stop_sync(message, parts)
+            else:
+                self._supervise_sync(message)
 
     def _call_sync(
         self, fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]
