@@ -357,10 +357,14 @@ def test_a_failing_bootstrap_fails_the_proc_mesh_and_ends_its_procs() -> None:
         os.kill(pid, 0)
 
 
-def test_a_sync_actor_lets_go_of_a_message_once_handled(procs: ProcMesh) -> None:
+def test_a_sync_actor_lets_go_of_a_message_once_handled() -> None:
     """Its thread holds nothing of the last message while it waits for the next: a large
     argument's memory is free for reuse by then (asked from another actor of the proc)."""
-    taker = procs.spawn("taker", Taker).slice(gpus=0)
-    watcher = procs.spawn("watcher", Watcher).slice(gpus=0)
-    taker.take.call_one("first", Tracked()).get(timeout=30)
-    assert watcher.alive.call_one("first").get(timeout=30) is False
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        taker = procs.spawn("taker", Taker)
+        watcher = procs.spawn("watcher", Watcher)
+        taker.take.call_one("first", Tracked()).get(timeout=30)
+        assert watcher.alive.call_one("first").get(timeout=30) is False
+    finally:
+        procs.stop().get(timeout=30)

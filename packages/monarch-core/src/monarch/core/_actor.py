@@ -898,16 +898,18 @@ class _LocalMesh:
     def __init__(self, runtime: Runtime, hosts: list[_ActorHost]) -> None:
         self.runtime = runtime
         self.hosts = hosts
-        self.order = ReceiveOrder(self._dispatch, runtime.loop.call_later)
+        self.order = ReceiveOrder(
+            self._dispatch,
+            runtime.loop.call_later,
+            lambda: current_config().message_delivery_timeout,
+        )
         self._targets: dict[ShapeSpec, list[_ActorHost]] = {}
 
     def deliver(self, body: Body, payload: Sequence[Buffer], sender: str) -> None:
         if not isinstance(body, Call):
             return
         seq = body.seqs[0] if body.seqs else 0
-        self.order.accept(
-            body.origin or sender, seq, (body, payload), current_config().message_delivery_timeout
-        )
+        self.order.accept(body.origin or sender, seq, (body, payload))
 
     def _dispatch(self, item: tuple[Call, Sequence[Buffer]]) -> None:
         call, payload = item

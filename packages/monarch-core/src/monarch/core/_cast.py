@@ -14,9 +14,9 @@ ones back.
 
 from __future__ import annotations
 
+import itertools
 import logging
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -70,52 +70,68 @@ def fan_out(
 
 
 class SendOrder:
-    """The caster's side: the next sequence number per (mesh, destination proc)."""
+    """The caster's side: the next sequence number per (mesh, destination proc).
+
+    Callers' threads cast too (see ``ActorMesh._cast_here``): each number comes from an
+    ``itertools.count``, whose ``next`` is atomic, so no lock is needed. Casts made at the
+    same time by two threads may interleave differently at different procs, as they may
+    arrive differently anyway; each proc still sees each thread's casts in order.
+    """
 
     def __init__(self) -> None:
-        self._next: dict[str, dict[str, int]] = {}
-        self._lock = threading.Lock()  # callers' threads cast too (see ActorMesh._cast_here)
+        self._next: dict[str, dict[str, Iterator[int]]] = {}
 
     def take(self, mesh: str, targets: Sequence[str]) -> tuple[int, ...]:
-        with self._lock:
-            counters = self._next.get(mesh)
-            if counters is None:
-                counters = self._next[mesh] = {}
-            seqs = []
-            for target in targets:
-                seq = counters[target] = counters.get(target, 0) + 1
-                seqs.append(seq)
-            return tuple(seqs)
+        counters = self._next.get(mesh)
+        if counters is None:
+            counters = self._next.setdefault(mesh, {})
+        if len(targets) == 1:
+            counter = counters.get(targets[0])
+            if counter is None:
+                counter = counters.setdefault(targets[0], itertools.count(1))
+            return (next(counter),)
+        return tuple(
+            next(counters.get(target) or counters.setdefault(target, itertools.count(1)))
+            for target in targets
+        )
 
 
 class ReceiveOrder:
     """The receiver's side: hands messages on in sequence order per origin.
 
     A message whose predecessor has not arrived waits. If the gap is still open after
-    ``gap_timeout`` seconds (its relay died), the waiting messages go on with a warning
+    ``gap_timeout()`` seconds (its relay died), the waiting messages go on with a warning
     rather than never.
     """
 
-    def __init__(self, deliver: Callable[[Any], None], call_later: Callable[..., Any]) -> None:
+    def __init__(
+        self,
+        deliver: Callable[[Any], None],
+        call_later: Callable[..., Any],
+        gap_timeout: Callable[[], float],
+    ) -> None:
         self._deliver = deliver
         self._call_later = call_later
+        self._gap_timeout = gap_timeout
         self._expected: dict[str, int] = {}
         self._held: dict[str, dict[int, Any]] = {}
-        self._gap_timeout = 30.0
 
-    def accept(self, origin: str, seq: int, item: Any, gap_timeout: float) -> None:
+    def accept(self, origin: str, seq: int, item: Any) -> None:
         if seq == UNORDERED:
             self._deliver(item)
             return
-        self._gap_timeout = gap_timeout
         expected = self._expected.get(origin, 1)
+        if seq == expected and origin not in self._held:  # in order, nothing waiting
+            self._expected[origin] = seq + 1
+            self._deliver(item)
+            return
         if seq < expected:
             log.warning("duplicate message %d from %s dropped", seq, origin)
             return
         if seq > expected:
             held = self._held.setdefault(origin, {})
             if not held:
-                self._call_later(gap_timeout, self._give_up, origin, expected)
+                self._call_later(self._gap_timeout(), self._give_up, origin, expected)
             held[seq] = item
             return
         self._deliver(item)
@@ -130,7 +146,7 @@ class ReceiveOrder:
         if not held:
             self._held.pop(origin, None)
         else:  # another gap: give it the same time to fill
-            self._call_later(self._gap_timeout, self._give_up, origin, expected)
+            self._call_later(self._gap_timeout(), self._give_up, origin, expected)
 
     def _give_up(self, origin: str, missing: int) -> None:
         held = self._held.get(origin)
