@@ -633,6 +633,8 @@ class Runtime:
         return self._deliver(envelope, body, frame[2:])
 
     def _deliver(self, envelope: Envelope, body: Body, payload: Sequence[Buffer]) -> str:
+        """Hand a message (read from a peer, or sent to ourselves) to its port, actor or
+        this proc; returns its sender."""
         kind = envelope.kind
         if kind == TO_PORT:
             handler = self._ports.get(int(envelope.dest))
