@@ -21,7 +21,6 @@ from monarch.core._messages import (
     ReturnLoans,
     ShapeSpec,
     decode_single,
-    encode_packed,
 )
 from monarch.core._runtime import current_runtime
 from monarch.transport import ConnectionClosed, open_connection
@@ -58,7 +57,7 @@ envelopes = st.builds(Envelope, st.integers(0, 9), names, names)
 @given(envelopes, bodies, st.lists(st.binary(max_size=PACK_MAX), max_size=1).map(tuple))
 def test_packed_round_trips(envelope: Envelope, body: object, payload: tuple[bytes, ...]) -> None:
     packed = Packed(envelope, body, payload)  # type: ignore[arg-type]
-    back = decode_single(memoryview(encode_packed(packed)))
+    back = decode_single(memoryview(encode(packed)))
     assert back == packed
     assert isinstance(back, Packed)
     assert all(type(part) is bytes for part in back.payload)
@@ -85,7 +84,7 @@ def procs() -> Iterator[ProcMesh]:
 GARBAGE = [
     [b"\x93\x01garbage"],  # not msgpack a single part may hold
     [encode(Envelope(1, "x", "y")), b"\xc1", b"\x80\x05N."],  # a body that does not decode
-    [encode_packed(Packed(Envelope(1, "x", "y"), PortValue(0), ())) + b"\x00"],  # trailing
+    [encode(Packed(Envelope(1, "x", "y"), PortValue(0), ())) + b"\x00"],  # trailing
 ]
 
 

@@ -197,7 +197,6 @@ _single_decoder: Final = msgspec.msgpack.Decoder(Envelope | Packed)
 _encoder: Final = msgspec.msgpack.Encoder()
 
 encode_body = _encoder.encode
-encode_packed = _encoder.encode
 
 
 def decode_body(data: bytes | memoryview) -> Body:

@@ -58,7 +58,6 @@ from ._messages import (
     decode_body,
     decode_single,
     encode_body,
-    encode_packed,
 )
 from ._netaddr import advertised, bind_url
 
@@ -555,7 +554,7 @@ class Runtime:
         if not payload or (
             len(payload) == 1 and type(payload[0]) is bytes and len(payload[0]) <= PACK_MAX
         ):
-            parts = [encode_packed(Packed(envelope, body, tuple(payload)))]  # type: ignore[arg-type]
+            parts = [encode(Packed(envelope, body, tuple(payload)))]  # type: ignore[arg-type]
         else:
             parts = [encode(envelope), encode_body(body), *payload]
         on_loop = self.on_loop()
