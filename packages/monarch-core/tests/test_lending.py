@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import given, settings
@@ -71,33 +72,36 @@ def test_a_bytes_payload_read_into_bytes_is_not_copied_again() -> None:
     assert loads([pickle, received]) is received
 
 
-def test_another_process_is_read_only_with_its_token() -> None:
+@contextmanager
+def holding_process(script: str) -> Iterator[list[str]]:
+    """Run ``script`` in another process until the block ends; yields the words of the
+    first line it prints (where its memory is, for the test to read)."""
     child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            textwrap.dedent(
-                """
-                import os, sys
-                from monarch.core._memory import address_of
-                token = b"monarch-token-123"
-                print(os.getpid(), address_of(token), flush=True)
-                sys.stdin.read()
-                """
-            ),
-        ],
+        [sys.executable, "-c", textwrap.dedent(script)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert child.stdout is not None
-        pid, address = map(int, child.stdout.readline().split())
+        yield child.stdout.readline().split()
+    finally:
+        child.communicate("")
+
+
+def test_another_process_is_read_only_with_its_token() -> None:
+    script = """
+        import os, sys
+        from monarch.core._memory import address_of
+        token = b"monarch-token-123"
+        print(os.getpid(), address_of(token), flush=True)
+        sys.stdin.read()
+        """
+    with holding_process(script) as words:
+        pid, address = map(int, words)
         assert _lending.can_read(pid, address, b"monarch-token-123")
         assert not _lending.can_read(pid, address, b"monarch-token-456")
         assert not _lending.can_read(os.getpid(), address, b"monarch-token-123")
-    finally:
-        child.communicate("")
     with pytest.raises(_lending.PullError):
         _lending.pull(pid, address, 16)  # gone
 
@@ -117,35 +121,20 @@ def test_a_read_is_split_into_aligned_pieces_that_cover_it(size: int) -> None:
 def lender_process() -> Iterator[tuple[int, int, int, str, int]]:
     """Another process holding a 24 MiB ``bytes``: its pid, address, size and sha256; and
     the address of 32 MiB of which only the first 24 can be read."""
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            textwrap.dedent(
-                """
-                import ctypes, hashlib, mmap, os, random, sys
-                from monarch.core._memory import address_of
-                data = random.Random(7).randbytes(24 * 1024 * 1024 + 12345)
-                digest = hashlib.sha256(data).hexdigest()
-                # 32 MiB mapped, then its last 8 MiB unmapped: a hole after 24 MiB
-                holed = mmap.mmap(-1, 32 << 20)
-                at = ctypes.addressof(ctypes.c_char.from_buffer(holed))
-                assert ctypes.CDLL(None).munmap(ctypes.c_void_p(at + (24 << 20)), 8 << 20) == 0
-                print(os.getpid(), address_of(data), len(data), digest, at, flush=True)
-                sys.stdin.read()
-                """
-            ),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None
-        pid, address, size, digest, holed = child.stdout.readline().split()
+    script = """
+        import ctypes, hashlib, mmap, os, random, sys
+        from monarch.core._memory import address_of
+        data = random.Random(7).randbytes(24 * 1024 * 1024 + 12345)
+        digest = hashlib.sha256(data).hexdigest()
+        # 32 MiB mapped, then its last 8 MiB unmapped: a hole after 24 MiB
+        holed = mmap.mmap(-1, 32 << 20)
+        at = ctypes.addressof(ctypes.c_char.from_buffer(holed))
+        assert ctypes.CDLL(None).munmap(ctypes.c_void_p(at + (24 << 20)), 8 << 20) == 0
+        print(os.getpid(), address_of(data), len(data), digest, at, flush=True)
+        sys.stdin.read()
+        """
+    with holding_process(script) as (pid, address, size, digest, holed):
         yield int(pid), int(address), int(size), digest, int(holed)
-    finally:
-        child.communicate("")
 
 
 def test_a_large_read_in_pieces_is_whole(
