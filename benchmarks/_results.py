@@ -13,6 +13,7 @@ import os
 import platform
 import statistics
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,19 @@ def summarize(reps: Sequence[float]) -> dict[str, Any]:
         # relative half-range: a quick noise indicator
         "spread": float((max(reps) - min(reps)) / (2 * med)) if med else None,
     }
+
+
+def memcpy_bandwidth(size: int, reps: int) -> dict[str, Any]:
+    """An in-process copy of ``size`` bytes (a bytearray into another), in MiB/s: the
+    baseline that large transfers are compared with (one untimed warm-up copy)."""
+    src = bytearray(os.urandom(1024)) * (size // 1024)
+    dst = bytearray(size)
+    figures = []
+    for _ in range(reps + 1):
+        t0 = time.perf_counter()
+        dst[:] = src
+        figures.append(size / (1024 * 1024) / (time.perf_counter() - t0))
+    return {"unit": "MiB/s", "size": size, **summarize(figures[1:])}
 
 
 def percentile(samples: Sequence[float], q: float) -> float:

@@ -64,6 +64,7 @@ from _results import (
     fmt_num,
     machine_info,
     markdown_table,
+    memcpy_bandwidth,
     package_versions,
     ratio_entry,
     summarize,
@@ -329,17 +330,6 @@ class RawSide:
 # -- orchestration ----------------------------------------------------------------------
 
 
-def memcpy_bandwidth(reps: int) -> dict[str, Any]:
-    src = bytearray(os.urandom(1024)) * (MEMCPY_SIZE // 1024)
-    dst = bytearray(MEMCPY_SIZE)
-    figures = []
-    for _ in range(reps + 1):
-        t0 = time.perf_counter()
-        dst[:] = src
-        figures.append(MEMCPY_SIZE / MIB / (time.perf_counter() - t0))
-    return {"unit": "MiB/s", "size": MEMCPY_SIZE, **summarize(figures[1:])}
-
-
 class Recorder:
     """Every figure's repetitions, per implementation."""
 
@@ -550,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         _progress(started, f"started: {', '.join(s.name for s in sides)}")
 
         def measure_memcpy() -> None:
-            memcpy.update(memcpy_bandwidth(max(sizes.reps, 5)))
+            memcpy.update(memcpy_bandwidth(MEMCPY_SIZE, max(sizes.reps, 5)))
 
         run_sides(
             sides,

@@ -32,7 +32,6 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
-import os
 import socket
 import ssl
 import struct
@@ -51,6 +50,7 @@ from _results import (
     fmt_num,
     machine_info,
     markdown_table,
+    memcpy_bandwidth,
     package_versions,
     ratio_entry,
     summarize,
@@ -526,17 +526,6 @@ class Pair:
 # -- orchestration ---------------------------------------------------------------------
 
 
-def memcpy_bandwidth(reps: int) -> dict[str, Any]:
-    src = bytearray(os.urandom(1024)) * (LARGE_SIZE // 1024)
-    dst = bytearray(LARGE_SIZE)
-    figures = []
-    for _ in range(reps + 1):
-        t0 = time.perf_counter()
-        dst[:] = src
-        figures.append(LARGE_SIZE / MIB / (time.perf_counter() - t0))
-    return {"unit": "MiB/s", "size": LARGE_SIZE, **summarize(figures[1:])}
-
-
 def make_certs(tmp: Path) -> tuple[str, str] | None:
     try:
         import trustme
@@ -633,7 +622,7 @@ def main(argv: list[str] | None = None) -> int:
             transports.remove("tls")
             notes.append("trustme is not installed: tls was skipped (pip install trustme)")
 
-    memcpy = memcpy_bandwidth(max(sizes.reps, 5))
+    memcpy = memcpy_bandwidth(LARGE_SIZE, max(sizes.reps, 5))
 
     specs: list[Spec] = []
     for transport in transports:
