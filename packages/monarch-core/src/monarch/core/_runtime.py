@@ -31,6 +31,7 @@ from monarch.transport import (
     Buffer,
     Connection,
     ConnectionClosed,
+    Frame,
     Listener,
     TransportError,
     open_connection,
@@ -297,6 +298,72 @@ def _heartbeat_settings(address: str) -> tuple[float, float] | None:
     return config.heartbeat_interval, config.heartbeat_timeout
 
 
+class _Inbound:
+    """A connection a peer opened to us: its hello, then its messages, batch by batch."""
+
+    def __init__(self, runtime: Runtime, conn: Connection) -> None:
+        self.runtime = runtime
+        self.conn = conn
+        self.sender = "?"
+        self.ended: asyncio.Future[None] = runtime.loop.create_future()
+        """Done when the connection is refused or fails (with the failure)."""
+        self._beats: asyncio.Task[None] | None = None
+        self._drained = asyncio.Event()
+
+    def take_pushed(self) -> None:
+        """Frames are ready (push mode): take them; a failure ends the connection."""
+        if self.ended.done():
+            return
+        try:
+            self.take(None)
+        except Exception as exc:  # noqa: BLE001 - raised again by _serve_connection
+            self.ended.set_exception(exc)
+
+    def take(self, frame: Frame | None) -> None:
+        """Deliver ``frame`` and every frame already read, as one batch: what they
+        send in return goes out together when it ends."""
+        runtime, conn = self.runtime, self.conn
+        runtime._batching += 1
+        try:
+            if frame is None:
+                frame = conn.receive_nowait()
+            while True:
+                if len(frame) > 1:
+                    self.sender = runtime._dispatch(frame)
+                else:
+                    single = decode_single(frame[0])
+                    if isinstance(single, Packed):
+                        self.sender = runtime._deliver(single.envelope, single.body, single.payload)
+                    elif not self._hello(single):
+                        self.ended.set_result(None)
+                        return
+                frame = conn.receive_nowait()
+        except anyio.WouldBlock:
+            pass
+        finally:
+            runtime._end_batch()
+
+    def _hello(self, hello: Envelope) -> bool:
+        """A peer's hello (see _PeerWriter.run): whether it is admitted."""
+        runtime = self.runtime
+        self.sender = hello.sender
+        if not runtime._admit(hello.sender, hello.headers.get("i")):
+            return False
+        runtime._inbound.setdefault(hello.sender, {})[self.conn] = self._drained
+        if self._beats is None:
+            pulls = runtime._can_pull_from(hello)
+            self._beats = runtime.spawn_task(runtime._send_heartbeats(self.conn, hello, pulls))
+        return True
+
+    def close(self) -> None:
+        if self._beats is not None:
+            self._beats.cancel()
+        self.runtime._inbound.get(self.sender, {}).pop(self.conn, None)
+        self._drained.set()
+        if not self.ended.done():
+            self.ended.cancel()
+
+
 class Runtime:
     """The Monarch runtime of this process (see the module docstring)."""
 
@@ -418,48 +485,22 @@ class Runtime:
         return task
 
     async def _serve_connection(self, conn: Connection) -> None:
-        sender = "?"
-        beats: asyncio.Task[None] | None = None
-        drained = asyncio.Event()
+        inbound = _Inbound(self, conn)
         try:
-            while True:
-                frame = await conn.receive()
-                # This frame and every one already read, as one batch: what they send
-                # in return goes out together when it ends.
-                self._batching += 1
-                try:
-                    while True:
-                        if len(frame) > 1:
-                            sender = self._dispatch(frame)
-                            frame = conn.receive_nowait()
-                            continue
-                        single = decode_single(frame[0])
-                        if isinstance(single, Packed):
-                            sender = self._deliver(single.envelope, single.body, single.payload)
-                        else:  # a peer's hello (see _PeerWriter.run)
-                            sender = single.sender
-                            if not self._admit(sender, single.headers.get("i")):
-                                return
-                            self._inbound.setdefault(sender, {})[conn] = drained
-                            if beats is None:
-                                pulls = self._can_pull_from(single)
-                                beats = self.spawn_task(self._send_heartbeats(conn, single, pulls))
-                        frame = conn.receive_nowait()
-                except anyio.WouldBlock:
-                    pass
-                finally:
-                    self._end_batch()
+            if conn.start_receiving(inbound.take_pushed):  # asyncio: read in callbacks
+                await inbound.ended
+            else:
+                while not inbound.ended.done():
+                    inbound.take(await conn.receive())
+                inbound.ended.result()
         except ConnectionClosed:
             pass  # the peer went away; a failure, if it is one, is noticed by its watchers
         except TransportError as exc:
-            log.warning("dropped connection from %s: %s", sender, exc)
+            log.warning("dropped connection from %s: %s", inbound.sender, exc)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            log.warning("dropped connection from %s: malformed message: %s", sender, exc)
+            log.warning("dropped connection from %s: malformed message: %s", inbound.sender, exc)
         finally:
-            if beats is not None:
-                beats.cancel()
-            self._inbound.get(sender, {}).pop(conn, None)
-            drained.set()
+            inbound.close()
 
     def _admit(self, sender: str, incarnation: str | None) -> bool:
         """Whether a peer saying hello may talk to us.

@@ -96,6 +96,19 @@ class Connection(TypedAttributeProvider, ABC):
     def receive_nowait(self) -> Frame:
         """A frame already read from the socket, or raise ``anyio.WouldBlock``."""
 
+    def start_receiving(self, on_frames: Callable[[], object]) -> bool:
+        """Read in push mode on the running asyncio loop, if this connection can.
+
+        From then on the loop reads whenever the socket is readable, with no task
+        switch per frame, and calls ``on_frames()`` (on the loop) when frames are ready
+        to take with :meth:`receive_nowait`, and once more when the connection fails or
+        closes: :meth:`receive_nowait` then raises what :meth:`receive` would have
+        raised. :meth:`receive` is refused from then on. Returns False, changing
+        nothing, where push mode is unavailable (trio, another transport): use
+        :meth:`receive` there.
+        """
+        return False
+
     @abstractmethod
     async def aclose(self) -> None:
         """Flush (bounded by ``close_timeout``) and close. Idempotent."""

@@ -52,10 +52,16 @@ IOV_MAX: Final = min(os.sysconf("SC_IOV_MAX"), 1024)
 COALESCE_LIMIT: Final = 64 * 1024
 """Small frames are appended to the last queued buffer while it is below this size."""
 CHECKPOINT_EVERY: Final = 64
+PUSH_READS: Final = 8
+"""Reads one readiness may do in push mode before letting the loop run others."""
 """Operations that completed without waiting between two forced checkpoints."""
 _CLOSED_ERRORS: Final = (anyio.ClosedResourceError, OSError)
 
 Attributes = Mapping[Any, Callable[[], Any]]
+
+
+def _nothing() -> None:
+    pass
 
 
 class SocketIO:
@@ -75,6 +81,10 @@ class SocketIO:
             return self.sock.sendmsg(islice(bufs, IOV_MAX))
         except (BlockingIOError, InterruptedError):
             return WANT_WRITE
+
+    def pending(self) -> bool:
+        """Whether bytes already read from the socket wait in user space (TLS)."""
+        return False
 
 
 async def wait_for(sock: socket.socket, want: int) -> None:
@@ -96,6 +106,9 @@ class _AsyncioReadable:
     while the connection keeps waiting; it is removed only when it fires with nobody
     waiting (being level-triggered it would fire again and again). A wake-up may be
     spurious: the receiver just tries to read and waits again.
+
+    In push mode (``push``) the reader stays registered and calls back on every
+    readiness, and once more when closed.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
@@ -105,6 +118,17 @@ class _AsyncioReadable:
         self._waiter: asyncio.Future[None] | None = None
         self._registered = False
         self._closed = False
+        self._push: Callable[[], object] | None = None
+
+    def push(self, ready: Callable[[], object]) -> None:
+        """Call ``ready()`` whenever the socket is readable (from the loop), until closed."""
+        if self._closed:
+            raise ConnectionClosed("the connection was closed")
+        self._push = ready
+        if self._registered:
+            self.loop.remove_reader(self._fd)
+        self.loop.add_reader(self._fd, ready)
+        self._registered = True
 
     async def wait(self) -> None:
         if self._closed:
@@ -127,6 +151,8 @@ class _AsyncioReadable:
             waiter.set_result(None)
 
     def close(self) -> None:
+        if self._closed:
+            return
         self._closed = True
         if self._registered:
             self.loop.remove_reader(self._fd)
@@ -134,6 +160,8 @@ class _AsyncioReadable:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_exception(ConnectionClosed("the connection was closed"))
+        if self._push is not None:
+            self.loop.call_soon(self._push)  # the receiver learns of it from receive_nowait
 
 
 class SocketConnection(Connection):
@@ -165,6 +193,10 @@ class SocketConnection(Connection):
         self._flushing = False
         self._progress: anyio.Event | None = None
         self._receiving = False
+        self._pushing = False
+        self._receive_error: TransportError | None = None
+        """What ended reading in push mode: receive_nowait raises it once frames run out."""
+        self._on_frames: Callable[[], object] = _nothing
         self._closed = False
         self._failure: BaseException | None = None
         self._fast_ops = 0
@@ -287,9 +319,80 @@ class SocketConnection(Connection):
     def receive_nowait(self) -> Frame:
         frame = self._decoder.next_frame()
         if frame is None:
+            if self._receive_error is not None:
+                raise self._receive_error
             self._check_open()
             raise anyio.WouldBlock
         return frame
+
+    def start_receiving(self, on_frames: Callable[[], object]) -> bool:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not asyncio (trio)
+            return False
+        self._check_open()
+        if self._receiving or self._pushing:
+            raise anyio.BusyResourceError("receiving from")
+        if self._readable is None:
+            self._backend_known = True
+            self._readable = _AsyncioReadable(loop, self._sock)
+        self._pushing = True
+        self._on_frames = on_frames
+        self._readable.push(self._read_pushed)
+        if self._decoder.pending_frames:  # read with the handshake, or by receive()
+            loop.call_soon(on_frames)
+        return True
+
+    def _read_pushed(self) -> None:
+        """The socket is readable (push mode, on the loop): read, then tell the receiver.
+
+        One read per readiness while it leaves room in the buffer: the socket is then
+        drained, and the loop's level-triggered poll comes back if more arrives (no
+        system call to learn that it would block). A full buffer, a large frame or TLS
+        bytes already decrypted are read on, a few times at most per call.
+        """
+        if self._closed:
+            self._on_frames()  # receive_nowait says why
+            return
+        decoder, io = self._decoder, self._io
+        for _ in range(PUSH_READS):
+            buf = decoder.get_buffer()
+            size = len(buf)
+            try:
+                n = io.recv_into(buf)
+            except OSError as exc:
+                self._receive_error = ConnectionClosed(f"connection lost while receiving: {exc}")
+                self._fail(exc)
+                break
+            finally:
+                buf.release()
+            if n > 0:
+                try:
+                    decoder.buffer_updated(n)
+                except ProtocolError as exc:
+                    self._receive_error = exc
+                    self._protocol_violation(exc)
+                    break
+                if n < size and not io.pending():
+                    break
+            elif n == 0:
+                if decoder.mid_frame:
+                    truncated = ProtocolError("peer closed the connection mid-frame")
+                    self._receive_error = truncated
+                    self._protocol_violation(truncated)
+                else:
+                    self._receive_error = ConnectionClosed("peer closed the connection")
+                    self._fail(self._receive_error)
+                break
+            else:
+                break  # spurious, or TLS wants to write first: the poll comes back
+        else:
+            readable = self._readable
+            if io.pending() and readable is not None:
+                # decrypted bytes that the socket's readiness will not announce
+                readable.loop.call_soon(self._read_pushed)
+        if decoder.pending_frames or self._receive_error is not None:
+            self._on_frames()
 
     async def receive(self) -> Frame:
         frame = self._decoder.next_frame()
@@ -297,7 +400,7 @@ class SocketConnection(Connection):
             await self._fast_checkpoint()
             return frame
         self._check_open()
-        if self._receiving:
+        if self._receiving or self._pushing:
             raise anyio.BusyResourceError("receiving from")
         self._receiving = True
         decoder = self._decoder

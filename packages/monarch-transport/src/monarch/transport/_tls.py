@@ -43,6 +43,9 @@ class TlsIO(SocketIO):
         except ssl.SSLZeroReturnError:
             return 0
 
+    def pending(self) -> bool:
+        return self.sock.pending() > 0
+
     def send(self, bufs: deque[bytearray | memoryview]) -> int:
         if self._chunk is None:
             head = bufs[0]

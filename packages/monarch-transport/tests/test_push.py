@@ -1,0 +1,262 @@
+"""Push mode (``Connection.start_receiving``): the loop reads, the receiver is called back.
+
+Real sockets on every transport; the asyncio backend reads in push mode, trio declines
+it (``start_receiving`` returns False and ``receive`` goes on working).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import socket
+import threading
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from monarch.transport import (
+    Connection,
+    ConnectionAttribute,
+    ConnectionClosed,
+    ProtocolError,
+    TransportError,
+)
+from monarch.transport._framing import encode_frame
+
+from .conftest import Endpoint, serving  # type: ignore[import-not-found]
+
+pytestmark = pytest.mark.anyio
+
+
+class Pushed:
+    """What push mode hands a receiver: frames, then the error that ended them."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.frames: list[list[bytes]] = []
+        self.error: BaseException | None = None
+        self.calls = 0
+        self.changed = anyio.Event()
+
+    def __call__(self) -> None:
+        self.calls += 1
+        try:
+            while True:
+                self.frames.append([bytes(p) for p in self.conn.receive_nowait()])
+        except anyio.WouldBlock:
+            pass
+        except TransportError as exc:
+            self.error = exc
+        self.changed.set()
+        self.changed = anyio.Event()
+
+    async def wait_for(self, frames: int = 0, error: bool = False) -> None:
+        with anyio.fail_after(10):
+            while len(self.frames) < frames or (error and self.error is None):
+                await self.changed.wait()
+
+
+async def pushing(endpoint: Endpoint, server: object) -> tuple[Connection, Connection, Pushed]:
+    client = await endpoint.connect(server.listener)  # type: ignore[attr-defined]
+    peer = await server.next_connection()  # type: ignore[attr-defined]
+    pushed = Pushed(peer)
+    assert peer.start_receiving(pushed)
+    return client, peer, pushed
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_trio_declines_push_mode_and_receive_still_works(endpoint: Endpoint) -> None:
+    async with serving(endpoint) as server:
+        client = await endpoint.connect(server.listener)
+        peer = await server.next_connection()
+        assert not peer.start_receiving(lambda: None)
+        await client.send([b"still", b"works"])
+        assert [bytes(p) for p in await peer.receive()] == [b"still", b"works"]
+        await client.aclose()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_every_frame_arrives_in_order_with_large_ones_among_them(
+    endpoint: Endpoint,
+) -> None:
+    big = os.urandom(3 * 1024 * 1024)
+    async with serving(endpoint) as server:
+        client, _, pushed = await pushing(endpoint, server)
+        sent = []
+        for i in range(300):
+            parts = [b"n", str(i).encode(), big if i % 100 == 7 else b"x" * (i % 50)]
+            sent.append(parts)
+            client.send_nowait(parts)
+        await client.flush()
+        await pushed.wait_for(frames=len(sent))
+        assert pushed.frames == sent
+        assert pushed.error is None
+        await client.aclose()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_frames_read_before_push_mode_are_pushed_too(endpoint: Endpoint) -> None:
+    """Frames that receive() read along with the one it returned come first."""
+    async with serving(endpoint) as server:
+        client = await endpoint.connect(server.listener)
+        peer = await server.next_connection()
+        for i in range(3):
+            client.send_nowait([str(i).encode()])
+        await client.flush()
+        first = [bytes(p) for p in await peer.receive()]
+        pushed = Pushed(peer)
+        assert peer.start_receiving(pushed)
+        await client.send([b"3"])
+        await pushed.wait_for(frames=3)
+        assert [first, *pushed.frames] == [[b"0"], [b"1"], [b"2"], [b"3"]]
+        await client.aclose()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_peer_closing_is_reported_after_the_last_frame(endpoint: Endpoint) -> None:
+    async with serving(endpoint) as server:
+        client, peer, pushed = await pushing(endpoint, server)
+        await client.send([b"last"])
+        await client.aclose()
+        await pushed.wait_for(frames=1, error=True)
+        assert pushed.frames == [[b"last"]]
+        assert isinstance(pushed.error, ConnectionClosed)
+        assert peer.closed
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_closing_our_side_calls_the_receiver_back(endpoint: Endpoint) -> None:
+    async with serving(endpoint) as server:
+        client, peer, pushed = await pushing(endpoint, server)
+        await peer.aclose()
+        await pushed.wait_for(error=True)
+        assert isinstance(pushed.error, ConnectionClosed)
+        with pytest.raises(ConnectionClosed):
+            await peer.receive()
+        await client.aclose()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_receive_is_refused_while_pushing(endpoint: Endpoint) -> None:
+    async with serving(endpoint) as server:
+        client, peer, pushed = await pushing(endpoint, server)
+        with pytest.raises(anyio.BusyResourceError):
+            await peer.receive()
+        with pytest.raises(anyio.BusyResourceError):
+            peer.start_receiving(pushed)
+        await client.send([b"after"])
+        await pushed.wait_for(frames=1)
+        assert pushed.frames == [[b"after"]]
+        await client.aclose()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("url", ["unix://@", "tcp://127.0.0.1:0"])
+async def test_a_malformed_frame_ends_push_mode_with_a_protocol_error(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "monarch.transport")
+    endpoint = Endpoint(url)
+    async with serving(endpoint, max_parts=8) as server:
+        client, peer, pushed = await pushing(endpoint, server)
+        raw = client.extra(ConnectionAttribute.raw_socket)
+        raw.send(b"\xff\xff\xff\x7f garbage")  # claims 2**31 parts
+        await pushed.wait_for(error=True)
+        assert isinstance(pushed.error, ProtocolError)
+        assert "max_parts=8" in caplog.text
+        assert peer.closed
+        await client.aclose()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("url", ["unix://@", "tcp://127.0.0.1:0"])
+async def test_the_peer_closing_mid_frame_is_a_protocol_error(url: str) -> None:
+    endpoint = Endpoint(url)
+    async with serving(endpoint) as server:
+        client, _, pushed = await pushing(endpoint, server)
+        raw = client.extra(ConnectionAttribute.raw_socket)
+        whole = b"".join(bytes(b) for b in encode_frame([b"complete"])[0])
+        half = b"".join(bytes(b) for b in encode_frame([b"x" * 1000])[0])[:500]
+        raw.sendall(whole + half)
+        raw.shutdown(socket.SHUT_WR)
+        await pushed.wait_for(frames=1, error=True)
+        assert pushed.frames == [[b"complete"]]
+        assert isinstance(pushed.error, ProtocolError)
+        assert "mid-frame" in str(pushed.error)
+        await client.aclose()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_thread_failing_a_send_ends_push_mode(endpoint: Endpoint) -> None:
+    """A write from another thread that fails closes the connection on the loop, and the
+    receiver hears of it (no reader left registered on a closed socket)."""
+    async with serving(endpoint) as server:
+        client, peer, pushed = await pushing(endpoint, server)
+        failed = threading.Event()
+
+        def write() -> None:
+            try:
+                while True:
+                    peer.send_nowait([b"y" * 5000])
+                    peer.flush_nowait()
+            except ConnectionClosed:
+                failed.set()
+
+        writer = threading.Thread(target=write, daemon=True)
+        await client.aclose()
+        writer.start()
+        await pushed.wait_for(error=True)
+        assert isinstance(pushed.error, ConnectionClosed)
+        await anyio.to_thread.run_sync(writer.join, 10)
+        assert failed.is_set()
+
+
+# -- any chunking (hypothesis): bytes written in arbitrary pieces by a raw peer ----------
+
+frames_st = st.lists(
+    st.lists(
+        st.one_of(
+            st.binary(max_size=64),
+            st.builds(
+                lambda seed, n: random.Random(seed).randbytes(n),
+                st.integers(),
+                st.integers(0, 300_000),
+            ),
+        ),
+        max_size=5,
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(frames=frames_st, data=st.data())
+def test_push_mode_reassembles_frames_under_any_chunking(
+    frames: list[list[bytes]], data: st.DataObject
+) -> None:
+    stream = b"".join(b"".join(bytes(b) for b in encode_frame(parts)[0]) for parts in frames)
+    cuts = sorted(set(data.draw(st.lists(st.integers(0, len(stream)), max_size=20))))
+    pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True) if b > a]
+
+    async def main() -> list[list[bytes]]:
+        endpoint = Endpoint("unix://@")
+        async with serving(endpoint) as server:
+            client, _, pushed = await pushing(endpoint, server)
+            raw: socket.socket = client.extra(ConnectionAttribute.raw_socket)
+
+            def write() -> None:
+                raw.settimeout(10)  # blocking writes from this thread
+                for piece in pieces:  # each piece its own send: the reader sees the cuts
+                    raw.sendall(piece)
+
+            await asyncio.get_running_loop().run_in_executor(None, write)
+            await pushed.wait_for(frames=len(frames))
+            await client.aclose()
+            return pushed.frames
+
+    assert asyncio.run(main()) == frames
