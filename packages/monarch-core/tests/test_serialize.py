@@ -8,7 +8,13 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from monarch.core._serialize import OUT_OF_BAND_MIN, dumps, loads
+from monarch.core._serialize import (
+    OUT_OF_BAND_MIN,
+    dumps,
+    dumps_arguments,
+    loads,
+    loads_arguments,
+)
 
 scalars = st.one_of(
     st.none(),
@@ -32,6 +38,18 @@ values = st.recursive(
 @given(values)
 def test_round_trip(value: Any) -> None:
     assert loads(dumps(value)) == value
+
+
+@given(st.lists(values, max_size=4).map(tuple), st.dictionaries(st.text(max_size=5), values))
+def test_arguments_round_trip(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """No arguments at all take a shortcut both ways; the kwargs are a fresh dict each time."""
+    first = loads_arguments(dumps_arguments(args, kwargs))
+    assert first == (args, kwargs)
+    first[1]["mutated"] = True
+    assert loads_arguments(dumps_arguments(args, kwargs)) == (args, kwargs)
+    # memoryview parts, as read from a socket, are understood too
+    parts = [memoryview(bytes(p)) for p in dumps_arguments(args, kwargs)]
+    assert loads_arguments(parts) == (args, kwargs)
 
 
 @given(st.integers(OUT_OF_BAND_MIN, 3 * OUT_OF_BAND_MIN), st.sampled_from([bytes, bytearray]))

@@ -48,7 +48,7 @@ from ._messages import (
     SpawnActor,
 )
 from ._runtime import Runtime, current_runtime
-from ._serialize import dumps, dumps_arguments, loads
+from ._serialize import dumps, dumps_arguments, loads, loads_arguments
 from ._shape import Extent, MeshTrait, NDSlice, Point, Shape, ShapedMesh
 from ._supervision import MeshFailure, call_fault_hook
 from ._value_mesh import ValueMesh
@@ -686,7 +686,7 @@ class _ActorHost:
         self, call: Call, parts: Sequence[Buffer], context: Context
     ) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
         """The function to run for a call, and its arguments."""
-        args, kwargs = loads(parts)
+        args, kwargs = loads_arguments(parts)
         prop = self._endpoint(call)
         if prop is None:
             raise AttributeError(f"{type(self.instance).__name__} has no endpoint {call.method!r}")

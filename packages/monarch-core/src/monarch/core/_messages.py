@@ -5,7 +5,8 @@ payload one small pickle, or none) is one part instead, a ``Packed``: encoded in
 call and decoded in one, with no frame parts to cut apart. The Envelope's ``kind`` says
 who receives it (an actor mailbox, a port, or the proc itself) and ``dest`` names it;
 the body is one of the Structs below. Same versioning rules as
-``monarch.transport.wire``: Structs only grow at their end, with defaults.
+``monarch.transport.wire``: Structs only grow at their end, with defaults; and the
+same ``gc=False`` (no Struct here can be part of a reference cycle).
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ HEARTBEAT: Final = 4
 """A one-part frame ``[Envelope]`` (no body): a heartbeat request or beat (see ``_runtime``)."""
 
 
-class PortRef(msgspec.Struct, array_like=True, frozen=True):
+class PortRef(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """Where replies go: a port of a proc."""
 
     proc: str
     port: int
 
 
-class ShapeSpec(msgspec.Struct, array_like=True, frozen=True):
+class ShapeSpec(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """A shape on the wire: labels over a strided region of ranks."""
 
     labels: tuple[str, ...]
@@ -39,7 +40,7 @@ class ShapeSpec(msgspec.Struct, array_like=True, frozen=True):
     strides: tuple[int, ...]
 
 
-class Call(msgspec.Struct, array_like=True, tag=1, frozen=True):
+class Call(msgspec.Struct, array_like=True, tag=1, frozen=True, gc=False):
     """Run an endpoint on the actor(s) of a mesh living in the receiving proc."""
 
     mesh: str
@@ -65,21 +66,21 @@ STOP_METHOD: Final = "__monarch_stop__"
 """A Call with this method stops the actor, in order after every earlier message."""
 
 
-class PortValue(msgspec.Struct, array_like=True, tag=2, frozen=True):
+class PortValue(msgspec.Struct, array_like=True, tag=2, frozen=True, gc=False):
     """A value (or, with ``error``, an exception) sent to a port by a rank."""
 
     rank: int
     error: bool = False
 
 
-class PortBatch(msgspec.Struct, array_like=True, tag=3, frozen=True):
+class PortBatch(msgspec.Struct, array_like=True, tag=3, frozen=True, gc=False):
     """Values for several ranks at once: per group, its ranks, whether it is an error, and
     how many payload parts (which follow, group after group) its one pickled value has."""
 
     groups: tuple[tuple[tuple[int, ...], bool, int], ...]
 
 
-class SpawnActor(msgspec.Struct, array_like=True, tag=10, frozen=True):
+class SpawnActor(msgspec.Struct, array_like=True, tag=10, frozen=True, gc=False):
     """Create an actor in the receiving proc; the pickle holds (class, args, kwargs)."""
 
     mesh: str
@@ -92,7 +93,7 @@ class SpawnActor(msgspec.Struct, array_like=True, tag=10, frozen=True):
     """All the ranks of the mesh this process hosts (procs sharing a process), if several."""
 
 
-class ProcReady(msgspec.Struct, array_like=True, tag=12, frozen=True):
+class ProcReady(msgspec.Struct, array_like=True, tag=12, frozen=True, gc=False):
     """A new proc tells its parent where it listens."""
 
     address: str
@@ -100,11 +101,11 @@ class ProcReady(msgspec.Struct, array_like=True, tag=12, frozen=True):
     rank: int = 0
 
 
-class StopProc(msgspec.Struct, array_like=True, tag=13, frozen=True):
+class StopProc(msgspec.Struct, array_like=True, tag=13, frozen=True, gc=False):
     reason: str
 
 
-class SpawnProcs(msgspec.Struct, array_like=True, tag=14, frozen=True):
+class SpawnProcs(msgspec.Struct, array_like=True, tag=14, frozen=True, gc=False):
     """Ask a host agent to start ``count`` procs, ranks ``base_rank`` onwards.
 
     Each proc reports ``ProcReady`` to ``ready``; the agent reports each exit as
@@ -122,27 +123,27 @@ class SpawnProcs(msgspec.Struct, array_like=True, tag=14, frozen=True):
     """The Python to run the procs with ("" = the agent's own)."""
 
 
-class ProcExited(msgspec.Struct, array_like=True, tag=15, frozen=True):
+class ProcExited(msgspec.Struct, array_like=True, tag=15, frozen=True, gc=False):
     rank: int
     pid: int
     how: str
     """"exited with code N" or "was killed by signal N"."""
 
 
-class SpawnFailed(msgspec.Struct, array_like=True, tag=16, frozen=True):
+class SpawnFailed(msgspec.Struct, array_like=True, tag=16, frozen=True, gc=False):
     """A host agent could not start a proc."""
 
     rank: int
     reason: str
 
 
-class RunBootstrap(msgspec.Struct, array_like=True, tag=17, frozen=True):
+class RunBootstrap(msgspec.Struct, array_like=True, tag=17, frozen=True, gc=False):
     """Run the pickled callable on the proc before anything else; reply to ``reply``."""
 
     reply: PortRef
 
 
-class GetController(msgspec.Struct, array_like=True, tag=18, frozen=True):
+class GetController(msgspec.Struct, array_like=True, tag=18, frozen=True, gc=False):
     """Ask the root client for its singleton actor ``name``, spawning it (from the
     pickled class and arguments) on first request; the reply is the pickled mesh."""
 
@@ -150,7 +151,7 @@ class GetController(msgspec.Struct, array_like=True, tag=18, frozen=True):
     reply: PortRef
 
 
-class ActorFailed(msgspec.Struct, array_like=True, tag=19, frozen=True):
+class ActorFailed(msgspec.Struct, array_like=True, tag=19, frozen=True, gc=False):
     """An actor has failed: sent to the process that spawned it, where its owner lives."""
 
     mesh: str
@@ -158,7 +159,7 @@ class ActorFailed(msgspec.Struct, array_like=True, tag=19, frozen=True):
     reason: str
 
 
-class ReturnLoans(msgspec.Struct, array_like=True, tag=20, frozen=True):
+class ReturnLoans(msgspec.Struct, array_like=True, tag=20, frozen=True, gc=False):
     """The borrower has read these lent buffers (see ``_lending``): the lender may let go."""
 
     keys: tuple[int, ...]
@@ -181,7 +182,7 @@ Body = (
 )
 
 
-class Packed(msgspec.Struct, array_like=True, tag=21, frozen=True):
+class Packed(msgspec.Struct, array_like=True, tag=21, frozen=True, gc=False):
     """A whole small message as one frame part (see the module docstring)."""
 
     envelope: Envelope
@@ -199,12 +200,6 @@ _encoder: Final = msgspec.msgpack.Encoder()
 encode_body = _encoder.encode
 
 
-def decode_body(data: bytes | memoryview) -> Body:
-    body: Body = _decoder.decode(data)
-    return body
-
-
-def decode_single(data: bytes | memoryview) -> Envelope | Packed:
-    """A one-part frame: a ``Packed`` message, or a lone Envelope (a hello, a heartbeat)."""
-    single: Envelope | Packed = _single_decoder.decode(data)
-    return single
+decode_body: Final = _decoder.decode
+decode_single: Final = _single_decoder.decode
+"""A one-part frame: a ``Packed`` message, or a lone Envelope (a hello, a heartbeat)."""

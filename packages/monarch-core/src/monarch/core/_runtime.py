@@ -660,7 +660,7 @@ class Runtime:
     def _dispatch(self, frame: Sequence[Buffer]) -> str:
         """Deliver a message of several parts read from a peer; returns its sender."""
         envelope = decode_envelope(frame[0])  # type: ignore[arg-type]
-        body = decode_body(frame[1])  # type: ignore[arg-type]
+        body = decode_body(frame[1])
         if len(frame) > 3 and any(map(is_descriptor, frame[3:])):
             try:
                 frame, keys = borrow(frame)

@@ -125,3 +125,11 @@ def dumps(obj: object) -> list[Buffer]:
 def loads(parts: Sequence[Buffer]) -> Any:
     """Inverse of :func:`dumps`."""
     return pickle.loads(parts[0], buffers=parts[1:])
+
+
+def loads_arguments(parts: Sequence[Buffer]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Inverse of :func:`dumps_arguments`."""
+    if len(parts) == 1 and parts[0] == _NO_ARGUMENTS:
+        return (), {}
+    args: tuple[tuple[Any, ...], dict[str, Any]] = pickle.loads(parts[0], buffers=parts[1:])
+    return args
