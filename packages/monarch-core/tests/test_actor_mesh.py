@@ -190,6 +190,29 @@ def test_mixed_sync_and_async_endpoints_are_refused_at_spawn(procs: ProcMesh) ->
         procs.spawn("nope", dict)
 
 
+class ActorsHere(Actor):
+    @endpoint
+    def names(self) -> list[str]:
+        from monarch.core._runtime import current_runtime
+
+        return sorted(current_runtime().actors)
+
+
+def test_an_endpoint_named_like_a_mesh_attribute_is_refused_before_spawning(
+    procs: ProcMesh,
+) -> None:
+    class Colliding(Actor):
+        @endpoint
+        def stop(self) -> None: ...
+
+    with pytest.raises(ValueError, match="'stop' of Colliding collides"):
+        procs.spawn("colliding", Colliding)
+    # Spawns reach a proc in order: had the refused one been sent, it would be there.
+    names = procs.spawn("here", ActorsHere).names.call().get(30)
+    assert not any(name.startswith("colliding") for each in names.values() for name in each)
+    assert all(any(name.startswith("here") for name in each) for each in names.values())
+
+
 def test_async_actor_and_meshes_as_arguments(procs: ProcMesh) -> None:
     counters = procs.spawn("target", Counter, 42)
     asks = procs.spawn("asker", AsyncCounter)

@@ -1436,11 +1436,8 @@ class ActorMesh(ShapedMesh, Generic[R]):
         self._state = state
         self._runtime = state.runtime
         self._plan: tuple[list[str], list[int], ShapeSpec, list[str]] | None = None
-        for ep_name, prop in _endpoints(cls).items():
-            if ep_name in _RESERVED:
-                raise ValueError(
-                    f"endpoint {ep_name!r} of {cls.__name__} collides with an ActorMesh attribute"
-                )
+        self._values_shape: Shape | None = None
+        for ep_name, prop in _endpoints(cls).items():  # names checked by spawn_actor_mesh
             setattr(self, ep_name, Endpoint(self, ep_name, prop))
 
     # MeshTrait hook
@@ -1568,9 +1565,13 @@ class ActorMesh(ShapedMesh, Generic[R]):
         self._post_to(procs, method, payload, gather.port, explicit, True)
 
     def _shape_for_values(self) -> Shape:
-        return Shape(
-            list(self._shape.labels), NDSlice.new_row_major(list(self._shape.ndslice.sizes))
-        )
+        """The shape of a gathered ValueMesh: this mesh's, its ranks renumbered from 0."""
+        shape = self._values_shape
+        if shape is None:
+            shape = self._values_shape = Shape(
+                list(self._shape.labels), NDSlice.new_row_major(list(self._shape.ndslice.sizes))
+            )
+        return shape
 
     @property
     def initialized(self) -> Future[None]:
@@ -1622,7 +1623,25 @@ class ActorMesh(ShapedMesh, Generic[R]):
         return f"<ActorMesh {self._name} of {self._class.__name__} {self._shape.extent!r}>"
 
 
-_RESERVED = frozenset(dir(ActorMesh)) | {"_class", "_mesh_id", "_name", "_shape", "_state", "_plan"}
+_RESERVED = frozenset(dir(ActorMesh)) | {
+    "_class",
+    "_mesh_id",
+    "_name",
+    "_shape",
+    "_state",
+    "_plan",
+    "_values_shape",
+}
+
+
+def _check_endpoint_names(cls: type) -> None:
+    """Endpoints become attributes of the mesh: one named like a mesh attribute is refused
+    before anything is spawned."""
+    for name in _endpoints(cls):
+        if name in _RESERVED:
+            raise ValueError(
+                f"endpoint {name!r} of {cls.__name__} collides with an ActorMesh attribute"
+            )
 
 
 def _rebuild_actor_mesh(
@@ -1656,6 +1675,7 @@ def spawn_actor_mesh(
     if not (isinstance(cls, type) and issubclass(cls, Actor)):
         raise ValueError(f"{cls!r} is not an Actor subclass")
     _actor_is_async(cls)  # raises on mixed endpoints
+    _check_endpoint_names(cls)
     payload = dumps((cls, args, kwargs))
     mesh_id = f"{name}-{uuid.uuid4().hex[:12]}"
 
