@@ -1033,6 +1033,8 @@ class _Gather:
         )
         self.port = runtime.open_port(self)
         self.watches = [(proc, runtime.watch_peer(proc, self._on_peer_lost)) for proc in procs]
+        if result is not None:
+            result._answering = len(self.watches)
 
     def __call__(self, body: Body, payload: Sequence[Buffer]) -> None:
         """A value for the port, or a batch of them (each distinct value unpickled once)."""

@@ -738,7 +738,8 @@ class Config:
         "MONARCH_WAIT_SPIN",
         doc=(
             "(ours) How long a thread blocking on a Future yields the CPU before it sleeps: "
-            "replies that come sooner skip a wake-up. 0 to sleep at once."
+            "replies that come sooner skip a wake-up. Only when fewer processes must answer "
+            "than there are CPUs (the waiter would take a CPU they need). 0 to sleep at once."
         ),
         ours=True,
     )

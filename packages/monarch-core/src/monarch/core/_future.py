@@ -39,6 +39,16 @@ def _spin() -> float:
     return spin
 
 
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+_CPUS: Final = _usable_cpus()
+
+
 _PENDING: Final = 0
 _DONE: Final = 1
 _outcome_lock = threading.Lock()
@@ -54,7 +64,7 @@ class Outcome(Generic[R]):
     garbage-collector time. A thread that blocks in ``_wait`` gets a lock of its own.
     """
 
-    __slots__ = ("_callbacks", "_error", "_state", "_value", "_waiter")
+    __slots__ = ("_answering", "_callbacks", "_error", "_state", "_value", "_waiter")
 
     def __init__(self) -> None:
         self._state = _PENDING
@@ -62,6 +72,8 @@ class Outcome(Generic[R]):
         self._error: BaseException | None = None
         self._waiter: threading.Lock | None = None
         self._callbacks: list[Callable[[Outcome[R]], object]] | None = None
+        self._answering = 1
+        """Processes that must run for this to complete (see ``_wait``)."""
 
     def done(self) -> bool:
         return self._state == _DONE
@@ -106,14 +118,16 @@ class Outcome(Generic[R]):
 
     def _wait(self, timeout: float | None = None) -> R:
         """The value (or raise the error), blocking up to ``timeout`` seconds."""
-        if self._state != _DONE:
+        if self._state != _DONE and self._answering < _CPUS:
             spin = _spin()
             if timeout is not None:
                 spin = min(spin, timeout)
             if spin > 0:
                 # Most replies come within a few hundred microseconds: yield the CPU (and
                 # the GIL) that long before sleeping, which on an idle machine would cost
-                # waking a halted CPU to hand the reply over.
+                # waking a halted CPU to hand the reply over. Only with a CPU to spare:
+                # when more processes than CPUs must answer, a spinning thread takes the
+                # CPU from them (and its sched_yield calls cost them context switches).
                 deadline = time.perf_counter() + spin
                 while self._state != _DONE and time.perf_counter() < deadline:
                     os.sched_yield()

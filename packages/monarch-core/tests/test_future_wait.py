@@ -1,0 +1,70 @@
+"""How a thread blocking on a Future waits: it yields the CPU a while first, but only
+when the processes that must answer leave a CPU to spare."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from monarch.actor import Actor, ProcMesh, endpoint, this_host
+from monarch.core._future import _CPUS, Future
+
+
+class Pid(Actor):
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+
+@pytest.fixture(scope="module")
+def procs() -> Iterator[ProcMesh]:
+    mesh = this_host().spawn_procs(per_host={"gpus": 3})
+    yield mesh
+    mesh.stop().get(30)
+
+
+def _yields_while_waiting(answering: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    yields: list[None] = []
+    real = os.sched_yield
+
+    def counted() -> None:
+        yields.append(None)
+        real()
+
+    monkeypatch.setattr(os, "sched_yield", counted)
+    future: Future[int] = Future._new()
+    future._answering = answering
+    # Completed from another thread while the waiter waits (or spins): whenever it
+    # fires, the waiter either spun until then or slept at once.
+    timer = threading.Timer(0.05, future.set_result, (7,))
+    timer.start()
+    try:
+        assert future.get(10) == 7
+    finally:
+        timer.join()
+    return len(yields)
+
+
+def test_a_waiter_yields_the_cpu_before_sleeping_when_one_is_spare(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _yields_while_waiting(_CPUS - 1, monkeypatch) > 0
+
+
+def test_a_waiter_sleeps_at_once_when_more_processes_than_cpus_must_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _yields_while_waiting(_CPUS, monkeypatch) == 0
+
+
+def test_a_gathered_call_counts_the_processes_that_answer(procs: ProcMesh) -> None:
+    pids = procs.spawn("pid", Pid)
+    gathered = pids.pid.call()
+    one = pids.slice(gpus=0).pid.call_one()
+    assert len(set(gathered.get(30).values())) == 3
+    assert gathered._answering == 3
+    assert one._answering == 1
+    assert one.get(30) in gathered.get(30).values()
