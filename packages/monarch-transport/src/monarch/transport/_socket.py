@@ -52,9 +52,9 @@ IOV_MAX: Final = min(os.sysconf("SC_IOV_MAX"), 1024)
 COALESCE_LIMIT: Final = 64 * 1024
 """Small frames are appended to the last queued buffer while it is below this size."""
 CHECKPOINT_EVERY: Final = 64
+"""Operations that completed without waiting between two forced checkpoints."""
 PUSH_READS: Final = 8
 """Reads one readiness may do in push mode before letting the loop run others."""
-"""Operations that completed without waiting between two forced checkpoints."""
 _CLOSED_ERRORS: Final = (anyio.ClosedResourceError, OSError)
 
 Attributes = Mapping[Any, Callable[[], Any]]
@@ -326,21 +326,17 @@ class SocketConnection(Connection):
         return frame
 
     def start_receiving(self, on_frames: Callable[[], object]) -> bool:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # not asyncio (trio)
+        readable = self._asyncio_readable()
+        if readable is None:  # not asyncio (trio)
             return False
         self._check_open()
         if self._receiving or self._pushing:
             raise anyio.BusyResourceError("receiving from")
-        if self._readable is None:
-            self._backend_known = True
-            self._readable = _AsyncioReadable(loop, self._sock)
         self._pushing = True
         self._on_frames = on_frames
-        self._readable.push(self._read_pushed)
+        readable.push(self._read_pushed)
         if self._decoder.pending_frames:  # read with the handshake, or by receive()
-            loop.call_soon(on_frames)
+            readable.loop.call_soon(on_frames)
         return True
 
     def _read_pushed(self) -> None:
@@ -354,45 +350,52 @@ class SocketConnection(Connection):
         if self._closed:
             self._on_frames()  # receive_nowait says why
             return
-        decoder, io = self._decoder, self._io
+        io = self._io
         for _ in range(PUSH_READS):
-            buf = decoder.get_buffer()
-            size = len(buf)
             try:
-                n = io.recv_into(buf)
-            except OSError as exc:
-                self._receive_error = ConnectionClosed(f"connection lost while receiving: {exc}")
-                self._fail(exc)
+                n, room = self._read()
+            except TransportError as exc:
+                self._receive_error = exc
                 break
-            finally:
-                buf.release()
-            if n > 0:
-                try:
-                    decoder.buffer_updated(n)
-                except ProtocolError as exc:
-                    self._receive_error = exc
-                    self._protocol_violation(exc)
-                    break
-                if n < size and not io.pending():
-                    break
-            elif n == 0:
-                if decoder.mid_frame:
-                    truncated = ProtocolError("peer closed the connection mid-frame")
-                    self._receive_error = truncated
-                    self._protocol_violation(truncated)
-                else:
-                    self._receive_error = ConnectionClosed("peer closed the connection")
-                    self._fail(self._receive_error)
-                break
-            else:
+            if n < 0:
                 break  # spurious, or TLS wants to write first: the poll comes back
+            if n < room and not io.pending():
+                break
         else:
             readable = self._readable
             if io.pending() and readable is not None:
                 # decrypted bytes that the socket's readiness will not announce
                 readable.loop.call_soon(self._read_pushed)
-        if decoder.pending_frames or self._receive_error is not None:
+        if self._decoder.pending_frames or self._receive_error is not None:
             self._on_frames()
+
+    def _read(self) -> tuple[int, int]:
+        """One read into the decoder: the bytes read (or a WANT_* code) and the room
+        there was. A failed or ended stream fails the connection and raises."""
+        decoder = self._decoder
+        buf = decoder.get_buffer()
+        room = len(buf)
+        try:
+            n = self._io.recv_into(buf)
+        except OSError as exc:
+            self._fail(exc)
+            raise ConnectionClosed(f"connection lost while receiving: {exc}") from exc
+        finally:
+            buf.release()
+        if n > 0:
+            try:
+                decoder.buffer_updated(n)
+            except ProtocolError as exc:
+                self._protocol_violation(exc)
+                raise
+        elif n == 0:
+            if decoder.mid_frame:
+                truncated = ProtocolError("peer closed the connection mid-frame")
+                self._protocol_violation(truncated)
+                raise truncated
+            self._fail(ConnectionClosed("peer closed the connection"))
+            raise ConnectionClosed("peer closed the connection")
+        return n, room
 
     async def receive(self) -> Frame:
         frame = self._decoder.next_frame()
@@ -403,35 +406,15 @@ class SocketConnection(Connection):
         if self._receiving or self._pushing:
             raise anyio.BusyResourceError("receiving from")
         self._receiving = True
-        decoder = self._decoder
         try:
             while True:
-                buf = decoder.get_buffer()
-                try:
-                    n = self._io.recv_into(buf)
-                except OSError as exc:
-                    self._fail(exc)
-                    raise ConnectionClosed(f"connection lost while receiving: {exc}") from exc
-                finally:
-                    buf.release()
-                if n > 0:
-                    try:
-                        decoder.buffer_updated(n)
-                    except ProtocolError as exc:
-                        self._protocol_violation(exc)
-                        raise
-                    frame = decoder.next_frame()
-                    if frame is not None:
-                        return frame
-                elif n == 0:
-                    if decoder.mid_frame:
-                        truncated = ProtocolError("peer closed the connection mid-frame")
-                        self._protocol_violation(truncated)
-                        raise truncated
-                    self._fail(ConnectionClosed("peer closed the connection"))
-                    raise ConnectionClosed("peer closed the connection")
-                else:
+                n, _ = self._read()
+                if n < 0:
                     await self._wait(n)
+                    continue
+                frame = self._decoder.next_frame()
+                if frame is not None:
+                    return frame
         finally:
             self._receiving = False
 
@@ -466,18 +449,24 @@ class SocketConnection(Connection):
             self._close_socket()
 
     async def _wait(self, want: int) -> None:
+        readable = self._asyncio_readable()
+        if want == WANT_READ and readable is not None:
+            await readable.wait()
+        else:
+            await wait_for(self._sock, want)
+
+    def _asyncio_readable(self) -> _AsyncioReadable | None:
+        """The socket's readability on the running asyncio loop (made on first use), or
+        None on another backend (trio: anyio's waits it is)."""
         if not self._backend_known:
             self._backend_known = True
             try:
                 loop = asyncio.get_running_loop()
-            except RuntimeError:  # not asyncio (trio): anyio's waits it is
+            except RuntimeError:
                 pass
             else:
                 self._readable = _AsyncioReadable(loop, self._sock)
-        if want == WANT_READ and self._readable is not None:
-            await self._readable.wait()
-        else:
-            await wait_for(self._sock, want)
+        return self._readable
 
     def _close_socket(self) -> None:
         if self._sock.fileno() < 0:
