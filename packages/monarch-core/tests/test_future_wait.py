@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -37,14 +38,21 @@ def _yields_while_waiting(answering: int, monkeypatch: pytest.MonkeyPatch) -> in
     monkeypatch.setattr(os, "sched_yield", counted)
     future: Future[int] = Future._new()
     future._answering = answering
-    # Completed from another thread while the waiter waits (or spins): whenever it
-    # fires, the waiter either spun until then or slept at once.
-    timer = threading.Timer(0.05, future.set_result, (7,))
-    timer.start()
+
+    def complete_once_waited_on() -> None:
+        # The waiter either yields first or goes straight to sleep on its lock: complete
+        # the future only once it is doing one or the other.
+        deadline = time.monotonic() + 10
+        while not yields and future._waiter is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        future.set_result(7)
+
+    completer = threading.Thread(target=complete_once_waited_on)
+    completer.start()
     try:
         assert future.get(10) == 7
     finally:
-        timer.join()
+        completer.join()
     return len(yields)
 
 
