@@ -410,6 +410,8 @@ class _ActorHost:
         """Meshes this actor spawned: they are stopped before it, and die with it."""
         self.calls: queue.SimpleQueue[tuple[str, Any, Sequence[Buffer]]] | None = None
         """A sync actor's messages, taken by its thread."""
+        self.thread_id: int | None = None
+        """A sync actor's thread (``threading.get_ident``)."""
         self.queue: asyncio.Queue[tuple[str, Any, Sequence[Buffer]]] = asyncio.Queue()
         """An async actor's messages, taken by its task."""
         try:
@@ -449,13 +451,21 @@ class _ActorHost:
         self._put((_SUPERVISE, failure, ()))
 
     def request_stop(self, reason: str) -> None:
-        """Stop once the messages queued so far are handled (from any thread)."""
-        stop = Call(self.spawn.mesh, STOP_METHOD, self.spawn.shape)
-        self.runtime.call_soon(self._put, (_STOP, stop, dumps(reason)))
+        """Stop once the messages queued so far are handled (from any thread).
+
+        From the actor's own code the stop is queued at once, before the reply to the
+        message being handled goes out: a call sent after that reply is refused."""
+        stop = (_STOP, Call(self.spawn.mesh, STOP_METHOD, self.spawn.shape), dumps(reason))
+        if self.runtime.on_loop() or (
+            self.calls is not None and threading.get_ident() == self.thread_id
+        ):
+            self._put(stop)
+        else:
+            self.runtime.call_soon(self._put, stop)
 
     def request_abort(self, reason: str) -> None:
         """Fail now (from any thread): as if an endpoint had raised with nobody to tell."""
-        self.runtime.call_soon(self._fail, RuntimeError(reason), reason)
+        self._fail(RuntimeError(reason), reason)
 
     def _context_for(self, call: Call) -> Context:
         """The context of a message: this actor's rank within the shape it was cast to
@@ -472,6 +482,7 @@ class _ActorHost:
     # -- a sync actor: its thread ----------------------------------------------------
 
     def _run_sync(self, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.thread_id = threading.get_ident()
         _host_var.set(self)
         _context.set(Context(self.info, self.rank))
         try:
@@ -1406,7 +1417,10 @@ class _Supervised:
         if self.owner is not None:
             self.owner.supervise(failure)
         else:  # the root: nobody above to handle it
-            self.state.runtime.loop.run_in_executor(None, call_fault_hook, failure)
+            try:
+                self.state.runtime.loop.run_in_executor(None, call_fault_hook, failure)
+            except RuntimeError:  # the interpreter is exiting: nobody to tell but the log
+                log.warning("at exit: %s", failure.report())
 
 
 _supervised: dict[str, _Supervised] = {}

@@ -7,7 +7,6 @@ it starts, so it is the first to see one exit, and it tells the proc mesh's owne
 
 from __future__ import annotations
 
-import atexit
 import os
 import subprocess
 import sys
@@ -78,10 +77,9 @@ def _watch(runtime: Runtime, child: subprocess.Popen[bytes], rank: int, events: 
     threading.Thread(target=wait, name=f"monarch-wait-{child.pid}", daemon=True).start()
 
 
-def _kill_children() -> None:
+def kill_children() -> None:
+    """Kill the procs this process started that are still running: at exit, after
+    ``shutdown_context`` has asked them to stop (see ``_proc_mesh``)."""
     for child in _children:
         if child.poll() is None:
             child.kill()
-
-
-atexit.register(_kill_children)

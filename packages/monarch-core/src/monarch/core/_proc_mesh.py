@@ -19,6 +19,7 @@ from monarch.transport import Buffer
 from ._actor import ActorMesh, Procs, SupervisionError, _host_var, resolve, spawn_actor_mesh
 from ._config import current_config, runtime_env
 from ._future import Future, Outcome, run_on, wait_outcome
+from ._host import kill_children
 from ._messages import (
     TO_PROC,
     Body,
@@ -389,11 +390,15 @@ _UNITY = Shape([], NDSlice(0, [], []))
 
 
 def _shutdown_at_exit() -> None:
-    if _owned:
-        try:
+    """Stop the procs gracefully, then kill what is left: one handler, so that the
+    order does not depend on which module registered its handler first."""
+    try:
+        if _owned:
             shutdown_context(5.0).get(timeout=10.0)
-        except Exception:  # noqa: BLE001 - exiting anyway; children are killed next
-            pass
+    except Exception:  # noqa: BLE001 - exiting anyway; children are killed next
+        pass
+    finally:
+        kill_children()
 
 
 atexit.register(_shutdown_at_exit)

@@ -240,7 +240,7 @@ class _Worker:
         try:
             await runtime.stopped.wait()
         finally:
-            _host._kill_children()
+            _host.kill_children()
             await runtime.aclose()
 
 
