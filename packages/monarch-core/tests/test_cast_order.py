@@ -53,15 +53,20 @@ arrivals = st.dictionaries(st.sampled_from("xyz"), st.integers(1, 30)).flatmap(
 )
 
 
-@given(arrivals)
+@given(arrivals, st.lists(st.booleans()))
 def test_messages_are_delivered_in_sequence_order_per_origin(
-    arrived: list[tuple[str, int]],
+    arrived: list[tuple[str, int]], fast: list[bool]
 ) -> None:
+    """Whether each arrival goes through ``is_next`` first (as _LocalMesh does) or
+    straight to ``accept``, the order is the same."""
     delivered: list[tuple[str, int]] = []
     clock = Clock()
     order = ReceiveOrder(delivered.append, clock.call_later, lambda: 5.0)
-    for origin, seq in arrived:
-        order.accept(origin, seq, (origin, seq))
+    for i, (origin, seq) in enumerate(arrived):
+        if i < len(fast) and fast[i] and order.is_next(origin, seq):
+            delivered.append((origin, seq))
+        else:
+            order.accept(origin, seq, (origin, seq))
     for origin in "xyz":
         mine = [seq for o, seq in delivered if o == origin]
         assert mine == list(range(1, len(mine) + 1))

@@ -410,6 +410,9 @@ class _ActorHost:
         """Meshes this actor spawned: they are stopped before it, and die with it."""
         self.calls: queue.SimpleQueue[tuple[str, Any, Sequence[Buffer]]] | None = None
         """A sync actor's messages, taken by its thread."""
+        self._plain: dict[str, Callable[..., Any]] = {}
+        """A sync actor's declared ``def`` endpoints without a response port, by name,
+        once called: its thread calls them directly."""
         self.thread_id: int | None = None
         """A sync actor's thread (``threading.get_ident``)."""
         self.queue: asyncio.Queue[tuple[str, Any, Sequence[Buffer]]] = asyncio.Queue()
@@ -525,11 +528,16 @@ class _ActorHost:
             if self.failure is not None or self.stopped is not None:
                 self._refuse(message, held)
                 return
-            context = self._context_for(message)
+            context = self._contexts.get(message.shape) or self._context_for(message)
             _context.set(context)
+            plain = self._plain.get(message.method)
             try:
-                fn, args, kwargs = self._prepare(message, parts, context)
-                result = self._call_sync(fn, args, kwargs)
+                if plain is not None:  # the common case, in fewer steps (see _prepare)
+                    args, kwargs = loads_arguments(parts)
+                    result = plain(self.instance, *args, **kwargs)
+                else:
+                    fn, args, kwargs = self._prepare(message, parts, context)
+                    result = self._call_sync(fn, args, kwargs)
             except BaseException as exc:  # noqa: BLE001 - see _conclude
                 self._conclude(message, context, None, exc, held)
             else:
@@ -701,6 +709,13 @@ class _ActorHost:
         prop = self._endpoint(call)
         if prop is None:
             raise AttributeError(f"{type(self.instance).__name__} has no endpoint {call.method!r}")
+        if (
+            self.calls is not None
+            and call.method in self.endpoints
+            and not prop._explicit_response_port
+            and not _is_async_fn(prop._method)
+        ):
+            self._plain[call.method] = prop._method
         if prop._explicit_response_port:
             from ._port import Port
 
@@ -915,12 +930,21 @@ class _LocalMesh:
             lambda: current_config().message_delivery_timeout,
         )
         self._targets: dict[ShapeSpec, list[_ActorHost]] = {}
+        self._single = hosts[0] if len(hosts) == 1 else None
+        """The one actor of the mesh in this process, as is usual."""
 
     def deliver(self, body: Body, payload: Sequence[Buffer], sender: str) -> None:
         if not isinstance(body, Call):
             return
         seq = body.seqs[0] if body.seqs else 0
-        self.order.accept(body.origin or sender, seq, (body, payload))
+        origin = body.origin or sender
+        if self.order.is_next(origin, seq):  # the common case, in fewer steps
+            if self._single is not None:
+                self._single.enqueue(body, payload)
+            else:
+                self._dispatch((body, payload))
+        else:
+            self.order.accept(origin, seq, (body, payload))
 
     def _dispatch(self, item: tuple[Call, Sequence[Buffer]]) -> None:
         call, payload = item

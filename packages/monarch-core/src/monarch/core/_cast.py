@@ -116,6 +116,15 @@ class ReceiveOrder:
         self._expected: dict[str, int] = {}
         self._held: dict[str, dict[int, Any]] = {}
 
+    def is_next(self, origin: str, seq: int) -> bool:
+        """Whether ``seq`` is the number expected from ``origin`` with none waiting: if so
+        it is taken as delivered, and the caller hands the message on now."""
+        expected = self._expected.get(origin, 1)  # never UNORDERED (0)
+        if seq != expected or origin in self._held:
+            return False
+        self._expected[origin] = seq + 1
+        return True
+
     def accept(self, origin: str, seq: int, item: Any) -> None:
         if seq == UNORDERED:
             self._deliver(item)
