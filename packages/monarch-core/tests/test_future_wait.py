@@ -1,5 +1,6 @@
-"""How a thread blocking on a Future waits: it yields the CPU a while first, but only
-when the processes that must answer leave a CPU to spare."""
+"""How waiting threads wait: a thread blocking on a Future yields the CPU a while
+first, but only when the processes that must answer leave a CPU to spare; the runtime's
+loop stays awake a while after it handled messages."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from hostkit import wait_until
 
 from monarch.actor import Actor, ProcMesh, endpoint, this_host
-from monarch.core._future import _CPUS, Future
+from monarch.config import configured
+from monarch.core._future import _CPUS, Future, run_on
+from monarch.core._runtime import current_runtime
 
 
 class Pid(Actor):
@@ -30,9 +34,11 @@ def procs() -> Iterator[ProcMesh]:
 def _yields_while_waiting(answering: int, monkeypatch: pytest.MonkeyPatch) -> int:
     yields: list[None] = []
     real = os.sched_yield
+    waiter = threading.get_ident()
 
     def counted() -> None:
-        yields.append(None)
+        if threading.get_ident() == waiter:  # not the loop's (see the last test)
+            yields.append(None)
         real()
 
     monkeypatch.setattr(os, "sched_yield", counted)
@@ -76,3 +82,19 @@ def test_a_gathered_call_counts_the_processes_that_answer(procs: ProcMesh) -> No
     assert gathered._answering == 3
     assert one._answering == 1
     assert one.get(30) in gathered.get(30).values()
+
+
+def test_the_loop_stays_awake_for_wait_spin_after_messages(procs: ProcMesh) -> None:
+    runtime = current_runtime()
+    pids = procs.spawn("awake", Pid)
+
+    async def awake_now() -> bool:  # asked after this very request was handled
+        return runtime.awake()
+
+    with configured(wait_spin="100ms"):
+        pids.pid.call().get(30)
+        assert run_on(runtime, awake_now()).get(30)
+        wait_until(lambda: not runtime.awake(), 30, "the loop to sleep again")
+    with configured(wait_spin=0):
+        pids.pid.call().get(30)
+        assert not run_on(runtime, awake_now()).get(30)

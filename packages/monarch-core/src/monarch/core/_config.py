@@ -737,9 +737,11 @@ class Config:
         "300us",
         "MONARCH_WAIT_SPIN",
         doc=(
-            "(ours) How long a thread blocking on a Future yields the CPU before it sleeps: "
-            "replies that come sooner skip a wake-up. Only when fewer processes must answer "
-            "than there are CPUs (the waiter would take a CPU they need). 0 to sleep at once."
+            "(ours) How long a waiting thread yields the CPU before it sleeps: replies and "
+            "calls that come sooner skip a wake-up. A process's event loop after it handled "
+            "messages, an idle sync actor's thread (one per process), and a thread blocking "
+            "on a Future when fewer processes must answer than there are CPUs (else it would "
+            "take a CPU they need). 0 to sleep at once."
         ),
         ours=True,
     )
