@@ -263,7 +263,7 @@ def run_sides(
     *,
     controller_impl: str | None,
     progress: Callable[[str], None],
-    after_prime: Callable[[], None] | None = None,
+    beside_payload: Callable[[], None] | None = None,
 ) -> None:
     """Prime, take the RSS figures, then the repetitions, interleaved across the sides.
 
@@ -294,8 +294,6 @@ def run_sides(
     if "payload" in workloads:
         payloads.update((size, make_payload(size)) for size in PAYLOAD_MIB)
         prime(["payload"])
-    if after_prime is not None:
-        after_prime()
     progress("primed")
 
     total = sizes.warmup + sizes.reps
@@ -303,6 +301,8 @@ def run_sides(
         warm = " (warm-up)" if rep < sizes.warmup else ""
         progress(f"repetition {rep + 1}/{total}{warm}")
         for workload in workloads:
+            if workload == "payload" and beside_payload is not None and rep >= sizes.warmup:
+                beside_payload()  # its baseline, measured under the same load as it
             shift = rep % max(1, len(sides))  # alternate which side goes first
             for side in [*sides[shift:], *sides[:shift]]:
                 if (side.name, workload) in skip:
