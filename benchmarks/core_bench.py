@@ -31,10 +31,10 @@ Workloads (figures are medians over the repetitions; the JSON keeps every repeti
 * RSS (VmRSS from /proc): the workers after a few calls, and the cold-start script's
   controller; raw: the server processes and the raw cold-start client.
 
-Also an in-process memcpy of 128 MiB, in each repetition just before the payloads. The ``targets`` section compares the headline
-figures with upstream Monarch 0.7.0: as measured in this run when the upstream venv
-exists, else as measured on the reference machine (DESIGN.md, "Performance targets");
-nothing here asserts on speed.
+Also an in-process memcpy of 128 MiB, in each repetition just before the payloads.
+The ``targets`` section compares the headline figures with upstream Monarch 0.7.0: as
+measured in this run when the upstream venv exists, else as measured on the reference
+machine (DESIGN.md, "Performance targets"); nothing here asserts on speed.
 """
 
 from __future__ import annotations
