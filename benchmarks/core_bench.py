@@ -564,9 +564,8 @@ def main(argv: list[str] | None = None) -> int:
         runner.close()
         drop_pycache()
     if not memcpy_reps:  # no payload workload: measured anyway, for the record
-        memcpy_reps.extend(
-            memcpy_bandwidth(MEMCPY_SIZE, 3)["median"] for _ in range(max(sizes.reps, 5))
-        )
+        for _ in range(max(sizes.reps, 5)):
+            measure_memcpy()
     memcpy.update({"unit": "MiB/s", "size": MEMCPY_SIZE, **summarize(memcpy_reps)})
 
     # the baselines: each in a block of its own, with nothing of ours left running

@@ -411,8 +411,8 @@ class _ActorHost:
         self.calls: queue.SimpleQueue[tuple[str, Any, Sequence[Buffer]]] | None = None
         """A sync actor's messages, taken by its thread."""
         self._plain: dict[str, Callable[..., Any]] = {}
-        """A sync actor's declared ``def`` endpoints without a response port, by name,
-        once called: its thread calls them directly."""
+        """A sync actor's declared ``def`` endpoints without a response port, by name:
+        its thread calls them directly, without ``_prepare``."""
         self.thread_id: int | None = None
         """A sync actor's thread (``threading.get_ident``)."""
         self.queue: asyncio.Queue[tuple[str, Any, Sequence[Buffer]]] = asyncio.Queue()
@@ -429,6 +429,11 @@ class _ActorHost:
             runtime.spawn_task(self._run_async(cls, args, kwargs))
         else:
             self.calls = queue.SimpleQueue()
+            self._plain = {
+                name: prop._method
+                for name, prop in self.endpoints.items()
+                if not prop._explicit_response_port and not _is_async_fn(prop._method)
+            }
             threading.Thread(
                 target=self._run_sync,
                 args=(cls, args, kwargs),
@@ -459,9 +464,7 @@ class _ActorHost:
         From the actor's own code the stop is queued at once, before the reply to the
         message being handled goes out: a call sent after that reply is refused."""
         stop = (_STOP, Call(self.spawn.mesh, STOP_METHOD, self.spawn.shape), dumps(reason))
-        if self.runtime.on_loop() or (
-            self.calls is not None and threading.get_ident() == self.thread_id
-        ):
+        if self.runtime.on_loop() or threading.get_ident() == self.thread_id:
             self._put(stop)
         else:
             self.runtime.call_soon(self._put, stop)
@@ -528,7 +531,7 @@ class _ActorHost:
             if self.failure is not None or self.stopped is not None:
                 self._refuse(message, held)
                 return
-            context = self._contexts.get(message.shape) or self._context_for(message)
+            context = self._context_for(message)
             _context.set(context)
             plain = self._plain.get(message.method)
             try:
@@ -709,13 +712,6 @@ class _ActorHost:
         prop = self._endpoint(call)
         if prop is None:
             raise AttributeError(f"{type(self.instance).__name__} has no endpoint {call.method!r}")
-        if (
-            self.calls is not None
-            and call.method in self.endpoints
-            and not prop._explicit_response_port
-            and not _is_async_fn(prop._method)
-        ):
-            self._plain[call.method] = prop._method
         if prop._explicit_response_port:
             from ._port import Port
 
@@ -930,8 +926,6 @@ class _LocalMesh:
             lambda: current_config().message_delivery_timeout,
         )
         self._targets: dict[ShapeSpec, list[_ActorHost]] = {}
-        self._single = hosts[0] if len(hosts) == 1 else None
-        """The one actor of the mesh in this process, as is usual."""
 
     def deliver(self, body: Body, payload: Sequence[Buffer], sender: str) -> None:
         if not isinstance(body, Call):
@@ -939,10 +933,7 @@ class _LocalMesh:
         seq = body.seqs[0] if body.seqs else 0
         origin = body.origin or sender
         if self.order.is_next(origin, seq):  # the common case, in fewer steps
-            if self._single is not None:
-                self._single.enqueue(body, payload)
-            else:
-                self._dispatch((body, payload))
+            self._dispatch((body, payload))
         else:
             self.order.accept(origin, seq, (body, payload))
 

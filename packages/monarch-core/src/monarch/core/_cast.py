@@ -126,14 +126,10 @@ class ReceiveOrder:
         return True
 
     def accept(self, origin: str, seq: int, item: Any) -> None:
-        if seq == UNORDERED:
+        if seq == UNORDERED or self.is_next(origin, seq):
             self._deliver(item)
             return
         expected = self._expected.get(origin, 1)
-        if seq == expected and origin not in self._held:  # in order, nothing waiting
-            self._expected[origin] = seq + 1
-            self._deliver(item)
-            return
         if seq < expected:
             log.warning("duplicate message %d from %s dropped", seq, origin)
             return
