@@ -319,6 +319,31 @@ def test_the_job_secret_never_appears_on_a_command_line(procs: ProcMesh) -> None
             assert secret.encode() in environ.read()  # it travels in the environment
 
 
+def test_a_worker_keeps_its_boot_heap_out_of_the_collectors_sight(procs: ProcMesh) -> None:
+    """What booting made is frozen (``gc.freeze``): a full collection in a worker walks
+    what its actors made, not every module object; what they make is still collected."""
+
+    class Heap(Actor):
+        @endpoint
+        def collect_a_cycle(self) -> tuple[int, int]:
+            import gc
+            import weakref
+
+            class Node:
+                pass
+
+            node = Node()
+            node.self = node  # type: ignore[attr-defined]
+            alive = weakref.ref(node)
+            del node
+            gc.collect()
+            return gc.get_freeze_count(), alive() is None
+
+    frozen, collected = procs.slice(gpus=0).spawn("heap", Heap).collect_a_cycle.call_one().get()
+    assert frozen > 1000  # the modules and the runtime, at least
+    assert collected
+
+
 def test_host_meshes_travel_in_messages(procs: ProcMesh) -> None:
     class Spawner(Actor):
         @endpoint

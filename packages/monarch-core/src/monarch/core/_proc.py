@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import gc
 import os
 import signal
 import sys
@@ -40,6 +41,10 @@ async def serve() -> None:
     from ._services import install
 
     install(runtime)
+    # What booting made (modules, the runtime) lives as long as the process: out of the
+    # collector's sight, a full collection walks only what actors made since, not the
+    # whole heap (at ~100k messages/s those otherwise cost a third of a proc's time).
+    gc.freeze()
     runtime.watch_peer(parent, lambda address, exc: runtime.stopped.set())
     ready = ProcReady(runtime.address, os.getpid(), int(os.environ[RANK_ENV]))
     runtime.send_to_port(PortRef(ready_proc, int(ready_port)), ready)
