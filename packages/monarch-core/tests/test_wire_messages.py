@@ -1,5 +1,6 @@
-"""Messages on the wire: a small one travels as one ``Packed`` part, and what a peer
-sends that does not decode closes only that peer's connection."""
+"""Messages on the wire: a small one travels as one ``Packed`` part, those queued
+together for one peer as one ``Batch``, and what a peer sends that does not decode
+closes only that peer's connection."""
 
 from __future__ import annotations
 
@@ -8,23 +9,29 @@ from collections.abc import Iterator
 
 import anyio
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monarch.actor import Actor, ProcMesh, endpoint, this_host
 from monarch.core._messages import (
+    BATCH_BYTES,
+    BATCH_MAX,
+    HEARTBEAT,
     PACK_MAX,
+    TO_PROC,
+    Batch,
     Call,
     Packed,
     PortRef,
     PortValue,
     ReturnLoans,
     ShapeSpec,
+    decode_body,
     decode_single,
 )
-from monarch.core._runtime import current_runtime
-from monarch.transport import ConnectionClosed, open_connection
-from monarch.transport.wire import Envelope, encode
+from monarch.core._runtime import DEFER, current_runtime
+from monarch.transport import Connection, ConnectionClosed, open_connection, open_listener
+from monarch.transport.wire import Envelope, decode_envelope, encode
 
 names = st.text(max_size=20)
 seqs = st.lists(st.integers(0, 2**63 - 1), max_size=4).map(tuple)
@@ -61,6 +68,71 @@ def test_packed_round_trips(envelope: Envelope, body: object, payload: tuple[byt
     assert back == packed
     assert isinstance(back, Packed)
     assert all(type(part) is bytes for part in back.payload)
+
+
+@given(st.lists(st.builds(Packed, envelopes, bodies, st.just((b"p",))), min_size=1, max_size=5))
+def test_a_batch_round_trips(items: list[Packed]) -> None:
+    assert decode_single(encode(Batch(items))) == Batch(items)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    st.lists(st.sampled_from([0, 1, 200, PACK_MAX, PACK_MAX + 1, 50_000]), min_size=1, max_size=700)
+)
+def test_messages_queued_together_travel_as_batches_in_order(sizes: list[int]) -> None:
+    """A burst to one peer (posted off the loop, left to the writer task): the small
+    messages of each run between large ones arrive as Batch frames, as full as the
+    limits allow, and every message arrives once, in order, with its payload."""
+    runtime = current_runtime()
+    frames: list[list[bytes]] = []
+
+    async def main() -> None:
+        async with await open_listener("unix://@", secret=runtime.secret) as listener:
+            done = anyio.Event()
+
+            async def handler(conn: Connection) -> None:
+                seen = -1  # the hello is not a message
+                async for frame in conn:
+                    frames.append([bytes(part) for part in frame])
+                    head = decode_single(frame[0]) if len(frame) == 1 else None
+                    seen += len(head.items) if isinstance(head, Batch) else 1
+                    if seen == len(sizes):
+                        done.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(listener.serve, handler)
+                # Posted before the connection can be accepted (this thread's loop is
+                # busy posting): all wait in the writer's queue together.
+                for i, size in enumerate(sizes):
+                    payload = [b"x" * size] if size else []
+                    runtime.post(str(listener.address), TO_PROC, "", PortValue(i), payload, DEFER)
+                with anyio.fail_after(30):
+                    await done.wait()
+                tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    hello = decode_single(frames[0][0])
+    assert isinstance(hello, Envelope) and hello.kind == HEARTBEAT
+    arrived: list[tuple[int, int]] = []
+    runs: list[list[Packed]] = []  # the small messages of each frame ([] for a large one)
+    for frame in frames[1:]:
+        if len(frame) > 1:
+            body = decode_body(frame[1])
+            assert decode_envelope(frame[0]).kind == TO_PROC
+            arrived.append((body.rank, sum(map(len, frame[2:]))))  # type: ignore[union-attr]
+            runs.append([])
+            continue
+        head = decode_single(frame[0])
+        items = head.items if isinstance(head, Batch) else [head]
+        assert len(items) > 1 or not isinstance(head, Batch)  # never a Batch of one
+        runs.append(items)  # type: ignore[arg-type]
+        arrived += [(item.body.rank, sum(map(len, item.payload))) for item in items]  # type: ignore[attr-defined, union-attr]
+    assert arrived == list(enumerate(sizes))
+    for run, following in zip(runs, [*runs[1:], []], strict=True):
+        size = sum(len(part) for item in run for part in item.payload)
+        assert len(run) <= BATCH_MAX and size < BATCH_BYTES + PACK_MAX
+        if run and following:  # split only where a limit was reached
+            assert len(run) == BATCH_MAX or size >= BATCH_BYTES
 
 
 @given(envelopes)

@@ -2,9 +2,10 @@
 
 Frame layout: ``[Envelope, body, pickle, *out-of-band buffers]``; a small message (its
 payload one small pickle, or none) is one part instead, a ``Packed``: encoded in one
-call and decoded in one, with no frame parts to cut apart. The Envelope's ``kind`` says
-who receives it (an actor mailbox, a port, or the proc itself) and ``dest`` names it;
-the body is one of the Structs below. Same versioning rules as
+call and decoded in one, with no frame parts to cut apart; those queued for one peer
+together travel as one ``Batch``. The Envelope's ``kind`` says who receives it (an
+actor mailbox, a port, or the proc itself) and ``dest`` names it; the body is one of
+the Structs below. Same versioning rules as
 ``monarch.transport.wire``: Structs only grow at their end, with defaults; and the
 same ``gc=False`` (no Struct here can be part of a reference cycle).
 """
@@ -193,8 +194,21 @@ class Packed(msgspec.Struct, array_like=True, tag=21, frozen=True, gc=False):
 PACK_MAX: Final = 4096
 """A payload of one pickle up to this size travels in a ``Packed``."""
 
+
+class Batch(msgspec.Struct, array_like=True, tag=22, frozen=True, gc=False):
+    """``Packed`` messages queued for one peer together, in order, as one frame part:
+    a burst costs the receiver one frame and one decode, not one per message."""
+
+    items: list[Packed]
+
+
+BATCH_MAX: Final = 256
+"""At most this many messages in a ``Batch``..."""
+BATCH_BYTES: Final = 64 * 1024
+"""...and payloads of about this many bytes in all (a frame the reader takes in one read)."""
+
 _decoder: Final = msgspec.msgpack.Decoder(Body)
-_single_decoder: Final = msgspec.msgpack.Decoder(Envelope | Packed)
+_single_decoder: Final = msgspec.msgpack.Decoder(Envelope | Packed | Batch)
 _encoder: Final = msgspec.msgpack.Encoder()
 
 encode_body = _encoder.encode
@@ -202,4 +216,5 @@ encode_body = _encoder.encode
 
 decode_body: Final = _decoder.decode
 decode_single: Final = _single_decoder.decode
-"""A one-part frame: a ``Packed`` message, or a lone Envelope (a hello, a heartbeat)."""
+"""A one-part frame: a ``Packed`` message, a ``Batch`` of them, or a lone Envelope (a
+hello, a heartbeat)."""

@@ -5,8 +5,9 @@ worker proc on its main thread, in the controller (the user's script) on a
 background thread, so sync code can block on futures while the loop works.
 Any thread may send (``post``): a message goes straight to the socket when that
 peer's connection is idle, else to its writer task, which keeps each thread's order
-per peer and turns bursts into one system call. Other work for the loop goes through
-one ordered queue (``call_soon``), so what a thread asks for happens in its order.
+per peer and turns a burst into one system call (its small messages into one frame).
+Other work for the loop goes through one ordered queue (``call_soon``), so what a
+thread asks for happens in its order.
 """
 
 from __future__ import annotations
@@ -45,11 +46,14 @@ from ._lending import Lender, PullError, borrow, can_read, is_descriptor
 from ._lending import available as lending_available
 from ._memory import address_of as memory_address
 from ._messages import (
+    BATCH_BYTES,
+    BATCH_MAX,
     HEARTBEAT,
     PACK_MAX,
     TO_ACTOR,
     TO_PORT,
     TO_PROC,
+    Batch,
     Body,
     Call,
     Packed,
@@ -100,7 +104,7 @@ class _PeerWriter:
         self.runtime = runtime
         self.address = address
         self.lock = threading.Lock()
-        self.pending: deque[Sequence[Buffer]] = deque()
+        self.pending: deque[Packed | Sequence[Buffer]] = deque()
         self.wake = asyncio.Event()
         self.kicked = False
         """A wake-up of the writer task is on its way from another thread."""
@@ -127,37 +131,37 @@ class _PeerWriter:
 
     def post(
         self,
-        parts: Sequence[Buffer],
+        message: Packed | Sequence[Buffer],
         on_loop: bool = True,
         batch: list[_PeerWriter] | None = None,
     ) -> None:
-        """Queue ``parts`` from any thread (``on_loop`` says which); in a ``batch`` the
-        write waits for the batch to be flushed, so a burst becomes one system call."""
+        """Queue a message (a small one still a ``Packed``, else its frame's parts) from
+        any thread (``on_loop`` says which). A lone message to an idle connection is
+        written at once; in a ``batch`` it waits for the batch's flush, with ``DEFER``
+        for the writer task: what waits together goes out in one system call, and
+        consecutive ``Packed`` as one ``Batch`` frame (see ``_queue_pending``)."""
         if self.failure is not None:
             return  # undeliverable: whoever waits on this peer has been told
         error: TransportError | None = None
         with self.lock:
             conn = self.conn
-            if conn is None or self.busy or self.pending:
-                self.pending.append(parts)
-                direct = False
+            if conn is None or self.busy or self.pending or batch is not None:
+                self.pending.append(message)
+                ready = conn is not None and not self.busy
             else:
-                direct = True
                 # Straight into the connection, with no task switch; order holds, as
                 # nothing is queued before it.
                 try:
-                    conn.send_nowait(parts)
-                    if batch is None:
-                        if conn.flush_nowait():
-                            return
-                        self.busy = True  # the socket is full: the writer task goes on
+                    conn.send_nowait([encode(message)] if isinstance(message, Packed) else message)
+                    if conn.flush_nowait():
+                        return
+                    self.busy = True  # the socket is full: the writer task goes on
                 except TransportError as exc:
                     error = exc
+                ready = False
         if error is not None:
             self._fail_from(error, on_loop)
-        elif batch is DEFER:
-            self._kick(on_loop)  # the writer task writes it, with whatever follows
-        elif direct and batch is not None:
+        elif ready and batch is not None and batch is not DEFER:
             if self not in batch:
                 batch.append(self)
         else:
@@ -170,6 +174,7 @@ class _PeerWriter:
             if conn is None or self.busy:
                 return
             try:
+                self._queue_pending(conn)
                 if conn.flush_nowait():
                     return
             except TransportError as exc:
@@ -181,6 +186,26 @@ class _PeerWriter:
             self._fail_from(error, on_loop)
         else:
             self._kick(on_loop)
+
+    def _queue_pending(self, conn: Connection) -> None:
+        """Move what waits into the connection's send queue (the lock held): runs of
+        ``Packed`` as ``Batch`` frames, encoded here rather than by each sender."""
+        pending = self.pending
+        while pending:
+            message = pending.popleft()
+            if not isinstance(message, Packed):
+                conn.send_nowait(message)
+                continue
+            items = [message]
+            size = sum(map(len, message.payload))
+            while pending and len(items) < BATCH_MAX and size < BATCH_BYTES:
+                following = pending[0]
+                if not isinstance(following, Packed):
+                    break
+                items.append(following)
+                size += sum(map(len, following.payload))
+                pending.popleft()
+            conn.send_nowait([encode(Batch(items) if len(items) > 1 else message)])
 
     def _kick(self, on_loop: bool) -> None:
         if on_loop:
@@ -218,9 +243,7 @@ class _PeerWriter:
                     with self.lock:
                         self.kicked = False
                         self.busy = True
-                        pending = self.pending
-                        while pending:
-                            conn.send_nowait(pending.popleft())
+                        self._queue_pending(conn)
                     await conn.flush()
                     with self.lock:
                         if self.pending:
@@ -334,6 +357,10 @@ class _Inbound:
                     single = decode_single(frame[0])
                     if isinstance(single, Packed):
                         self.sender = runtime._deliver(single.envelope, single.body, single.payload)
+                    elif isinstance(single, Batch):
+                        deliver = runtime._deliver
+                        for packed in single.items:
+                            self.sender = deliver(packed.envelope, packed.body, packed.payload)
                     elif not self._hello(single):
                         self.ended.set_result(None)
                         return
@@ -630,24 +657,24 @@ class Runtime:
             else:
                 self.call_soon(self._deliver, envelope, body, payload)
             return
-        parts: Sequence[Buffer]
-        if not payload or (
-            len(payload) == 1 and type(payload[0]) is bytes and len(payload[0]) <= PACK_MAX
-        ):
-            parts = [encode(Packed(envelope, body, tuple(payload)))]  # type: ignore[arg-type]
-        else:
-            parts = [encode(envelope), encode_body(body), *payload]
         writer = self._writers.get(address)
         if writer is None:
             if address in self.failed_peers:
                 return  # undeliverable; watchers already learned of the failure
             writer = self._writer(address, on_loop)
-        if writer.lend and len(parts) > 3:
-            parts = self.lender.lend_parts(parts, address)
-        if on_loop:
-            writer.post(parts, True, self._dirty if self._batching else None)
+        message: Packed | Sequence[Buffer]
+        if not payload or (
+            len(payload) == 1 and type(payload[0]) is bytes and len(payload[0]) <= PACK_MAX
+        ):
+            message = Packed(envelope, body, tuple(payload))  # type: ignore[arg-type]
         else:
-            writer.post(parts, False, batch)
+            message = [encode(envelope), encode_body(body), *payload]
+            if writer.lend and len(message) > 3:
+                message = self.lender.lend_parts(message, address)
+        if on_loop:
+            writer.post(message, True, self._dirty if self._batching else None)
+        else:
+            writer.post(message, False, batch)
 
     def _writer(self, address: str, on_loop: bool = True) -> _PeerWriter:
         """The writer to ``address``, made (and, on the loop or soon, started) if new."""
