@@ -5,6 +5,7 @@ closes only that peer's connection."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 
 import anyio
@@ -113,26 +114,83 @@ def test_messages_queued_together_travel_as_batches_in_order(sizes: list[int]) -
     anyio.run(main)
     hello = decode_single(frames[0][0])
     assert isinstance(hello, Envelope) and hello.kind == HEARTBEAT
-    arrived: list[tuple[int, int]] = []
+    arrived: list[tuple[int, int]] = []  # (rank, payload size) of each message
     runs: list[list[Packed]] = []  # the small messages of each frame ([] for a large one)
     for frame in frames[1:]:
         if len(frame) > 1:
-            body = decode_body(frame[1])
             assert decode_envelope(frame[0]).kind == TO_PROC
-            arrived.append((body.rank, sum(map(len, frame[2:]))))  # type: ignore[union-attr]
+            arrived.append((_rank(decode_body(frame[1])), sum(map(len, frame[2:]))))
             runs.append([])
             continue
         head = decode_single(frame[0])
-        items = head.items if isinstance(head, Batch) else [head]
-        assert len(items) > 1 or not isinstance(head, Batch)  # never a Batch of one
-        runs.append(items)  # type: ignore[arg-type]
-        arrived += [(item.body.rank, sum(map(len, item.payload))) for item in items]  # type: ignore[attr-defined, union-attr]
+        if isinstance(head, Batch):
+            assert len(head.items) > 1  # never a Batch of one
+            items = head.items
+        else:
+            assert isinstance(head, Packed)
+            items = [head]
+        runs.append(items)
+        arrived += [(_rank(item.body), sum(map(len, item.payload))) for item in items]
     assert arrived == list(enumerate(sizes))
     for run, following in zip(runs, [*runs[1:], []], strict=True):
         size = sum(len(part) for item in run for part in item.payload)
         assert len(run) <= BATCH_MAX and size < BATCH_BYTES + PACK_MAX
         if run and following:  # split only where a limit was reached
             assert len(run) == BATCH_MAX or size >= BATCH_BYTES
+
+
+def test_a_full_run_is_written_by_the_thread_that_filled_it() -> None:
+    """With the runtime's loop busy (its writer task cannot run), a burst still reaches
+    the peer a full Batch at a time, written by the posting thread; the rest waits for
+    the writer task."""
+    runtime = current_runtime()
+    arrived: list[int] = []
+
+    async def main() -> None:
+        async with await open_listener("unix://@", secret=runtime.secret) as listener:
+            send, receive = anyio.create_memory_object_stream[int](10_000)
+
+            async def handler(conn: Connection) -> None:
+                async for frame in conn:
+                    head = decode_single(frame[0])
+                    for item in head.items if isinstance(head, Batch) else [head]:
+                        if isinstance(item, Packed):
+                            await send.send(_rank(item.body))
+
+            async def take(count: int) -> None:
+                with anyio.fail_after(10):
+                    for _ in range(count):
+                        arrived.append(await receive.receive())
+
+            address = str(listener.address)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(listener.serve, handler)
+                runtime.post(address, TO_PROC, "", PortValue(0), (), None)  # connects
+                await take(1)
+                inside, release = threading.Event(), threading.Event()
+
+                def busy() -> None:
+                    inside.set()
+                    release.wait(30)
+
+                runtime.call_soon(busy)
+                assert inside.wait(10)
+                try:
+                    for rank in range(1, 2 * BATCH_MAX + 6):
+                        runtime.post(address, TO_PROC, "", PortValue(rank), (), DEFER)
+                    await take(2 * BATCH_MAX)  # two full runs, the loop still busy
+                finally:
+                    release.set()
+                await take(5)  # the rest, by the writer task
+                tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    assert arrived == list(range(2 * BATCH_MAX + 6))
+
+
+def _rank(body: object) -> int:
+    assert isinstance(body, PortValue)
+    return body.rank
 
 
 @given(envelopes)

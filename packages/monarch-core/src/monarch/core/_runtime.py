@@ -91,6 +91,26 @@ class PeerLost(ConnectionError):
     """A peer process stopped answering (exited, was killed, or the link broke)."""
 
 
+class _Run:
+    """Small messages queued one after another for one peer: one ``Batch`` frame, of at
+    most ``BATCH_MAX`` messages and about ``BATCH_BYTES`` of payload."""
+
+    __slots__ = ("full", "items", "size")
+
+    def __init__(self, first: Packed) -> None:
+        self.items = [first]
+        self.size = 0
+        self.full = False
+        for part in first.payload:
+            self.size += len(part)
+
+    def add(self, message: Packed) -> None:
+        self.items.append(message)
+        for part in message.payload:
+            self.size += len(part)
+        self.full = len(self.items) >= BATCH_MAX or self.size >= BATCH_BYTES
+
+
 class _PeerWriter:
     """Writes the messages queued for one peer, in order; notices when the peer dies.
 
@@ -104,7 +124,7 @@ class _PeerWriter:
         self.runtime = runtime
         self.address = address
         self.lock = threading.Lock()
-        self.pending: deque[Packed | Sequence[Buffer]] = deque()
+        self.pending: deque[_Run | Sequence[Buffer]] = deque()
         self.wake = asyncio.Event()
         self.kicked = False
         """A wake-up of the writer task is on its way from another thread."""
@@ -139,15 +159,37 @@ class _PeerWriter:
         any thread (``on_loop`` says which). A lone message to an idle connection is
         written at once; in a ``batch`` it waits for the batch's flush, with ``DEFER``
         for the writer task: what waits together goes out in one system call, and
-        consecutive ``Packed`` as one ``Batch`` frame (see ``_queue_pending``)."""
+        consecutive ``Packed`` as one ``Batch`` frame (a ``_Run``). A run that fills up
+        is written at once by the thread that filled it: the peer starts on it while
+        the rest of the burst is made."""
         if self.failure is not None:
             return  # undeliverable: whoever waits on this peer has been told
         error: TransportError | None = None
         with self.lock:
-            conn = self.conn
-            if conn is None or self.busy or self.pending or batch is not None:
-                self.pending.append(message)
+            conn, pending = self.conn, self.pending
+            if conn is None or self.busy or pending or batch is not None:
+                full = False
+                if type(message) is Packed:
+                    run = pending[-1] if pending else None
+                    if type(run) is _Run and not run.full:
+                        run.add(message)
+                    else:
+                        run = _Run(message)
+                        pending.append(run)
+                    full = run.full
+                else:
+                    pending.append(message)  # type: ignore[arg-type]
                 ready = conn is not None and not self.busy
+                if ready and full:
+                    assert conn is not None
+                    try:
+                        self._queue_pending(conn)
+                        if conn.flush_nowait():
+                            return
+                        self.busy = True
+                    except TransportError as exc:
+                        error = exc
+                    ready = False
             else:
                 # Straight into the connection, with no task switch; order holds, as
                 # nothing is queued before it.
@@ -188,24 +230,16 @@ class _PeerWriter:
             self._kick(on_loop)
 
     def _queue_pending(self, conn: Connection) -> None:
-        """Move what waits into the connection's send queue (the lock held): runs of
-        ``Packed`` as ``Batch`` frames, encoded here rather than by each sender."""
+        """Move what waits into the connection's send queue (the lock held), a run of
+        small messages as one ``Batch``, encoded here rather than by each sender."""
         pending = self.pending
         while pending:
             message = pending.popleft()
-            if not isinstance(message, Packed):
-                conn.send_nowait(message)
-                continue
-            items = [message]
-            size = sum(map(len, message.payload))
-            while pending and len(items) < BATCH_MAX and size < BATCH_BYTES:
-                following = pending[0]
-                if not isinstance(following, Packed):
-                    break
-                items.append(following)
-                size += sum(map(len, following.payload))
-                pending.popleft()
-            conn.send_nowait([encode(Batch(items) if len(items) > 1 else message)])
+            if type(message) is _Run:
+                items = message.items
+                conn.send_nowait([encode(Batch(items) if len(items) > 1 else items[0])])
+            else:
+                conn.send_nowait(message)  # type: ignore[arg-type]
 
     def _kick(self, on_loop: bool) -> None:
         if on_loop:
