@@ -109,12 +109,12 @@ def test_another_process_is_read_only_with_its_token() -> None:
 @given(size=st.integers(0, 1 << 31))
 def test_a_read_is_split_into_aligned_pieces_that_cover_it(size: int) -> None:
     pieces = _lending._pieces(size)
-    assert 1 <= len(pieces) <= min(_lending.SPLIT_MAX, os.cpu_count() or 1)
-    assert [start for start, _ in pieces] == [0, *(s + n for s, n in pieces[:-1])]
+    assert [start for start, _ in pieces] == [0, *(s + n for s, n in pieces[:-1])][: len(pieces)]
     assert sum(length for _, length in pieces) == size
-    if len(pieces) > 1:
-        assert size >= _lending.SPLIT_MIN
-        assert all(start % HUGE_PAGE == 0 and length > 0 for start, length in pieces)
+    assert all(start % HUGE_PAGE == 0 and 0 < length <= _lending.PIECE for start, length in pieces)
+    readers = _lending._readers_for(size)
+    assert 1 <= readers <= min(_lending.SPLIT_MAX, os.cpu_count() or 1)
+    assert readers == 1 or size >= _lending.SPLIT_MIN
 
 
 @pytest.fixture
@@ -150,7 +150,7 @@ def test_a_large_read_failing_in_one_piece_raises(
     lender_process: tuple[int, int, int, str, int],
 ) -> None:
     pid, *_, holed = lender_process
-    assert len(_lending._pieces(32 << 20)) > 1 or (os.cpu_count() or 1) == 1
+    assert _lending._readers_for(32 << 20) > 1 or (os.cpu_count() or 1) == 1
     assert len(_lending.pull(pid, holed, 24 << 20)) == 24 << 20
     with pytest.raises(_lending.PullError, match=f"process {pid}"):
         _lending.pull(pid, holed, 32 << 20)

@@ -81,18 +81,23 @@ def pull(pid: int, address: int, size: int, kind: int = _BUFFER) -> bytes | byte
     side by side get close to it (ctypes lets go of the GIL for each)."""
     into = memory.fresh_bytes(size) if kind == _BYTES else memory.fresh_bytearray(size)
     base = memory.address_of(into)
-    pieces = _pieces(size)
-    if len(pieces) == 1:
+    readers = _readers_for(size)
+    if readers == 1:
         _read(pid, base, address, size)
         return into
-    futures = [
-        _pool().submit(_read, pid, base + start, address + start, length)
-        for start, length in pieces[1:]
-    ]
+    # Pieces are taken from one iterator by every reader (its ``next`` is atomic): a
+    # reader that gets less CPU takes fewer of them, and the read ends when the last
+    # piece does, not when the slowest reader's fixed share does.
+    pieces = iter(_pieces(size))
+
+    def read_pieces() -> None:
+        for start, length in pieces:
+            _read(pid, base + start, address + start, length)
+
+    futures = [_pool().submit(read_pieces) for _ in range(readers - 1)]
     errors: list[BaseException] = []
     try:
-        start, length = pieces[0]
-        _read(pid, base + start, address + start, length)
+        read_pieces()
     except PullError as error:
         errors.append(error)
     for future in futures:  # every piece ends before ``into`` can be dropped
@@ -105,19 +110,24 @@ def pull(pid: int, address: int, size: int, kind: int = _BUFFER) -> bytes | byte
 
 
 SPLIT_MIN: Final = 8 * 1024 * 1024
-"""Reads from this size are split among threads, in pieces of at least half of it."""
+"""Reads from this size are shared among threads..."""
 SPLIT_MAX: Final = 4
-"""Threads reading one buffer at most (fewer on a machine with fewer cores)."""
+"""...at most this many (fewer on a machine with fewer cores)..."""
+PIECE: Final = 4 * 1024 * 1024
+"""...which take it in pieces of this size (huge-page aligned)."""
+
+
+def _readers_for(size: int) -> int:
+    """How many threads read ``size`` bytes: as many as the cores (up to SPLIT_MAX), one
+    when small."""
+    if size < SPLIT_MIN:
+        return 1
+    return max(1, min(SPLIT_MAX, os.cpu_count() or 1))
 
 
 def _pieces(size: int) -> list[tuple[int, int]]:
-    """(offset, length) of the pieces a read of ``size`` bytes is split into: huge-page
-    aligned, as many as the cores (up to SPLIT_MAX), one when small."""
-    count = min(SPLIT_MAX, os.cpu_count() or 1, max(1, size // (SPLIT_MIN // 2)))
-    if size < SPLIT_MIN or count < 2:
-        return [(0, size)]
-    step = (-(-size // count) + memory.HUGE_PAGE - 1) & ~(memory.HUGE_PAGE - 1)
-    return [(start, min(step, size - start)) for start in range(0, size, step)]
+    """(offset, length) of the PIECE-sized pieces that cover ``size`` bytes, in order."""
+    return [(start, min(PIECE, size - start)) for start in range(0, size, PIECE)]
 
 
 def _read(pid: int, local: int, remote: int, size: int) -> None:
