@@ -122,7 +122,7 @@ def _readers_for(size: int) -> int:
     when small."""
     if size < SPLIT_MIN:
         return 1
-    return max(1, min(SPLIT_MAX, os.cpu_count() or 1))
+    return min(SPLIT_MAX, os.cpu_count() or 1)
 
 
 def _pieces(size: int) -> list[tuple[int, int]]:

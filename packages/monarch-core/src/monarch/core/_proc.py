@@ -43,7 +43,7 @@ async def serve() -> None:
     install(runtime)
     # What booting made (modules, the runtime) lives as long as the process: out of the
     # collector's sight, a full collection walks only what actors made since, not the
-    # whole heap (at ~100k messages/s those otherwise cost a third of a proc's time).
+    # whole heap (under a stream of messages those cost a third of a proc's time).
     gc.freeze()
     runtime.watch_peer(parent, lambda address, exc: runtime.stopped.set())
     ready = ProcReady(runtime.address, os.getpid(), int(os.environ[RANK_ENV]))

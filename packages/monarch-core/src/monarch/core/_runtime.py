@@ -98,11 +98,9 @@ class _Run:
     __slots__ = ("full", "items", "size")
 
     def __init__(self, first: Packed) -> None:
-        self.items = [first]
+        self.items: list[Packed] = []
         self.size = 0
-        self.full = False
-        for part in first.payload:
-            self.size += len(part)
+        self.add(first)
 
     def add(self, message: Packed) -> None:
         self.items.append(message)
@@ -184,9 +182,8 @@ class _PeerWriter:
                     assert conn is not None
                     try:
                         self._queue_pending(conn)
-                        if conn.flush_nowait():
+                        if self._flush_locked(conn):
                             return
-                        self.busy = True
                     except TransportError as exc:
                         error = exc
                     ready = False
@@ -195,9 +192,8 @@ class _PeerWriter:
                 # nothing is queued before it.
                 try:
                     conn.send_nowait([encode(message)] if isinstance(message, Packed) else message)
-                    if conn.flush_nowait():
+                    if self._flush_locked(conn):
                         return
-                    self.busy = True  # the socket is full: the writer task goes on
                 except TransportError as exc:
                     error = exc
                 ready = False
@@ -217,17 +213,24 @@ class _PeerWriter:
                 return
             try:
                 self._queue_pending(conn)
-                if conn.flush_nowait():
+                if self._flush_locked(conn):
                     return
             except TransportError as exc:
                 error: TransportError | None = exc
             else:
                 error = None
-                self.busy = True
         if error is not None:
             self._fail_from(error, on_loop)
         else:
             self._kick(on_loop)
+
+    def _flush_locked(self, conn: Connection) -> bool:
+        """Write what the connection holds (the lock held); when the socket is full,
+        the writer task goes on (``busy``) and this returns False."""
+        if conn.flush_nowait():
+            return True
+        self.busy = True
+        return False
 
     def _queue_pending(self, conn: Connection) -> None:
         """Move what waits into the connection's send queue (the lock held), a run of
