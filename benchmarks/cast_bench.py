@@ -43,6 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _actor_workloads import Echo
 from _raw_peer import rss_kib
 from _results import (
     RESULTS_DIR,
@@ -56,7 +57,7 @@ from _results import (
     write_json,
 )
 
-from monarch.actor import Actor, endpoint, this_host
+from monarch.actor import endpoint, this_host
 from monarch.config import configured
 from monarch.core._runtime import Runtime, current_runtime
 from monarch.core._shape import NDSlice, Shape
@@ -70,27 +71,13 @@ PONG = "pong"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-class Worker(Actor):
-    """Sync endpoints: each actor runs them on a thread of its own."""
-
-    def __init__(self) -> None:
-        self.count = 0
+class Worker(Echo):
+    """core_bench's sync actor (each runs on a thread of its own), its ``ping`` answering
+    one small str: the value every actor returns, sent once per process."""
 
     @endpoint
     def ping(self) -> str:
         return PONG
-
-    @endpoint
-    def tick(self) -> None:
-        self.count += 1
-
-    @endpoint
-    def ticks(self) -> int:
-        return self.count
-
-    @endpoint
-    def pid(self) -> int:
-        return os.getpid()
 
 
 @dataclass(frozen=True)
