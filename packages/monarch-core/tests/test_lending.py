@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monarch.core import _lending
+from monarch.core import _lending, _ring
 from monarch.core._lending import DESCRIPTOR_SIZE, LEND_MIN, Lender, borrow, is_descriptor
 from monarch.core._memory import HUGE_PAGE
 from monarch.core._serialize import dumps, loads
@@ -154,3 +154,29 @@ def test_a_large_read_failing_in_one_piece_raises(
     assert len(_lending.pull(pid, holed, 24 << 20)) == 24 << 20
     with pytest.raises(_lending.PullError, match=f"process {pid}"):
         _lending.pull(pid, holed, 32 << 20)
+
+
+@pytest.mark.skipif(not _ring.available(), reason="needs memfd, futex, x86-64")
+def test_a_loan_from_another_process_comes_through_its_ring() -> None:
+    """The borrower opens the lender's ring through /proc and takes what the lender's
+    thread pushed there (both slots are full before it looks); the rest, pushed or read
+    directly, completes it."""
+    script = """
+        import hashlib, os, random, sys, time
+        from monarch.core._lending import Lender
+        from monarch.core._ring import SLOT, SLOTS, Ring
+        ring = Ring.open()
+        data = random.Random(8).randbytes(3 * SLOT + 5)
+        lent = Lender().lend_parts([b"e", b"b", b"p", data], "unix://@test", ring)
+        deadline = time.monotonic() + 10
+        while ring.filled() < SLOTS and time.monotonic() < deadline:
+            time.sleep(0.001)
+        print(lent[3].hex(), hashlib.sha256(data).hexdigest(), len(data), flush=True)
+        sys.stdin.read()
+        """
+    with holding_process(script) as (descriptor, digest, size):
+        before = _ring.taken_bytes()
+        back, keys = borrow([b"e", b"b", b"p", bytes.fromhex(descriptor)], {})
+        assert len(back[3]) == int(size) and hashlib.sha256(back[3]).hexdigest() == digest
+        assert _ring.taken_bytes() - before >= _ring.SLOTS * _ring.SLOT
+        assert len(keys) == 1

@@ -1,4 +1,4 @@
-"""Large buffers lent between processes of one machine, read with one copy.
+"""Large buffers lent between processes of one machine, not written to the socket.
 
 Through a socket, a large buffer is copied into the kernel by its sender and out again
 by its receiver, which then copies it once more into the ``bytes`` it unpickles. Between
@@ -7,7 +7,10 @@ user, no ptrace restriction in the way), the sender instead *lends* the buffer: 
 message carries a small descriptor (its pid, address and size), the receiver reads the
 bytes straight into the object it will hand to pickle (a fresh ``bytes`` for a ``bytes``
 payload, so nothing is copied again), then gives the loan back. The lender keeps the
-buffer alive until then, or until the borrower is declared dead.
+buffer alive until then, or until the borrower is declared dead. Where it can, the
+lender also pushes a large loan through a ring of shared memory while the borrower takes
+it out (see ``_ring``): faster than reading it, and the read covers whatever the ring
+does not bring in time.
 
 Whether a peer can read us is tested once per connection (see ``Runtime``): our hello
 carries our pid and the address of our incarnation token; the peer reads it and says
@@ -28,14 +31,17 @@ from typing import Any, Final
 from monarch.transport import Buffer
 
 from . import _memory as memory
+from ._ring import RING_MIN, Ring, RingReader
 
 LEND_MIN: Final = 1024 * 1024
 """Buffers from this size are lent rather than written to the socket."""
 MAGIC: Final = b"\x00monarch-loan\x00\x00\x00"
-_DESCRIPTOR: Final = struct.Struct("<16sQQQQQ")
+_DESCRIPTOR: Final = struct.Struct("<16sQQQQQqQQ")
 DESCRIPTOR_SIZE: Final = _DESCRIPTOR.size
-"""A descriptor part: MAGIC, key, pid, address, size, kind. No other part has this
-size and prefix (pickles start with the PROTO opcode; out-of-band buffers are large)."""
+"""A descriptor part: MAGIC, key, pid, address, size, kind, and where the lender pushes
+it (its ring's fd, or -1; the ring's id; the loan's number there). No other part has
+this size and prefix (pickles start with the PROTO opcode; out-of-band buffers are
+large)."""
 _BYTES: Final = 1
 _BUFFER: Final = 2
 
@@ -72,19 +78,36 @@ def available() -> bool:
     return _readv is not None
 
 
-def pull(pid: int, address: int, size: int, kind: int = _BUFFER) -> bytes | bytearray:
+def pull(
+    pid: int,
+    address: int,
+    size: int,
+    kind: int = _BUFFER,
+    ring: RingReader | None = None,
+    loan: int = 0,
+) -> bytes | bytearray:
     """Read ``size`` bytes at ``address`` in process ``pid`` into a new object: a
     ``bytes`` (which nothing else has seen yet, so filling it is safe) or a bytearray.
 
-    A large read is split among threads: the kernel copies each page after pinning it,
-    and one thread pinning 4 KiB pages moves about a third of what memcpy does; several
-    side by side get close to it (ctypes lets go of the GIL for each)."""
+    What the lender pushes through its ``ring`` (loan number ``loan``) is taken from
+    there (see ``_ring``); the rest is read here. A large read is split among threads:
+    the kernel copies each page after pinning it, and one thread pinning 4 KiB pages
+    moves about a third of what memcpy does; two side by side, about half (ctypes lets
+    go of the GIL for each)."""
     into = memory.fresh_bytes(size) if kind == _BYTES else memory.fresh_bytearray(size)
     base = memory.address_of(into)
+    done = ring.take(loan, base, size) if ring is not None else 0
+    if done < size:
+        _read_range(pid, base + done, address + done, size - done)
+    return into
+
+
+def _read_range(pid: int, base: int, address: int, size: int) -> None:
+    """Read ``size`` bytes at ``address`` in process ``pid`` into ``base``."""
     readers = _readers_for(size)
     if readers == 1:
         _read(pid, base, address, size)
-        return into
+        return
     # Pieces are taken from one iterator by every reader (its ``next`` is atomic): a
     # reader that gets less CPU takes fewer of them, and the read ends when the last
     # piece does, not when the slowest reader's fixed share does.
@@ -106,7 +129,6 @@ def pull(pid: int, address: int, size: int, kind: int = _BUFFER) -> bytes | byte
             errors.append(failure)
     if errors:
         raise errors[0]
-    return into
 
 
 SPLIT_MIN: Final = 8 * 1024 * 1024
@@ -191,9 +213,12 @@ class Lender:
     def __len__(self) -> int:
         return len(self._loans)
 
-    def lend_parts(self, parts: Sequence[Buffer], borrower: str) -> Sequence[Buffer]:
+    def lend_parts(
+        self, parts: Sequence[Buffer], borrower: str, ring: Ring | None = None
+    ) -> Sequence[Buffer]:
         """``parts`` with its large buffers (after the envelope, body and first pickle)
-        replaced by descriptors lent to ``borrower``; ``parts`` itself if none is large."""
+        replaced by descriptors lent to ``borrower`` (and pushed through ``ring``, our
+        ring to it, if any); ``parts`` itself if none is large."""
         out: list[Buffer] | None = None
         for i in range(3, len(parts)):
             part = parts[i]
@@ -202,16 +227,19 @@ class Lender:
                 continue
             if out is None:
                 out = list(parts)
-            out[i] = self._lend(view, borrower)
+            out[i] = self._lend(view, borrower, ring)
         return parts if out is None else out
 
-    def _lend(self, view: memoryview, borrower: str) -> bytes:
+    def _lend(self, view: memoryview, borrower: str, ring: Ring | None) -> bytes:
         kind = _BYTES if type(view.obj) is bytes and view.nbytes == len(view.obj) else _BUFFER
         key = next(self._keys)
         with self._lock:
             self._loans[key] = (view, borrower)
-        address = memory.address_of(view)
-        return _DESCRIPTOR.pack(MAGIC, key, self._pid, address, view.nbytes, kind)
+        address, size = memory.address_of(view), view.nbytes
+        fd, ring_id, loan = -1, 0, 0
+        if ring is not None and size >= RING_MIN and not ring.closed:
+            fd, ring_id, loan = ring.fd, ring.id, ring.push(view)
+        return _DESCRIPTOR.pack(MAGIC, key, self._pid, address, size, kind, fd, ring_id, loan)
 
     def give_back(self, keys: Sequence[int]) -> None:
         with self._lock:
@@ -225,16 +253,30 @@ class Lender:
                 del self._loans[key]
 
 
-def borrow(parts: Sequence[Buffer]) -> tuple[list[Buffer], list[int]]:
+RingKey = tuple[int, int, int]
+"""A lender's ring as its descriptors name it: pid, fd, id."""
+
+
+def borrow(
+    parts: Sequence[Buffer], rings: dict[RingKey, RingReader | None] | None = None
+) -> tuple[list[Buffer], list[int]]:
     """``parts`` with every descriptor replaced by the buffer it lends (read now), and
-    the keys to give back to the lender."""
+    the keys to give back to the lender. ``rings``: the lenders' rings this connection
+    has opened so far (opened here when first named; None if one cannot be)."""
     out = list(parts)
     keys: list[int] = []
     for i in range(2, len(out)):
         part = out[i]
         if not is_descriptor(part):
             continue
-        _, key, pid, address, size, kind = _DESCRIPTOR.unpack(bytes(part))
-        out[i] = pull(pid, address, size, kind)
+        _, key, pid, address, size, kind, fd, ring_id, loan = _DESCRIPTOR.unpack(bytes(part))
+        ring = None
+        if fd >= 0 and rings is not None:
+            name = (pid, fd, ring_id)
+            if name in rings:
+                ring = rings[name]
+            else:
+                ring = rings[name] = RingReader.open(pid, fd, ring_id)
+        out[i] = pull(pid, address, size, kind, ring, loan)
         keys.append(key)
     return out, keys

@@ -42,7 +42,7 @@ from monarch.transport.wire import Envelope, decode_envelope, encode
 
 from ._cast import SendOrder, fan_out
 from ._future import set_loop_thread
-from ._lending import Lender, PullError, borrow, can_read, is_descriptor
+from ._lending import Lender, PullError, RingKey, borrow, can_read, is_descriptor
 from ._lending import available as lending_available
 from ._memory import address_of as memory_address
 from ._messages import (
@@ -65,6 +65,7 @@ from ._messages import (
     encode_body,
 )
 from ._netaddr import advertised, bind_url
+from ._ring import Ring, RingReader
 
 log = logging.getLogger("monarch.core")
 
@@ -136,6 +137,17 @@ class _PeerWriter:
         self.stopped = False
         self.lend = False
         """The peer reads our large buffers itself (see ``_lending``)."""
+        self._ring: Ring | None = None
+        self._ring_tried = False
+
+    def ring(self) -> Ring | None:
+        """Our ring to this peer (see ``_ring``), opened when first lent through; None
+        where there is none to be had. Any thread."""
+        with self.lock:
+            if not self._ring_tried and not self.stopped:
+                self._ring = Ring.open()
+                self._ring_tried = True
+            return self._ring
 
     def start(self) -> None:
         """Connect and serve (loop thread)."""
@@ -146,6 +158,11 @@ class _PeerWriter:
         self.stopped = True
         if self.task is not None:
             self.task.cancel()
+        with self.lock:
+            self._ring_tried = True
+            ring, self._ring = self._ring, None
+        if ring is not None:
+            ring.close()
 
     def post(
         self,
@@ -369,6 +386,8 @@ class _Inbound:
         """Done when the connection is refused or fails (with the failure)."""
         self._beats: asyncio.Task[None] | None = None
         self._drained = asyncio.Event()
+        self.rings: dict[RingKey, RingReader | None] = {}
+        """The sender's rings we have opened (see ``_ring``)."""
 
     def take_pushed(self) -> None:
         """Frames are ready (push mode): take them; a failure ends the connection."""
@@ -389,7 +408,7 @@ class _Inbound:
                 frame = conn.receive_nowait()
             while True:
                 if len(frame) > 1:
-                    self.sender = runtime._dispatch(frame)
+                    self.sender = runtime._dispatch(frame, self.rings)
                 else:
                     single = decode_single(frame[0])
                     if isinstance(single, Packed):
@@ -423,6 +442,7 @@ class _Inbound:
         if self._beats is not None:
             self._beats.cancel()
         self.runtime._inbound.get(self.sender, {}).pop(self.conn, None)
+        self.rings.clear()  # unmapped once no frame of this connection is being read
         self._drained.set()
         if not self.ended.done():
             self.ended.cancel()
@@ -707,7 +727,7 @@ class Runtime:
         else:
             message = [encode(envelope), encode_body(body), *payload]
             if writer.lend and len(message) > 3:
-                message = self.lender.lend_parts(message, address)
+                message = self.lender.lend_parts(message, address, writer.ring())
         if on_loop:
             writer.post(message, True, self._dirty if self._batching else None)
         else:
@@ -760,13 +780,16 @@ class Runtime:
 
     # -- receiving -----------------------------------------------------------------
 
-    def _dispatch(self, frame: Sequence[Buffer]) -> str:
-        """Deliver a message of several parts read from a peer; returns its sender."""
+    def _dispatch(
+        self, frame: Sequence[Buffer], rings: dict[RingKey, RingReader | None] | None = None
+    ) -> str:
+        """Deliver a message of several parts read from a peer (whose rings we have
+        opened are ``rings``); returns its sender."""
         envelope = decode_envelope(frame[0])  # type: ignore[arg-type]
         body = decode_body(frame[1])
         if len(frame) > 3 and any(map(is_descriptor, frame[3:])):
             try:
-                frame, keys = borrow(frame)
+                frame, keys = borrow(frame, rings)
             except PullError as exc:
                 log.error("dropped a message from %s: %s", envelope.sender, exc)
                 if self.undeliverable is not None:
