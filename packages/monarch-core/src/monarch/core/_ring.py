@@ -38,6 +38,8 @@ import threading
 import time
 from typing import Any, Final
 
+from ._memory import address_of
+
 log = logging.getLogger("monarch.core.ring")
 
 SLOT: Final = 4 * 1024 * 1024
@@ -241,8 +243,6 @@ def _push(mapping: _Mapping, loan: int, view: memoryview, ring: Ring) -> None:
 
     Each side wakes the other only when it says it sleeps (``*_waiter``); a wake-up
     missed in the moment between saying so and sleeping costs one short sleep."""
-    from ._memory import address_of
-
     source, size = address_of(view), view.nbytes
     head, tail, at, waiter = mapping.head, mapping.tail, mapping.at, mapping.tail_waiter
     head_at, tail_at = ctypes.addressof(head), ctypes.addressof(tail)
