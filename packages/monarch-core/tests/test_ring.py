@@ -47,7 +47,9 @@ def test_a_loan_the_ring_holds_is_taken_from_it(ring: Ring) -> None:
     before = _ring.taken_bytes()
     back, keys = borrow(lent, {})
     assert back[3] == data and type(back[3]) is bytes and len(keys) == 1
-    assert _ring.taken_bytes() - before == len(data)
+    # The first slot is always taken; the second too, unless this thread was kept off the
+    # CPU long enough while copying the first that it left the ring (see _ring.SLOW).
+    assert _ring.taken_bytes() - before in (SLOT, len(data))
 
 
 def test_a_loan_never_pushed_is_read_directly(ring: Ring) -> None:
