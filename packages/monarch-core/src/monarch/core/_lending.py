@@ -31,6 +31,7 @@ from typing import Any, Final
 from monarch.transport import Buffer
 
 from . import _memory as memory
+from ._per_process import PerProcess
 from ._ring import RING_MIN, Ring, RingReader
 
 LEND_MIN: Final = 1024 * 1024
@@ -117,7 +118,7 @@ def _read_range(pid: int, base: int, address: int, size: int) -> None:
         for start, length in pieces:
             _read(pid, base + start, address + start, length)
 
-    futures = [_pool().submit(read_pieces) for _ in range(readers - 1)]
+    futures = [_readers.get().submit(read_pieces) for _ in range(readers - 1)]
     errors: list[BaseException] = []
     try:
         read_pieces()
@@ -166,25 +167,7 @@ def _read(pid: int, local: int, remote: int, size: int) -> None:
         done += got
 
 
-_readers: ThreadPoolExecutor | None = None
-_readers_lock = threading.Lock()
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _readers
-    if _readers is None:
-        with _readers_lock:
-            if _readers is None:
-                _readers = ThreadPoolExecutor(SPLIT_MAX - 1, thread_name_prefix="monarch-pull")
-    return _readers
-
-
-def _forget_pool() -> None:
-    global _readers
-    _readers = None  # a forked child has the executor but not its threads
-
-
-os.register_at_fork(after_in_child=_forget_pool)
+_readers = PerProcess(lambda: ThreadPoolExecutor(SPLIT_MAX - 1, thread_name_prefix="monarch-pull"))
 
 
 def can_read(pid: int, address: int, expected: bytes) -> bool:

@@ -39,6 +39,7 @@ import time
 from typing import Any, Final
 
 from ._memory import address_of
+from ._per_process import PerProcess
 
 log = logging.getLogger("monarch.core.ring")
 
@@ -187,7 +188,7 @@ class Ring:
         """Queue ``view`` to be pushed; returns its loan number (what the descriptor says)."""
         with self._lock:
             loan = next(self._loans)
-            _pusher().put((self._mapping, loan, view, self))
+            _pusher.get().put((self._mapping, loan, view, self))
         return loan
 
     def filled(self) -> int:
@@ -277,26 +278,15 @@ def _push(mapping: _Mapping, loan: int, view: memoryview, ring: Ring) -> None:
             _wake(head_at)
 
 
-_the_pusher: _Pusher | None = None
-_pusher_lock = threading.Lock()
+_pusher = PerProcess(_Pusher)
 
 
-def _pusher() -> _Pusher:
-    global _the_pusher
-    if _the_pusher is None:
-        with _pusher_lock:
-            if _the_pusher is None:
-                _the_pusher = _Pusher()
-    return _the_pusher
+def _forget_rings() -> None:
+    global _live
+    _live = 0  # a forked child counts its own rings
 
 
-def _forget_pusher() -> None:
-    global _the_pusher, _live
-    _the_pusher = None  # a forked child has the queue but not the thread
-    _live = 0
-
-
-os.register_at_fork(after_in_child=_forget_pusher)
+os.register_at_fork(after_in_child=_forget_rings)
 
 
 class RingReader:
