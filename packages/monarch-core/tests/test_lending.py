@@ -167,7 +167,7 @@ def test_a_loan_from_another_process_comes_through_its_ring() -> None:
         from monarch.core._ring import SLOT, SLOTS, Ring
         ring = Ring.open()
         data = random.Random(8).randbytes(3 * SLOT + 5)
-        lent = Lender().lend_parts([b"e", b"b", b"p", data], "unix://@test", ring)
+        lent = Lender().lend_parts([b"e", b"b", b"p", data], "unix://@test", lambda: ring)
         deadline = time.monotonic() + 10
         while ring.filled() < SLOTS and time.monotonic() < deadline:
             time.sleep(0.001)

@@ -42,7 +42,7 @@ def message(data: bytes | bytearray) -> list[bytes | bytearray]:
 
 def test_a_loan_the_ring_holds_is_taken_from_it(ring: Ring) -> None:
     data = random.Random(1).randbytes(SLOTS * SLOT - 12345)  # fills every slot, just
-    lent = Lender().lend_parts(message(data), "unix://@peer", ring)
+    lent = Lender().lend_parts(message(data), "unix://@peer", lambda: ring)
     wait_until(lambda: ring.filled() == SLOTS, 10, "the pusher has filled the ring")
     before = _ring.taken_bytes()
     back, keys = borrow(lent, {})
@@ -65,8 +65,8 @@ def test_a_loan_whose_frame_comes_after_a_later_ones_is_read_directly(ring: Ring
     first, second = (random.Random(seed).randbytes(2 * SLOT + 7) for seed in (3, 4))
     lender = Lender()
     rings: dict[_lending.RingKey, RingReader | None] = {}
-    lent_first = lender.lend_parts(message(first), "unix://@peer", ring)
-    lent_second = lender.lend_parts(message(second), "unix://@peer", ring)
+    lent_first = lender.lend_parts(message(first), "unix://@peer", lambda: ring)
+    lent_second = lender.lend_parts(message(second), "unix://@peer", lambda: ring)
     assert borrow(lent_second, rings)[0][3] == second
     before = _ring.taken_bytes()
     assert borrow(lent_first, rings)[0][3] == first
@@ -96,7 +96,7 @@ def test_loans_are_read_whole_in_any_order_with_some_never_read(
         lender = Lender()
         rings: dict[_lending.RingKey, RingReader | None] = {}
         sent = [rng.randbytes(size) for size in sizes]
-        lent = [lender.lend_parts(message(data), "unix://@peer", ring) for data in sent]
+        lent = [lender.lend_parts(message(data), "unix://@peer", lambda: ring) for data in sent]
         order = [i for i in range(len(sent)) if i not in dropped]
         rng.shuffle(order)
         for i in order:
@@ -111,9 +111,9 @@ def test_the_pusher_leaves_a_loan_nobody_takes_and_goes_on(ring: Ring) -> None:
     other = Ring.open()
     assert other is not None
     try:
-        Lender().lend_parts(message(bytes(3 * SLOT)), "unix://@gone", ring)  # never taken
+        Lender().lend_parts(message(bytes(3 * SLOT)), "unix://@gone", lambda: ring)  # never taken
         data = random.Random(5).randbytes(SLOT)
-        lent = Lender().lend_parts(message(data), "unix://@peer", other)
+        lent = Lender().lend_parts(message(data), "unix://@peer", lambda: other)
         wait_until(lambda: other.filled() == 1, 10, "the next ring's loan is pushed")
         assert borrow(lent, {})[0][3] == data
     finally:
@@ -129,6 +129,22 @@ def test_what_is_not_a_ring_is_not_opened(ring: Ring) -> None:
         plain.flush()
         assert RingReader.open(pid, plain.fileno(), ring.id) is None  # a file, id all zero
     data = random.Random(6).randbytes(SLOT + 3)
-    lent = Lender().lend_parts(message(data), "unix://@peer", ring)
+    lent = Lender().lend_parts(message(data), "unix://@peer", lambda: ring)
     rings: dict[_lending.RingKey, RingReader | None] = {(pid, ring.fd, ring.id): None}
     assert borrow(lent, rings)[0][3] == data  # a ring that cannot be opened: read directly
+
+
+def test_a_ring_is_asked_for_only_by_a_loan_it_would_carry(ring: Ring) -> None:
+    """A peer lent only buffers below RING_MIN gets no ring (a process keeps few)."""
+    asked: list[Ring] = []
+
+    def ring_to_peer() -> Ring:
+        asked.append(ring)
+        return ring
+
+    lender = Lender()
+    lender.lend_parts(message(bytes(_lending.LEND_MIN)), "unix://@peer", ring_to_peer)
+    assert asked == []
+    lent = lender.lend_parts(message(bytes(_ring.RING_MIN)), "unix://@peer", ring_to_peer)
+    assert asked == [ring]
+    assert borrow(lent, {})[0][3] == bytes(_ring.RING_MIN)

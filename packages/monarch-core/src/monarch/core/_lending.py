@@ -24,7 +24,7 @@ import itertools
 import os
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
@@ -197,11 +197,15 @@ class Lender:
         return len(self._loans)
 
     def lend_parts(
-        self, parts: Sequence[Buffer], borrower: str, ring: Ring | None = None
+        self,
+        parts: Sequence[Buffer],
+        borrower: str,
+        ring: Callable[[], Ring | None] | None = None,
     ) -> Sequence[Buffer]:
         """``parts`` with its large buffers (after the envelope, body and first pickle)
-        replaced by descriptors lent to ``borrower`` (and pushed through ``ring``, our
-        ring to it, if any); ``parts`` itself if none is large."""
+        replaced by descriptors lent to ``borrower``; ``parts`` itself if none is large.
+        One of RING_MIN or more is also pushed through ``ring()``, our ring to it, if
+        there is one (asked for only then: a peer lent only smaller ones needs none)."""
         out: list[Buffer] | None = None
         for i in range(3, len(parts)):
             part = parts[i]
@@ -213,15 +217,18 @@ class Lender:
             out[i] = self._lend(view, borrower, ring)
         return parts if out is None else out
 
-    def _lend(self, view: memoryview, borrower: str, ring: Ring | None) -> bytes:
+    def _lend(
+        self, view: memoryview, borrower: str, ring: Callable[[], Ring | None] | None
+    ) -> bytes:
         kind = _BYTES if type(view.obj) is bytes and view.nbytes == len(view.obj) else _BUFFER
         key = next(self._keys)
         with self._lock:
             self._loans[key] = (view, borrower)
         address, size = memory.address_of(view), view.nbytes
         fd, ring_id, loan = -1, 0, 0
-        if ring is not None and size >= RING_MIN and not ring.closed:
-            fd, ring_id, loan = ring.fd, ring.id, ring.push(view)
+        pushed = ring() if ring is not None and size >= RING_MIN else None
+        if pushed is not None and not pushed.closed:
+            fd, ring_id, loan = pushed.fd, pushed.id, pushed.push(view)
         return _DESCRIPTOR.pack(MAGIC, key, self._pid, address, size, kind, fd, ring_id, loan)
 
     def give_back(self, keys: Sequence[int]) -> None:

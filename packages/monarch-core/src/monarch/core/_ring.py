@@ -123,11 +123,12 @@ class _Mapping:
     def __init__(self, fd: int) -> None:
         self.map = mmap.mmap(fd, SIZE)
         self._anchor = ctypes.c_char.from_buffer(self.map)
-        self.base = ctypes.addressof(self._anchor)
-        base = self.base
+        base = ctypes.addressof(self._anchor)
         self.id = ctypes.c_uint64.from_address(base + _ID)
         self.head = ctypes.c_uint32.from_address(base + _HEAD)
         self.tail = ctypes.c_uint32.from_address(base + _TAIL)
+        self.head_at, self.tail_at = base + _HEAD, base + _TAIL
+        """Where ``head`` and ``tail`` are: the futex words."""
         self.at = ctypes.c_uint64.from_address(base + _AT)
         self.head_waiter = ctypes.c_uint32.from_address(base + _HEAD_WAITER)
         self.tail_waiter = ctypes.c_uint32.from_address(base + _TAIL_WAITER)
@@ -246,7 +247,6 @@ def _push(mapping: _Mapping, loan: int, view: memoryview, ring: Ring) -> None:
     missed in the moment between saying so and sleeping costs one short sleep."""
     source, size = address_of(view), view.nbytes
     head, tail, at, waiter = mapping.head, mapping.tail, mapping.at, mapping.tail_waiter
-    head_at, tail_at = ctypes.addressof(head), ctypes.addressof(tail)
     reader_waits = mapping.head_waiter
     slots, memmove, clock = mapping.slots, ctypes.memmove, time.monotonic
     wanted = 2 * loan + 1
@@ -266,7 +266,7 @@ def _push(mapping: _Mapping, loan: int, view: memoryview, ring: Ring) -> None:
                 if left <= 0:
                     waiter.value = 0
                     return  # the borrower is not taking them: it will read the loan itself
-                _wait(tail_at, emptied, min(left, 0.0005))
+                _wait(mapping.tail_at, emptied, min(left, 0.0005))
                 waiter.value = 0
         elif at.value >= wanted or ring.closed:
             return
@@ -275,7 +275,7 @@ def _push(mapping: _Mapping, loan: int, view: memoryview, ring: Ring) -> None:
         mapping.set_info(slot, loan, piece)
         head.value = (filled + 1) & 0xFFFFFFFF
         if reader_waits.value:
-            _wake(head_at)
+            _wake(mapping.head_at)
 
 
 _pusher = PerProcess(_Pusher)
@@ -330,14 +330,13 @@ class RingReader:
             return 0  # its frame came after a later loan's: the lender has moved on
         self._last = loan
         at, head, tail = mapping.at, mapping.head, mapping.tail
-        pusher_waits, tail_at = mapping.tail_waiter, ctypes.addressof(tail)
+        pusher_waits, tail_at = mapping.tail_waiter, mapping.tail_at
         slots, memmove, info, clock = mapping.slots, ctypes.memmove, mapping.info, time.monotonic
         cpu = time.thread_time
         at.value = 2 * loan
-        done, pieces = 0, -(-size // SLOT)
-        piece = 0
+        done = 0
         try:
-            while piece < pieces:
+            while done < size:
                 emptied = tail.value
                 filled = head.value
                 if filled == emptied:
@@ -346,6 +345,7 @@ class RingReader:
                     continue
                 slot = emptied % SLOTS
                 holds, which = info(slot)
+                piece = done // SLOT
                 slow = False
                 if holds == loan and which == piece:
                     length = min(SLOT, size - done)
@@ -353,7 +353,6 @@ class RingReader:
                     memmove(into + done, slots + slot * SLOT, length)
                     slow = (clock() - began) - (cpu() - ran) > SLOW  # not running: waiting
                     done += length
-                    piece += 1
                 elif holds > loan or (holds == loan and which > piece):
                     break  # the lender skipped ahead: the rest will not come
                 tail.value = (emptied + 1) & 0xFFFFFFFF  # taken, or left over from before
@@ -377,7 +376,6 @@ class RingReader:
         for _ in range(64):  # a slot is often moments away: look again before sleeping
             if head.value != filled:
                 return True
-        head_at = ctypes.addressof(head)
         try:
             while True:
                 waiter.value = 1
@@ -386,6 +384,6 @@ class RingReader:
                 left = deadline - clock()
                 if left <= 0:
                     return False
-                _wait(head_at, filled, min(left, 0.0002))
+                _wait(mapping.head_at, filled, min(left, 0.0002))
         finally:
             waiter.value = 0

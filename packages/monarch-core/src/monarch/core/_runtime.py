@@ -159,7 +159,6 @@ class _PeerWriter:
         if self.task is not None:
             self.task.cancel()
         with self.lock:
-            self._ring_tried = True
             ring, self._ring = self._ring, None
         if ring is not None:
             ring.close()
@@ -727,7 +726,7 @@ class Runtime:
         else:
             message = [encode(envelope), encode_body(body), *payload]
             if writer.lend and len(message) > 3:
-                message = self.lender.lend_parts(message, address, writer.ring())
+                message = self.lender.lend_parts(message, address, writer.ring)
         if on_loop:
             writer.post(message, True, self._dirty if self._batching else None)
         else:
@@ -780,9 +779,7 @@ class Runtime:
 
     # -- receiving -----------------------------------------------------------------
 
-    def _dispatch(
-        self, frame: Sequence[Buffer], rings: dict[RingKey, RingReader | None] | None = None
-    ) -> str:
+    def _dispatch(self, frame: Sequence[Buffer], rings: dict[RingKey, RingReader | None]) -> str:
         """Deliver a message of several parts read from a peer (whose rings we have
         opened are ``rings``); returns its sender."""
         envelope = decode_envelope(frame[0])  # type: ignore[arg-type]
