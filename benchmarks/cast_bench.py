@@ -59,7 +59,7 @@ from _results import (
 
 from monarch.actor import endpoint, this_host
 from monarch.config import configured
-from monarch.core._runtime import Runtime, current_runtime
+from monarch.core import Runtime, current_runtime
 from monarch.core._shape import NDSlice, Shape
 from monarch.core._value_mesh import ValueMesh
 

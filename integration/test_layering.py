@@ -245,3 +245,84 @@ def test_per_package_env_has_exactly_the_declared_siblings(dist: str) -> None:
     }
     assert members == required_closure(dist)
     assert f"packages/{folders()[dist].name}/tests" in envs[env]["scripts"]["test"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the floors of monarch-core: each module imports only modules of floors below its own
+
+CORE = "monarch.core"
+CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
+    frozenset(CORE if name == "__init__" else f"{CORE}.{name}" for name in floor.split())
+    for floor in (
+        "_config _memory _netaddr _per_process _cli",  # leaves: stdlib, msgspec, transport
+        "_serialize _ring",  # pickling with out-of-band buffers; the lenders' rings
+        "_errors",  # the one exception tree
+        "_shape _scope _supervision _lending",  # mesh algebra; what code runs; buffer loans
+        "_messages _endpoint _value_mesh",  # the wire; Actor/@endpoint; gathered values
+        "_cast",  # cast trees and FIFO order
+        "_runtime",  # the per-process runtime (a package: spin, loop, peers, router)
+        "_future",  # Future/Outcome
+        "_gather _port",  # replies on a port; user ports
+        "_actor_mesh",  # the caller side: actor meshes and adverbs
+        "_proc_mesh _controller",  # proc and host meshes; get_or_spawn_controller
+        "_context",  # context(), Instance
+        "_runner",  # the callee side: actor runners, sync and async apart
+        "_bootstrap",  # starts runtimes (controller, proc, worker); owns MONARCH_* env names
+        "__init__ _proc _worker",  # the face (low-level API); entry points of a proc and a worker
+        "_attach",  # attach_to_workers, enable_transport
+    )
+)
+
+
+def core_unit(module: str) -> str:
+    """The core module or subpackage that ``module`` belongs to (its floor's unit)."""
+    return ".".join(module.split(".")[:3])
+
+
+def core_imports() -> Iterator[tuple[Path, int, str, str]]:
+    """(file, line, importing unit, imported unit) for imports between core units."""
+    src = folders()[ROOT_OWNER] / "src"
+    for path in sorted((src / "monarch" / "core").rglob("*.py")):
+        this = core_unit(module_name(path, src))
+        for line, module in imported_modules(path, src):
+            if module == CORE or module.startswith(CORE + "."):
+                target = core_unit(module)
+                if target != this:
+                    yield path, line, this, target
+
+
+def test_core_floors_name_every_core_module() -> None:
+    src = folders()[ROOT_OWNER] / "src"
+    units = {core_unit(module_name(p, src)) for p in (src / "monarch" / "core").rglob("*.py")}
+    placed = frozenset().union(*CORE_FLOORS)
+    assert units == placed, f"unplaced: {sorted(units - placed)}; gone: {sorted(placed - units)}"
+
+
+def test_core_modules_import_only_lower_floors() -> None:
+    floor_of = {unit: n for n, floor in enumerate(CORE_FLOORS) for unit in floor}
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}: {this} (floor {floor_of[this]}) imports {target} "
+        f"(floor {floor_of.get(target)})"
+        for path, line, this, target in core_imports()
+        if floor_of.get(target, len(CORE_FLOORS)) >= floor_of[this]
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_core_imports_nothing_of_monarch_inside_a_function() -> None:
+    """An import inside a function is how a circle hides: none in the core's sources."""
+    src = folders()[ROOT_OWNER] / "src"
+    found = []
+    for path in sorted((src / "monarch").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.ImportFrom) and (
+                        inner.level or (inner.module or "").startswith("monarch")
+                    ):
+                        found.append(f"{path.relative_to(ROOT)}:{inner.lineno}")
+                    elif isinstance(inner, ast.Import) and any(
+                        a.name.startswith("monarch") for a in inner.names
+                    ):
+                        found.append(f"{path.relative_to(ROOT)}:{inner.lineno}")
+    assert not found, f"imports inside functions: {found}"

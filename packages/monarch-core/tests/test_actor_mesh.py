@@ -193,7 +193,7 @@ def test_mixed_sync_and_async_endpoints_are_refused_at_spawn(procs: ProcMesh) ->
 class ActorsHere(Actor):
     @endpoint
     def names(self) -> list[str]:
-        from monarch.core._runtime import current_runtime
+        from monarch.core import current_runtime
 
         return sorted(current_runtime().actors)
 
@@ -308,7 +308,7 @@ def test_get_with_timeout_raises_timeout_error_and_keeps_running(procs: ProcMesh
 
 
 def test_the_job_secret_never_appears_on_a_command_line(procs: ProcMesh) -> None:
-    from monarch.core._runtime import current_runtime
+    from monarch.core import current_runtime
 
     secret = current_runtime().secret.hex()
     info = procs.spawn("cmdline", Counter).whoami.call().get().values()

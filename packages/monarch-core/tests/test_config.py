@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -32,6 +33,8 @@ from monarch.core import _config
 from monarch.core._config import (
     CONFIG_FILE_ENV,
     KEYS,
+    _keys,
+    _units,
     config_version,
     current_config,
     format_duration,
@@ -595,33 +598,37 @@ NS_RANGE = st.integers(min_value=0, max_value=2**52)  # a float resolves 1 ns up
 
 def _values_for(name: str) -> st.SearchStrategy[object]:
     """Valid ``configure`` values for a key, in every accepted spelling."""
-    kind = KEYS[name].kind
-    if isinstance(kind, _config._Bool):
+    key = KEYS[name]
+    info = msgspec.inspect.type_info(key.type)
+    if isinstance(info, msgspec.inspect.BoolType):
         return st.booleans()
-    if isinstance(kind, _config._Bytes):
-        return st.integers(kind.minimum, 2**50) | st.integers(max(kind.minimum, 1), 4096).map(
+    if key.spelling is _keys.BYTE_SIZE:
+        assert isinstance(info, msgspec.inspect.IntType) and info.ge is not None
+        return st.integers(info.ge, 2**50) | st.integers(max(info.ge, 1), 4096).map(
             lambda n: f"{n}KiB"
         )
-    if isinstance(kind, _config._Int):
-        return st.integers(kind.minimum, 2**40)
-    if isinstance(kind, _config._Float):
-        return st.floats(kind.minimum, min(kind.maximum, 1e12))
-    if isinstance(kind, _config._Str):
-        return st.text()
-    if isinstance(kind, _config._Duration):
+    if key.spelling is _keys.DURATION:
         return NS_RANGE.flatmap(
             lambda ns: st.sampled_from(
                 [
-                    _config._format_duration_ns(ns),
+                    _units.format_duration_ns(ns),
                     ns / 1e9,
                     datetime.timedelta(microseconds=ns // 1000),
                 ]
             )
         )
-    if isinstance(kind, _config._EncodingKind):
+    if key.spelling is _keys.ENCODING:
         return st.sampled_from([*Encoding, "bincode", "serde_json", "json", "Multipart"])
-    if isinstance(kind, _config._Transport):
+    if key.spelling is _keys.TRANSPORT:
         return st.sampled_from(["unix", "ipc", "tcp", "tls", "local", "tcp://10.0.0.1:7"])
+    if isinstance(info, msgspec.inspect.IntType):
+        assert info.ge is not None
+        return st.integers(info.ge, 2**40)
+    if isinstance(info, msgspec.inspect.FloatType):
+        assert info.ge is not None and info.le is not None
+        return st.floats(info.ge, min(info.le, 1e12))
+    if isinstance(info, msgspec.inspect.StrType):
+        return st.text()
     raise AssertionError(f"no strategy for {name}")
 
 
@@ -632,16 +639,16 @@ KEY_VALUES = st.sampled_from(list(KEYS)).flatmap(lambda k: st.tuples(st.just(k),
 @given(KEY_VALUES)
 def test_any_valid_value_round_trips(key_value: tuple[str, object]) -> None:
     name, value = key_value
-    kind = KEYS[name].kind
+    key = KEYS[name]
     clear_runtime_config()
     configure(**{name: value})
     shown = get_global_config()[name]
     assert get_runtime_config() == {name: shown}
-    assert kind.coerce(shown) == kind.coerce(value)  # same value, possibly normalised
-    assert getattr(current_config(), name) == kind.snapshot(kind.coerce(value))
+    assert key.coerce(shown) == key.coerce(value)  # same value, possibly normalised
+    assert getattr(current_config(), name) == key.snapshot(key.coerce(value))
     configure(**{name: shown})  # the shown form is a fixpoint
     assert get_global_config()[name] == shown
-    assert kind.parse_text(kind.text(kind.coerce(value))) == kind.coerce(value)  # env form
+    assert key.parse_text(key.text(key.coerce(value))) == key.coerce(value)  # env form
     clear_runtime_config()
 
 
@@ -688,8 +695,8 @@ def test_humantime_parse_format_round_trips(ns: int) -> None:
 
 @given(st.integers(min_value=0, max_value=10**30))
 def test_humantime_round_trips_exactly_in_nanoseconds(ns: int) -> None:
-    text = _config._format_duration_ns(ns)
-    assert _config._parse_duration_ns(text) == ns
+    text = _units.format_duration_ns(ns)
+    assert _units.parse_duration_ns(text) == ns
 
 
 @given(

@@ -53,7 +53,7 @@ from monarch.actor import (
     this_host,
 )
 from monarch.config import configured
-from monarch.core._runtime import current_runtime
+from monarch.core import current_runtime
 
 CONTROLLER = Path(__file__).with_name("fault_controller.py")
 HEARTBEAT_TIMEOUT = 1.5  # what fault_controller.py configures

@@ -14,8 +14,8 @@ from hostkit import wait_until
 
 from monarch.actor import Actor, ProcMesh, endpoint, this_host
 from monarch.config import configured
-from monarch.core._future import _CPUS, Future, run_on
-from monarch.core._runtime import current_runtime
+from monarch.core import Future, current_runtime, run_on
+from monarch.core._runtime import USABLE_CPUS as _CPUS
 
 
 class Pid(Actor):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from monarch.actor import Actor, Channel, ProcMesh, endpoint, send, this_host
 from monarch.config import configured
-from monarch.core._runtime import current_runtime
+from monarch.core import current_runtime
 
 
 class Log(Actor):
@@ -70,7 +70,7 @@ def test_a_cast_is_relayed_down_a_tree(procs: ProcMesh) -> None:
 def _wait_posted(runtime: Any, before: int) -> int:
     # broadcast() hands the cast to the runtime loop; a round trip through the loop
     # (an empty future resolved there) guarantees the cast has been posted.
-    from monarch.core._future import run_on
+    from monarch.core import run_on
 
     async def nothing() -> None:
         return None

@@ -35,9 +35,8 @@ from hostkit import (
     worker_argv,
 )
 
-from monarch.core import _cli, _worker
+from monarch.core import Future, _cli, _worker
 from monarch.core._attach import _resolve, attach_to_workers
-from monarch.core._future import Future
 from monarch.core._messages import TO_PROC, StopProc, encode_body
 from monarch.core._netaddr import split_alias
 from monarch.transport import open_connection
@@ -193,7 +192,7 @@ def test_enable_transport(env: dict[str, str]) -> None:
         import json
         from monarch.actor import this_host
         from monarch.core._attach import enable_transport
-        from monarch.core._runtime import current_runtime
+        from monarch.core import current_runtime
         enable_transport("tcp")
         this_host()
         address = current_runtime().address

@@ -22,7 +22,7 @@ from monarch.actor import (
     this_host,
 )
 from monarch.config import configured
-from monarch.core._runtime import current_runtime
+from monarch.core import current_runtime
 
 HOSTS, PER_HOST, TOGETHER = 2, 6, 4  # 12 procs on this host, in 3 processes of 4
 PROCESSES = 3

@@ -271,8 +271,7 @@ def test_a_peer_declared_failed_is_cut_off_for_good(
     unhandled_failures: list[MeshFailure],
 ) -> None:
     """As when a frozen host comes back after its heartbeat deadline: it is not re-admitted."""
-    from monarch.core._future import run_on
-    from monarch.core._runtime import PeerLost, current_runtime
+    from monarch.core import PeerLost, current_runtime, run_on
 
     procs = this_host().spawn_procs(per_host={"gpus": 1})
     workers = procs.spawn("declared", Worker)

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monarch.actor import Actor, ProcMesh, endpoint, this_host
+from monarch.core import current_runtime
 from monarch.core._messages import (
     BATCH_BYTES,
     BATCH_MAX,
@@ -30,7 +31,7 @@ from monarch.core._messages import (
     decode_body,
     decode_single,
 )
-from monarch.core._runtime import DEFER, current_runtime
+from monarch.core._runtime import DEFER
 from monarch.transport import Connection, ConnectionClosed, open_connection, open_listener
 from monarch.transport.wire import Envelope, decode_envelope, encode
 

@@ -6,32 +6,30 @@ unhandled, so reassigning it (``monarch.actor.unhandled_fault_hook = my_hook``) 
 
 from collections.abc import Callable
 
-from monarch.core._actor import (
+from monarch.core._actor_mesh import (
     Accumulator,
-    Actor,
-    ActorError,
     ActorMesh,
-    Context,
     Endpoint,
-    Instance,
     NotAnEndpoint,
-    SupervisionError,
     as_endpoint,
-    concurrent_endpoint,
+    send,
+)
+from monarch.core._attach import ChannelTransport, attach_to_workers, enable_transport
+from monarch.core._context import (
+    Context,
+    Instance,
     context,
     current_actor_name,
     current_rank,
     current_size,
-    endpoint,
-    send,
 )
-from monarch.core._attach import ChannelTransport, attach_to_workers, enable_transport
 from monarch.core._controller import get_or_spawn_controller
+from monarch.core._endpoint import Actor, concurrent_endpoint, endpoint
+from monarch.core._errors import ActorError, MeshFailure, SupervisionError
 from monarch.core._future import Future, returns_future
 from monarch.core._port import Channel, Port, PortReceiver, RankedPortReceiver
 from monarch.core._proc_mesh import HostMesh, ProcMesh, shutdown_context, this_host, this_proc
 from monarch.core._shape import Extent, NDSlice, Point, Selection, Shape
-from monarch.core._supervision import MeshFailure
 from monarch.core._supervision import default_unhandled_fault_hook as _default_hook
 from monarch.core._value_mesh import ValueMesh
 from monarch.core._worker import (

@@ -1,3 +1,93 @@
-"""Monarch's runtime internals: procs, hosts, routing, the ``monarch`` command. Not written yet."""
+"""monarch.core: the low-level API of Monarch's runtime, for the sibling wheels.
 
-__all__: list[str] = []
+``monarch.actor`` is the user's API; this is what ``monarch-rdma``, ``monarch-tensor`` and
+``monarch-jobs`` (and the tests and benchmarks) build on without importing a private
+module: this process's ``Runtime`` (its address, the job's secret and root, posting a
+message to a proc or a port, watching a peer), the ``Future`` that every operation
+returns and how to complete one from the runtime loop, the wire messages, pickling with
+out-of-band buffers, and lending large buffers between processes of one machine.
+
+The modules behind this face stand on floors, each importing only those below it (see
+the package README); ``_bootstrap``, at the top, alone starts a runtime, and importing
+``monarch.core`` makes it the starter of ``current_runtime()``.
+"""
+
+from ._actor_mesh import ActorMesh, spawn_actor_mesh
+from ._bootstrap import job_secret
+from ._context import Context, Instance, context
+from ._endpoint import Actor, endpoint
+from ._errors import (
+    ActorError,
+    DimensionError,
+    MeshFailure,
+    MeshIndexError,
+    MonarchError,
+    PeerLost,
+    PullError,
+    RemoteFailure,
+    SupervisionError,
+    WorkerConfigError,
+)
+from ._future import Future, Outcome, run_on, submit_into, wait_outcome
+from ._gather import Gather
+from ._lending import LEND_MIN, Lender
+from ._lending import available as lending_available
+from ._messages import TO_ACTOR, TO_PORT, TO_PROC, Body, PortRef, PortValue
+from ._port import Channel, Port
+from ._proc_mesh import HostMesh, ProcMesh, this_host, this_proc
+from ._runtime import Runtime, current_runtime, running_runtime
+from ._serialize import dumps, loads
+from ._shape import Extent, NDSlice, Point, Shape
+from ._value_mesh import ValueMesh
+
+__all__ = [
+    "LEND_MIN",
+    "TO_ACTOR",
+    "TO_PORT",
+    "TO_PROC",
+    "Actor",
+    "ActorError",
+    "ActorMesh",
+    "Body",
+    "Channel",
+    "Context",
+    "DimensionError",
+    "Extent",
+    "Future",
+    "Gather",
+    "HostMesh",
+    "Instance",
+    "Lender",
+    "MeshFailure",
+    "MeshIndexError",
+    "MonarchError",
+    "NDSlice",
+    "Outcome",
+    "PeerLost",
+    "Point",
+    "Port",
+    "PortRef",
+    "PortValue",
+    "ProcMesh",
+    "PullError",
+    "RemoteFailure",
+    "Runtime",
+    "Shape",
+    "SupervisionError",
+    "ValueMesh",
+    "WorkerConfigError",
+    "context",
+    "current_runtime",
+    "dumps",
+    "endpoint",
+    "job_secret",
+    "lending_available",
+    "loads",
+    "run_on",
+    "running_runtime",
+    "spawn_actor_mesh",
+    "submit_into",
+    "this_host",
+    "this_proc",
+    "wait_outcome",
+]

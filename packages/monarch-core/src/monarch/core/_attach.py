@@ -19,10 +19,13 @@ from typing import Any
 
 from monarch.transport import Address, AuthenticationError, open_listener
 
+from ._bootstrap import SECRET_ENV
+from ._config import check as check_config
+from ._config import configure, current_config
 from ._future import run_on
 from ._netaddr import WILDCARD_HOSTS, route_source, split_alias
 from ._proc_mesh import HostMesh
-from ._runtime import SECRET_ENV, Runtime, current_runtime
+from ._runtime import Runtime, current_runtime, running_runtime
 from ._shape import NDSlice, Shape
 from ._worker import CA, PrivateKey, check_security
 
@@ -42,11 +45,9 @@ class ChannelTransport(enum.Enum):
 
 
 def _canonical_transport(transport: object) -> str:
-    from ._config import _check
-
     if transport is None:
         raise TypeError("enable_transport needs a transport, not None")
-    canonical: str = _check({"default_transport": transport})["default_transport"]
+    canonical: str = check_config({"default_transport": transport})["default_transport"]
     return canonical
 
 
@@ -58,11 +59,8 @@ def enable_transport(transport: ChannelTransport | str | Any) -> None:
     configuration key, which the runtime reads when it starts. Afterwards it raises
     RuntimeError, unless the runtime already uses that very transport.
     """
-    from . import _runtime
-    from ._config import configure, current_config
-
     canonical = _canonical_transport(transport)
-    runtime = _runtime._runtime
+    runtime = running_runtime()
     if runtime is None:
         configure(default_transport=canonical)
         return

@@ -1,23 +1,24 @@
 """``get_or_spawn_controller``: one actor per name per job, living in the root client.
 
 Any process of the job can ask; the request goes to the root client (whose address
-every proc inherits in ``MONARCH_ROOT_ADDRESS``), which spawns the actor in its own
+every runtime knows as ``Runtime.root``, see ``_bootstrap``), which spawns the actor in its own
 process on the first request and answers every request with the same mesh.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from monarch.transport import Buffer
 
-from ._actor import ActorMesh, _Gather, _RemoteFailure, spawn_actor_mesh
+from ._actor_mesh import ActorMesh, spawn_actor_mesh
+from ._errors import RemoteFailure
 from ._future import Future, submit_into
+from ._gather import Gather
 from ._messages import TO_PROC, GetController, PortValue
-from ._runtime import ROOT_ENV, Runtime, current_runtime
-from ._serialize import dumps
+from ._runtime import Runtime, current_runtime
+from ._serialize import dumps, loads
 from ._shape import NDSlice, Shape
 
 T = TypeVar("T")
@@ -28,11 +29,11 @@ _controllers: dict[str, ActorMesh[Any]] = {}
 def get_or_spawn_controller(name: str, Class: type[T], *args: Any, **kwargs: Any) -> Future[T]:
     """The job's singleton actor ``name``, spawned in the root client on first use."""
     runtime = current_runtime()
-    root = os.environ.get(ROOT_ENV) or runtime.address
+    root = runtime.root or runtime.address
     payload = dumps((Class, args, kwargs))
 
     def start(result: Future[Any]) -> None:
-        gather = _Gather(runtime, 1, {root}, result=result, want="one")
+        gather = Gather(runtime, 1, {root}, result=result, want="one")
         runtime.post(root, TO_PROC, "", GetController(name, gather.port), payload)
 
     return submit_into(runtime, start)
@@ -43,14 +44,12 @@ def handle_get_controller(
 ) -> None:
     mesh = _controllers.get(body.name)
     if mesh is None:
-        from ._serialize import loads
-
         try:
             cls, args, kwargs = loads(payload)
             unity = Shape([], NDSlice(0, [], []))
             mesh = spawn_actor_mesh(runtime, body.name, cls, [runtime.address], unity, args, kwargs)
         except Exception as exc:  # noqa: BLE001 - the requester learns why
-            failure = _RemoteFailure.of(exc, f"cannot spawn controller {body.name!r}")
+            failure = RemoteFailure.of(exc, f"cannot spawn controller {body.name!r}")
             runtime.send_to_port(body.reply, PortValue(0, True), dumps(failure))
             return
         _controllers[body.name] = mesh
@@ -58,7 +57,7 @@ def handle_get_controller(
 
     def reply(addresses: list[str] | BaseException) -> None:
         if isinstance(addresses, BaseException):
-            failure = _RemoteFailure.of(addresses, f"controller {body.name!r} failed")
+            failure = RemoteFailure.of(addresses, f"controller {body.name!r} failed")
             runtime.send_to_port(body.reply, PortValue(0, True), dumps(failure))
         else:
             runtime.send_to_port(body.reply, PortValue(0), dumps(ready))

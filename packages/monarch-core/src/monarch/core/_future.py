@@ -11,43 +11,21 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
-import os
 import threading
-import time
 import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Final, Generic, Protocol, TypeVar, cast
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+
+from ._runtime import USABLE_CPUS, current_runtime, on_loop_thread, spin, spin_seconds
 
 R = TypeVar("R")
 T = TypeVar("T")
 
 _log = logging.getLogger("monarch.actor")
-
-_loop_thread: threading.Thread | None = None
-"""The thread running the runtime loop; ``get()`` there would deadlock."""
-
-
-def set_loop_thread(thread: threading.Thread | None) -> None:
-    global _loop_thread
-    _loop_thread = thread
-
-
-def _spin() -> float:
-    from ._config import current_config
-
-    spin: float = current_config().wait_spin
-    return spin
-
-
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
-
-
-_CPUS: Final = _usable_cpus()
-
 
 _PENDING: Final = 0
 _DONE: Final = 1
@@ -118,19 +96,15 @@ class Outcome(Generic[R]):
 
     def _wait(self, timeout: float | None = None) -> R:
         """The value (or raise the error), blocking up to ``timeout`` seconds."""
-        if self._state != _DONE and self._answering < _CPUS:
-            spin = _spin()
+        if self._state != _DONE and self._answering < USABLE_CPUS:
+            seconds = spin_seconds()
             if timeout is not None:
-                spin = min(spin, timeout)
-            if spin > 0:
-                # Most replies come within a few hundred microseconds: yield the CPU (and
-                # the GIL) that long before sleeping, which on an idle machine would cost
-                # waking a halted CPU to hand the reply over. Only with a CPU to spare:
-                # when more processes than CPUs must answer, a spinning thread takes the
-                # CPU from them (and its sched_yield calls cost them context switches).
-                deadline = time.perf_counter() + spin
-                while self._state != _DONE and time.perf_counter() < deadline:
-                    os.sched_yield()
+                seconds = min(seconds, timeout)
+            if seconds > 0:
+                # The waiters' rule (see _runtime._spin), only with a CPU to spare: when
+                # more processes than CPUs must answer, a spinning thread takes the CPU
+                # from them (and its sched_yield calls cost them context switches).
+                spin(lambda: self._state == _DONE, seconds)
         if self._state != _DONE:
             with _outcome_lock:
                 waiter = self._waiter
@@ -227,7 +201,7 @@ class Future(Outcome[R]):
         A timeout leaves the operation running: a later ``get`` may still succeed.
         """
         if self._cf._state != _DONE:
-            if threading.current_thread() is _loop_thread:
+            if on_loop_thread():
                 raise RuntimeError(
                     "Future.get() inside an async endpoint would block the actor's event loop; "
                     "use `await future` instead"
@@ -285,10 +259,6 @@ class Future(Outcome[R]):
 
 async def _await_elsewhere(outcome: Outcome[R]) -> R:
     """Await from another async library (trio): wake the awaiting task through anyio."""
-    import anyio
-    import anyio.from_thread
-    import anyio.lowlevel
-
     done = anyio.Event()
     token = anyio.lowlevel.current_token()
 
@@ -381,8 +351,6 @@ class _CoroutineFuture(Future[R]):
     @classmethod
     def _of_coroutine(cls, make: Callable[[], Coroutine[Any, Any, R]]) -> _CoroutineFuture[R]:
         def start(future: Future[R]) -> None:
-            from ._runtime import current_runtime
-
             body = this._make
             this._make = None
             assert body is not None

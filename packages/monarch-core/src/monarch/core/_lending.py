@@ -31,6 +31,7 @@ from typing import Any, Final
 from monarch.transport import Buffer
 
 from . import _memory as memory
+from ._errors import PullError
 from ._per_process import PerProcess
 from ._ring import RING_MIN, Ring, RingReader
 
@@ -45,10 +46,6 @@ this size and prefix (pickles start with the PROTO opcode; out-of-band buffers a
 large)."""
 _BYTES: Final = 1
 _BUFFER: Final = 2
-
-
-class PullError(OSError):
-    """A lent buffer could not be read (the lender is gone, or reading is not allowed)."""
 
 
 class _IoVec(ctypes.Structure):

@@ -18,6 +18,8 @@ import msgspec
 
 from monarch.transport.wire import Envelope
 
+from ._shape import NDSlice, Shape
+
 TO_ACTOR: Final = 1
 TO_PORT: Final = 2
 TO_PROC: Final = 3
@@ -39,6 +41,15 @@ class ShapeSpec(msgspec.Struct, array_like=True, frozen=True, gc=False):
     offset: int
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
+
+
+def shape_spec(shape: Shape) -> ShapeSpec:
+    s = shape.ndslice
+    return ShapeSpec(tuple(shape.labels), s.offset, tuple(s.sizes), tuple(s.strides))
+
+
+def shape_of(spec: ShapeSpec) -> Shape:
+    return Shape(list(spec.labels), NDSlice(spec.offset, list(spec.sizes), list(spec.strides)))
 
 
 class Call(msgspec.Struct, array_like=True, tag=1, frozen=True, gc=False):
@@ -119,9 +130,12 @@ class SpawnProcs(msgspec.Struct, array_like=True, tag=14, frozen=True, gc=False)
     events: PortRef
     name: str = "procs"
     env: dict[str, str] = msgspec.field(default_factory=dict)
-    """Environment for the procs: the caster's configuration and the job's root."""
+    """Environment for the procs: the spawner's configuration."""
     python: str = ""
     """The Python to run the procs with ("" = the agent's own)."""
+    root: str = ""
+    """The job's root client, which the procs report to for ``get_or_spawn_controller``
+    ("" = the agent's own root)."""
 
 
 class ProcExited(msgspec.Struct, array_like=True, tag=15, frozen=True, gc=False):

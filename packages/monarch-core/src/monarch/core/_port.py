@@ -11,16 +11,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Generic, TypeVar
 
+from ._errors import RemoteFailure
 from ._future import Future, run_on
 from ._messages import Body, PortRef, PortValue
 from ._runtime import Runtime, current_runtime
+from ._scope import message_rank
 from ._serialize import dumps, loads
 
 R = TypeVar("R")
-
-
-class PortClosed(RuntimeError):
-    """A one-shot port already got its value."""
 
 
 class Port(Generic[R]):
@@ -36,10 +34,7 @@ class Port(Generic[R]):
     def _sender_rank(self) -> int:
         if self._rank is not None:
             return self._rank
-        from ._actor import _context
-
-        ctx = _context.get()
-        return ctx.message_rank.rank if ctx is not None else 0
+        return message_rank()
 
     def send(self, obj: R) -> None:
         """Send a value (never blocks; raises if ``obj`` cannot be pickled)."""
@@ -47,9 +42,7 @@ class Port(Generic[R]):
 
     def exception(self, exc: BaseException) -> None:
         """Make the receiver's ``recv`` raise ``exc``."""
-        from ._actor import _RemoteFailure
-
-        failure = _RemoteFailure.of(exc, "a value sent to a port")
+        failure = RemoteFailure.of(exc, "a value sent to a port")
         current_runtime().send_to_port(
             self._ref, PortValue(self._sender_rank(), True), dumps(failure)
         )
@@ -79,11 +72,8 @@ class _Inbox:
         except Exception as exc:  # noqa: BLE001 - the receiver sees why it cannot read it
             self.queue.put_nowait((body.rank, True, exc))
         else:
-            if body.error:
-                from ._actor import _RemoteFailure
-
-                if isinstance(value, _RemoteFailure):
-                    value = value.to_error()
+            if body.error and isinstance(value, RemoteFailure):
+                value = value.to_error()
             self.queue.put_nowait((body.rank, body.error, value))
         if self.once:
             self.closed = True

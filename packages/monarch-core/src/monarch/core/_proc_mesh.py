@@ -8,18 +8,17 @@ keeps an events port open for the mesh's lifetime, on which the agents report ex
 from __future__ import annotations
 
 import asyncio
-import atexit
 import math
-import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from monarch.transport import Buffer
 
-from ._actor import ActorMesh, Procs, SupervisionError, _host_var, resolve, spawn_actor_mesh
+from ._actor_mesh import ActorMesh, Procs, resolve, spawn_actor_mesh
 from ._config import current_config, runtime_env
+from ._errors import RemoteFailure, SupervisionError
 from ._future import Future, Outcome, run_on, wait_outcome
-from ._host import kill_children
+from ._gather import Gather
 from ._messages import (
     TO_PROC,
     Body,
@@ -31,7 +30,8 @@ from ._messages import (
     SpawnProcs,
     StopProc,
 )
-from ._runtime import ROOT_ENV, Runtime, current_runtime
+from ._runtime import Runtime, current_runtime
+from ._scope import current_owner
 from ._serialize import dumps, loads
 from ._shape import NDSlice, Shape, ShapedMesh
 
@@ -107,10 +107,13 @@ async def _start_procs(
     ready_port = runtime.open_port(group.on_ready)
     watches = [(host, runtime.watch_peer(host, group.host_lost)) for host in hosts]
     # The procs get this process's configuration and the job's root, wherever they run.
-    env = {**runtime_env(), ROOT_ENV: os.environ.get(ROOT_ENV) or runtime.address}
+    env = runtime_env()
+    root = runtime.root or runtime.address
     try:
         for i, host in enumerate(hosts):
-            spawn = SpawnProcs(per_host, i * per_host, ready_port, group.events, name, env, python)
+            spawn = SpawnProcs(
+                per_host, i * per_host, ready_port, group.events, name, env, python, root
+            )
             runtime.post(host, TO_PROC, "", spawn)
         await asyncio.wait_for(group.ready, current_config().host_spawn_ready_timeout)
     except BaseException as exc:
@@ -139,9 +142,7 @@ async def _start_procs(
 async def _run_bootstrap(
     runtime: Runtime, addresses: list[str], bootstrap: Callable[[], object]
 ) -> None:
-    from ._actor import _Gather
-
-    gather = _Gather(runtime, len(addresses), set(addresses))
+    gather = Gather(runtime, len(addresses), set(addresses))
     payload = dumps(bootstrap)
     for address in addresses:
         runtime.post(address, TO_PROC, "", RunBootstrap(gather.port), payload)
@@ -155,9 +156,7 @@ def handle_run_bootstrap(
     try:
         loads(payload)()
     except Exception as exc:  # noqa: BLE001 - reported to whoever spawned the procs
-        from ._actor import _RemoteFailure
-
-        failure = _RemoteFailure(exc, repr(exc), f"bootstrap failed on {runtime.address}")
+        failure = RemoteFailure(exc, repr(exc), f"bootstrap failed on {runtime.address}")
         runtime.send_to_port(body.reply, PortValue(0, True), dumps(failure))
     else:
         runtime.send_to_port(body.reply, PortValue(0), dumps(None))
@@ -328,7 +327,7 @@ class HostMesh(ShapedMesh):
 
         addresses = run_on(runtime, start())._cf
         mesh = ProcMesh(addresses, shape, runtime, group)
-        owner = _host_var.get()
+        owner = current_owner.get()
         if owner is not None:
             owner.owned.append(mesh)  # it dies with the actor that made it
         else:
@@ -387,21 +386,6 @@ _owned: list[ProcMesh] = []
 """Proc meshes this process spawned, for shutdown_context."""
 
 _UNITY = Shape([], NDSlice(0, [], []))
-
-
-def _shutdown_at_exit() -> None:
-    """Stop the procs gracefully, then kill what is left: one handler, so that the
-    order does not depend on which module registered its handler first."""
-    try:
-        if _owned:
-            shutdown_context(5.0).get(timeout=10.0)
-    except Exception:  # noqa: BLE001 - exiting anyway; children are killed next
-        pass
-    finally:
-        kill_children()
-
-
-atexit.register(_shutdown_at_exit)
 
 
 def shutdown_context(host_timeout: float | None = None) -> Future[None]:

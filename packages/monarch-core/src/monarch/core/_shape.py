@@ -19,6 +19,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, Literal, Self, SupportsIndex, final, overload
 
+from ._errors import DimensionError, MeshIndexError
+
 __all__ = [
     "DimensionError",
     "Extent",
@@ -36,23 +38,6 @@ __all__ = [
 
 DimensionSources = Mapping[str, Sequence[str]]
 """For each dimension of a derived mesh, the dimensions of the original it was made from."""
-
-
-class DimensionError(KeyError, ValueError, TypeError):
-    """A dimension label that the shape, extent or mesh does not have.
-
-    Upstream raises ``TypeError`` (``slice``), ``KeyError`` (``size``) or ``ValueError``
-    (``extent[...]``, ``point[...]``) for this one mistake; being all three keeps any of those
-    ``except`` clauses working, and being a ``KeyError`` lets ``label in point`` answer False.
-    """
-
-    def __str__(self) -> str:
-        # KeyError would repr() the message; show it as written.
-        return str(self.args[0]) if self.args else ""
-
-
-class MeshIndexError(IndexError, ValueError):
-    """An index or range outside a dimension (upstream: IndexError for ints, ValueError else)."""
 
 
 def _as_size(value: object, what: str) -> int:

@@ -13,36 +13,10 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Sequence
-from typing import Any
+
+from ._errors import MeshFailure
 
 log = logging.getLogger("monarch.actor")
-
-
-class MeshFailure(Exception):
-    """What failed: which mesh, which of its ranks, and why (with the chain below it)."""
-
-    def __init__(
-        self, mesh_name: str, crashed_ranks: Sequence[int], event: str, mesh: Any = None
-    ) -> None:
-        super().__init__(mesh_name, list(crashed_ranks), event)
-        self.mesh_name = mesh_name
-        self.crashed_ranks = list(crashed_ranks)
-        self.event = event
-        self.mesh = mesh
-
-    def report(self) -> str:
-        ranks = ", ".join(map(str, self.crashed_ranks)) or "none"
-        return f"mesh {self.mesh_name!r} (ranks {ranks}) failed: {self.event}"
-
-    def __str__(self) -> str:
-        return (
-            f"MeshFailure(mesh_name={self.mesh_name}, crashed_ranks={self.crashed_ranks}, "
-            f"event={self.event})"
-        )
-
-    def __reduce__(self) -> Any:
-        return (MeshFailure, (self.mesh_name, self.crashed_ranks, self.event))
 
 
 def default_unhandled_fault_hook(failure: MeshFailure) -> None:

@@ -27,30 +27,21 @@ import signal
 import stat
 import sys
 import threading
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
-# Only the standard library at import: every ``monarch`` command loads this module to
-# register the subcommand. The runtime is imported when a worker starts.
-if TYPE_CHECKING:
-    from monarch.transport import Buffer
+from monarch.transport import Address, TransportError
 
-    from ._future import Future
-    from ._messages import SpawnProcs
-    from ._runtime import Runtime
+from ._bootstrap import SECRET_ENV, WorkerRuntime
+from ._errors import WorkerConfigError
+from ._future import Future
+from ._netaddr import split_alias
 
 log = logging.getLogger("monarch.core")
-
-SECRET_ENV: Final = "MONARCH_JOB_SECRET"  # the same as _runtime.SECRET_ENV
 
 TRUST_ALL: Final = "trust_all_connections"
 PrivateKey = bytes | Path | None
 CA = bytes | Path | Literal["trust_all_connections"] | None
-
-
-class WorkerConfigError(RuntimeError):
-    """A worker cannot start: no usable job secret, or an unsupported address or security."""
 
 
 # -- security ------------------------------------------------------------------------------
@@ -58,10 +49,6 @@ class WorkerConfigError(RuntimeError):
 
 def check_security(*, ca: object, private_key: object, address: str | None = None) -> None:
     """Refuse what we cannot honour: TLS certificates, ``tls://`` addresses."""
-    from monarch.transport import Address
-
-    from ._netaddr import split_alias
-
     if private_key is not None or ca not in (None, TRUST_ALL):
         raise NotImplementedError(
             "TLS certificates (ca=..., private_key=...) are not supported yet: monarch "
@@ -129,121 +116,6 @@ def worker_secret(secret_file: str | os.PathLike[str] | None = None) -> bytes:
 # -- the worker --------------------------------------------------------------------------
 
 
-def _spawn_procs_for_owner(
-    runtime: Runtime, body: SpawnProcs, payload: Sequence[Buffer], sender: str
-) -> None:
-    """Start procs as any host agent does, and kill them if their owner goes away."""
-    from . import _host
-
-    before = len(_host._children)
-    _host.handle_spawn_procs(runtime, body, payload, sender)
-    started = _host._children[before:]
-    if not started:
-        return
-
-    def owner_lost(address: str, exc: BaseException) -> None:
-        alive = [child for child in started if child.poll() is None]
-        if alive:
-            log.warning("controller %s lost (%s): killing its %d procs", address, exc, len(alive))
-        for child in alive:
-            child.kill()
-
-    runtime.watch_peer(body.events.proc, owner_lost)
-
-
-class _Worker:
-    """A worker runtime on its own thread (the process's runtime while it runs)."""
-
-    def __init__(self, address: str, secret: bytes) -> None:
-        from ._future import Future
-        from ._netaddr import split_alias
-        from ._runtime import Runtime, new_event_loop
-
-        self.advertise, self.bind = split_alias(address)
-        self.secret = secret
-        self.loop = new_event_loop()
-        self.runtime = Runtime(self.loop, secret)
-        self.done: Future[None] = Future._new()
-        self.thread = threading.Thread(target=self._run, name="monarch-worker", daemon=True)
-        self._ready = threading.Event()
-        self._failure: BaseException | None = None
-
-    def start(self) -> str:
-        """Listen and serve; returns the worker's address once it listens."""
-        from . import _runtime
-
-        if _runtime._runtime is not None:
-            raise RuntimeError(
-                f"this process already runs a Monarch runtime ({_runtime._runtime.address}); "
-                "start the worker loop before any other Monarch use"
-            )
-        self.thread.start()
-        self._ready.wait()
-        if self._failure is not None:
-            raise self._failure
-        return self.runtime.address
-
-    def stop(self) -> None:
-        """Ask the worker to stop (any thread, signal handlers included)."""
-        if not self.loop.is_closed():
-            try:
-                self.loop.call_soon_threadsafe(self.runtime.stopped.set)
-            except RuntimeError:  # the loop closed meanwhile
-                pass
-
-    def _run(self) -> None:
-        import asyncio
-
-        from . import _runtime
-        from ._future import set_loop_thread
-
-        loop = self.loop
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(self._serve())
-        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the worker
-            if not self._ready.is_set():
-                self._failure = exc
-                self._ready.set()
-            failure: BaseException | None = exc
-        else:
-            failure = None
-        finally:
-            if _runtime._runtime is self.runtime:
-                _runtime.install_runtime(None)
-                set_loop_thread(None)
-            leftover = asyncio.all_tasks(loop)
-            for task in leftover:
-                task.cancel()
-            loop.run_until_complete(asyncio.gather(*leftover, return_exceptions=True))
-            loop.close()
-        if failure is not None:
-            self.done.set_exception(failure)
-        else:
-            self.done.set_result(None)
-
-    async def _serve(self) -> None:
-        from . import _host, _runtime
-        from ._future import set_loop_thread
-        from ._messages import SpawnProcs
-        from ._services import install
-
-        runtime = self.runtime
-        advertise = self.advertise if self.advertise != self.bind else None
-        await runtime.start(self.bind, advertise)
-        _runtime.install_runtime(runtime)  # before any message: handlers may look it up
-        set_loop_thread(self.thread)
-        install(runtime)
-        runtime.control[SpawnProcs] = _spawn_procs_for_owner
-        log.info("monarch worker listening at %s", runtime.address)
-        self._ready.set()
-        try:
-            await runtime.stopped.wait()
-        finally:
-            _host.kill_children()
-            await runtime.aclose()
-
-
 def start_worker_loop_forever(
     *, address: str, ca: CA = None, private_key: PrivateKey = None
 ) -> Future[None]:
@@ -256,13 +128,13 @@ def start_worker_loop_forever(
     """
 
     check_security(ca=ca, private_key=private_key, address=address)
-    worker = _Worker(address, worker_secret())
+    worker = WorkerRuntime(address, worker_secret())
     worker.start()
     return worker.done
 
 
 def _serve_blocking(address: str, secret: bytes, *, announce: bool = False) -> None:
-    worker = _Worker(address, secret)
+    worker = WorkerRuntime(address, secret)
     restore: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         # Before the address is out: whoever learns it may signal us at once.
@@ -322,8 +194,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _command(args: argparse.Namespace) -> int:
-    from monarch.transport import TransportError
-
     logging.basicConfig(level=logging.WARNING, format="monarch worker: %(message)s")
     try:
         check_security(ca=None, private_key=None, address=args.listen)

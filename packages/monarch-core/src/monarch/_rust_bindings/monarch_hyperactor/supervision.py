@@ -1,6 +1,5 @@
 """Upstream's home of ``SupervisionError`` and ``MeshFailure``: the classes of monarch.actor."""
 
-from monarch.core._actor import SupervisionError
-from monarch.core._supervision import MeshFailure
+from monarch.core._errors import MeshFailure, SupervisionError
 
 __all__ = ["MeshFailure", "SupervisionError"]

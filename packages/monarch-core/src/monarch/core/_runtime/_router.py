@@ -1,13 +1,8 @@
-"""The per-process runtime: a listener, a writer per peer, ports, and local actors.
+"""``Runtime``: where every message of this process comes in and goes out.
 
-Every Monarch process runs exactly one Runtime on one asyncio event loop: in a
-worker proc on its main thread, in the controller (the user's script) on a
-background thread, so sync code can block on futures while the loop works.
-Any thread may send (``post``): a message goes straight to the socket when that
-peer's connection is idle, else to its writer task, which keeps each thread's order
-per peer and turns a burst into one system call (its small messages into one frame).
-Other work for the loop goes through one ordered queue (``call_soon``), so what a
-thread asks for happens in its order.
+It owns the listener, a ``PeerWriter`` per peer, the ports, the local actors' sinks and
+the control handlers, and it tells watchers when a peer fails. See the package docstring
+for which thread may call what.
 """
 
 from __future__ import annotations
@@ -28,26 +23,13 @@ from typing import Any, Final
 import anyio
 import msgspec
 
-from monarch.transport import (
-    Buffer,
-    Connection,
-    ConnectionClosed,
-    Frame,
-    Listener,
-    TransportError,
-    open_connection,
-    open_listener,
-)
-from monarch.transport.wire import Envelope, decode_envelope, encode
-
-from ._cast import SendOrder, fan_out
-from ._future import set_loop_thread
-from ._lending import Lender, PullError, RingKey, borrow, can_read, is_descriptor
-from ._lending import available as lending_available
-from ._memory import address_of as memory_address
-from ._messages import (
-    BATCH_BYTES,
-    BATCH_MAX,
+from monarch.core._cast import SendOrder, fan_out
+from monarch.core._config import current_config
+from monarch.core._errors import PeerLost, PullError
+from monarch.core._lending import Lender, RingKey, borrow, can_read, is_descriptor
+from monarch.core._lending import available as lending_available
+from monarch.core._memory import address_of as memory_address
+from monarch.core._messages import (
     HEARTBEAT,
     PACK_MAX,
     TO_ACTOR,
@@ -64,17 +46,28 @@ from ._messages import (
     decode_single,
     encode_body,
 )
-from ._netaddr import advertised, bind_url
-from ._ring import Ring, RingReader
+from monarch.core._netaddr import advertised, bind_url
+from monarch.core._ring import RingReader
+from monarch.transport import (
+    Buffer,
+    Connection,
+    ConnectionClosed,
+    Frame,
+    Listener,
+    TransportError,
+    open_listener,
+)
+from monarch.transport.wire import Envelope, decode_envelope, encode
+
+from ._peers import DEFER, PeerWriter
+from ._spin import spin_seconds
 
 log = logging.getLogger("monarch.core")
 
 DRAIN_GRACE: Final = 0.25
 """Seconds a failed peer's open connections are still read, for what it sent before."""
-ROOT_ENV: Final = "MONARCH_ROOT_ADDRESS"
-"""The root client's address, inherited by every process of the job."""
-SECRET_ENV: Final = "MONARCH_JOB_SECRET"
-"""Children get the job secret through their environment, never on a command line."""
+BURST: Final = 50e-6
+"""Casts from a thread closer together than this (seconds) are written together."""
 
 PortHandler = Callable[[Body, Sequence[Buffer]], None]
 ActorSink = Callable[[Body, Sequence[Buffer], str], None]
@@ -82,299 +75,7 @@ ControlHandler = Callable[["Runtime", Any, Sequence[Buffer], str], None]
 PeerWatcher = Callable[[str, BaseException], None]
 
 
-BURST: Final = 50e-6
-"""Casts from a thread closer together than this (seconds) are written together."""
-DEFER: Final[list[Any]] = []
-"""A ``batch`` for ``post`` off the loop: the writer task flushes (see ``cast``)."""
-
-
-class PeerLost(ConnectionError):
-    """A peer process stopped answering (exited, was killed, or the link broke)."""
-
-
-class _Run:
-    """Small messages queued one after another for one peer: one ``Batch`` frame, of at
-    most ``BATCH_MAX`` messages and about ``BATCH_BYTES`` of payload."""
-
-    __slots__ = ("full", "items", "size")
-
-    def __init__(self, first: Packed) -> None:
-        self.items: list[Packed] = []
-        self.size = 0
-        self.add(first)
-
-    def add(self, message: Packed) -> None:
-        self.items.append(message)
-        for part in message.payload:
-            self.size += len(part)
-        self.full = len(self.items) >= BATCH_MAX or self.size >= BATCH_BYTES
-
-
-class _PeerWriter:
-    """Writes the messages queued for one peer, in order; notices when the peer dies.
-
-    Any thread may post: an actor's thread writes its replies straight to the socket
-    (so a reply is out before the actor's next message runs, and no loop wake-up is
-    paid for it). ``lock`` guards the connection's sending side, ``pending`` and
-    ``busy``; while ``busy``, only the writer task touches the connection.
-    """
-
-    def __init__(self, runtime: Runtime, address: str) -> None:
-        self.runtime = runtime
-        self.address = address
-        self.lock = threading.Lock()
-        self.pending: deque[_Run | Sequence[Buffer]] = deque()
-        self.wake = asyncio.Event()
-        self.kicked = False
-        """A wake-up of the writer task is on its way from another thread."""
-        self.failure: BaseException | None = None
-        self.heard = runtime.loop.time()
-        """When the peer last showed it is alive (connection made, or a heartbeat)."""
-        self.conn: Connection | None = None
-        """Set once connected; then an idle writer lets ``post`` write directly."""
-        self.busy = False
-        self.task: asyncio.Task[None] | None = None
-        self.stopped = False
-        self.lend = False
-        """The peer reads our large buffers itself (see ``_lending``)."""
-        self._ring: Ring | None = None
-        self._ring_tried = False
-
-    def ring(self) -> Ring | None:
-        """Our ring to this peer (see ``_ring``), opened when first lent through; None
-        where there is none to be had. Any thread."""
-        with self.lock:
-            if not self._ring_tried and not self.stopped:
-                self._ring = Ring.open()
-                self._ring_tried = True
-            return self._ring
-
-    def start(self) -> None:
-        """Connect and serve (loop thread)."""
-        if self.task is None and not self.stopped:
-            self.task = self.runtime.loop.create_task(self.run())
-
-    def stop(self) -> None:
-        self.stopped = True
-        if self.task is not None:
-            self.task.cancel()
-        with self.lock:
-            ring, self._ring = self._ring, None
-        if ring is not None:
-            ring.close()
-
-    def post(
-        self,
-        message: Packed | Sequence[Buffer],
-        on_loop: bool = True,
-        batch: list[_PeerWriter] | None = None,
-    ) -> None:
-        """Queue a message (a small one still a ``Packed``, else its frame's parts) from
-        any thread (``on_loop`` says which). A lone message to an idle connection is
-        written at once; in a ``batch`` it waits for the batch's flush, with ``DEFER``
-        for the writer task: what waits together goes out in one system call, and
-        consecutive ``Packed`` as one ``Batch`` frame (a ``_Run``). A run that fills up
-        is written at once by the thread that filled it: the peer starts on it while
-        the rest of the burst is made."""
-        if self.failure is not None:
-            return  # undeliverable: whoever waits on this peer has been told
-        error: TransportError | None = None
-        with self.lock:
-            conn, pending = self.conn, self.pending
-            if conn is None or self.busy or pending or batch is not None:
-                full = False
-                if type(message) is Packed:
-                    run = pending[-1] if pending else None
-                    if type(run) is _Run and not run.full:
-                        run.add(message)
-                    else:
-                        run = _Run(message)
-                        pending.append(run)
-                    full = run.full
-                else:
-                    pending.append(message)  # type: ignore[arg-type]
-                ready = conn is not None and not self.busy
-                if ready and full:
-                    assert conn is not None
-                    try:
-                        self._queue_pending(conn)
-                        if self._flush_locked(conn):
-                            return
-                    except TransportError as exc:
-                        error = exc
-                    ready = False
-            else:
-                # Straight into the connection, with no task switch; order holds, as
-                # nothing is queued before it.
-                try:
-                    conn.send_nowait([encode(message)] if isinstance(message, Packed) else message)
-                    if self._flush_locked(conn):
-                        return
-                except TransportError as exc:
-                    error = exc
-                ready = False
-        if error is not None:
-            self._fail_from(error, on_loop)
-        elif ready and batch is not None and batch is not DEFER:
-            if self not in batch:
-                batch.append(self)
-        else:
-            self._kick(on_loop)
-
-    def flush(self, on_loop: bool = True) -> None:
-        """Write what a batch queued; the writer task finishes if the socket is full."""
-        with self.lock:
-            conn = self.conn
-            if conn is None or self.busy:
-                return
-            try:
-                self._queue_pending(conn)
-                if self._flush_locked(conn):
-                    return
-            except TransportError as exc:
-                error: TransportError | None = exc
-            else:
-                error = None
-        if error is not None:
-            self._fail_from(error, on_loop)
-        else:
-            self._kick(on_loop)
-
-    def _flush_locked(self, conn: Connection) -> bool:
-        """Write what the connection holds (the lock held); when the socket is full,
-        the writer task goes on (``busy``) and this returns False."""
-        if conn.flush_nowait():
-            return True
-        self.busy = True
-        return False
-
-    def _queue_pending(self, conn: Connection) -> None:
-        """Move what waits into the connection's send queue (the lock held), a run of
-        small messages as one ``Batch``, encoded here rather than by each sender."""
-        pending = self.pending
-        while pending:
-            message = pending.popleft()
-            if type(message) is _Run:
-                items = message.items
-                conn.send_nowait([encode(Batch(items) if len(items) > 1 else items[0])])
-            else:
-                conn.send_nowait(message)  # type: ignore[arg-type]
-
-    def _kick(self, on_loop: bool) -> None:
-        if on_loop:
-            self.wake.set()
-        elif not self.kicked:
-            self.kicked = True
-            self.runtime.loop.call_soon_threadsafe(self.wake.set)
-
-    def _fail_from(self, error: BaseException, on_loop: bool) -> None:
-        if on_loop:
-            self._fail(error)
-        else:
-            self.runtime.call_soon(self._fail, error)
-
-    async def run(self) -> None:
-        conn: Connection | None = None
-        loop = self.runtime.loop
-        settings = _heartbeat_settings(self.address)
-        beat = None if settings is None else loop.create_task(self._heartbeat(*settings))
-        try:
-            conn = await open_connection(self.address, secret=self.runtime.secret)
-            self.heard = loop.time()
-            # The hello: who we are (this process's incarnation, which outlives an address
-            # change and tells a restarted process from its predecessor), and how often
-            # the peer should beat back on this connection ("" = never).
-            interval = repr(settings[0]) if settings is not None else ""
-            hello = Envelope(HEARTBEAT, interval, self.runtime.address, 0, self.runtime.hello)
-            await conn.send([encode(hello)])
-            # Peers send nothing but their hello and heartbeats back: see _watch.
-            watch = loop.create_task(self._watch(conn))
-            with self.lock:
-                self.conn = conn
-            try:
-                while True:
-                    with self.lock:
-                        self.kicked = False
-                        self.busy = True
-                        self._queue_pending(conn)
-                    await conn.flush()
-                    with self.lock:
-                        if self.pending:
-                            continue
-                        self.busy = False
-                    await self.wake.wait()
-                    self.wake.clear()
-            finally:
-                with self.lock:
-                    self.conn = None
-                watch.cancel()
-        except (TransportError, OSError) as exc:
-            self._fail(exc)
-        finally:
-            if beat is not None:
-                beat.cancel()
-            if conn is not None:
-                await conn.aclose()
-
-    async def _watch(self, conn: Connection) -> None:
-        """Heartbeats are all a peer sends back; a read fails when the connection dies."""
-        loop = self.runtime.loop
-        try:
-            while len(frame := await conn.receive()) == 1:
-                self.heard = loop.time()
-                headers = decode_envelope(frame[0]).headers
-                incarnation = headers.get("i")
-                if incarnation is not None:
-                    self.runtime.incarnations[self.address] = incarnation
-                if headers.get("pull") == "1":
-                    self.lend = True  # the peer can read our memory: lend it large buffers
-            exc: BaseException = PeerLost(f"{self.address} sent on a one-way connection")
-        except TransportError as error:
-            exc = PeerLost(f"lost connection to {self.address}: {error}")
-        self._fail(exc)
-        self.stop()
-
-    async def _heartbeat(self, interval: float, limit: float) -> None:
-        """Declare the peer lost once it has been silent for ``limit`` s (frozen, cut off)."""
-        loop = self.runtime.loop
-        while True:
-            await asyncio.sleep(min(interval, limit / 2))
-            silent = loop.time() - self.heard
-            if silent > limit:
-                self._fail(
-                    PeerLost(
-                        f"{self.address} sent no heartbeat for {silent:.1f}s "
-                        f"(heartbeat_timeout is {limit:g}s)"
-                    )
-                )
-                self.stop()
-                return
-
-    def _fail(self, exc: BaseException) -> None:
-        if self.failure is None:
-            self.failure = exc
-            with self.lock:
-                self.pending.clear()
-            self.runtime._peer_failed(self.address, exc)
-
-
-def _heartbeat_settings(address: str) -> tuple[float, float] | None:
-    """``(interval, timeout)`` for a connection to ``address``: network peers only.
-
-    A peer on this host is seen to die by its connection closing; one on another host may
-    go silent instead (frozen, partitioned), which only a heartbeat deadline notices.
-    """
-    if address.startswith("unix:"):
-        return None
-    from ._config import current_config
-
-    config = current_config()
-    if config.heartbeat_interval <= 0 or config.heartbeat_timeout <= 0:
-        return None
-    return config.heartbeat_interval, config.heartbeat_timeout
-
-
-class _Inbound:
+class Inbound:
     """A connection a peer opened to us: its hello, then its messages, batch by batch."""
 
     def __init__(self, runtime: Runtime, conn: Connection) -> None:
@@ -426,7 +127,7 @@ class _Inbound:
             runtime._end_batch()
 
     def _hello(self, hello: Envelope) -> bool:
-        """A peer's hello (see _PeerWriter.run): whether it is admitted."""
+        """A peer's hello (see PeerWriter.run): whether it is admitted."""
         runtime = self.runtime
         self.sender = hello.sender
         if not runtime._admit(hello.sender, hello.headers.get("i")):
@@ -446,7 +147,6 @@ class _Inbound:
         if not self.ended.done():
             self.ended.cancel()
 
-
 class Runtime:
     """The Monarch runtime of this process (see the module docstring)."""
 
@@ -454,8 +154,11 @@ class Runtime:
         self.loop = loop
         self.secret = secret
         self.address = ""
+        self.root = ""
+        """The address of the job's root client (set by ``_bootstrap``): where
+        ``get_or_spawn_controller`` asks, and what procs spawned from here inherit."""
         self.listener: Listener | None = None
-        self._writers: dict[str, _PeerWriter] = {}
+        self._writers: dict[str, PeerWriter] = {}
         self._ports: dict[int, PortHandler] = {}
         self._port_ids = itertools.count(1)
         self.actors: dict[str, ActorSink] = {}
@@ -499,7 +202,7 @@ class Runtime:
         self._awake_for = 0.0
         self._batching = 0
         """Depth of batches running: their writes are flushed together at the end."""
-        self._dirty: list[_PeerWriter] = []
+        self._dirty: list[PeerWriter] = []
 
     # -- the loop's work, from any thread -------------------------------------------
 
@@ -546,19 +249,14 @@ class Runtime:
             self._stay_awake()
 
     def _stay_awake(self) -> None:
-        """Keep the loop from sleeping for ``wait_spin`` after it handled messages.
-
-        A reply or the next call usually follows soon; a loop asleep in the poller
-        would be woken for it, and on a VM a halted CPU's wake-up costs more than the
-        whole message (round trip 70-90 -> 50 us). The loop yields the CPU between
-        polls, so a thread with work to do gets it.
+        """Keep the loop from sleeping for ``wait_spin`` after it handled messages (the
+        waiters' rule, see ``_spin``): round trip 70-90 -> 50 us on a VM. It cannot block
+        in ``spin``, so it re-schedules itself, yielding between polls that do not wait.
         """
         if self._awake:
             self._awake_until = time.perf_counter() + self._awake_for
             return
-        from ._config import current_config
-
-        spin = current_config().wait_spin
+        spin = spin_seconds()
         if spin > 0:
             self._awake, self._awake_for = True, spin
             self._awake_until = time.perf_counter() + spin
@@ -603,7 +301,7 @@ class Runtime:
         return task
 
     async def _serve_connection(self, conn: Connection) -> None:
-        inbound = _Inbound(self, conn)
+        inbound = Inbound(self, conn)
         try:
             if conn.start_receiving(inbound.take_pushed):  # asyncio: read in callbacks
                 await inbound.ended
@@ -652,8 +350,6 @@ class Runtime:
         headers = hello.headers
         if not hello.sender.startswith("unix:") or "probe" not in headers:
             return False
-        from ._config import current_config
-
         if not current_config().read_peer_buffers:
             return False
         try:
@@ -732,11 +428,11 @@ class Runtime:
         else:
             writer.post(message, False, batch)
 
-    def _writer(self, address: str, on_loop: bool = True) -> _PeerWriter:
+    def _writer(self, address: str, on_loop: bool = True) -> PeerWriter:
         """The writer to ``address``, made (and, on the loop or soon, started) if new."""
         writer = self._writers.get(address)
         if writer is None:
-            writer = self._writers.setdefault(address, _PeerWriter(self, address))
+            writer = self._writers.setdefault(address, PeerWriter(self, address))
             if on_loop:
                 writer.start()
             else:
@@ -761,8 +457,6 @@ class Runtime:
         if len(targets) == 1 and not call.forward:
             self.post(targets[0], TO_ACTOR, dest, call, payload, batch, on_loop)
         else:
-            from ._config import current_config
-
             post = functools.partial(self.post, batch=batch, on_loop=on_loop)
             fan_out(post, targets, dest, call, payload, current_config().max_cast_fanout)
         if batch and not burst:
@@ -837,8 +531,6 @@ class Runtime:
         """
         early = self._early.get(dest)
         if early is None:
-            from ._config import current_config
-
             early = self._early[dest] = []
             self.loop.call_later(current_config().message_delivery_timeout, self._expire, dest)
         early.append((body, payload, sender))
@@ -941,98 +633,3 @@ class Runtime:
             await self.listener.aclose()
         for task in list(self._tasks):
             task.cancel()
-
-
-# -- the process's runtime -------------------------------------------------------------
-
-_runtime: Runtime | None = None
-_lock = threading.Lock()
-
-
-def current_runtime(listen: str | None = None) -> Runtime:
-    """This process's runtime, starting the controller's on first use.
-
-    ``listen`` is where a runtime this call starts listens (default: per the configured
-    ``default_transport``); it does not move a runtime already running.
-    """
-    runtime = _runtime
-    if runtime is None:
-        with _lock:
-            if _runtime is None:
-                _start_controller_runtime(listen)
-            runtime = _runtime
-    assert runtime is not None
-    return runtime
-
-
-def install_runtime(runtime: Runtime | None) -> None:
-    global _runtime
-    _runtime = runtime
-
-
-def job_secret() -> bytes:
-    value = os.environ.get(SECRET_ENV)
-    if value:
-        return bytes.fromhex(value)
-    secret = secrets.token_bytes(32)
-    os.environ[SECRET_ENV] = secret.hex()  # inherited by every process we spawn
-    return secret
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    return loop
-
-
-def _listen_address() -> str:
-    from ._config import current_config
-
-    transport = current_config().default_transport
-    if transport in ("unix", "ipc", "local"):
-        return "unix://@"
-    if transport.startswith("tls"):
-        raise NotImplementedError(
-            "the tls transport needs certificates, which monarch-core cannot configure yet; "
-            "use 'tcp' (every connection is still authenticated with the job secret)"
-        )
-    if transport == "tcp":
-        # Every interface, known by an address other machines can reach (Runtime.start).
-        return "tcp://0.0.0.0:0"
-    return str(transport)
-
-
-def _start_controller_runtime(listen: str | None = None) -> None:
-    loop = new_event_loop()
-    ready = threading.Event()
-    runtime = Runtime(loop, job_secret())
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-
-        async def boot() -> None:
-            try:
-                await runtime.start(listen or _listen_address())
-                from ._services import install
-
-                install(runtime)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-                failure.append(exc)
-            finally:
-                ready.set()
-
-        loop.create_task(boot())
-        loop.run_forever()
-
-    thread = threading.Thread(target=run, name="monarch-runtime", daemon=True)
-    thread.start()
-    ready.wait()
-    if failure:
-        raise failure[0]
-    set_loop_thread(thread)
-    os.environ.setdefault(ROOT_ENV, runtime.address)  # this client is the job's root
-    install_runtime(runtime)

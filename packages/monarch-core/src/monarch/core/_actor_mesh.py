@@ -1,0 +1,630 @@
+"""The caller side: actor meshes and the adverbs of their endpoints.
+
+An ``ActorMesh`` is the actors of one spawn; each endpoint is an ``Endpoint`` attribute
+with the adverbs (``call``, ``call_one``, ``choose``, ``stream``, ``broadcast``; ``send``
+and ``Accumulator`` beside them). A cast pickles its arguments once, posts one message per
+process hosting part of the (sliced) mesh down the cast tree (from the caller's own thread
+when it may: ``_cast_here``), and gathers replies on a port (``_gather``). The spawner of a
+mesh also supervises it: a failed actor or a dead proc becomes a ``MeshFailure`` for the
+mesh's owner (``_Supervised``).
+
+To add an adverb: a method of ``Endpoint``, built on ``_submit`` (gathered) or
+``ActorMesh._send_cast`` (no replies).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Generic, TypeVar
+
+from monarch.transport import Buffer
+
+from ._endpoint import Actor, EndpointProperty, actor_is_async, endpoints_of
+from ._errors import MeshFailure, SupervisionError
+from ._future import Future, Outcome, run_on, submit_into, wait_outcome
+from ._gather import Gather
+from ._messages import (
+    STOP_METHOD,
+    TO_PROC,
+    ActorFailed,
+    Call,
+    PortRef,
+    ShapeSpec,
+    SpawnActor,
+    shape_of,
+    shape_spec,
+)
+from ._runtime import Runtime, current_runtime
+from ._scope import Owner, current_owner
+from ._serialize import dumps, dumps_arguments
+from ._shape import NDSlice, Shape, ShapedMesh
+from ._supervision import call_fault_hook
+from ._value_mesh import ValueMesh
+
+log = logging.getLogger("monarch.actor")
+
+R = TypeVar("R")
+A = TypeVar("A")
+
+
+class Endpoint(Generic[R]):
+    """An endpoint of an actor mesh, with the messaging adverbs."""
+
+    def __init__(self, mesh: ActorMesh[Any], name: str, prop: EndpointProperty[R]) -> None:
+        self._mesh = mesh
+        self._name = name
+        self._prop = prop
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"endpoint {self._name}() is called through an adverb: "
+            f".call(), .call_one(), .choose(), .stream() or .broadcast()"
+        )
+
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Buffer]:
+        """The pickled arguments, once they are known to fit the endpoint's signature."""
+        prop = self._prop
+        arity = prop._arity
+        leading = 2 if prop._explicit_response_port else 1  # self, and the port
+        if kwargs or arity is None or not arity[0] <= len(args) + leading <= arity[1]:
+            try:
+                prop._signature.bind(*(None,) * leading, *args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"{self._name}() {exc}") from None
+        return dumps_arguments(args, kwargs)
+
+    def _submit(self, mesh: ActorMesh[Any], payload: list[Buffer], want: str) -> Future[Any]:
+        explicit = self._prop._explicit_response_port
+        procs = mesh._cast_here() if want != "stream" else None
+        if procs is None:
+            return submit_into(
+                mesh._runtime, ActorMesh._start_cast, mesh, self._name, payload, want, explicit
+            )
+        future: Future[Any] = Future._new()
+        mesh._cast_gathering(procs, self._name, payload, want, explicit, future)
+        return future
+
+    def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
+        """Call every actor of the (sliced) mesh; gather one value per rank."""
+        return self._submit(self._mesh, self._bind(args, kwargs), "mesh")
+
+    def call_one(self, *args: Any, **kwargs: Any) -> Future[R]:
+        """Call the one actor of a mesh of one."""
+        size = len(self._mesh._shape.ndslice)
+        if size != 1:
+            raise ValueError(f"call_one requires exactly 1 actor, but mesh has {size}")
+        return self._submit(self._mesh, self._bind(args, kwargs), "one")
+
+    def choose(self, *args: Any, **kwargs: Any) -> Future[R]:
+        """Call one actor of the mesh, chosen uniformly at random."""
+        payload = self._bind(args, kwargs)
+        return self._submit(_choose_one(self._mesh), payload, "one")
+
+    def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[R]]:
+        """One future per rank, in arrival order."""
+        arrivals: list[asyncio.Future[Any]] = self._submit(
+            self._mesh, self._bind(args, kwargs), "stream"
+        ).get()
+        runtime = self._mesh._runtime
+        return iter([run_on(runtime, _await(arrival)) for arrival in arrivals])
+
+    def broadcast(self, *args: Any, **kwargs: Any) -> None:
+        """Fire and forget to every actor of the mesh."""
+        payload = self._bind(args, kwargs)
+        self._mesh._send_cast(self._name, payload, None, self._prop._explicit_response_port)
+
+    def _send(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        port: Any = None,
+        selection: str = "all",
+    ) -> None:
+        payload = self._bind(args, kwargs)
+        mesh = self._mesh
+        if selection == "choose":
+            mesh = _choose_one(mesh)
+        elif selection != "all":
+            raise ValueError(f"selection must be 'all' or 'choose', not {selection!r}")
+        reply = port._ref if port is not None else None
+        mesh._send_cast(self._name, payload, reply, self._prop._explicit_response_port)
+
+
+async def _await(future: asyncio.Future[Any]) -> Any:
+    return await future
+
+
+class NotAnEndpoint:
+    """A plain method of a spawned actor: call it through ``as_endpoint``."""
+
+    def __init__(self, mesh: ActorMesh[Any], name: str) -> None:
+        self._mesh = mesh
+        self._name = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(
+            f"{self._name}() is not annotated as an endpoint of "
+            f"{self._mesh._class.__name__}; use @endpoint or as_endpoint()"
+        )
+
+
+def as_endpoint(
+    not_an_endpoint: Any, *, propagate: Any = None, explicit_response_port: bool = False
+) -> Endpoint[Any]:
+    """Call a plain method of a spawned actor as if it were an endpoint."""
+    if isinstance(not_an_endpoint, Endpoint):
+        return not_an_endpoint
+    if not isinstance(not_an_endpoint, NotAnEndpoint):
+        raise TypeError(f"as_endpoint() takes mesh.method, not {not_an_endpoint!r}")
+    mesh = not_an_endpoint._mesh
+    method = getattr(mesh._class, not_an_endpoint._name)
+    prop: EndpointProperty[Any] = EndpointProperty(
+        method, propagate=propagate, explicit_response_port=explicit_response_port
+    )
+    return Endpoint(mesh, not_an_endpoint._name, prop)
+
+
+def send(
+    endpoint: Endpoint[Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    port: Any = None,
+    selection: str = "all",
+) -> None:
+    """Low-level cast: each rank's reply goes to ``port`` (none if ``None``)."""
+    endpoint._send(args, kwargs, port, selection)
+
+
+class Accumulator(Generic[R, A]):
+    """Folds an endpoint's per-rank results with ``combine``, starting from ``identity``."""
+
+    def __init__(self, endpoint: Endpoint[R], identity: A, combine: Callable[[A, R], A]) -> None:
+        self._endpoint = endpoint
+        self._identity = identity
+        self._combine = combine
+
+    def accumulate(self, *args: Any, **kwargs: Any) -> Future[A]:
+        futures = list(self._endpoint.stream(*args, **kwargs))
+
+        async def fold() -> A:
+            value = self._identity
+            for future in futures:
+                value = self._combine(value, await future)
+            return value
+
+        return run_on(self._endpoint._mesh._runtime, fold())
+
+
+def _choose_one(mesh: ActorMesh[R]) -> ActorMesh[R]:
+    """One actor of the mesh, chosen uniformly at random, keeping the mesh's dimensions."""
+    shape = mesh._shape
+    rank = shape.ndslice[random.randrange(len(shape.ndslice))]
+    labels = list(shape.labels)
+    return mesh._with_shape(
+        Shape(labels, NDSlice(rank, [1] * len(labels), list(shape.ndslice.strides)))
+    )
+
+
+class _MeshState:
+    """What every slice of one actor mesh shares: addresses once known, casts until then.
+
+    Casts made before the procs are up wait in ``backlog`` and go out in the order
+    they were made, after the spawn messages, so FIFO per sender holds from the start.
+    Only touched on the runtime loop.
+    """
+
+    def __init__(
+        self, runtime: Runtime, addresses: list[str] | None, procs: Procs | None = None
+    ) -> None:
+        self.runtime = runtime
+        self.procs = procs
+        self.addresses = addresses
+        """Known at once for a mesh received in a message; after the spawn otherwise."""
+        self.error: BaseException | None = None
+        self.stopped: str | None = None
+        self.backlog: deque[Callable[[list[str] | BaseException], None]] = deque()
+        self.spawn_gather: Gather | None = None
+        self.supervised: _Supervised | None = None
+        """Set in the process that spawned the mesh: who owns it, and what failed."""
+
+    def known_addresses(self) -> list[str]:
+        """The addresses for pickling a mesh that may still be starting.
+
+        Waits for the procs (not for the spawn) when it may block: a receiver's
+        calls that overtake the spawn are held by the target proc until it arrives.
+        """
+        procs = self.procs
+        if procs is None:
+            raise TypeError("an ActorMesh with no procs cannot be sent")
+        if not isinstance(procs, Outcome):
+            return list(procs)
+        if not procs.done() and self.runtime.on_loop():
+            raise TypeError(
+                "an ActorMesh whose procs are still starting cannot be sent from inside "
+                "an async endpoint; await mesh.initialized first"
+            )
+        return list(procs._wait())
+
+    def wait_for(self, procs: Procs, posted: Outcome[Gather] | None) -> None:
+        async def wait() -> None:
+            try:
+                if posted is not None:
+                    self.spawn_gather = await wait_outcome(posted)
+                self.addresses = await resolve(procs)
+            except Exception as exc:  # noqa: BLE001 - every waiting cast fails with it
+                self.error = exc
+            if self.supervised is not None and self.addresses is not None:
+                self.supervised.watch(self.addresses)
+            while self.backlog:
+                self.backlog.popleft()(self.addresses or self.error or RuntimeError("no procs"))
+
+        self.runtime.spawn_task(wait())
+
+    def when_ready(self, then: Callable[[list[str] | BaseException], None]) -> None:
+        if self.stopped is not None:
+            then(SupervisionError(f"the actor mesh was stopped: {self.stopped}"))
+        elif self.addresses is not None:
+            then(self.addresses)
+        elif self.error is not None:
+            then(self.error)
+        else:
+            self.backlog.append(then)
+
+
+class _Supervised:
+    """The spawner's view of an actor mesh it owns: failures go to its owner.
+
+    ``owner`` is the actor whose code spawned the mesh, or ``None`` for the client
+    (the root). Each rank's failure is reported once; none after a deliberate stop.
+    """
+
+    def __init__(
+        self,
+        state: _MeshState,
+        owner: Owner | None,
+        cls: type,
+        mesh_id: str,
+        name: str,
+        shape: Shape,
+    ) -> None:
+        self.state = state
+        self.owner = owner
+        self.cls = cls
+        self.mesh_id = mesh_id
+        self.name = name
+        self.shape = shape
+        self.failed: set[int] = set()
+        _supervised[mesh_id] = self
+
+    def watch(self, addresses: list[str]) -> None:
+        """Hear at once when a proc under the mesh dies (the connection to it closes)."""
+        runtime = self.state.runtime
+        for address in {addresses[rank] for rank in self.shape.ndslice}:
+            if address != runtime.address:
+                ranks = [r for r in self.shape.ndslice if addresses[r] == address]
+                runtime.watch_peer(address, self._lost(ranks))
+
+    def _lost(self, ranks: list[int]) -> Callable[[str, BaseException], None]:
+        def lost(address: str, exc: BaseException) -> None:
+            self.fail(ranks, f"the proc at {address} failed: {exc}")
+
+        return lost
+
+    def fail(self, ranks: Sequence[int], event: str) -> None:
+        if self.state.stopped is not None:
+            return
+        new = [rank for rank in ranks if rank not in self.failed]
+        if not new:
+            return
+        self.failed.update(new)
+        positions = [self.shape.ndslice.index(rank) for rank in new]
+        mesh: ActorMesh[Any] = ActorMesh(self.cls, self.mesh_id, self.name, self.shape, self.state)
+        failure = MeshFailure(self.name, positions, event, mesh)
+        if self.owner is not None:
+            self.owner.supervise(failure)
+        else:  # the root: nobody above to handle it
+            try:
+                self.state.runtime.loop.run_in_executor(None, call_fault_hook, failure)
+            except RuntimeError:  # the interpreter is exiting: nobody to tell but the log
+                log.warning("at exit: %s", failure.report())
+
+
+_supervised: dict[str, _Supervised] = {}
+
+
+def handle_actor_failed(
+    runtime: Runtime, body: ActorFailed, payload: Sequence[Buffer], sender: str
+) -> None:
+    supervised = _supervised.get(body.mesh)
+    if supervised is not None:
+        supervised.fail([body.rank], body.reason)
+
+
+class ActorMesh(ShapedMesh, Generic[R]):
+    """The actors of one spawn, one per proc of a ProcMesh; endpoints are attributes."""
+
+    def __init__(
+        self,
+        cls: type,
+        mesh_id: str,
+        name: str,
+        shape: Shape,
+        state: _MeshState,
+    ) -> None:
+        self._class = cls
+        self._mesh_id = mesh_id
+        self._name = name
+        self._shape = shape
+        self._state = state
+        self._runtime = state.runtime
+        self._plan: tuple[list[str], list[int], ShapeSpec, list[str]] | None = None
+        self._values_shape: Shape | None = None
+        for ep_name, prop in endpoints_of(cls).items():  # names checked by spawn_actor_mesh
+            setattr(self, ep_name, Endpoint(self, ep_name, prop))
+
+    # MeshTrait hook
+    def _new_with_shape(self, shape: Shape) -> ActorMesh[R]:
+        return self._with_shape(shape)
+
+    def _with_shape(self, shape: Shape) -> ActorMesh[R]:
+        return ActorMesh(self._class, self._mesh_id, self._name, shape, self._state)
+
+    def __getattr__(self, name: str) -> Any:
+        cls = self.__dict__.get("_class")
+        if cls is not None and not name.startswith("__") and callable(getattr(cls, name, None)):
+            return NotAnEndpoint(self, name)
+        raise AttributeError(f"{type(self).__name__} has no endpoint or attribute {name!r}")
+
+    # -- casting ------------------------------------------------------------------------
+
+    def _cast_here(self) -> list[str] | None:
+        """The mesh's procs, when the calling thread may cast to it itself, without a
+        hop through the runtime loop: the procs are known, and nothing the caller asked
+        the loop for earlier (a cast waiting for the procs, a stop) can be overtaken."""
+        state = self._state
+        addresses = state.addresses
+        if addresses is None or state.stopped is not None or state.backlog:
+            return None
+        return addresses if self._runtime.idle() else None
+
+    def _send_cast(
+        self, method: str, payload: Sequence[Buffer], reply: PortRef | None, explicit: bool
+    ) -> None:
+        """Cast with no gathering (broadcast, send): from this thread when it may (see
+        ``_cast_here``), else in order through the runtime loop."""
+        procs = self._cast_here()
+        if procs is not None:
+            self._post_to(procs, method, payload, reply, explicit)
+        else:
+            self._runtime.call_soon(self._post_cast, method, payload, reply, explicit)
+
+    def _post_cast(
+        self, method: str, payload: Sequence[Buffer], reply: PortRef | None, explicit: bool
+    ) -> None:
+        """Post one Call per proc of the (sliced) mesh, in order with earlier casts."""
+
+        def go(ready: list[str] | BaseException) -> None:
+            if isinstance(ready, BaseException):
+                log.warning("dropped %s() cast: %s", method, ready)
+                return
+            self._post_to(ready, method, payload, reply, explicit)
+
+        self._state.when_ready(go)
+
+    def _post_to(
+        self,
+        procs: list[str],
+        method: str,
+        payload: Sequence[Buffer],
+        reply: PortRef | None,
+        explicit: bool = False,
+        gather: bool = False,
+    ) -> None:
+        """One message per process hosting part of the (sliced) mesh, down the cast tree."""
+        runtime = self._runtime
+        _, spec, targets = self._cast_plan(procs)
+        seqs = runtime.send_order.take(self._mesh_id, targets)
+        call = Call(
+            self._mesh_id,
+            method,
+            spec,
+            reply,
+            explicit,
+            runtime.incarnation,
+            seqs,
+            (),
+            gather and not explicit,
+        )
+        runtime.cast(targets, self._mesh_id, call, payload)
+
+    def _cast_plan(self, procs: list[str]) -> tuple[list[int], ShapeSpec, list[str]]:
+        """The ranks this (sliced) mesh covers, its shape on the wire, and the processes
+        hosting them in rank order (computed once: a cast costs O(processes))."""
+        plan = self._plan
+        if plan is None or plan[0] is not procs:
+            ranks = list(self._shape.ndslice)
+            targets = list(dict.fromkeys(procs[rank] for rank in ranks))
+            plan = self._plan = (procs, ranks, shape_spec(self._shape), targets)
+        return plan[1], plan[2], plan[3]
+
+    def _start_cast(
+        self,
+        method: str,
+        payload: Sequence[Buffer],
+        want: str,
+        explicit: bool,
+        result: Future[Any],
+    ) -> None:
+        """Post the cast now (or after earlier casts, once the procs are up); loop only.
+
+        ``result`` is completed straight from the gathering port: no future in between.
+        """
+
+        def go(ready: list[str] | BaseException) -> None:
+            if isinstance(ready, BaseException):
+                result.set_exception(ready)
+            else:
+                self._cast_gathering(ready, method, payload, want, explicit, result)
+
+        self._state.when_ready(go)
+
+    def _cast_gathering(
+        self,
+        procs: list[str],
+        method: str,
+        payload: Sequence[Buffer],
+        want: str,
+        explicit: bool,
+        result: Future[Any],
+    ) -> None:
+        ranks, _, targets = self._cast_plan(procs)
+        if want == "stream":
+            gather = Gather(self._runtime, len(ranks), targets, stream=True)
+            self._post_to(procs, method, payload, gather.port, explicit, True)
+            result.set_result(gather.arrivals)
+            return
+        gather = Gather(self._runtime, len(ranks), targets, result=result, want=want, mesh=self)
+        self._post_to(procs, method, payload, gather.port, explicit, True)
+
+    def _shape_for_values(self) -> Shape:
+        """The shape of a gathered ValueMesh: this mesh's, its ranks renumbered from 0."""
+        shape = self._values_shape
+        if shape is None:
+            shape = self._values_shape = Shape(
+                list(self._shape.labels), NDSlice.new_row_major(list(self._shape.ndslice.sizes))
+            )
+        return shape
+
+    @property
+    def initialized(self) -> Future[None]:
+        """Completes when every actor's ``__init__`` has run (raises if one failed)."""
+
+        async def wait() -> None:
+            started: asyncio.Future[None] = self._runtime.loop.create_future()
+            self._state.when_ready(
+                lambda ready: (
+                    started.set_exception(ready)
+                    if isinstance(ready, BaseException)
+                    else started.set_result(None)
+                )
+            )
+            await started
+            if self._state.spawn_gather is not None:
+                await self._state.spawn_gather.done
+
+        return run_on(self._runtime, wait())
+
+    def stop(self, reason: str = "stopped by client") -> Future[None]:
+        """Drain and stop every actor of the mesh (``__cleanup__`` runs); later calls fail."""
+        return submit_into(self._runtime, self._start_stop, reason)
+
+    def _start_stop(self, reason: str, result: Future[None]) -> None:
+        def finish(values: list[Any] | None, error: BaseException | None) -> None:
+            if error is not None:
+                result.set_exception(error)
+            else:
+                result.set_result(None)
+
+        def go(ready: list[str] | BaseException) -> None:
+            if isinstance(ready, BaseException):
+                result.set_result(None)  # never started: nothing to stop
+                return
+            ranks, _, targets = self._cast_plan(ready)
+            gather = Gather(self._runtime, len(ranks), targets, on_done=finish)
+            self._post_to(ready, STOP_METHOD, dumps(reason), gather.port, gather=True)
+
+        self._state.when_ready(go)
+        self._state.stopped = reason
+
+    def __reduce__(self) -> Any:
+        addresses = self._state.addresses or self._state.known_addresses()
+        spec = shape_spec(self._shape)
+        return (_rebuild_actor_mesh, (self._class, self._mesh_id, self._name, addresses, spec))
+
+    def __repr__(self) -> str:
+        return f"<ActorMesh {self._name} of {self._class.__name__} {self._shape.extent!r}>"
+
+
+_RESERVED = frozenset(dir(ActorMesh)) | {
+    "_class",
+    "_mesh_id",
+    "_name",
+    "_shape",
+    "_state",
+    "_plan",
+    "_values_shape",
+}
+
+
+def _check_endpoint_names(cls: type) -> None:
+    """Endpoints become attributes of the mesh: one named like a mesh attribute is refused
+    before anything is spawned."""
+    for name in endpoints_of(cls):
+        if name in _RESERVED:
+            raise ValueError(
+                f"endpoint {name!r} of {cls.__name__} collides with an ActorMesh attribute"
+            )
+
+
+def _rebuild_actor_mesh(
+    cls: type, mesh_id: str, name: str, procs: list[str], spec: ShapeSpec
+) -> ActorMesh[Any]:
+    state = _MeshState(current_runtime(), procs)
+    return ActorMesh(cls, mesh_id, name, shape_of(spec), state)
+
+
+Procs = Sequence[str] | Outcome[list[str]]
+"""Proc addresses by rank, or the future of them while the procs start."""
+
+
+async def resolve(procs: Procs) -> list[str]:
+    if isinstance(procs, Outcome):
+        pending: Outcome[Any] = procs
+        return list(await wait_outcome(pending))
+    return list(procs)
+
+
+def spawn_actor_mesh(
+    runtime: Runtime,
+    name: str,
+    cls: object,
+    procs: Procs,
+    shape: Shape,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> ActorMesh[Any]:
+    """Spawn ``cls`` on every proc; returns at once, the actors start in the background."""
+    if not (isinstance(cls, type) and issubclass(cls, Actor)):
+        raise ValueError(f"{cls!r} is not an Actor subclass")
+    actor_is_async(cls)  # raises on mixed endpoints
+    _check_endpoint_names(cls)
+    payload = dumps((cls, args, kwargs))
+    mesh_id = f"{name}-{uuid.uuid4().hex[:12]}"
+
+    async def post() -> Gather:
+        addresses = await resolve(procs)
+        hosted: dict[str, list[int]] = {}  # one spawn message per process, for its ranks
+        for rank in shape.ndslice:
+            hosted.setdefault(addresses[rank], []).append(rank)
+        gather = Gather(runtime, len(shape.ndslice), hosted)
+        spec = shape_spec(shape)
+        for address, ranks in hosted.items():
+            several = tuple(ranks) if len(ranks) > 1 else ()
+            spawn = SpawnActor(mesh_id, name, ranks[0], spec, gather.port, several)
+            runtime.post(address, TO_PROC, "", spawn, payload)
+        return gather
+
+    posted = run_on(runtime, post())._cf
+    state = _MeshState(runtime, None, procs)
+    owner = current_owner.get()
+    state.supervised = _Supervised(state, owner, cls, mesh_id, name, shape)
+    runtime.call_soon(state.wait_for, procs, posted)
+    mesh: ActorMesh[Any] = ActorMesh(cls, mesh_id, name, shape, state)
+    if owner is not None:
+        owner.owned.append(mesh)
+    return mesh

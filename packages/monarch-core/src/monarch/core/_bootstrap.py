@@ -1,0 +1,370 @@
+"""How the processes of a job come to be: the one place that starts a runtime.
+
+Three kinds of process run a runtime, and each is started here: the controller (the
+user's script: a background thread, started by the first ``current_runtime()``), a proc
+(``python -m monarch.core._proc``, started by a host agent) and a worker (``monarch
+worker``, the host agent of another machine). Starting one means: a loop, a ``Runtime``
+listening, the job's secret and root, the control handlers every process answers
+(``install_services``), and the runtime installed as this process's.
+
+This module also owns the ``MONARCH_*`` environment names by which a parent hands a child
+its job: the secret (never on a command line), the root client, the parent to die with,
+where to report ready, its rank and where to listen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import ctypes
+import gc
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Final
+
+from monarch.transport import Address, Buffer
+
+from ._actor_mesh import handle_actor_failed
+from ._config import current_config
+from ._controller import handle_get_controller
+from ._future import Future
+from ._messages import (
+    ActorFailed,
+    GetController,
+    PortRef,
+    ProcExited,
+    ProcReady,
+    RunBootstrap,
+    SpawnActor,
+    SpawnFailed,
+    SpawnProcs,
+)
+from ._netaddr import split_alias
+from ._proc_mesh import handle_run_bootstrap, shutdown_context
+from ._runner import handle_spawn_actor, refuse_undeliverable
+from ._runtime import Runtime, install_runtime, new_event_loop, running_runtime, set_starter
+
+log = logging.getLogger("monarch.core")
+
+SECRET_ENV: Final = "MONARCH_JOB_SECRET"
+"""The job secret (hex): children get it through their environment, never a command line."""
+ROOT_ENV: Final = "MONARCH_ROOT_ADDRESS"
+"""The root client's address, inherited by every process of the job."""
+PARENT_ENV: Final = "MONARCH_PARENT_ADDRESS"
+"""A proc's host agent: the proc stops when it is gone."""
+READY_ENV: Final = "MONARCH_READY_PORT"
+"""``<proc address>#<port>``: where a new proc reports that it is listening."""
+RANK_ENV: Final = "MONARCH_PROC_RANK"
+LISTEN_ENV: Final = "MONARCH_LISTEN"
+"""Where a new proc listens (like its agent: a network agent's procs must be reachable)."""
+
+
+def job_secret() -> bytes:
+    """This job's secret: inherited, or made now by the process that starts the job."""
+    value = os.environ.get(SECRET_ENV)
+    if value:
+        return bytes.fromhex(value)
+    secret = secrets.token_bytes(32)
+    os.environ[SECRET_ENV] = secret.hex()  # inherited by every process we spawn
+    return secret
+
+
+def install_services(runtime: Runtime) -> None:
+    """The control messages every process answers besides its actors."""
+    runtime.undeliverable = refuse_undeliverable
+    runtime.control.update(
+        {
+            SpawnActor: handle_spawn_actor,
+            SpawnProcs: handle_spawn_procs,
+            RunBootstrap: handle_run_bootstrap,
+            GetController: handle_get_controller,
+            ActorFailed: handle_actor_failed,
+        }
+    )
+
+
+def _boot(runtime: Runtime, root: str) -> None:
+    """What every runtime gets once it listens (on its loop, before any message)."""
+    runtime.root = root or runtime.address
+    install_services(runtime)
+    install_runtime(runtime)
+
+
+# -- the controller ----------------------------------------------------------------------
+
+
+def listen_address() -> str:
+    """Where a controller listens, per the ``default_transport`` key."""
+    transport = current_config().default_transport
+    if transport in ("unix", "ipc", "local"):
+        return "unix://@"
+    if transport.startswith("tls"):
+        raise NotImplementedError(
+            "the tls transport needs certificates, which monarch-core cannot configure yet; "
+            "use 'tcp' (every connection is still authenticated with the job secret)"
+        )
+    if transport == "tcp":
+        # Every interface, known by an address other machines can reach (Runtime.start).
+        return "tcp://0.0.0.0:0"
+    return str(transport)
+
+
+def start_controller(listen: str | None = None) -> Runtime:
+    """Start the client's runtime on a background thread and install it (the starter of
+    ``current_runtime``): plain code can then block on futures while the loop works."""
+    loop = new_event_loop()
+    ready = threading.Event()
+    runtime = Runtime(loop, job_secret())
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+
+        async def boot() -> None:
+            try:
+                await runtime.start(listen or listen_address())
+                runtime.root = os.environ.get(ROOT_ENV) or runtime.address
+                install_services(runtime)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                failure.append(exc)
+            finally:
+                ready.set()
+
+        loop.create_task(boot())
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, name="monarch-runtime", daemon=True)
+    thread.start()
+    ready.wait()
+    if failure:
+        raise failure[0]
+    os.environ.setdefault(ROOT_ENV, runtime.address)  # this client is the job's root
+    install_runtime(runtime)
+    return runtime
+
+
+# -- a proc ------------------------------------------------------------------------------
+
+
+def die_with_parent() -> None:
+    """Have the kernel kill this process when its parent dies (Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+async def serve_proc() -> None:
+    """Serve as a proc until told to stop or until the parent is gone."""
+    parent = os.environ[PARENT_ENV]
+    ready_proc, _, ready_port = os.environ[READY_ENV].rpartition("#")
+    runtime = Runtime(asyncio.get_running_loop(), job_secret())
+    await runtime.start(os.environ.get(LISTEN_ENV, "unix://@"))
+    _boot(runtime, os.environ.get(ROOT_ENV, ""))
+    # What booting made (modules, the runtime) lives as long as the process: out of the
+    # collector's sight, a full collection walks only what actors made since, not the
+    # whole heap (under a stream of messages those cost a third of a proc's time).
+    gc.freeze()
+    runtime.watch_peer(parent, lambda address, exc: runtime.stopped.set())
+    ready = ProcReady(runtime.address, os.getpid(), int(os.environ[RANK_ENV]))
+    runtime.send_to_port(PortRef(ready_proc, int(ready_port)), ready)
+    await runtime.stopped.wait()
+    await runtime.aclose()
+
+
+def run_proc() -> None:
+    """The main of a proc process (``python -m monarch.core._proc``)."""
+    die_with_parent()
+    if os.getppid() == 1:
+        sys.exit("monarch proc: parent already gone")
+    loop = new_event_loop()
+    try:
+        loop.run_until_complete(serve_proc())
+    finally:
+        loop.close()
+
+
+# -- the host agent: procs started for a spawner ------------------------------------------
+
+_children: list[subprocess.Popen[bytes]] = []
+
+
+def child_listen_address(agent: str) -> str:
+    """Procs listen like their agent: a network agent's procs must be reachable too."""
+    address = Address.parse(agent)
+    if address.scheme == "unix":
+        return "unix://@"
+    return str(Address(address.scheme, address.host, 0))
+
+
+def handle_spawn_procs(
+    runtime: Runtime, body: SpawnProcs, payload: Sequence[Buffer], sender: str
+) -> None:
+    """Start the procs a ``SpawnProcs`` asks for; report each exit the moment it happens."""
+    env = {
+        **os.environ,
+        # What this process can import, its procs can: actor classes pickled by
+        # reference (from the user's modules) must import the same way there.
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        SECRET_ENV: runtime.secret.hex(),
+        PARENT_ENV: runtime.address,
+        READY_ENV: f"{body.ready.proc}#{body.ready.port}",
+        LISTEN_ENV: child_listen_address(runtime.address),
+    }
+    env.update(body.env)
+    env[ROOT_ENV] = body.root or runtime.root or runtime.address
+    for rank in range(body.base_rank, body.base_rank + body.count):
+        try:
+            child = subprocess.Popen(
+                [body.python or sys.executable, "-m", "monarch.core._proc"],
+                env={**env, RANK_ENV: str(rank)},
+                stdin=subprocess.DEVNULL,
+            )
+        except OSError as exc:
+            runtime.send_to_port(body.events, SpawnFailed(rank, f"cannot start a proc: {exc}"))
+            continue
+        _children.append(child)
+        _watch(runtime, child, rank, body.events)
+
+
+def _watch(runtime: Runtime, child: subprocess.Popen[bytes], rank: int, events: PortRef) -> None:
+    """Report the child's exit the moment it happens (a thread blocked in wait)."""
+
+    def wait() -> None:
+        code = child.wait()
+        how = f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
+        exited = ProcExited(rank, child.pid, how)
+        if not runtime.loop.is_closed():
+            runtime.send_to_port(events, exited)
+
+    threading.Thread(target=wait, name=f"monarch-wait-{child.pid}", daemon=True).start()
+
+
+def kill_children() -> None:
+    """Kill the procs this process started that are still running."""
+    for child in _children:
+        if child.poll() is None:
+            child.kill()
+
+
+def _spawn_procs_for_owner(
+    runtime: Runtime, body: SpawnProcs, payload: Sequence[Buffer], sender: str
+) -> None:
+    """A worker's ``SpawnProcs``: start procs as any host agent does, and kill them if
+    their owner goes away (so no proc outlives its job)."""
+    before = len(_children)
+    handle_spawn_procs(runtime, body, payload, sender)
+    started = _children[before:]
+    if not started:
+        return
+
+    def owner_lost(address: str, exc: BaseException) -> None:
+        alive = [child for child in started if child.poll() is None]
+        if alive:
+            log.warning("controller %s lost (%s): killing its %d procs", address, exc, len(alive))
+        for child in alive:
+            child.kill()
+
+    runtime.watch_peer(body.events.proc, owner_lost)
+
+
+# -- a worker ----------------------------------------------------------------------------
+
+
+class WorkerRuntime:
+    """A worker's runtime on its own thread (the process's runtime while it runs)."""
+
+    def __init__(self, address: str, secret: bytes) -> None:
+        self.advertise, self.bind = split_alias(address)
+        self.loop = new_event_loop()
+        self.runtime = Runtime(self.loop, secret)
+        self.done: Future[None] = Future._new()
+        self.thread = threading.Thread(target=self._run, name="monarch-worker", daemon=True)
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+
+    def start(self) -> str:
+        """Listen and serve; returns the worker's address once it listens."""
+        running = running_runtime()
+        if running is not None:
+            raise RuntimeError(
+                f"this process already runs a Monarch runtime ({running.address}); "
+                "start the worker loop before any other Monarch use"
+            )
+        self.thread.start()
+        self._ready.wait()
+        if self._failure is not None:
+            raise self._failure
+        return self.runtime.address
+
+    def stop(self) -> None:
+        """Ask the worker to stop (any thread, signal handlers included)."""
+        if not self.loop.is_closed():
+            try:
+                self.loop.call_soon_threadsafe(self.runtime.stopped.set)
+            except RuntimeError:  # the loop closed meanwhile
+                pass
+
+    def _run(self) -> None:
+        loop = self.loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the worker
+            if not self._ready.is_set():
+                self._failure = exc
+                self._ready.set()
+            failure: BaseException | None = exc
+        else:
+            failure = None
+        finally:
+            if running_runtime() is self.runtime:
+                install_runtime(None)
+            leftover = asyncio.all_tasks(loop)
+            for task in leftover:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*leftover, return_exceptions=True))
+            loop.close()
+        if failure is not None:
+            self.done.set_exception(failure)
+        else:
+            self.done.set_result(None)
+
+    async def _serve(self) -> None:
+        runtime = self.runtime
+        advertise = self.advertise if self.advertise != self.bind else None
+        await runtime.start(self.bind, advertise)
+        _boot(runtime, os.environ.get(ROOT_ENV, ""))  # before any message is read
+        runtime.control[SpawnProcs] = _spawn_procs_for_owner
+        log.info("monarch worker listening at %s", runtime.address)
+        self._ready.set()
+        try:
+            await runtime.stopped.wait()
+        finally:
+            kill_children()
+            await runtime.aclose()
+
+
+# -- this process ------------------------------------------------------------------------
+
+
+def _shutdown_at_exit() -> None:
+    """Stop the procs gracefully, then kill what is left: one handler, so that the
+    order does not depend on which module registered its handler first."""
+    try:
+        shutdown_context(5.0).get(timeout=10.0)
+    except Exception:  # noqa: BLE001 - exiting anyway; children are killed next
+        pass
+    finally:
+        kill_children()
+
+
+atexit.register(_shutdown_at_exit)
+set_starter(start_controller)

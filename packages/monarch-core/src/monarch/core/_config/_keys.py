@@ -1,0 +1,592 @@
+"""Every configuration key, as one field of the frozen ``Config`` snapshot, and its coercion.
+
+A field's annotation is the key's type, which msgspec checks strictly (no ``"5"`` for an int),
+with the bounds of its ``msgspec.Meta``; its ``key(...)`` default gives the default, environment
+variables and doc. A ``Spelling`` in the annotation adds what people write that msgspec cannot
+know (``"30s"``, ``"64MiB"``, ``"json"``, a ``ChannelTransport``), read before msgspec checks.
+
+A key's value has four forms: *layer* (what the layers store: durations as integer nanoseconds, so
+nothing drifts), *public* (``get_global_config``, as upstream: durations as normalised humantime,
+``"300s"`` reads back ``"5m"``), *snapshot* (``Config`` attributes: durations as float seconds,
+cheapest on hot paths) and *text* (environment variables, for child processes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import decimal
+import enum
+import numbers
+import operator
+import re
+import typing
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Annotated, Any, Final, SupportsIndex, TypeAlias
+
+import msgspec
+
+from ._units import NS, duration_ns, format_duration_ns, parse_byte_size
+
+
+class Encoding(enum.Enum):
+    """Wire encoding of message bodies (upstream ``Encoding``); values are upstream's env names."""
+
+    Bincode = "bincode"
+    Json = "serde_json"
+    Multipart = "serde_multipart"
+
+
+@dataclasses.dataclass(frozen=True)
+class Spelling:
+    """Annotation metadata: other ways to write a key's values, which msgspec alone rejects."""
+
+    what: str  # the accepted values, for errors and docs; ``{ge}`` is the msgspec.Meta bound
+    read: Callable[[Any], object]  # a value as written -> the annotated type; ValueError if not
+
+
+_ENCODING_NAMES: Final[dict[str, Encoding]] = {
+    **{e.name.lower(): e for e in Encoding},
+    **{e.value: e for e in Encoding},
+    "json": Encoding.Json,
+    "multipart": Encoding.Multipart,
+}
+
+# Canonical transports: unix, tcp, tls, local, or an explicit scheme://address. Upstream's
+# ChannelTransport members map onto them: TcpWithLocalhost -> tcp://127.0.0.1:0, MetaTls* -> tls.
+_TRANSPORTS: Final[dict[str, str]] = {
+    "unix": "unix",
+    "ipc": "unix",
+    "tcp": "tcp",
+    "tcpwithhostname": "tcp",
+    "tcpwithlocalhost": "tcp://127.0.0.1:0",
+    "tls": "tls",
+    "metatls": "tls",
+    "metatlshostname": "tls",
+    "metatlswithhostname": "tls",
+    "metatlswithipaddr": "tls",
+    "local": "local",
+}
+_SCHEME_RE: Final = re.compile(r"[a-z][a-z0-9+.\-]*")
+
+
+def _read_size(value: object) -> object:
+    if isinstance(value, str):
+        return parse_byte_size(value)
+    return _builtin_number(value, int)
+
+
+def _read_encoding(value: object) -> object:
+    if not isinstance(value, str):
+        return value  # msgspec takes an Encoding and rejects the rest
+    try:
+        return _ENCODING_NAMES[value.strip().lower().removeprefix("encoding.")]
+    except KeyError:
+        raise ValueError(f"unknown encoding {value!r}") from None
+
+
+def _read_transport(value: object) -> str:
+    if not isinstance(value, str):
+        name = value.name if isinstance(value, enum.Enum) else getattr(value, "name", None)
+        value = name if isinstance(name, str) else repr(value)  # pyo3 enums: "ChannelTransport.X"
+    word = value.strip()
+    scheme, sep, rest = word.partition("://")
+    if sep:
+        scheme = scheme.lower()
+        if not _SCHEME_RE.fullmatch(scheme) or not rest:
+            raise ValueError(f"invalid transport address {value!r}")
+        return f"{scheme}://{rest}"
+    alias = word.rsplit(".", 1)[-1].lower().replace("_", "").replace("-", "")
+    try:
+        return _TRANSPORTS[alias]
+    except KeyError:
+        raise ValueError(f"unknown transport {value!r}") from None
+
+
+DURATION: Final = Spelling(
+    "a duration (a humantime string such as '30s', '500ms', '1h 30m', or seconds)", duration_ns
+)
+BYTE_SIZE: Final = Spelling(
+    "a byte size >= {ge} (an int, or a string such as '64MiB')", _read_size
+)
+ENCODING: Final = Spelling(
+    "an Encoding (Encoding.Bincode, Encoding.Json, Encoding.Multipart)", _read_encoding
+)
+TRANSPORT: Final = Spelling(
+    "a transport ('unix', 'ipc', 'tcp', 'tls', 'local', 'scheme://address' "
+    "or a ChannelTransport)",
+    _read_transport,
+)
+
+# The key types. A duration's layer form is ``Nanoseconds``; ``Config`` holds float seconds.
+Count: TypeAlias = Annotated[int, msgspec.Meta(ge=0)]
+Positive: TypeAlias = Annotated[int, msgspec.Meta(ge=1)]
+Bytes: TypeAlias = Annotated[int, msgspec.Meta(ge=0), BYTE_SIZE]
+Seconds: TypeAlias = Annotated[float, DURATION]
+Nanoseconds: TypeAlias = Annotated[int, msgspec.Meta(ge=0)]
+Fraction01: TypeAlias = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+Transport: TypeAlias = Annotated[str, TRANSPORT]
+
+_TRUE: Final = frozenset({"1", "true", "t", "yes", "y", "on"})
+_FALSE: Final = frozenset({"0", "false", "f", "no", "n", "off"})
+
+
+def _bool_from_text(text: str) -> bool:
+    word = text.strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise ValueError(f"not a boolean: {text!r} (use true/false, 1/0, yes/no, on/off)")
+
+
+def _int_from_text(text: str) -> int:
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise ValueError(f"not an integer: {text!r}") from None
+
+
+def _float_from_text(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"not a number: {text!r}") from None
+
+
+# Environment text of a key with no Spelling, by type (a str key takes the text as it is).
+_FROM_TEXT: Final[dict[type, Callable[[str], object]]] = {
+    bool: _bool_from_text,
+    int: _int_from_text,
+    float: _float_from_text,
+}
+
+
+def _builtin_number(value: object, base: type) -> object:
+    """numpy scalars, IntEnums, Fractions as the builtin int/float msgspec checks; else as is.
+
+    A Decimal is refused for a float: msgspec takes it, but it is no ``numbers.Real``.
+    """
+    if isinstance(value, bool):
+        return value
+    if base is int and isinstance(value, SupportsIndex):
+        return operator.index(value)
+    if base is float and isinstance(value, numbers.Real):
+        return float(value)
+    if base is float and isinstance(value, decimal.Decimal):
+        raise ValueError("not a number: Decimal")
+    return value
+
+
+def _describe(tp: Any, spelling: Spelling | None) -> str:
+    """The values a type accepts, in words: ``an int >= 1``, ``a float in [0.0, 1.0]``."""
+    info = msgspec.inspect.type_info(tp)
+    ge = getattr(info, "ge", None)
+    if spelling is not None:
+        return spelling.what.format(ge=ge)
+    if isinstance(info, msgspec.inspect.IntType):
+        return f"an int >= {ge}"
+    if isinstance(info, msgspec.inspect.FloatType):
+        return f"a float in [{ge}, {info.le}]"
+    return {bool: "a bool", str: "a str"}[tp]
+
+
+@dataclasses.dataclass(frozen=True)
+class Key:
+    """One configuration key: its type, default, environment variables and meaning."""
+
+    name: str
+    type: Any = dataclasses.field(repr=False)  # of the layer form, as msgspec checks it
+    spelling: Spelling | None = dataclasses.field(repr=False)
+    default: Any = dataclasses.field(repr=False)  # layer form
+    env: tuple[str, ...]  # first set one wins; env[0] is the name ``runtime_env`` writes
+    doc: str
+    ours: bool  # a key this project added (upstream has no such key)
+
+    @property
+    def type_name(self) -> str:
+        """Readable type, for docs and errors."""
+        return _describe(self.type, self.spelling)
+
+    @property
+    def default_value(self) -> object:
+        """The default in public form, as ``get_global_config`` would show it."""
+        return self.public(self.default)
+
+    @property
+    def _base(self) -> Any:
+        return typing.get_args(self.type)[0] if typing.get_origin(self.type) else self.type
+
+    def coerce(self, value: object) -> Any:
+        """Layer form of a Python value (``configure``, TOML); ValueError if not acceptable."""
+        if self.spelling is not None:
+            value = self.spelling.read(value)
+        else:
+            value = _builtin_number(value, self._base)
+        return msgspec.convert(value, self.type, strict=True)
+
+    def parse_text(self, text: str) -> Any:
+        """Layer form of an environment variable's text (``"true"``, ``"30s"``); ValueError."""
+        from_text = None if self.spelling is not None else _FROM_TEXT.get(self._base)
+        return self.coerce(text if from_text is None else from_text(text))
+
+    def public(self, value: Any) -> object:
+        """What ``get_global_config`` shows; ``coerce(public(v)) == v``."""
+        return format_duration_ns(value) if self.spelling is DURATION else value
+
+    def snapshot(self, value: Any) -> object:
+        """What ``Config`` attributes hold, the form cheapest to use on hot paths."""
+        return value / NS if self.spelling is DURATION else value
+
+    def text(self, value: Any) -> str:
+        """Environment-variable form; ``parse_text(text(v)) == v``."""
+        if self.spelling is DURATION:
+            return format_duration_ns(value)
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, Encoding):
+            return value.value
+        return str(value)
+
+
+_META: Final = "monarch.config"
+
+
+def _aliases(env: tuple[str, ...]) -> tuple[str, ...]:
+    """Add the other spelling of each HYPERACTOR_ name (with and without ``MESH_``)."""
+    out = list(env)
+    for name in env:
+        if name.startswith("HYPERACTOR_MESH_"):
+            out.append("HYPERACTOR_" + name.removeprefix("HYPERACTOR_MESH_"))
+        elif name.startswith("HYPERACTOR_"):
+            out.append("HYPERACTOR_MESH_" + name.removeprefix("HYPERACTOR_"))
+    return tuple(dict.fromkeys(out))
+
+
+def key(default: object, *env: str, doc: str, ours: bool = False) -> Any:
+    """A ``Config`` field: its default as ``Config`` holds it, environment variables, meaning."""
+    return dataclasses.field(default=default, metadata={_META: (_aliases(env), doc, ours)})
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    """Frozen, attribute-access view of the merged configuration (see ``current_config``).
+
+    Durations are float seconds, sizes int bytes. Keys marked "ours" are not upstream's. A new
+    key is one field here; its default is written as this class holds it (``30.0``, not "30s").
+    """
+
+    # transport and wire
+    default_transport: Transport = key(
+        "unix",
+        "HYPERACTOR_MESH_DEFAULT_TRANSPORT",
+        "HYPERACTOR_DEFAULT_TRANSPORT",
+        "MONARCH_TRANSPORT",
+        doc="Channel transport for procs' addresses (enable_transport).",
+    )
+    codec_max_frame_length: Annotated[int, msgspec.Meta(ge=1), BYTE_SIZE] = key(
+        10 * 1024**3,
+        "HYPERACTOR_CODEC_MAX_FRAME_LENGTH",
+        doc="Largest message accepted on a connection, in bytes; larger frames close it.",
+    )
+    default_encoding: Annotated[Encoding, ENCODING] = key(
+        Encoding.Multipart,
+        "HYPERACTOR_DEFAULT_ENCODING",
+        doc="Wire encoding of message bodies.",
+    )
+    small_write_threshold: Bytes = key(
+        256,
+        "MONARCH_HYPERACTOR_SMALL_WRITE_THRESHOLD",
+        doc="Buffers below this many bytes are copied into the frame, larger ones sent as-is.",
+    )
+    # messages
+    message_delivery_timeout: Seconds = key(
+        30.0,
+        "HYPERACTOR_MESSAGE_DELIVERY_TIMEOUT",
+        doc="A message not delivered within this is returned as undeliverable.",
+    )
+    message_ack_time_interval: Seconds = key(
+        0.5,
+        "HYPERACTOR_MESSAGE_ACK_TIME_INTERVAL",
+        doc="Channel acknowledgement period.",
+    )
+    message_ack_every_n_messages: Positive = key(
+        1000,
+        "HYPERACTOR_MESSAGE_ACK_EVERY_N_MESSAGES",
+        doc="Acknowledge at least every N messages.",
+    )
+    message_ttl_default: Positive = key(
+        64,
+        "HYPERACTOR_MESSAGE_TTL_DEFAULT",
+        doc="Hops a message may take before it is dropped as looping.",
+    )
+    split_max_buffer_size: Count = key(
+        5,
+        "HYPERACTOR_SPLIT_MAX_BUFFER_SIZE",
+        doc="Fragments buffered while splitting/reassembling messages.",
+    )
+    split_max_buffer_age: Seconds = key(
+        0.05,
+        "HYPERACTOR_SPLIT_MAX_BUFFER_AGE",
+        doc="Longest a split-message buffer waits before it is flushed.",
+    )
+    channel_net_rx_buffer_full_check_interval: Seconds = key(
+        5.0,
+        "HYPERACTOR_CHANNEL_NET_RX_BUFFER_FULL_CHECK_INTERVAL",
+        doc="How often a full receive buffer is re-checked.",
+    )
+    message_latency_sampling_rate: Fraction01 = key(
+        0.01,
+        "HYPERACTOR_MESSAGE_LATENCY_SAMPLING_RATE",
+        doc="Fraction of messages whose latency is recorded.",
+    )
+    enable_dest_actor_reordering_buffer: bool = key(
+        True,
+        "HYPERACTOR_ENABLE_DEST_ACTOR_REORDERING_BUFFER",
+        doc="Restore per-sender order at the destination actor.",
+    )
+    actor_queue_dispatch: bool = key(
+        True,
+        "HYPERACTOR_ACTOR_QUEUE_DISPATCH",
+        doc="Dispatch actor messages through a queue rather than directly.",
+    )
+    # casting
+    max_cast_dimension_size: Positive = key(
+        16,
+        "HYPERACTOR_MESH_MAX_CAST_DIMENSION_SIZE",
+        doc="Largest mesh dimension a cast covers in one step of the tree.",
+    )
+    max_cast_fanout: Positive = key(
+        16,
+        "HYPERACTOR_MESH_MAX_CAST_FANOUT",
+        doc="Children per node of the multicast forwarding tree.",
+    )
+    # spawning, stopping, supervision
+    host_spawn_ready_timeout: Seconds = key(
+        30.0,
+        "HYPERACTOR_HOST_SPAWN_READY_TIMEOUT",
+        doc="Longest wait for a spawned host to become ready.",
+    )
+    mesh_proc_spawn_max_idle: Seconds = key(
+        30.0,
+        "HYPERACTOR_MESH_PROC_SPAWN_MAX_IDLE",
+        doc="Longest silence between status updates while spawning procs.",
+    )
+    actor_spawn_max_idle: Seconds = key(
+        30.0,
+        "HYPERACTOR_MESH_ACTOR_SPAWN_MAX_IDLE",
+        doc="Longest silence between status updates while spawning actors.",
+    )
+    get_actor_state_max_idle: Seconds = key(
+        60.0,
+        "HYPERACTOR_MESH_GET_ACTOR_STATE_MAX_IDLE",
+        doc="Longest wait for an actor state query.",
+    )
+    proc_stop_max_idle: Seconds = key(
+        30.0,
+        "HYPERACTOR_MESH_PROC_STOP_MAX_IDLE",
+        doc="Longest silence between status updates while stopping procs.",
+    )
+    get_proc_state_max_idle: Seconds = key(
+        60.0,
+        "HYPERACTOR_MESH_GET_PROC_STATE_MAX_IDLE",
+        doc="Longest wait for a proc state query.",
+    )
+    stop_actor_timeout: Seconds = key(
+        10.0,
+        "HYPERACTOR_STOP_ACTOR_TIMEOUT",
+        doc="Budget for an actor to stop gracefully.",
+    )
+    cleanup_timeout: Seconds = key(
+        3.0,
+        "HYPERACTOR_CLEANUP_TIMEOUT",
+        doc="Budget for an actor's __cleanup__.",
+    )
+    process_exit_timeout: Seconds = key(
+        10.0,
+        "HYPERACTOR_PROCESS_EXIT_TIMEOUT",
+        doc="Wait for a process to exit before it is killed.",
+    )
+    mesh_terminate_timeout: Seconds = key(
+        10.0,
+        "HYPERACTOR_MESH_TERMINATE_TIMEOUT",
+        doc="Per-child budget for graceful termination.",
+    )
+    mesh_terminate_concurrency: Positive = key(
+        16,
+        "HYPERACTOR_MESH_TERMINATE_CONCURRENCY",
+        doc="Children terminated at once during shutdown.",
+    )
+    supervision_watchdog_timeout: Seconds = key(
+        120.0,
+        "HYPERACTOR_MESH_SUPERVISION_WATCHDOG_TIMEOUT",
+        doc="Silence on the supervision stream after which the controller counts as unreachable.",
+    )
+    mesh_attach_config_timeout: Seconds = key(
+        10.0,
+        "HYPERACTOR_MESH_ATTACH_CONFIG_TIMEOUT",
+        doc="Budget for pushing configuration to workers in attach_to_workers.",
+    )
+    mesh_bootstrap_enable_pdeathsig: bool = key(
+        True,
+        "HYPERACTOR_MESH_BOOTSTRAP_ENABLE_PDEATHSIG",
+        doc="Children get a parent-death signal, so none outlives its parent.",
+    )
+    heartbeat_interval: Seconds = key(
+        1.0,
+        "MONARCH_HEARTBEAT_INTERVAL",
+        doc="(ours) Period of host/proc liveness heartbeats.",
+        ours=True,
+    )
+    heartbeat_timeout: Seconds = key(
+        5.0,
+        "MONARCH_HEARTBEAT_TIMEOUT",
+        doc="(ours) A peer silent this long is declared dead.",
+        ours=True,
+    )
+    read_peer_buffers: bool = key(
+        True,
+        "MONARCH_READ_PEER_BUFFERS",
+        doc=(
+            "(ours) Processes of one machine read each other's large buffers directly "
+            "(process_vm_readv, one copy) where allowed, instead of through the socket."
+        ),
+        ours=True,
+    )
+    wait_spin: Seconds = key(
+        300e-6,
+        "MONARCH_WAIT_SPIN",
+        doc=(
+            "(ours) How long a waiting thread yields the CPU before it sleeps: replies and "
+            "calls that come sooner skip a wake-up. A process's event loop after it handled "
+            "messages, an idle sync actor's thread (one per process), and a thread blocking "
+            "on a Future when fewer processes must answer than there are CPUs (else it would "
+            "take a CPU they need). 0 to sleep at once."
+        ),
+        ours=True,
+    )
+    procs_per_process: Positive = key(
+        1,
+        "MONARCH_PROCS_PER_PROCESS",
+        doc=(
+            "(ours) Procs of a spawn_procs mesh that share one OS process: simulates a large "
+            "mesh (e.g. 8 x 128) on a small machine; each proc still gets its own actors."
+        ),
+        ours=True,
+    )
+    # logging
+    enable_log_forwarding: bool = key(
+        False,
+        "HYPERACTOR_MESH_ENABLE_LOG_FORWARDING",
+        doc="Forward children's stdout/stderr through the mesh.",
+    )
+    enable_file_capture: bool = key(
+        False,
+        "HYPERACTOR_MESH_ENABLE_FILE_CAPTURE",
+        doc="Persist children's output to per-host files.",
+    )
+    tail_log_lines: Count = key(
+        0,
+        "HYPERACTOR_MESH_TAIL_LOG_LINES",
+        doc="Recent output lines kept in memory per process.",
+    )
+    read_log_buffer: Count = key(
+        100,
+        "HYPERACTOR_READ_LOG_BUFFER",
+        doc="Buffer size used when reading children's logs.",
+    )
+    force_file_log: bool = key(
+        False,
+        "HYPERACTOR_FORCE_FILE_LOG",
+        doc="Log to a file regardless of the environment.",
+    )
+    prefix_with_rank: bool = key(
+        True,
+        "HYPERACTOR_PREFIX_WITH_RANK",
+        doc="Prefix forwarded log lines with the rank.",
+    )
+    # admin
+    mesh_admin_addr: str = key(
+        "[::]:1729",
+        "HYPERACTOR_MESH_ADMIN_ADDR",
+        doc="Bind address of the mesh admin HTTP server.",
+    )
+    pyspy_bin: str = key(
+        "",
+        "PYSPY_BIN",
+        doc="py-spy executable used by the admin server ('' = look it up on PATH).",
+    )
+    # rdma
+    rdma_allow_tcp_fallback: bool = key(
+        True,
+        "MONARCH_RDMA_ALLOW_TCP_FALLBACK",
+        doc="Without ibverbs, move RDMA buffers over TCP/shared memory instead of failing.",
+    )
+    rdma_disable_ibverbs: bool = key(
+        False,
+        "MONARCH_RDMA_DISABLE_IBVERBS",
+        doc="Ignore ibverbs devices even when present (forces the fallback).",
+    )
+    rdma_max_chunk_size_mb: Positive = key(
+        64,
+        "MONARCH_RDMA_MAX_CHUNK_SIZE_MB",
+        doc="Chunk size, in MiB, of fallback transfers.",
+    )
+    rdma_ibverbs_target: str = key(
+        "",
+        "MONARCH_RDMA_IBVERBS_TARGET",
+        doc="Device to use: 'cpu:<numa>', 'gpu:<ordinal>', 'nic:<name>' ('' = automatic).",
+    )
+    rdma_peer_device_affinity: str = key(
+        "",
+        "MONARCH_RDMA_PEER_DEVICE_AFFINITY",
+        doc="Which peer NICs a local NIC pairs with: 'any', 'match_name', 'groups:a,b|c,d'.",
+    )
+    rdma_max_nics_per_buffer: Count = key(
+        1,
+        "MONARCH_RDMA_MAX_NICS_PER_BUFFER",
+        doc="NICs a buffer is registered on, at most (0 = every equally good NIC).",
+    )
+    rdma_min_stripe_size_kb: Positive = key(
+        512,
+        "MONARCH_RDMA_MIN_STRIPE_SIZE_KB",
+        doc="Smallest stripe, in KiB, when a transfer is striped across queue pairs.",
+    )
+    rdma_qps_per_cq: Positive = key(
+        64,
+        "MONARCH_RDMA_QPS_PER_CQ",
+        doc="Queue pairs sharing one completion queue.",
+    )
+    rdma_cq_poller_per_device: bool = key(
+        False,
+        "MONARCH_RDMA_CQ_POLLER_PER_DEVICE",
+        doc="One completion poller per device instead of one per completion queue.",
+    )
+    rdma_runtime_worker_threads: Positive = key(
+        4,
+        "MONARCH_RDMA_RUNTIME_WORKER_THREADS",
+        doc="Worker threads of the RDMA data plane (latched at first RDMA use).",
+    )
+
+
+def _build_key(field: dataclasses.Field[Any], annotation: Any) -> Key:
+    env, doc, ours = field.metadata[_META]
+    spelling = next(
+        (m for m in getattr(annotation, "__metadata__", ()) if isinstance(m, Spelling)), None
+    )
+    layer_type = Nanoseconds if spelling is DURATION else annotation
+    probe = Key(field.name, layer_type, spelling, None, env, doc, ours)
+    default = probe.coerce(field.default)
+    held = probe.snapshot(default)
+    if held != field.default or type(held) is not type(field.default):
+        raise TypeError(f"Config.{field.name}: write its default as {held!r}, as Config holds it")
+    return dataclasses.replace(probe, default=default)
+
+
+def _build_keys() -> dict[str, Key]:
+    hints = typing.get_type_hints(Config, include_extras=True)
+    return {f.name: _build_key(f, hints[f.name]) for f in dataclasses.fields(Config)}
+
+
+KEYS: Final[Mapping[str, Key]] = MappingProxyType(_build_keys())
+"""Every configuration key, by name, in declaration order."""

@@ -1,0 +1,109 @@
+"""The calling context: which actor runs, where it sits, and the message's rank.
+
+``context()`` is upstream's: in an endpoint the running actor's ``Instance`` and the
+message's position in the slice it was sent to; on the client (or outside any actor) the
+root client's. ``Instance.stop``/``abort``/``kill`` reach the actor's runner through the
+registry here, which the runner fills (see ``_runner``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from ._proc_mesh import ProcMesh, this_proc
+from ._runtime import current_runtime
+from ._scope import current_context
+from ._shape import Extent, Point
+
+
+class ActorControls(Protocol):
+    """What ``Instance`` asks of the runner of its actor."""
+
+    def request_stop(self, reason: str) -> None: ...
+
+    def request_abort(self, reason: str) -> None: ...
+
+
+running: dict[str, ActorControls] = {}
+"""The actors running in this process by actor id (for ``Instance.stop``/``abort``)."""
+
+
+@dataclass(frozen=True)
+class Instance:
+    """The running actor: where it sits in the mesh it was spawned on."""
+
+    rank: Point
+    name: str
+    class_name: str
+    actor_id: str
+    proc_id: str
+    creator: str | None = None
+    """The process that spawned this actor (``None`` for the root client)."""
+
+    @property
+    def proc(self) -> ProcMesh:
+        """This actor's own process, as a ProcMesh of one: ``spawn`` on it stays local."""
+        return this_proc()
+
+    @property
+    def proc_mesh(self) -> ProcMesh:
+        return self.proc
+
+    def stop(self, reason: str | None = None) -> None:
+        """Stop this actor after the message it is handling (``__cleanup__`` runs)."""
+        self._controls().request_stop(reason or "stopped by itself")
+
+    def abort(self, reason: str | None = None) -> None:
+        """Fail this actor: its owner is told, later calls raise SupervisionError."""
+        self._controls().request_abort(reason or "aborted by itself")
+
+    def kill(self, reason: str | None = None) -> None:
+        """Like :meth:`abort`: the actor fails without running ``__cleanup__``."""
+        self._controls().request_abort(reason or "killed by itself")
+
+    def _controls(self) -> ActorControls:
+        controls = running.get(self.actor_id)
+        if controls is None:
+            raise RuntimeError(
+                f"{self.actor_id} is not an actor running in this process (the root client "
+                "is stopped with shutdown_context())"
+            )
+        return controls
+
+
+@dataclass(frozen=True)
+class Context:
+    actor_instance: Instance
+    message_rank: Point
+
+
+EMPTY_POINT = Point(0, Extent([], []))
+
+
+def context() -> Context:
+    """The running actor and the message's rank; on the client, the root client context."""
+    current: Context | None = current_context.get()
+    if current is not None:
+        return current
+    runtime = current_runtime()
+    return Context(
+        Instance(
+            EMPTY_POINT, "client", "RootClientActor", f"{runtime.address}/client", runtime.address
+        ),
+        EMPTY_POINT,
+    )
+
+
+def current_rank() -> Point:
+    return context().message_rank
+
+
+def current_size() -> dict[str, int]:
+    return dict(context().message_rank.extent.items())
+
+
+def current_actor_name() -> str:
+    return context().actor_instance.name
+
+

@@ -1,0 +1,184 @@
+"""Declaring actors: the ``Actor`` base class and the ``@endpoint`` decorators.
+
+``@endpoint`` turns a method into an ``EndpointProperty``: the function, its signature
+(checked at the call site) and its calling options. Which endpoints a class has and
+whether it is a sync or an async actor are read here, by the caller (``_actor_mesh``) and
+the callee (``_runner``) alike.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar, overload
+
+from ._shape import MeshTrait, NDSlice, Shape
+
+R = TypeVar("R")
+
+
+class EndpointProperty(Generic[R]):
+    """What ``@endpoint`` makes of a method: the function plus its calling options."""
+
+    def __init__(
+        self,
+        method: Callable[..., Any],
+        *,
+        propagate: Any = None,
+        explicit_response_port: bool = False,
+        instrument: bool = True,
+        concurrent: bool = False,
+    ) -> None:
+        self._method = method
+        self._propagate = propagate
+        self._explicit_response_port = explicit_response_port
+        self._instrument = instrument
+        self._concurrent = concurrent
+        self._signature = inspect.signature(method)
+        self._arity = _positional_arity(self._signature)
+        functools.update_wrapper(self, method)  # type: ignore[arg-type]
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self._method)
+
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        return self._method.__get__(instance, owner)
+
+
+@overload
+def endpoint(method: Callable[..., Any]) -> Any: ...
+
+
+@overload
+def endpoint(
+    *, propagate: Any = None, explicit_response_port: bool = False, instrument: bool = True
+) -> Callable[[Callable[..., Any]], Any]: ...
+
+
+def endpoint(
+    method: Callable[..., Any] | None = None,
+    *,
+    propagate: Any = None,
+    explicit_response_port: bool = False,
+    instrument: bool = True,
+) -> Any:
+    """Mark an actor method as callable through meshes (bare or with options)."""
+
+    def wrap(fn: Callable[..., Any]) -> EndpointProperty[Any]:
+        if isinstance(fn, EndpointProperty):
+            raise TypeError("endpoint applied twice")
+        return EndpointProperty(
+            fn,
+            propagate=propagate,
+            explicit_response_port=explicit_response_port,
+            instrument=instrument,
+        )
+
+    return wrap(method) if method is not None else wrap
+
+
+@overload
+def concurrent_endpoint(method: Callable[..., Any]) -> Any: ...
+
+
+@overload
+def concurrent_endpoint(
+    *, propagate: Any = None, explicit_response_port: bool = False, instrument: bool = True
+) -> Callable[[Callable[..., Any]], Any]: ...
+
+
+def concurrent_endpoint(
+    method: Callable[..., Any] | None = None,
+    *,
+    propagate: Any = None,
+    explicit_response_port: bool = False,
+    instrument: bool = True,
+) -> Any:
+    """Like ``@endpoint`` for an ``async def`` whose body runs as its own task.
+
+    Later messages proceed while it awaits; bodies start in arrival order per
+    sender. Pending bodies are cancelled before ``__cleanup__``.
+    """
+
+    def wrap(fn: Callable[..., Any]) -> EndpointProperty[Any]:
+        if isinstance(fn, EndpointProperty):
+            raise TypeError("do not stack @concurrent_endpoint with @endpoint")
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"@concurrent_endpoint needs an async def, not {fn!r}")
+        return EndpointProperty(
+            fn,
+            propagate=propagate,
+            explicit_response_port=explicit_response_port,
+            instrument=instrument,
+            concurrent=True,
+        )
+
+    return wrap(method) if method is not None else wrap
+
+
+def _positional_arity(signature: inspect.Signature) -> tuple[int, int] | None:
+    """(fewest, most) positional arguments a plain signature takes, self included;
+    ``None`` when it has ``*args``, ``**kwargs`` or keyword-only parameters."""
+    fewest = most = 0
+    for param in signature.parameters.values():
+        if param.kind not in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            return None
+        most += 1
+        if param.default is param.empty:
+            fewest = most
+    return fewest, most
+
+
+def endpoints_of(cls: type) -> dict[str, EndpointProperty[Any]]:
+    found: dict[str, EndpointProperty[Any]] = {}
+    for klass in reversed(cls.__mro__):
+        for name, value in vars(klass).items():
+            if isinstance(value, EndpointProperty):
+                found[name] = value
+            else:
+                found.pop(name, None)
+    return found
+
+
+def actor_is_async(cls: type) -> bool:
+    kinds = {name: prop.is_async for name, prop in endpoints_of(cls).items()}
+    if len(set(kinds.values())) > 1:
+        sync = sorted(n for n, a in kinds.items() if not a)
+        asyn = sorted(n for n, a in kinds.items() if a)
+        raise ValueError(
+            f"{cls.__name__} mixes sync endpoints {sync} and async endpoints {asyn}; "
+            "an actor's endpoints must be all `def` or all `async def`"
+        )
+    return any(kinds.values())
+
+
+# -- the actor base class and its context -----------------------------------------------
+
+
+class Actor(MeshTrait):
+    """Base class of user actors: private state, one message at a time.
+
+    A MeshTrait as upstream's is, so that ``procs.spawn(name, MyActor)`` (typed as
+    returning ``MyActor``) type-checks the mesh operations of the ActorMesh it returns.
+    An actor instance itself is not a mesh.
+    """
+
+    @property
+    def _ndslice(self) -> NDSlice:
+        raise TypeError("an actor is not a mesh; slice the ActorMesh that spawn() returned")
+
+    @property
+    def _labels(self) -> Sequence[str]:
+        raise TypeError("an actor is not a mesh; slice the ActorMesh that spawn() returned")
+
+    def _new_with_shape(self, shape: Shape) -> Actor:
+        raise TypeError("an actor is not a mesh; slice the ActorMesh that spawn() returned")
+
+    @functools.cached_property
+    def logger(self) -> logging.Logger:
+        return logging.getLogger(f"{type(self).__module__}.{type(self).__qualname__}")

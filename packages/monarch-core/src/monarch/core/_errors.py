@@ -1,0 +1,136 @@
+"""The exceptions of monarch-core, one tree under :class:`MonarchError`, and what carries a
+remote exception back to its caller.
+
+Each class also derives from the built-in exception that upstream Monarch raises for the
+same mistake (``RuntimeError``, ``KeyError``...), so ``except`` clauses written against
+upstream keep working.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+from ._serialize import dumps
+
+
+class MonarchError(Exception):
+    """Base class of every error monarch-core raises."""
+
+
+# -- calls -------------------------------------------------------------------------------
+
+
+class ActorError(MonarchError):
+    """An endpoint raised: the original exception and the remote traceback."""
+
+    def __init__(
+        self, exception: BaseException, message: str = "A remote actor call failed"
+    ) -> None:
+        self.exception = exception
+        self.message = message
+        self.exception_formatted = "".join(
+            traceback.format_exception(type(exception), exception, exception.__traceback__)
+        )
+        super().__init__(exception, message)
+
+    def __str__(self) -> str:
+        return f"{self.message}:\n{self.exception_formatted}"
+
+
+class SupervisionError(MonarchError, RuntimeError):
+    """The target actor or its proc has failed; the call cannot complete."""
+
+
+class MeshFailure(MonarchError):
+    """What failed: which mesh, which of its ranks, and why (with the chain below it).
+
+    Handed to the owner's ``__supervise__`` (see ``_supervision``), and to
+    ``unhandled_fault_hook`` at the root.
+    """
+
+    def __init__(
+        self, mesh_name: str, crashed_ranks: Sequence[int], event: str, mesh: Any = None
+    ) -> None:
+        super().__init__(mesh_name, list(crashed_ranks), event)
+        self.mesh_name = mesh_name
+        self.crashed_ranks = list(crashed_ranks)
+        self.event = event
+        self.mesh = mesh
+
+    def report(self) -> str:
+        ranks = ", ".join(map(str, self.crashed_ranks)) or "none"
+        return f"mesh {self.mesh_name!r} (ranks {ranks}) failed: {self.event}"
+
+    def __str__(self) -> str:
+        return (
+            f"MeshFailure(mesh_name={self.mesh_name}, crashed_ranks={self.crashed_ranks}, "
+            f"event={self.event})"
+        )
+
+    def __reduce__(self) -> Any:
+        return (MeshFailure, (self.mesh_name, self.crashed_ranks, self.event))
+
+
+class RemoteFailure:
+    """What travels back when remote code raises: the exception and its traceback text.
+
+    Not an exception itself: the receiving side turns it into one (``to_error``).
+    """
+
+    def __init__(self, exception: BaseException, formatted: str, message: str) -> None:
+        self.exception = exception
+        self.formatted = formatted
+        self.message = message
+
+    @classmethod
+    def of(cls, exc: BaseException, message: str) -> RemoteFailure:
+        formatted = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        try:
+            dumps(exc)
+        except Exception:  # noqa: BLE001 - an unpicklable exception travels as text
+            exc = RuntimeError(f"{type(exc).__name__}: {exc}")
+        return cls(exc, formatted, message)
+
+    def to_error(self) -> Exception:
+        if isinstance(self.exception, SupervisionError):
+            return self.exception
+        error = ActorError(self.exception, self.message)
+        error.exception_formatted = self.formatted
+        return error
+
+
+# -- processes ----------------------------------------------------------------------------
+
+
+class PeerLost(MonarchError, ConnectionError):
+    """A peer process stopped answering (exited, was killed, or the link broke)."""
+
+
+class PullError(MonarchError, OSError):
+    """A lent buffer could not be read (the lender is gone, or reading is not allowed)."""
+
+
+class WorkerConfigError(MonarchError, RuntimeError):
+    """A worker cannot start: no usable job secret, or an unsupported address or security."""
+
+
+# -- meshes -------------------------------------------------------------------------------
+
+
+class DimensionError(MonarchError, KeyError, ValueError, TypeError):
+    """A dimension label that the shape, extent or mesh does not have.
+
+    Upstream raises ``TypeError`` (``slice``), ``KeyError`` (``size``) or ``ValueError``
+    (``extent[...]``, ``point[...]``) for this one mistake; being all three keeps any of those
+    ``except`` clauses working, and being a ``KeyError`` lets ``label in point`` answer False.
+    """
+
+    def __str__(self) -> str:
+        # KeyError would repr() the message; show it as written.
+        return str(self.args[0]) if self.args else ""
+
+
+class MeshIndexError(MonarchError, IndexError, ValueError):
+    """An index or range outside a dimension (upstream: IndexError for ints, ValueError else)."""

@@ -1,0 +1,23 @@
+"""The callee side: actor runners, sync and async apart, and a mesh's local actors.
+
+``_actor_runner`` holds what every runner does (routing, replies, failure, stop);
+``_sync`` runs an actor of ``def`` endpoints on its own thread, ``_async`` one of
+``async def`` endpoints as a task on the proc's loop; ``_local`` starts the runners of a
+spawn and hands a mesh's calls to them in order.
+"""
+
+from ._actor_runner import ActorRunner
+from ._async import AsyncRunner
+from ._local import LocalGather, LocalMesh, handle_spawn_actor, refuse_undeliverable, start_actor
+from ._sync import SyncRunner
+
+__all__ = [
+    "ActorRunner",
+    "AsyncRunner",
+    "LocalGather",
+    "LocalMesh",
+    "SyncRunner",
+    "handle_spawn_actor",
+    "refuse_undeliverable",
+    "start_actor",
+]

@@ -1,0 +1,277 @@
+"""What every actor runner does, sync or async: routing, replies, failure, stop.
+
+A runner hosts one actor in its proc and handles its messages one at a time, in order
+(``_local`` hands them over). Two kinds run actor code: ``SyncRunner`` (an actor of
+``def`` endpoints, on a thread of its own) and ``AsyncRunner`` (``async def``
+endpoints, a task on the proc's loop); this base class holds what they share.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from monarch.core._context import Context, Instance
+from monarch.core._endpoint import EndpointProperty, endpoints_of
+from monarch.core._errors import MeshFailure, RemoteFailure, SupervisionError
+from monarch.core._future import wait_outcome
+from monarch.core._messages import (
+    STOP_METHOD,
+    TO_PROC,
+    ActorFailed,
+    Call,
+    PortRef,
+    PortValue,
+    ShapeSpec,
+    SpawnActor,
+    shape_of,
+)
+from monarch.core._port import Port
+from monarch.core._runtime import Runtime
+from monarch.core._serialize import dumps, loads_arguments
+from monarch.core._shape import Point
+from monarch.transport import Buffer
+
+log = logging.getLogger("monarch.actor")
+
+STOP = "stop"
+CALL = "call"
+SUPERVISE = "supervise"
+Item = tuple[str, Any, Sequence[Buffer]]
+"""A message for the actor: its kind (``CALL``, ``STOP``, ``SUPERVISE``) and content."""
+
+
+class ActorRunner:
+    """Runs one actor inside its proc: its messages one at a time, in order."""
+
+    def __init__(self, runtime: Runtime, spawn: SpawnActor, cls: type | None) -> None:
+        """``cls``: the actor's class (``None`` when it could not be unpickled)."""
+        self.runtime = runtime
+        self.spawn = spawn
+        self.failure: BaseException | None = None
+        self.stopped: str | None = None
+        self.instance: Any = None
+        self.endpoints: dict[str, EndpointProperty[Any]] = {}
+        shape = shape_of(spawn.shape)
+        self.rank = Point(shape.ndslice.index(spawn.rank), shape.extent)
+        actor_id = f"{runtime.address}/{spawn.mesh}[{self.rank.rank}]"
+        self.info = Instance(
+            self.rank, spawn.name, "?", actor_id, runtime.address, spawn.reply.proc
+        )
+        if cls is not None:
+            self.info = dataclasses.replace(self.info, class_name=cls.__name__)
+            self.endpoints = endpoints_of(cls)
+        self._contexts: dict[ShapeSpec, Context] = {}
+        self.owned: list[Any] = []
+        """Meshes this actor spawned: they are stopped before it, and die with it."""
+
+    # -- routing -----------------------------------------------------------------------
+
+    def _put(self, item: Item) -> None:
+        """Queue a message for the actor's code (the loop thread, or the actor's own)."""
+        raise NotImplementedError
+
+    def _on_own_thread(self) -> bool:
+        """Whether the caller runs the actor's code (a sync actor's thread)."""
+        return False
+
+    def request_stop(self, reason: str) -> None:
+        """Stop once the messages queued so far are handled (from any thread).
+
+        From the actor's own code the stop is queued at once, before the reply to the
+        message being handled goes out: a call sent after that reply is refused."""
+        stop = (STOP, Call(self.spawn.mesh, STOP_METHOD, self.spawn.shape), dumps(reason))
+        if self.runtime.on_loop() or self._on_own_thread():
+            self._put(stop)
+        else:
+            self.runtime.call_soon(self._put, stop)
+
+    def enqueue(self, call: Call, payload: Sequence[Buffer]) -> None:
+        """A call for this actor, in order (see ``_local``)."""
+        # A stop is queued like any message: it drains what came before it.
+        self._put((STOP if call.method == STOP_METHOD else CALL, call, payload))
+
+    def supervise(self, failure: MeshFailure) -> None:
+        """A mesh this actor owns failed: ``__supervise__`` runs between messages."""
+        self._put((SUPERVISE, failure, ()))
+
+    def request_abort(self, reason: str) -> None:
+        """Fail now (from any thread): as if an endpoint had raised with nobody to tell."""
+        self._fail(RuntimeError(reason), reason)
+
+    def _context_for(self, call: Call) -> Context:
+        """The context of a message: this actor's rank within the shape it was cast to
+        (cached per shape)."""
+        context = self._contexts.get(call.shape)
+        if context is None:
+            if len(self._contexts) >= 64:
+                self._contexts.clear()
+            shape = shape_of(call.shape)
+            point = Point(shape.ndslice.index(self.spawn.rank), shape.extent)
+            context = self._contexts[call.shape] = Context(self.info, point)
+        return context
+
+    def _endpoint(self, call: Call) -> EndpointProperty[Any] | None:
+        prop = self.endpoints.get(call.method)
+        if prop is None and not call.method.startswith("_"):
+            # A plain method called through as_endpoint().
+            method = getattr(type(self.instance), call.method, None)
+            if callable(method):
+                prop = EndpointProperty(method, explicit_response_port=call.explicit)
+        return prop
+
+    def _prepare(
+        self, call: Call, parts: Sequence[Buffer], context: Context
+    ) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        """The function to run for a call, and its arguments."""
+        args, kwargs = loads_arguments(parts)
+        prop = self._endpoint(call)
+        if prop is None:
+            raise AttributeError(f"{type(self.instance).__name__} has no endpoint {call.method!r}")
+        if prop._explicit_response_port:
+            reply = call.reply
+            rank = context.message_rank.rank
+            port: Port[Any] | _DropPort = Port(reply, rank) if reply is not None else _DropPort()
+            return _no_result(prop._method), (self.instance, port, *args), kwargs
+        return prop._method, (self.instance, *args), kwargs
+
+    def _conclude(
+        self,
+        call: Call,
+        context: Context,
+        result: Any,
+        exc: BaseException | None,
+        batch: list[Any] | None = None,
+    ) -> None:
+        """Reply with what a call returned or raised; what cannot go back fails the actor."""
+        reply = call.reply
+        rank = context.message_rank.rank
+        if exc is None:
+            if reply is not None and result is not _NO_RESULT:
+                self._reply(reply, result, rank=rank, batch=batch)
+            return
+        if not isinstance(exc, Exception):  # SystemExit and the like fail the actor
+            self._fail(exc, f"endpoint {call.method} raised {type(exc).__name__}")
+            if reply is not None:
+                self._refuse(call, batch)
+            return
+        prop = self._endpoint(call)
+        explicit = prop is not None and prop._explicit_response_port
+        if reply is not None and not (explicit and prop is not None and prop._concurrent):
+            self._reply(reply, exc, error=True, rank=rank, batch=batch)
+        else:
+            self._fail(exc, f"endpoint {call.method} raised with nobody to tell")
+
+    def _refuse(self, call: Call, batch: list[Any] | None = None) -> None:
+        if call.reply is None:
+            return
+        if self.stopped is not None:
+            why = f"actor {self.info.actor_id} was stopped: {self.stopped}"
+        else:
+            why = (
+                f"actor {self.info.actor_id} and all its descendants have failed: {self.failure!r}"
+            )
+        rank = self._context_for(call).message_rank.rank
+        self._reply(call.reply, SupervisionError(why), error=True, rank=rank, batch=batch)
+
+    def _supervise_handler(
+        self, failure: MeshFailure
+    ) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        if self.failure is not None or self.stopped is not None:
+            raise NoHandler
+        handler = getattr(type(self.instance), "__supervise__", None)
+        if handler is None:
+            self._fail(failure, "it owns a failed mesh and has no __supervise__")
+            raise NoHandler
+        return handler, (self.instance, failure), {}
+
+    def _supervised(self, failure: MeshFailure, handled: Any) -> None:
+        """What ``__supervise__`` returned (or raised): a falsy value fails the actor."""
+        if isinstance(handled, Exception):
+            self._fail(handled, f"__supervise__ raised while handling {failure}")
+        elif not handled:
+            self._fail(failure, "__supervise__ did not handle a failure")
+
+    def _fail(self, exc: BaseException, why: str) -> None:
+        """The actor has failed (from any thread): it answers every later call with a
+        SupervisionError, its owner hears of it, and the meshes it owns die with it."""
+        if self.failure is not None:
+            return
+        self.failure = exc
+        log.error("actor %s failed: %s", self.info.actor_id, why, exc_info=exc)
+        reason = f"actor {self.info.actor_id} failed: {why}: {exc!r}"
+        failed = ActorFailed(self.spawn.mesh, self.spawn.rank, reason)
+        self.runtime.post(self.spawn.reply.proc, TO_PROC, "", failed)
+        if self.owned:
+            self.runtime.call_soon(
+                self.runtime.spawn_task, self._stop_owned(f"owner {self.info.actor_id} failed")
+            )
+
+    async def _stop_owned(self, reason: str) -> None:
+        owned, self.owned = self.owned, []
+        for mesh in reversed(owned):
+            try:
+                await wait_outcome(mesh.stop(reason)._cf)
+            except Exception:
+                log.exception("stopping %r owned by %s failed", mesh, self.info.actor_id)
+
+    def _reply_stopped(self, stop: Call) -> None:
+        if stop.reply is not None:
+            self._reply(stop.reply, None, rank=self._context_for(stop).message_rank.rank)
+
+    def _reply(
+        self,
+        port: PortRef,
+        value: Any,
+        *,
+        error: bool = False,
+        rank: int = 0,
+        batch: list[Any] | None = None,
+    ) -> None:
+        """Send a value or an error to a port (from any thread; see ``Runtime.post``)."""
+        if error:
+            value = RemoteFailure.of(value, f"A remote actor call failed on {self.info.actor_id}")
+        try:
+            payload = dumps(value)
+        except Exception as exc:  # noqa: BLE001 - an unpicklable result fails the call
+            problem = TypeError(f"cannot pickle the result of {self.info.actor_id}: {exc}")
+            payload = dumps(RemoteFailure.of(problem, "A remote actor call failed"))
+            error = True
+        self.runtime.send_to_port(port, PortValue(rank, error), payload, batch)
+
+
+class NoHandler(Exception):
+    """No ``__supervise__`` runs (the actor is done, or has none and has failed)."""
+
+
+_NO_RESULT: Any = object()
+"""What an explicit-response endpoint returns: it replies through its port itself."""
+
+
+def _no_result(method: Callable[..., Any]) -> Callable[..., Any]:
+    if inspect.iscoroutinefunction(method):
+
+        async def run_async(*args: Any, **kwargs: Any) -> Any:
+            await method(*args, **kwargs)
+            return _NO_RESULT
+
+        return run_async
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        method(*args, **kwargs)
+        return _NO_RESULT
+
+    return run
+
+
+class _DropPort:
+    """The port an explicit-response endpoint gets when the caller wants no reply."""
+
+    def send(self, obj: object) -> None:
+        pass
+
+    def exception(self, exc: BaseException) -> None:
+        pass

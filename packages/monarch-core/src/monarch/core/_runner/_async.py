@@ -1,0 +1,140 @@
+"""The runner of an async actor (all ``async def`` endpoints): a task on the proc's loop.
+
+Its messages are handled one at a time by that task; a ``concurrent_endpoint`` body runs
+as a task of its own, started in arrival order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from monarch.core._config import current_config
+from monarch.core._context import Context
+from monarch.core._errors import MeshFailure
+from monarch.core._messages import Call, SpawnActor
+from monarch.core._runtime import Runtime
+from monarch.core._scope import current_context, current_owner
+from monarch.core._serialize import loads
+from monarch.core._shape import Point
+from monarch.transport import Buffer
+
+from ._actor_runner import STOP, SUPERVISE, ActorRunner, Item, NoHandler
+
+log = logging.getLogger("monarch.actor")
+
+
+class AsyncRunner(ActorRunner):
+    def __init__(self, runtime: Runtime, spawn: SpawnActor, cls: type | None) -> None:
+        super().__init__(runtime, spawn, cls)
+        self.queue: asyncio.Queue[Item] = asyncio.Queue()
+        """The actor's messages, taken by its task."""
+        self.concurrent: set[asyncio.Task[None]] = set()
+
+    def start(
+        self,
+        cls: type | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        unpickling: Exception | None = None,
+    ) -> None:
+        self.runtime.spawn_task(self._run_async(cls, args, kwargs, unpickling))
+
+    def _put(self, item: Item) -> None:
+        self.queue.put_nowait(item)
+
+    async def _run_async(
+        self,
+        cls: type | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        unpickling: Exception | None = None,
+    ) -> None:
+        """``unpickling``: why the class could not be read (the actor fails at once)."""
+        spawn = self.spawn
+        try:
+            if unpickling is not None:
+                raise unpickling
+            assert cls is not None
+            self.instance = await self._invoke(self.rank, cls, *args, **kwargs)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - any failure in __init__ fails the actor
+            self._reply(spawn.reply, exc, error=True)
+            self._fail(exc, "__init__ raised")
+        else:
+            self._reply(spawn.reply, None)
+        while True:
+            kind, message, parts = await self.queue.get()
+            if kind == STOP:
+                await self._stop_async(message, parts)
+            elif kind == SUPERVISE:
+                await self._supervise_async(message)
+            elif self.failure is not None or self.stopped is not None:
+                self._refuse(message)
+            else:
+                await self._handle_async(message, parts)
+
+    async def _invoke(
+        self, message_rank: Point, fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        ctx = contextvars.copy_context()
+        ctx.run(current_context.set, Context(self.info, message_rank))
+        ctx.run(current_owner.set, self)
+        if inspect.iscoroutinefunction(fn):
+            return await ctx.run(asyncio.ensure_future, fn(*args, **kwargs))
+        return ctx.run(fn, *args, **kwargs)
+
+    async def _handle_async(self, call: Call, parts: Sequence[Buffer]) -> None:
+        prop = self._endpoint(call)
+        if prop is not None and prop._concurrent:
+            task = self.runtime.loop.create_task(self._handle_one(call, parts))
+            self.concurrent.add(task)
+            task.add_done_callback(self.concurrent.discard)
+            await asyncio.sleep(0)  # let it start before the next message: start order
+        else:
+            await self._handle_one(call, parts)
+
+    async def _handle_one(self, call: Call, parts: Sequence[Buffer]) -> None:
+        context = self._context_for(call)
+        try:
+            fn, args, kwargs = self._prepare(call, parts, context)
+            result = await self._invoke(context.message_rank, fn, *args, **kwargs)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - see _conclude
+            self._conclude(call, context, None, exc)
+        else:
+            self._conclude(call, context, result, None)
+
+    async def _supervise_async(self, failure: MeshFailure) -> None:
+        try:
+            fn, args, _ = self._supervise_handler(failure)
+            handled = await self._invoke(self.rank, fn, *args)
+        except NoHandler:
+            return
+        except Exception as exc:  # noqa: BLE001 - a raising handler fails its actor
+            handled = exc
+        self._supervised(failure, handled)
+
+    async def _stop_async(self, stop: Call, parts: Sequence[Buffer]) -> None:
+        if self.stopped is None:
+            self.stopped = str(loads(parts))
+            await self._stop_owned(f"owner {self.info.actor_id} stopped")
+            for task in list(self.concurrent):
+                task.cancel()
+            cleanup = getattr(self.instance, "__cleanup__", None)
+            if cleanup is not None and self.failure is None:
+                try:
+                    await asyncio.wait_for(
+                        self._invoke(self.rank, cleanup, None), current_config().cleanup_timeout
+                    )
+                except TimeoutError:
+                    log.warning("__cleanup__ of %s timed out", self.info.actor_id)
+                except Exception:
+                    log.exception("__cleanup__ of %s failed", self.info.actor_id)
+        self._reply_stopped(stop)

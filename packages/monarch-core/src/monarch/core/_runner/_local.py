@@ -1,0 +1,158 @@
+"""The actors of one mesh in this process, and how they come to be.
+
+``handle_spawn_actor`` starts a runner per local rank of a ``SpawnActor``; ``LocalMesh``
+takes the mesh's calls off the wire in sequence order per origin and hands each to the
+local actors its shape covers; ``LocalGather`` sends their replies back together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from monarch.core._cast import ReceiveOrder
+from monarch.core._config import current_config
+from monarch.core._context import running
+from monarch.core._endpoint import actor_is_async
+from monarch.core._errors import RemoteFailure, SupervisionError
+from monarch.core._messages import (
+    Body,
+    Call,
+    PortBatch,
+    PortRef,
+    PortValue,
+    ShapeSpec,
+    SpawnActor,
+    shape_of,
+)
+from monarch.core._runtime import Runtime
+from monarch.core._serialize import dumps, loads
+from monarch.transport import Buffer
+
+from ._actor_runner import ActorRunner
+from ._async import AsyncRunner
+from ._sync import SyncRunner
+
+
+def start_actor(runtime: Runtime, spawn: SpawnActor, payload: Sequence[Buffer]) -> ActorRunner:
+    """The runner of one actor of a spawn, its ``__init__`` started (sync or async by
+    its endpoints); a class that cannot be read fails the actor at once."""
+    cls: type | None = None
+    try:
+        cls, args, kwargs = loads(payload)
+        is_async = actor_is_async(cls)
+    except Exception as exc:  # noqa: BLE001 - reported as the spawn's failure
+        failed = AsyncRunner(runtime, spawn, cls if isinstance(cls, type) else None)
+        failed.start(None, (), {}, exc)
+        return failed
+    if is_async:
+        runner = AsyncRunner(runtime, spawn, cls)
+        runner.start(cls, args, kwargs)
+        return runner
+    sync = SyncRunner(runtime, spawn, cls)
+    sync.start(cls, args, kwargs)
+    return sync
+
+
+def handle_spawn_actor(
+    runtime: Runtime, body: SpawnActor, payload: Sequence[Buffer], sender: str
+) -> None:
+    runners = [
+        start_actor(runtime, msgspec.structs.replace(body, rank=rank, ranks=()), payload)
+        for rank in (body.ranks or (body.rank,))
+    ]
+    for runner in runners:
+        running[runner.info.actor_id] = runner
+    runtime.add_actor(body.mesh, LocalMesh(runtime, runners).deliver)
+
+
+
+def refuse_undeliverable(runtime: Runtime, body: Body, dest: str) -> None:
+    """A call for an actor this proc does not have: the caller must not wait forever."""
+    if isinstance(body, Call) and body.reply is not None:
+        error = SupervisionError(f"no actor {dest!r} on {runtime.address} (never spawned or gone)")
+        failure = RemoteFailure.of(error, "undeliverable message")
+        runtime.send_to_port(body.reply, PortValue(0, True), dumps(failure))
+
+
+
+class LocalMesh:
+    """The actors of one mesh that live in this process (several when procs share one).
+
+    Takes the mesh's calls off the wire in sequence order per origin (see ``_cast``) and
+    hands each to the local actors its shape covers. When a call gathers replies and
+    covers several of them, their replies go back together (``LocalGather``).
+    """
+
+    def __init__(self, runtime: Runtime, hosts: list[ActorRunner]) -> None:
+        self.runtime = runtime
+        self.hosts = hosts
+        self.order = ReceiveOrder(
+            self._dispatch,
+            runtime.loop.call_later,
+            lambda: current_config().message_delivery_timeout,
+        )
+        self._targets: dict[ShapeSpec, list[ActorRunner]] = {}
+
+    def deliver(self, body: Body, payload: Sequence[Buffer], sender: str) -> None:
+        if not isinstance(body, Call):
+            return
+        seq = body.seqs[0] if body.seqs else 0
+        origin = body.origin or sender
+        if self.order.is_next(origin, seq):  # the common case, in fewer steps
+            self._dispatch((body, payload))
+        else:
+            self.order.accept(origin, seq, (body, payload))
+
+    def _dispatch(self, item: tuple[Call, Sequence[Buffer]]) -> None:
+        call, payload = item
+        hosts = self.hosts
+        if len(hosts) > 1:
+            hosts = self._covered(call.shape)
+            if len(hosts) > 1 and call.gather and call.reply is not None:
+                gather = LocalGather(self.runtime, call.reply, len(hosts))
+                call = msgspec.structs.replace(call, reply=gather.port)
+        for host in hosts:
+            host.enqueue(call, payload)
+
+    def _covered(self, spec: ShapeSpec) -> list[ActorRunner]:
+        covered = self._targets.get(spec)
+        if covered is None:
+            if len(self._targets) >= 64:
+                self._targets.clear()
+            ndslice = shape_of(spec).ndslice
+            covered = self._targets[spec] = [h for h in self.hosts if h.spawn.rank in ndslice]
+        return covered
+
+
+class LocalGather:
+    """Collects the replies of this process's actors to one call; sends them on as one
+    PortBatch, each distinct value once (replies of identical values are stored once)."""
+
+    __slots__ = ("count", "groups", "port", "reply", "runtime")
+
+    def __init__(self, runtime: Runtime, reply: PortRef, count: int) -> None:
+        self.runtime = runtime
+        self.reply = reply
+        self.count = count
+        self.groups: dict[Any, tuple[list[int], bool, Sequence[Buffer]]] = {}
+        self.port = runtime.open_port(self)
+
+    def __call__(self, body: Body, payload: Sequence[Buffer]) -> None:
+        if not isinstance(body, PortValue):
+            return
+        # A value that is one small pickle is grouped with identical ones.
+        key: Any = (body.error, bytes(payload[0])) if len(payload) == 1 else object()
+        group = self.groups.get(key)
+        if group is None:
+            self.groups[key] = ([body.rank], body.error, payload)
+        else:
+            group[0].append(body.rank)
+        self.count -= 1
+        if self.count == 0:
+            self.runtime.close_port(self.port)
+            groups = tuple((tuple(r), e, len(p)) for r, e, p in self.groups.values())
+            parts = [part for _, _, p in self.groups.values() for part in p]
+            self.runtime.send_to_port(self.reply, PortBatch(groups), parts)

@@ -1,0 +1,216 @@
+"""The runner of a sync actor (all ``def`` endpoints): a thread of its own.
+
+The thread takes the actor's messages from a queue, runs them and replies from there:
+the proc's loop only decodes and routes, with no loop round trip per message, and a
+long endpoint never stalls the proc. Replies to a burst are held and go out in one
+system call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import logging
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from monarch.core._config import current_config
+from monarch.core._context import Context
+from monarch.core._future import run_on
+from monarch.core._errors import MeshFailure
+from monarch.core._messages import Call, SpawnActor
+from monarch.core._runtime import Runtime, spin, spin_seconds
+from monarch.core._scope import current_context, current_owner
+from monarch.core._serialize import loads, loads_arguments
+from monarch.transport import Buffer
+
+from ._actor_runner import CALL, STOP, ActorRunner, Item, NoHandler
+
+HELD_REPLIES = 32
+"""Most replies a sync actor's thread holds back while more messages wait."""
+
+log = logging.getLogger("monarch.actor")
+
+
+class SyncRunner(ActorRunner):
+    def __init__(self, runtime: Runtime, spawn: SpawnActor, cls: type) -> None:
+        super().__init__(runtime, spawn, cls)
+        self.calls: queue.SimpleQueue[Item] = queue.SimpleQueue()
+        """The actor's messages, taken by its thread."""
+        self._plain: dict[str, Callable[..., Any]] = {
+            name: prop._method
+            for name, prop in self.endpoints.items()
+            if not prop._explicit_response_port and not _is_async_fn(prop._method)
+        }
+        """The declared ``def`` endpoints without a response port, by name: the thread
+        calls them directly, without ``_prepare``."""
+        self.thread_id: int | None = None
+        """The actor's thread (``threading.get_ident``)."""
+
+    def start(self, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        threading.Thread(
+            target=self._run_sync,
+            args=(cls, args, kwargs),
+            name=f"actor-{self.spawn.name}",
+            daemon=True,
+        ).start()
+
+    def _put(self, item: Item) -> None:
+        self.calls.put(item)
+
+    def _on_own_thread(self) -> bool:
+        return threading.get_ident() == self.thread_id
+
+    def _run_sync(self, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.thread_id = threading.get_ident()
+        current_owner.set(self)
+        current_context.set(Context(self.info, self.rank))
+        try:
+            self.instance = cls(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - any failure in __init__ fails the actor
+            self._reply(self.spawn.reply, exc, error=True)
+            self._fail(exc, "__init__ raised")
+        else:
+            self._reply(self.spawn.reply, None)
+        calls = self.calls
+        # Replies wait here while more messages are queued (up to HELD_REPLIES of them),
+        # then go out in one system call. Only replies: what the actor's own code sends
+        # goes out at once, as it may block waiting for an answer to it.
+        held: list[Any] = []
+        pending = 0
+        flush_writes = self.runtime.flush_writes
+        while True:
+            if held and (pending >= HELD_REPLIES or calls.empty()):
+                flush_writes(held)
+                pending = 0
+            if calls.empty():
+                _await_message(calls)
+            kind, message, parts = calls.get()
+            if kind == CALL:
+                pending += 1
+            try:
+                self._serve_sync(kind, message, parts, held)
+            except Exception:
+                log.exception("actor %s could not handle a message", self.info.actor_id)
+            # Nothing of a message outlives its handling here (its arguments and result
+            # were locals of _serve_sync): a large one's memory is then free for the next
+            # (see _memory.fresh_bytes), which the loop may be receiving already.
+            del message, parts
+
+    def _serve_sync(
+        self, kind: str, message: Any, parts: Sequence[Buffer], held: list[Any]
+    ) -> None:
+        if kind == CALL:
+            if self.failure is not None or self.stopped is not None:
+                self._refuse(message, held)
+                return
+            context = self._context_for(message)
+            current_context.set(context)
+            plain = self._plain.get(message.method)
+            try:
+                if plain is not None:  # the common case, in fewer steps (see _prepare)
+                    args, kwargs = loads_arguments(parts)
+                    result = plain(self.instance, *args, **kwargs)
+                else:
+                    fn, args, kwargs = self._prepare(message, parts, context)
+                    result = self._call_sync(fn, args, kwargs)
+            except BaseException as exc:  # noqa: BLE001 - see _conclude
+                self._conclude(message, context, None, exc, held)
+            else:
+                self._conclude(message, context, result, None, held)
+        else:
+            self.runtime.flush_writes(held)
+            if kind == STOP:
+                self._stop_sync(message, parts)
+            else:
+                self._supervise_sync(message)
+
+    def _call_sync(
+        self, fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]
+    ) -> Any:
+        """Call actor code on its thread; an ``async def`` (an as_endpoint method, a
+        ``__supervise__``) runs on the loop while the thread waits."""
+        if not _is_async_fn(fn):
+            return fn(*args, **kwargs)
+        ctx = contextvars.copy_context()
+
+        async def run() -> Any:
+            return await ctx.run(asyncio.ensure_future, fn(*args, **kwargs))
+
+        return run_on(self.runtime, run()).get()
+
+    def _stop_sync(self, stop: Call, parts: Sequence[Buffer]) -> None:
+        if self.stopped is None:
+            self.stopped = str(loads(parts))
+            if self.owned:
+                run_on(self.runtime, self._stop_owned(f"owner {self.info.actor_id} stopped")).get()
+            cleanup = getattr(self.instance, "__cleanup__", None)
+            if cleanup is not None and self.failure is None:
+                current_context.set(Context(self.info, self.rank))
+                self._cleanup_sync(cleanup, stop)
+                return
+        self._reply_stopped(stop)
+
+    def _cleanup_sync(self, cleanup: Callable[..., Any], stop: Call) -> None:
+        """Run ``__cleanup__`` here; the stop completes at ``cleanup_timeout`` at the latest."""
+        replied = threading.Lock()
+
+        def reply() -> None:
+            if replied.acquire(blocking=False):
+                self._reply_stopped(stop)
+
+        def expire() -> None:
+            if not replied.locked():
+                log.warning("__cleanup__ of %s timed out", self.info.actor_id)
+                reply()
+
+        timeout = current_config().cleanup_timeout
+        self.runtime.call_soon(self.runtime.loop.call_later, timeout, expire)
+        try:
+            self._call_sync(cleanup, (None,), {})
+        except Exception:
+            log.exception("__cleanup__ of %s failed", self.info.actor_id)
+        reply()
+
+    def _supervise_sync(self, failure: MeshFailure) -> None:
+        current_context.set(Context(self.info, self.rank))
+        try:
+            handled = self._call_sync(*self._supervise_handler(failure))
+        except NoHandler:
+            return
+        except Exception as exc:  # noqa: BLE001 - a raising handler fails its actor
+            handled = exc
+        self._supervised(failure, handled)
+
+
+_spinning = 0
+"""Sync actor threads of this process yielding while they wait (at most one)."""
+
+
+def _await_message(calls: queue.SimpleQueue[Any]) -> None:
+    """Yield the CPU a while (``wait_spin``) for the next message before sleeping on the
+    queue: in a call-and-wait exchange it comes soon, and on an idle machine waking a
+    sleeping thread costs a halted CPU's wake-up. One actor thread of a process at most,
+    so that a cast to many actors of one process does not keep them all spinning."""
+    global _spinning
+    if _spinning:
+        return
+    seconds = spin_seconds()
+    if seconds <= 0:
+        return
+    _spinning += 1
+    try:
+        spin(lambda: not calls.empty(), seconds)
+    finally:
+        _spinning -= 1
+
+
+
+def _is_async_fn(fn: Callable[..., Any]) -> bool:
+    code = getattr(fn, "__code__", None)  # a plain function: one flag, no inspect call
+    if code is not None and not hasattr(fn, "_is_coroutine_marker"):
+        return bool(code.co_flags & inspect.CO_COROUTINE)
+    return inspect.iscoroutinefunction(fn)

@@ -1,0 +1,58 @@
+"""The per-process runtime: one event loop, a listener, a writer per peer, ports, actors.
+
+Every Monarch process runs exactly one ``Runtime``, on one asyncio event loop (uvloop when
+installed): in a worker proc on its main thread, in the controller (the user's script) and
+in a ``monarch worker`` on a background thread, so plain code can block on futures while
+the loop works. The core's hot paths use asyncio directly: the loop's callbacks, not
+anyio's task groups, carry every message (anyio serves the transports, and awaiting a
+Monarch Future from trio).
+
+Which thread does what:
+
+- **The loop thread** owns all routing state: ports, watchers, actor sinks, the writer
+  tasks, timers. Code elsewhere reaches it through ``Runtime.call_soon(fn, *args)``, one
+  ordered queue for every thread, so what a thread asks for happens in the order it asked.
+- **Any thread may send** (``Runtime.post``/``cast``/``send_to_port``): a message to an
+  idle peer is written by the sending thread itself, else queued to that peer's writer
+  (``_peers``); one thread's messages to one peer keep their order either way. A thread
+  may cast without the loop only when ``Runtime.idle()`` (nothing it asked earlier is
+  still queued).
+- **A sync actor** runs on its own thread and replies from there; an async actor is a
+  task on the loop (``monarch.core._runner``).
+- **Waiting**: every waiter (a thread blocked on a Future, an idle actor thread, the loop
+  after messages) first yields the CPU for ``wait_spin``, then sleeps (``_spin``).
+
+Modules: ``_spin`` (the wait rule), ``_loop`` (the event loop), ``_peers`` (a peer's
+writer), ``_router`` (``Runtime``), ``_current`` (this process's runtime).
+"""
+
+from ._current import (
+    current_runtime,
+    install_runtime,
+    on_loop_thread,
+    running_runtime,
+    set_starter,
+)
+from ._loop import new_event_loop
+from ._peers import DEFER, PeerWriter
+from ._router import ActorSink, ControlHandler, PeerWatcher, PortHandler, Runtime
+from ._spin import USABLE_CPUS, spin, spin_seconds
+
+__all__ = [
+    "DEFER",
+    "USABLE_CPUS",
+    "ActorSink",
+    "ControlHandler",
+    "PeerWatcher",
+    "PeerWriter",
+    "PortHandler",
+    "Runtime",
+    "current_runtime",
+    "install_runtime",
+    "new_event_loop",
+    "on_loop_thread",
+    "running_runtime",
+    "set_starter",
+    "spin",
+    "spin_seconds",
+]

@@ -1,0 +1,320 @@
+"""The writing side of a connection to one peer: ordered, batched, and watching the peer.
+
+Any thread may post to a peer (see the package docstring): a message goes straight to the
+socket when that peer's connection is idle, else to the peer's writer task, which keeps
+each thread's order and turns a burst into one system call, its small messages into one
+``Batch`` frame. The writer also notices when the peer dies: the connection closes (a
+peer on this machine) or its heartbeats stop (one elsewhere).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, Final, Protocol
+
+from monarch.core._config import current_config
+from monarch.core._errors import PeerLost
+from monarch.core._messages import BATCH_BYTES, BATCH_MAX, HEARTBEAT, Batch, Packed
+from monarch.core._ring import Ring
+from monarch.transport import Buffer, Connection, TransportError, open_connection
+from monarch.transport.wire import Envelope, decode_envelope, encode
+
+DEFER: Final[list[Any]] = []
+"""A ``batch`` for ``post`` off the loop: the writer task flushes (see ``Runtime.cast``)."""
+
+
+class WriterOwner(Protocol):
+    """What a writer needs of its runtime."""
+
+    loop: asyncio.AbstractEventLoop
+    secret: bytes
+    address: str
+    hello: dict[str, str]
+    incarnations: dict[str, str]
+
+    def call_soon(self, *request: Any) -> None: ...
+
+    def _peer_failed(self, address: str, exc: BaseException) -> None: ...
+
+
+class _Run:
+    """Small messages queued one after another for one peer: one ``Batch`` frame, of at
+    most ``BATCH_MAX`` messages and about ``BATCH_BYTES`` of payload."""
+
+    __slots__ = ("full", "items", "size")
+
+    def __init__(self, first: Packed) -> None:
+        self.items: list[Packed] = []
+        self.size = 0
+        self.add(first)
+
+    def add(self, message: Packed) -> None:
+        self.items.append(message)
+        for part in message.payload:
+            self.size += len(part)
+        self.full = len(self.items) >= BATCH_MAX or self.size >= BATCH_BYTES
+
+
+class PeerWriter:
+    """Writes the messages queued for one peer, in order; notices when the peer dies.
+
+    Any thread may post: an actor's thread writes its replies straight to the socket
+    (so a reply is out before the actor's next message runs, and no loop wake-up is
+    paid for it). ``lock`` guards the connection's sending side, ``pending`` and
+    ``busy``; while ``busy``, only the writer task touches the connection.
+    """
+
+    def __init__(self, runtime: WriterOwner, address: str) -> None:
+        self.runtime = runtime
+        self.address = address
+        self.lock = threading.Lock()
+        self.pending: deque[_Run | Sequence[Buffer]] = deque()
+        self.wake = asyncio.Event()
+        self.kicked = False
+        """A wake-up of the writer task is on its way from another thread."""
+        self.failure: BaseException | None = None
+        self.heard = runtime.loop.time()
+        """When the peer last showed it is alive (connection made, or a heartbeat)."""
+        self.conn: Connection | None = None
+        """Set once connected; then an idle writer lets ``post`` write directly."""
+        self.busy = False
+        self.task: asyncio.Task[None] | None = None
+        self.stopped = False
+        self.lend = False
+        """The peer reads our large buffers itself (see ``_lending``)."""
+        self._ring: Ring | None = None
+        self._ring_tried = False
+
+    def ring(self) -> Ring | None:
+        """Our ring to this peer (see ``_ring``), opened when first lent through; None
+        where there is none to be had. Any thread."""
+        with self.lock:
+            if not self._ring_tried and not self.stopped:
+                self._ring = Ring.open()
+                self._ring_tried = True
+            return self._ring
+
+    def start(self) -> None:
+        """Connect and serve (loop thread)."""
+        if self.task is None and not self.stopped:
+            self.task = self.runtime.loop.create_task(self.run())
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self.task is not None:
+            self.task.cancel()
+        with self.lock:
+            ring, self._ring = self._ring, None
+        if ring is not None:
+            ring.close()
+
+    def post(
+        self,
+        message: Packed | Sequence[Buffer],
+        on_loop: bool = True,
+        batch: list[PeerWriter] | None = None,
+    ) -> None:
+        """Queue a message (a small one still a ``Packed``, else its frame's parts) from
+        any thread (``on_loop`` says which). A lone message to an idle connection is
+        written at once; in a ``batch`` it waits for the batch's flush, with ``DEFER``
+        for the writer task: what waits together goes out in one system call, and
+        consecutive ``Packed`` as one ``Batch`` frame (a ``_Run``). A run that fills up
+        is written at once by the thread that filled it: the peer starts on it while
+        the rest of the burst is made."""
+        if self.failure is not None:
+            return  # undeliverable: whoever waits on this peer has been told
+        error: TransportError | None = None
+        with self.lock:
+            conn, pending = self.conn, self.pending
+            if conn is None or self.busy or pending or batch is not None:
+                full = False
+                if type(message) is Packed:
+                    run = pending[-1] if pending else None
+                    if type(run) is _Run and not run.full:
+                        run.add(message)
+                    else:
+                        run = _Run(message)
+                        pending.append(run)
+                    full = run.full
+                else:
+                    pending.append(message)  # type: ignore[arg-type]
+                ready = conn is not None and not self.busy
+                if ready and full:
+                    assert conn is not None
+                    try:
+                        self._queue_pending(conn)
+                        if self._flush_locked(conn):
+                            return
+                    except TransportError as exc:
+                        error = exc
+                    ready = False
+            else:
+                # Straight into the connection, with no task switch; order holds, as
+                # nothing is queued before it.
+                try:
+                    conn.send_nowait([encode(message)] if isinstance(message, Packed) else message)
+                    if self._flush_locked(conn):
+                        return
+                except TransportError as exc:
+                    error = exc
+                ready = False
+        if error is not None:
+            self._fail_from(error, on_loop)
+        elif ready and batch is not None and batch is not DEFER:
+            if self not in batch:
+                batch.append(self)
+        else:
+            self._kick(on_loop)
+
+    def flush(self, on_loop: bool = True) -> None:
+        """Write what a batch queued; the writer task finishes if the socket is full."""
+        with self.lock:
+            conn = self.conn
+            if conn is None or self.busy:
+                return
+            try:
+                self._queue_pending(conn)
+                if self._flush_locked(conn):
+                    return
+            except TransportError as exc:
+                error: TransportError | None = exc
+            else:
+                error = None
+        if error is not None:
+            self._fail_from(error, on_loop)
+        else:
+            self._kick(on_loop)
+
+    def _flush_locked(self, conn: Connection) -> bool:
+        """Write what the connection holds (the lock held); when the socket is full,
+        the writer task goes on (``busy``) and this returns False."""
+        if conn.flush_nowait():
+            return True
+        self.busy = True
+        return False
+
+    def _queue_pending(self, conn: Connection) -> None:
+        """Move what waits into the connection's send queue (the lock held), a run of
+        small messages as one ``Batch``, encoded here rather than by each sender."""
+        pending = self.pending
+        while pending:
+            message = pending.popleft()
+            if type(message) is _Run:
+                items = message.items
+                conn.send_nowait([encode(Batch(items) if len(items) > 1 else items[0])])
+            else:
+                conn.send_nowait(message)  # type: ignore[arg-type]
+
+    def _kick(self, on_loop: bool) -> None:
+        if on_loop:
+            self.wake.set()
+        elif not self.kicked:
+            self.kicked = True
+            self.runtime.loop.call_soon_threadsafe(self.wake.set)
+
+    def _fail_from(self, error: BaseException, on_loop: bool) -> None:
+        if on_loop:
+            self._fail(error)
+        else:
+            self.runtime.call_soon(self._fail, error)
+
+    async def run(self) -> None:
+        conn: Connection | None = None
+        loop = self.runtime.loop
+        settings = heartbeat_settings(self.address)
+        beat = None if settings is None else loop.create_task(self._heartbeat(*settings))
+        try:
+            conn = await open_connection(self.address, secret=self.runtime.secret)
+            self.heard = loop.time()
+            # The hello: who we are (this process's incarnation, which outlives an address
+            # change and tells a restarted process from its predecessor), and how often
+            # the peer should beat back on this connection ("" = never).
+            interval = repr(settings[0]) if settings is not None else ""
+            hello = Envelope(HEARTBEAT, interval, self.runtime.address, 0, self.runtime.hello)
+            await conn.send([encode(hello)])
+            # Peers send nothing but their hello and heartbeats back: see _watch.
+            watch = loop.create_task(self._watch(conn))
+            with self.lock:
+                self.conn = conn
+            try:
+                while True:
+                    with self.lock:
+                        self.kicked = False
+                        self.busy = True
+                        self._queue_pending(conn)
+                    await conn.flush()
+                    with self.lock:
+                        if self.pending:
+                            continue
+                        self.busy = False
+                    await self.wake.wait()
+                    self.wake.clear()
+            finally:
+                with self.lock:
+                    self.conn = None
+                watch.cancel()
+        except (TransportError, OSError) as exc:
+            self._fail(exc)
+        finally:
+            if beat is not None:
+                beat.cancel()
+            if conn is not None:
+                await conn.aclose()
+
+    async def _watch(self, conn: Connection) -> None:
+        """Heartbeats are all a peer sends back; a read fails when the connection dies."""
+        loop = self.runtime.loop
+        try:
+            while len(frame := await conn.receive()) == 1:
+                self.heard = loop.time()
+                headers = decode_envelope(frame[0]).headers
+                incarnation = headers.get("i")
+                if incarnation is not None:
+                    self.runtime.incarnations[self.address] = incarnation
+                if headers.get("pull") == "1":
+                    self.lend = True  # the peer can read our memory: lend it large buffers
+            exc: BaseException = PeerLost(f"{self.address} sent on a one-way connection")
+        except TransportError as error:
+            exc = PeerLost(f"lost connection to {self.address}: {error}")
+        self._fail(exc)
+        self.stop()
+
+    async def _heartbeat(self, interval: float, limit: float) -> None:
+        """Declare the peer lost once it has been silent for ``limit`` s (frozen, cut off)."""
+        loop = self.runtime.loop
+        while True:
+            await asyncio.sleep(min(interval, limit / 2))
+            silent = loop.time() - self.heard
+            if silent > limit:
+                self._fail(
+                    PeerLost(
+                        f"{self.address} sent no heartbeat for {silent:.1f}s "
+                        f"(heartbeat_timeout is {limit:g}s)"
+                    )
+                )
+                self.stop()
+                return
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.failure is None:
+            self.failure = exc
+            with self.lock:
+                self.pending.clear()
+            self.runtime._peer_failed(self.address, exc)
+
+
+def heartbeat_settings(address: str) -> tuple[float, float] | None:
+    """``(interval, timeout)`` for a connection to ``address``: network peers only.
+
+    A peer on this host is seen to die by its connection closing; one on another host may
+    go silent instead (frozen, partitioned), which only a heartbeat deadline notices.
+    """
+    if address.startswith("unix:"):
+        return None
+    config = current_config()
+    if config.heartbeat_interval <= 0 or config.heartbeat_timeout <= 0:
+        return None
+    return config.heartbeat_interval, config.heartbeat_timeout
