@@ -687,6 +687,23 @@ def test_configured_always_restores(
     clear_runtime_config()
 
 
+@HYPOTHESIS
+@given(CONFIG_CHANGES)
+def test_runtime_env_round_trips_any_runtime_layer(changes: dict[str, object]) -> None:
+    """What a child reads from ``runtime_env()`` is what its parent configured."""
+    clear_runtime_config()
+    configure(**changes)
+    expected = get_global_config()
+    env = runtime_env()
+    assert set(env) == {KEYS[name].env[0] for name in changes}
+    clear_runtime_config()
+    try:
+        reload_from_environment(env)
+        assert get_global_config() == expected
+    finally:
+        reload_from_environment()
+
+
 @given(NS_RANGE)
 def test_humantime_parse_format_round_trips(ns: int) -> None:
     seconds = ns / 1e9

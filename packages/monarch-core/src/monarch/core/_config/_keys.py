@@ -11,6 +11,8 @@ nothing drifts), *public* (``get_global_config``, as upstream: durations as norm
 cheapest on hot paths) and *text* (environment variables, for child processes).
 """
 
+# ruff: noqa: RUF009 -- ``key()`` returns a dataclasses.field, which ruff cannot tell
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,6 +47,22 @@ class Spelling:
     read: Callable[[Any], object]  # a value as written -> the annotated type; ValueError if not
 
 
+def _builtin_number(value: object, base: type) -> object:
+    """numpy scalars, IntEnums, Fractions as the builtin int/float msgspec checks; else as is.
+
+    A Decimal is refused for a float: msgspec takes it, but it is no ``numbers.Real``.
+    """
+    if isinstance(value, bool):
+        return value
+    if base is int and isinstance(value, SupportsIndex):
+        return operator.index(value)
+    if base is float and isinstance(value, numbers.Real):
+        return float(value)
+    if base is float and isinstance(value, decimal.Decimal):
+        raise ValueError("not a number: Decimal")
+    return value
+
+
 _ENCODING_NAMES: Final[dict[str, Encoding]] = {
     **{e.name.lower(): e for e in Encoding},
     **{e.value: e for e in Encoding},
@@ -77,8 +95,10 @@ def _read_size(value: object) -> object:
 
 
 def _read_encoding(value: object) -> object:
-    if not isinstance(value, str):
-        return value  # msgspec takes an Encoding and rejects the rest
+    if isinstance(value, Encoding):
+        return value
+    if not isinstance(value, str):  # clearer than msgspec's "Expected `str`" (the values' type)
+        raise ValueError(f"not an Encoding: {type(value).__name__}")
     try:
         return _ENCODING_NAMES[value.strip().lower().removeprefix("encoding.")]
     except KeyError:
@@ -106,15 +126,12 @@ def _read_transport(value: object) -> str:
 DURATION: Final = Spelling(
     "a duration (a humantime string such as '30s', '500ms', '1h 30m', or seconds)", duration_ns
 )
-BYTE_SIZE: Final = Spelling(
-    "a byte size >= {ge} (an int, or a string such as '64MiB')", _read_size
-)
+BYTE_SIZE: Final = Spelling("a byte size >= {ge} (an int, or a string such as '64MiB')", _read_size)
 ENCODING: Final = Spelling(
     "an Encoding (Encoding.Bincode, Encoding.Json, Encoding.Multipart)", _read_encoding
 )
 TRANSPORT: Final = Spelling(
-    "a transport ('unix', 'ipc', 'tcp', 'tls', 'local', 'scheme://address' "
-    "or a ChannelTransport)",
+    "a transport ('unix', 'ipc', 'tcp', 'tls', 'local', 'scheme://address' or a ChannelTransport)",
     _read_transport,
 )
 
@@ -160,22 +177,6 @@ _FROM_TEXT: Final[dict[type, Callable[[str], object]]] = {
     int: _int_from_text,
     float: _float_from_text,
 }
-
-
-def _builtin_number(value: object, base: type) -> object:
-    """numpy scalars, IntEnums, Fractions as the builtin int/float msgspec checks; else as is.
-
-    A Decimal is refused for a float: msgspec takes it, but it is no ``numbers.Real``.
-    """
-    if isinstance(value, bool):
-        return value
-    if base is int and isinstance(value, SupportsIndex):
-        return operator.index(value)
-    if base is float and isinstance(value, numbers.Real):
-        return float(value)
-    if base is float and isinstance(value, decimal.Decimal):
-        raise ValueError("not a number: Decimal")
-    return value
 
 
 def _describe(tp: Any, spelling: Spelling | None) -> str:
