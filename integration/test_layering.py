@@ -317,12 +317,12 @@ def test_core_imports_nothing_of_monarch_inside_a_function() -> None:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 for inner in ast.walk(node):
-                    if isinstance(inner, ast.ImportFrom) and (
-                        inner.level or (inner.module or "").startswith("monarch")
-                    ):
-                        found.append(f"{path.relative_to(ROOT)}:{inner.lineno}")
-                    elif isinstance(inner, ast.Import) and any(
-                        a.name.startswith("monarch") for a in inner.names
+                    if (
+                        isinstance(inner, ast.ImportFrom)
+                        and (inner.level or (inner.module or "").startswith("monarch"))
+                    ) or (
+                        isinstance(inner, ast.Import)
+                        and any(a.name.startswith("monarch") for a in inner.names)
                     ):
                         found.append(f"{path.relative_to(ROOT)}:{inner.lineno}")
     assert not found, f"imports inside functions: {found}"

@@ -105,5 +105,3 @@ def current_size() -> dict[str, int]:
 
 def current_actor_name() -> str:
     return context().actor_instance.name
-
-

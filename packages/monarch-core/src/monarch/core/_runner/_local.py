@@ -68,14 +68,12 @@ def handle_spawn_actor(
     runtime.add_actor(body.mesh, LocalMesh(runtime, runners).deliver)
 
 
-
 def refuse_undeliverable(runtime: Runtime, body: Body, dest: str) -> None:
     """A call for an actor this proc does not have: the caller must not wait forever."""
     if isinstance(body, Call) and body.reply is not None:
         error = SupervisionError(f"no actor {dest!r} on {runtime.address} (never spawned or gone)")
         failure = RemoteFailure.of(error, "undeliverable message")
         runtime.send_to_port(body.reply, PortValue(0, True), dumps(failure))
-
 
 
 class LocalMesh:

@@ -19,8 +19,8 @@ from typing import Any
 
 from monarch.core._config import current_config
 from monarch.core._context import Context
-from monarch.core._future import run_on
 from monarch.core._errors import MeshFailure
+from monarch.core._future import run_on
 from monarch.core._messages import Call, SpawnActor
 from monarch.core._runtime import Runtime, spin, spin_seconds
 from monarch.core._scope import current_context, current_owner
@@ -206,7 +206,6 @@ def _await_message(calls: queue.SimpleQueue[Any]) -> None:
         spin(lambda: not calls.empty(), seconds)
     finally:
         _spinning -= 1
-
 
 
 def _is_async_fn(fn: Callable[..., Any]) -> bool:

@@ -147,6 +147,7 @@ class Inbound:
         if not self.ended.done():
             self.ended.cancel()
 
+
 class Runtime:
     """The Monarch runtime of this process (see the module docstring)."""
 
