@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monarch.core import _lending, _ring
+from monarch.core import PullError, _lending, _ring
 from monarch.core._lending import DESCRIPTOR_SIZE, LEND_MIN, Lender, borrow, is_descriptor
 from monarch.core._memory import HUGE_PAGE
 from monarch.core._serialize import dumps, loads
@@ -102,7 +102,7 @@ def test_another_process_is_read_only_with_its_token() -> None:
         assert _lending.can_read(pid, address, b"monarch-token-123")
         assert not _lending.can_read(pid, address, b"monarch-token-456")
         assert not _lending.can_read(os.getpid(), address, b"monarch-token-123")
-    with pytest.raises(_lending.PullError):
+    with pytest.raises(PullError):
         _lending.pull(pid, address, 16)  # gone
 
 
@@ -152,7 +152,7 @@ def test_a_large_read_failing_in_one_piece_raises(
     pid, *_, holed = lender_process
     assert _lending._readers_for(32 << 20) > 1 or (os.cpu_count() or 1) == 1
     assert len(_lending.pull(pid, holed, 24 << 20)) == 24 << 20
-    with pytest.raises(_lending.PullError, match=f"process {pid}"):
+    with pytest.raises(PullError, match=f"process {pid}"):
         _lending.pull(pid, holed, 32 << 20)
 
 

@@ -129,8 +129,7 @@ def start_controller(listen: str | None = None) -> Runtime:
         async def boot() -> None:
             try:
                 await runtime.start(listen or listen_address())
-                runtime.root = os.environ.get(ROOT_ENV) or runtime.address
-                install_services(runtime)
+                _boot(runtime, os.environ.get(ROOT_ENV, ""))
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
                 failure.append(exc)
             finally:
@@ -145,7 +144,6 @@ def start_controller(listen: str | None = None) -> Runtime:
     if failure:
         raise failure[0]
     os.environ.setdefault(ROOT_ENV, runtime.address)  # this client is the job's root
-    install_runtime(runtime)
     return runtime
 
 

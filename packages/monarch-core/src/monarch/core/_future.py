@@ -14,13 +14,13 @@ import logging
 import threading
 import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any, Final, Generic, Protocol, TypeVar, cast
+from typing import Any, Final, Generic, TypeVar, cast
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
 
-from ._runtime import USABLE_CPUS, current_runtime, on_loop_thread, spin, spin_seconds
+from ._runtime import USABLE_CPUS, Runtime, current_runtime, on_loop_thread, spin, spin_seconds
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -273,15 +273,7 @@ async def _await_elsewhere(outcome: Outcome[R]) -> R:
     return outcome._wait()
 
 
-class LoopRunner(Protocol):
-    """What runs work on the runtime loop from any thread, in order (a Runtime)."""
-
-    loop: asyncio.AbstractEventLoop
-
-    def call_soon(self, *request: Any) -> None: ...
-
-
-def submit_into(runner: LoopRunner, start: Callable[..., None], *args: Any) -> Future[R]:
+def submit_into(runner: Runtime, start: Callable[..., None], *args: Any) -> Future[R]:
     """Run ``start(*args, future)`` on the loop, in call order; it arranges to complete
     the future it is given.
 
@@ -301,14 +293,14 @@ def _start(future: Future[R], start: Callable[..., None], *args: Any) -> None:
             future.set_exception(exc)
 
 
-def run_on(runner: LoopRunner, coro: Coroutine[Any, Any, R]) -> Future[R]:
+def run_on(runner: Runtime, coro: Coroutine[Any, Any, R]) -> Future[R]:
     """Run ``coro`` as a task of the runtime loop, started in order with ``call_soon``."""
     future: Future[R] = Future._new()
     _run_into(runner, coro, future)
     return future
 
 
-def _run_into(runner: LoopRunner, coro: Coroutine[Any, Any, R], future: Outcome[R]) -> None:
+def _run_into(runner: Runtime, coro: Coroutine[Any, Any, R], future: Outcome[R]) -> None:
     def start() -> None:
         task = runner.loop.create_task(coro)
         task.add_done_callback(functools.partial(_copy_outcome, future))

@@ -49,6 +49,7 @@ class ActorRunner:
 
     def __init__(self, runtime: Runtime, spawn: SpawnActor, cls: type | None) -> None:
         """``cls``: the actor's class (``None`` when it could not be unpickled)."""
+        self.cls = cls
         self.runtime = runtime
         self.spawn = spawn
         self.failure: BaseException | None = None
@@ -67,6 +68,10 @@ class ActorRunner:
         self._contexts: dict[ShapeSpec, Context] = {}
         self.owned: list[Any] = []
         """Meshes this actor spawned: they are stopped before it, and die with it."""
+
+    def start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Make the actor (``cls(*args, **kwargs)``) where its code runs, then serve."""
+        raise NotImplementedError
 
     # -- routing -----------------------------------------------------------------------
 

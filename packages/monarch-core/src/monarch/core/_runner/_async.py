@@ -37,25 +37,20 @@ class AsyncRunner(ActorRunner):
 
     def start(
         self,
-        cls: type | None,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        unpickling: Exception | None = None,
-    ) -> None:
-        self.runtime.spawn_task(self._run_async(cls, args, kwargs, unpickling))
-
-    def _put(self, item: Item) -> None:
-        self.queue.put_nowait(item)
-
-    async def _run_async(
-        self,
-        cls: type | None,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         unpickling: Exception | None = None,
     ) -> None:
         """``unpickling``: why the class could not be read (the actor fails at once)."""
-        spawn = self.spawn
+        self.runtime.spawn_task(self._run_async(args, kwargs, unpickling))
+
+    def _put(self, item: Item) -> None:
+        self.queue.put_nowait(item)
+
+    async def _run_async(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], unpickling: Exception | None
+    ) -> None:
+        spawn, cls = self.spawn, self.cls
         try:
             if unpickling is not None:
                 raise unpickling

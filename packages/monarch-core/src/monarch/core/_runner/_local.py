@@ -45,15 +45,11 @@ def start_actor(runtime: Runtime, spawn: SpawnActor, payload: Sequence[Buffer]) 
         is_async = actor_is_async(cls)
     except Exception as exc:  # noqa: BLE001 - reported as the spawn's failure
         failed = AsyncRunner(runtime, spawn, cls if isinstance(cls, type) else None)
-        failed.start(None, (), {}, exc)
+        failed.start((), {}, exc)
         return failed
-    if is_async:
-        runner = AsyncRunner(runtime, spawn, cls)
-        runner.start(cls, args, kwargs)
-        return runner
-    sync = SyncRunner(runtime, spawn, cls)
-    sync.start(cls, args, kwargs)
-    return sync
+    runner = (AsyncRunner if is_async else SyncRunner)(runtime, spawn, cls)
+    runner.start(args, kwargs)
+    return runner
 
 
 def handle_spawn_actor(

@@ -50,10 +50,10 @@ class SyncRunner(ActorRunner):
         self.thread_id: int | None = None
         """The actor's thread (``threading.get_ident``)."""
 
-    def start(self, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         threading.Thread(
             target=self._run_sync,
-            args=(cls, args, kwargs),
+            args=(args, kwargs),
             name=f"actor-{self.spawn.name}",
             daemon=True,
         ).start()
@@ -64,7 +64,9 @@ class SyncRunner(ActorRunner):
     def _on_own_thread(self) -> bool:
         return threading.get_ident() == self.thread_id
 
-    def _run_sync(self, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def _run_sync(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        cls = self.cls
+        assert cls is not None
         self.thread_id = threading.get_ident()
         current_owner.set(self)
         current_context.set(Context(self.info, self.rank))
