@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _workloads import (
     HERE,
     MESH_SIZE,
+    MIB,
     check_echo,
     cold_figures,
     latency,
@@ -89,6 +90,7 @@ class MonarchSide:
         self.async_actors = self.procs.spawn("async_echo", AsyncEcho)
         self.one = self.actors.slice(gpus=0)
         self.async_one = self.async_actors.slice(gpus=0)
+        self._tensor: Any = None
         self.pids: list[int] = list(self.actors.pid.call().get(timeout).values())
 
     def roundtrip(self, n: int) -> dict[str, float]:
@@ -164,6 +166,30 @@ class MonarchSide:
         return {
             f"payload_{mib}MiB_oneway_MiBps": mib * count / oneway,
             f"payload_{mib}MiB_echo_MiBps": 2 * mib * count / echo,
+        }
+
+    def tensor_payload(self, mib: int, count: int) -> dict[str, float]:
+        """``payload`` with a float32 torch tensor of ``mib`` MiB as the argument."""
+        import torch
+
+        if self._tensor is None or self._tensor.numel() * 4 != mib * MIB:
+            self._tensor = torch.arange(mib * MIB // 4, dtype=torch.float32)
+        data = self._tensor
+        one, timeout, clock = self.one, self.timeout, time.perf_counter
+        t0 = clock()
+        for _ in range(count):
+            if one.sink.call_one(data).get(timeout) is not None:
+                raise AssertionError("sink returned a value")
+        oneway = clock() - t0
+        t0 = clock()
+        for _ in range(count):
+            back = one.echo.call_one(data).get(timeout)
+            if back.shape != data.shape or back[-1].item() != data[-1].item():
+                raise AssertionError("echo returned a different tensor")
+        echo = clock() - t0
+        return {
+            f"tensor_{mib}MiB_oneway_MiBps": mib * count / oneway,
+            f"tensor_{mib}MiB_echo_MiBps": 2 * mib * count / echo,
         }
 
     def cold_start(self, timeout: float) -> dict[str, float]:

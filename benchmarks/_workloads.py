@@ -42,8 +42,11 @@ WORKLOADS = (
     "fire_and_forget",
     "mesh_gather",
     "payload",
+    "tensor_payload",
     "cold_start",
 )
+TENSOR_MIB = 128
+"""The size of the float32 tensor of ``tensor_payload`` (sides without torch skip it)."""
 
 
 @dataclass(frozen=True)
@@ -248,6 +251,13 @@ def run_workload(
         for size, count in zip(PAYLOAD_MIB, sizes.payload_calls, strict=True):
             out.update(side.payload(size, payloads[size], count))
         return out
+    if workload == "tensor_payload":
+        tensor_payload = getattr(side, "tensor_payload", None)
+        if tensor_payload is None:
+            return {}  # an implementation that does not take torch tensors
+        count = sizes.payload_calls[PAYLOAD_MIB.index(TENSOR_MIB)]
+        figures: dict[str, float] = tensor_payload(TENSOR_MIB, count)
+        return figures
     if workload == "cold_start":
         return side.cold_start(timeout)
     raise ValueError(workload)
@@ -291,9 +301,9 @@ def run_sides(
     for side in sides:
         for value in side.worker_rss():
             sink.add(side.name, {"worker_rss_MiB": value})
-    if "payload" in workloads:
+    if "payload" in workloads or "tensor_payload" in workloads:
         payloads.update((size, make_payload(size)) for size in PAYLOAD_MIB)
-        prime(["payload"])
+        prime([w for w in workloads if w in ("payload", "tensor_payload")])
     progress("primed")
 
     total = sizes.warmup + sizes.reps

@@ -77,6 +77,7 @@ from _workloads import (
     MIB,
     PAYLOAD_MIB,
     QUICK,
+    TENSOR_MIB,
     WORKLOADS,
     Side,
     Sizes,
@@ -174,6 +175,12 @@ def _figures() -> dict[str, Figure]:
         figs[f"payload_{size}MiB_echo_MiBps"] = Figure(
             "MiB/s", True, f"{size} MiB echo (both ways)"
         )
+    figs[f"tensor_{TENSOR_MIB}MiB_oneway_MiBps"] = Figure(
+        "MiB/s", True, f"{TENSOR_MIB} MiB float32 torch tensor one-way"
+    )
+    figs[f"tensor_{TENSOR_MIB}MiB_echo_MiBps"] = Figure(
+        "MiB/s", True, f"{TENSOR_MIB} MiB float32 torch tensor echo (both ways)"
+    )
     figs["cold_start_process_s"] = Figure("s", False, "cold start: process start to reply")
     figs["cold_start_spawn_s"] = Figure("s", False, "cold start: spawn call to reply")
     figs["cold_start_import_s"] = Figure("s", False, "cold start: import monarch.actor")

@@ -35,12 +35,13 @@ class _PyBuffer(ctypes.Structure):
     ]
 
 
-def _bind() -> tuple[Any, Any, Any, Any] | None:
+def _bind() -> tuple[Any, Any, Any, Any, Any] | None:
     try:
         madvise = ctypes.CDLL(None, use_errno=True).madvise
         api = ctypes.pythonapi
         get, release = api.PyObject_GetBuffer, api.PyBuffer_Release
         new_bytes = api.PyBytes_FromStringAndSize
+        new_bytearray = api.PyByteArray_FromStringAndSize
     except (OSError, AttributeError):  # not Linux/glibc, or not CPython
         return None
     madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
@@ -51,7 +52,9 @@ def _bind() -> tuple[Any, Any, Any, Any] | None:
     release.restype = None
     new_bytes.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
     new_bytes.restype = ctypes.py_object
-    return madvise, get, release, new_bytes
+    new_bytearray.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
+    new_bytearray.restype = ctypes.py_object
+    return madvise, get, release, new_bytes, new_bytearray
 
 
 _api = _bind()
@@ -64,7 +67,7 @@ def available() -> bool:
 def address_of(buffer: Buffer) -> int:
     """Where a buffer's bytes start in this process's memory."""
     assert _api is not None
-    _, get, release, _ = _api
+    _, get, release, _, _ = _api
     view = _PyBuffer()
     get(buffer, ctypes.byref(view), 0)
     try:
@@ -92,7 +95,7 @@ def fresh_bytes(size: int) -> bytes:
     costs as much as the copy), else it is new, on huge pages.
     """
     assert _api is not None
-    data = _spares.take(size) if size >= SPARE_MIN else None
+    data: bytes | None = _spares.take(size) if size >= SPARE_MIN else None
     if data is None:
         data = _api[3](None, size)
         advise_huge_pages(address_of(data), size)
@@ -102,25 +105,29 @@ def fresh_bytes(size: int) -> bytes:
 
 
 SPARE_MIN: Final = 16 * 1024 * 1024
-"""``bytes`` from this size are kept for reuse once their user lets go of them."""
+"""``bytes`` and ``bytearray`` from this size are kept for reuse once their user lets go of
+them (one list of each)."""
 SPARES: Final = 2
 SPARE_BYTES_MAX: Final = 128 * 1024 * 1024
 """A spare larger than this is not kept (the memory is given back): a process holds at
-most SPARES of them once nobody uses them, 256 MiB in all."""
+most SPARES of each kind once nobody uses them, 512 MiB in all."""
 
 
-class _SpareBytes:
-    """The last large ``bytes`` made by ``fresh_bytes``, reused once unreferenced.
+class _Spares:
+    """The last large buffers made by ``fresh_bytes`` (or ``fresh_bytearray``), reused once
+    unreferenced.
 
-    Reusing one means writing into an immutable object: safe only when nothing else holds
-    it (its reference count says so: nobody can make a new reference without one), and
-    only once its cached hash is cleared. Where the object layout is not the one checked
-    at start (another Python), spares are off.
+    Reusing one is safe only when nothing else holds it (its reference count says so:
+    nobody can make a new reference without one; a memoryview or a tensor built on it
+    holds one). Reusing a ``bytes`` means writing into an immutable object, so its cached
+    hash is cleared too; where the object layout is not the one checked at start (another
+    Python), ``bytes`` spares are off.
     """
 
-    def __init__(self) -> None:
-        self._spares: list[bytes] = []
-        self._hash_at = self._find_hash_field()
+    def __init__(self, kind: type[bytes] | type[bytearray]) -> None:
+        self._spares: list[Any] = []
+        self._hash_at = self._find_hash_field() if kind is bytes else None
+        self._on = kind is bytearray or self._hash_at is not None
 
     @staticmethod
     def _find_hash_field() -> int | None:
@@ -134,8 +141,8 @@ class _SpareBytes:
         computed = hash(probe)  # fills the field in
         return at if field.value == computed else None
 
-    def take(self, size: int) -> bytes | None:
-        if self._hash_at is None:
+    def take(self, size: int) -> Any:
+        if not self._on:
             return None
         spares = self._spares
         for i in range(len(spares)):
@@ -143,25 +150,47 @@ class _SpareBytes:
             # References: the list, ``spare``, getrefcount's argument; no user's.
             if len(spare) == size and sys.getrefcount(spare) == 3:
                 del spares[i]
-                ctypes.c_ssize_t.from_address(id(spare) + self._hash_at).value = -1
+                if self._hash_at is not None:
+                    ctypes.c_ssize_t.from_address(id(spare) + self._hash_at).value = -1
                 spares.append(spare)  # most recently used last
                 return spare
         return None
 
-    def keep(self, data: bytes) -> None:
-        if self._hash_at is None or len(data) > SPARE_BYTES_MAX:
+    def keep(self, data: bytes | bytearray) -> None:
+        if not self._on or len(data) > SPARE_BYTES_MAX:
             return
         self._spares = [*self._spares[-(SPARES - 1) :], data] if SPARES > 1 else [data]
 
 
-_spares = _SpareBytes()
+_spares = _Spares(bytes)
+_spare_bytearrays = _Spares(bytearray)
 
 
 def fresh_bytearray(size: int) -> bytearray:
-    data = bytearray(size)
-    if _api is not None:
-        advise_huge_pages(address_of(data), size)
+    """A ``bytearray`` of ``size`` bytes for the caller to fill; its content is undefined
+    until then. ``bytearray(size)`` would zero it first: a pass over memory (and all its
+    page faults) that the fill repeats."""
+    if _api is None:
+        return bytearray(size)
+    spare: bytearray | None = _spare_bytearrays.take(size) if size >= SPARE_MIN else None
+    if spare is not None:
+        return spare
+    data: bytearray = _api[4](None, size)
+    advise_huge_pages(address_of(data), size)
+    if size >= SPARE_MIN:
+        _spare_bytearrays.keep(data)
     return data
+
+
+def copy_into(target: Buffer, source: Buffer) -> None:
+    """``target[:] = source`` for buffers of one size, without the checks and the GIL."""
+    size = memoryview(source).nbytes
+    if memoryview(target).nbytes != size:
+        raise ValueError("copy_into needs buffers of one size")
+    if _api is None:
+        memoryview(target).cast("B")[:] = memoryview(source).cast("B")
+    elif size:
+        ctypes.memmove(address_of(target), address_of(source), size)
 
 
 def copy_to_bytes(view: memoryview) -> bytes:

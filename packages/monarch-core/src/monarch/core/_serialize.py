@@ -1,7 +1,7 @@
 """Pickling of user values: cloudpickle, protocol 5, out-of-band buffers as separate parts.
 
-Values travel as ``[pickle, buffer, buffer, ...]`` so a tensor's or a bytearray's memory
-is a frame part of its own, written from where it lies and never joined into the
+Values travel as ``[pickle, buffer, buffer, ...]`` so a tensor's (``_tensors``) or a
+bytearray's memory is a frame part of its own, written from where it lies and never joined into the
 pickle. cloudpickle sends classes and functions of ``__main__`` by value, which is what
 lets a user's script define actors that its worker processes can run; values made only
 of builtins take the C pickler, which is several times faster.
@@ -9,6 +9,7 @@ of builtins take the C pickler, which is several times faster.
 
 from __future__ import annotations
 
+import io
 import pickle
 from collections.abc import Sequence
 from typing import Any, Final
@@ -18,6 +19,7 @@ import cloudpickle
 from monarch.transport import Buffer
 
 from ._memory import copy_to_bytes
+from ._tensors import reduce_tensor, tensor_type
 
 OUT_OF_BAND_MIN: Final = 4096
 """Buffers smaller than this are cheaper inside the pickle than as a part of their own."""
@@ -93,6 +95,21 @@ def _is_plain(obj: Any, depth: int = 0) -> bool:
     return False
 
 
+class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is untyped
+    """cloudpickle, with torch tensors reduced to one buffer each (see ``_tensors``)."""
+
+    def __init__(self, file: io.BytesIO, tensor: type, buffer_callback: Any) -> None:
+        super().__init__(file, protocol=5, buffer_callback=buffer_callback)
+        self._tensor = tensor
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is self._tensor:
+            reduced = reduce_tensor(obj)
+            if reduced is not None:
+                return reduced
+        return super().reducer_override(obj)
+
+
 _NO_ARGUMENTS: Final = pickle.dumps(((), {}), protocol=5)
 
 
@@ -116,7 +133,14 @@ def dumps(obj: object) -> list[Buffer]:
         buffers.append(buf)
         return False
 
-    data = cloudpickle.dumps(_lift_buffers(obj), protocol=5, buffer_callback=keep)
+    lifted = _lift_buffers(obj)
+    tensor = tensor_type()
+    if tensor is None:
+        data = cloudpickle.dumps(lifted, protocol=5, buffer_callback=keep)
+    else:
+        out = io.BytesIO()
+        _Pickler(out, tensor, buffer_callback=keep).dump(lifted)
+        data = out.getvalue()
     if not buffers:
         return [data]
     return [data, *(b.raw() for b in buffers)]
