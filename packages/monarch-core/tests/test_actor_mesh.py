@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -317,6 +318,26 @@ def test_the_job_secret_never_appears_on_a_command_line(procs: ProcMesh) -> None
             assert secret.encode() not in cmdline.read()
         with open(f"/proc/{pid}/environ", "rb") as environ:
             assert secret.encode() in environ.read()  # it travels in the environment
+
+
+def test_subprocesses_of_actors_and_of_the_client_do_not_inherit_the_job_secret(
+    procs: ProcMesh,
+) -> None:
+    class Starter(Actor):
+        @endpoint
+        def child_sees(self) -> tuple[str | None, str]:
+            seen = subprocess.run(
+                [sys.executable, "-c", "import os; print(os.environ.get('MONARCH_JOB_SECRET'))"],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=60,
+            ).stdout.strip()
+            return os.environ.get("MONARCH_JOB_SECRET"), seen
+
+    seen = procs.spawn("starter", Starter).child_sees.call().get(timeout=60).values()
+    assert list(seen) == [(None, "None")] * len(seen)
+    assert os.environ.get("MONARCH_JOB_SECRET") is None
 
 
 def test_a_worker_keeps_its_boot_heap_out_of_the_collectors_sight(procs: ProcMesh) -> None:

@@ -199,6 +199,19 @@ def test_kill_a_proc_mid_call(
     assert all(map(alive, pids[1:]))
 
 
+def test_stop_kills_a_frozen_proc_and_names_only_procs_still_running(
+    unhandled_failures: list[MeshFailure],
+) -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 3})
+    pids: list[int] = procs.spawn("frozen", Victim).pid.call().get(timeout=30).values()
+    os.kill(pids[1], signal.SIGKILL)  # already dead: not "still running"
+    os.kill(pids[2], signal.SIGSTOP)  # frozen: ignores the stop message
+    wait_until(lambda: not alive(pids[1]), 10, "the killed proc is reaped")
+    with configured(process_exit_timeout="1s"):
+        procs.stop().get(timeout=30)
+    wait_until(partial(none_alive, pids), 10, f"procs {pids} are gone")
+
+
 def test_kill_a_proc_during_a_broadcast_stream(
     meshes: Spawn,
     unhandled_failures: list[MeshFailure],

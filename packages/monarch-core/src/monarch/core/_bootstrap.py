@@ -37,6 +37,7 @@ from ._future import Future
 from ._messages import (
     ActorFailed,
     GetController,
+    KillProcs,
     PortRef,
     ProcExited,
     ProcReady,
@@ -65,13 +66,22 @@ LISTEN_ENV: Final = "MONARCH_LISTEN"
 """Where a new proc listens (like its agent: a network agent's procs must be reachable)."""
 
 
+_secret: list[bytes] = []
+"""The job secret once known: kept here, not in ``os.environ``."""
+
+
 def job_secret() -> bytes:
-    """This job's secret: inherited, or made now by the process that starts the job."""
-    value = os.environ.get(SECRET_ENV)
-    if value:
-        return bytes.fromhex(value)
-    secret = secrets.token_bytes(32)
-    os.environ[SECRET_ENV] = secret.hex()  # inherited by every process we spawn
+    """This job's secret: inherited, or made now by the process that starts the job.
+
+    An inherited one is taken out of the environment when first read, so that a
+    subprocess an actor (or the user's script) starts does not inherit it; the procs
+    this process spawns are given it explicitly (``_spawn_procs_for_owner``).
+    """
+    if _secret:
+        return _secret[0]
+    value = os.environ.pop(SECRET_ENV, None)
+    secret = bytes.fromhex(value) if value else secrets.token_bytes(32)
+    _secret.append(secret)
     return secret
 
 
@@ -85,6 +95,7 @@ def install_services(runtime: Runtime) -> None:
             RunBootstrap: handle_run_bootstrap,
             GetController: handle_get_controller,
             ActorFailed: handle_actor_failed,
+            KillProcs: handle_kill_procs,
         }
     )
 
@@ -243,6 +254,17 @@ def _watch(runtime: Runtime, child: subprocess.Popen[bytes], rank: int, events: 
             runtime.send_to_port(events, exited)
 
     threading.Thread(target=wait, name=f"monarch-wait-{child.pid}", daemon=True).start()
+
+
+def handle_kill_procs(
+    runtime: Runtime, body: KillProcs, payload: Sequence[Buffer], sender: str
+) -> None:
+    """Kill the procs named that this process started (no other process: a pid may be
+    anyone's); their exits are reported by their watchers as any exit is."""
+    for child in _children:
+        if child.pid in body.pids and child.poll() is None:
+            log.warning("killing proc (pid %d): %s", child.pid, body.reason)
+            child.kill()  # SIGKILL ends a stopped (SIGSTOP) process too
 
 
 def kill_children() -> None:

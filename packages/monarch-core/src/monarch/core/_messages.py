@@ -180,6 +180,14 @@ class ReturnLoans(msgspec.Struct, array_like=True, tag=20, frozen=True, gc=False
     keys: tuple[int, ...]
 
 
+class KillProcs(msgspec.Struct, array_like=True, tag=23, frozen=True, gc=False):
+    """Ask a host agent to kill these procs of its own (those that did not stop when asked:
+    frozen, or stuck in native code); each exit is reported as usual, ``ProcExited``."""
+
+    pids: tuple[int, ...]
+    reason: str
+
+
 Body = (
     Call
     | PortValue
@@ -194,6 +202,7 @@ Body = (
     | GetController
     | ActorFailed
     | ReturnLoans
+    | KillProcs
 )
 
 

@@ -22,6 +22,7 @@ from ._gather import Gather
 from ._messages import (
     TO_PROC,
     Body,
+    KillProcs,
     PortValue,
     ProcExited,
     ProcReady,
@@ -45,6 +46,9 @@ class _ProcGroup:
         self.runtime = runtime
         self.count = count
         self.addresses: list[str | None] = [None] * count
+        self.pids: list[int] = [0] * count
+        self.hosts: list[str] = [""] * count
+        """Each rank's host agent: the parent that can kill it."""
         self.ready: asyncio.Future[None] = runtime.loop.create_future()
         self.exited: dict[int, str] = {}
         self.stopping = False
@@ -56,6 +60,7 @@ class _ProcGroup:
     def on_ready(self, body: Body, payload: Sequence[Buffer]) -> None:
         if isinstance(body, ProcReady) and 0 <= body.rank < self.count:
             self.addresses[body.rank] = body.address
+            self.pids[body.rank] = body.pid
             if all(a is not None for a in self.addresses) and not self.ready.done():
                 self.ready.set_result(None)
 
@@ -111,6 +116,7 @@ async def _start_procs(
     root = runtime.root or runtime.address
     try:
         for i, host in enumerate(hosts):
+            group.hosts[i * per_host : (i + 1) * per_host] = [host] * per_host
             spawn = SpawnProcs(
                 per_host, i * per_host, ready_port, group.events, name, env, python, root
             )
@@ -231,14 +237,29 @@ class ProcMesh(ShapedMesh):
         started = group.started()
         for address in started.values():
             self._runtime.post(address, TO_PROC, "", StopProc(reason))
+        timeout = current_config().process_exit_timeout
         try:
-            await asyncio.wait_for(
-                group.wait_exited(set(started)), current_config().process_exit_timeout
-            )
+            await asyncio.wait_for(group.wait_exited(set(started)), timeout)
         except TimeoutError:
+            pass
+        else:
+            return
+        # Frozen (SIGSTOP), stuck in native code, or too busy to stop: their parents kill
+        # them, and each exit is reported as any exit is.
+        late = sorted(set(started) - group.exited.keys())
+        by_host: dict[str, list[int]] = {}
+        for rank in late:
+            by_host.setdefault(group.hosts[rank], []).append(group.pids[rank])
+        why = f"did not exit within process_exit_timeout ({timeout:g} s) of stop: {reason}"
+        for host, pids in by_host.items():
+            self._runtime.post(host, TO_PROC, "", KillProcs(tuple(pids), why))
+        try:
+            await asyncio.wait_for(group.wait_exited(set(late)), timeout)
+        except TimeoutError:
+            left = sorted(set(late) - group.exited.keys())
             raise TimeoutError(
-                f"procs did not exit within process_exit_timeout after stop: "
-                f"{group.count - len(group.exited)} still running"
+                f"procs {left} (pids {[group.pids[r] for r in left]}) did not exit after "
+                f"stop, nor when their host agents were asked to kill them"
             ) from None
 
     async def __aenter__(self) -> ProcMesh:

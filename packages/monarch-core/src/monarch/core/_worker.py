@@ -101,7 +101,7 @@ def worker_secret(secret_file: str | os.PathLike[str] | None = None) -> bytes:
     """
     if secret_file is not None:
         return read_secret_file(secret_file)
-    value = os.environ.get(SECRET_ENV, "")
+    value = os.environ.pop(SECRET_ENV, "")  # not inherited by what the worker starts
     if not value:
         raise WorkerConfigError(
             f"no job secret: set {SECRET_ENV} to the controller's secret (hex), "
