@@ -22,7 +22,7 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ROOT / "packages"
-META = "monarch"
+META = "pymonarch"
 
 # The one table of the layering: the subpackages of ``monarch`` each wheel owns (the root
 # ``monarch`` module itself belongs to monarch-core), and the wheels each may use directly (the

@@ -1,7 +1,8 @@
 """Every package builds a wheel, and the wheels install and work together and alone.
 
-Builds all wheels into a temporary wheelhouse, then installs them into fresh virtualenvs (no
-system site-packages): all of them together, and monarch-transport alone. Third-party
+Builds all wheels into a temporary wheelhouse and checks what each ships; installs every
+package into a fresh virtualenv with README.md's install commands (pip building them from
+their folders), and monarch-transport's wheel alone into another. Third-party
 dependencies come from the configured indexes (torch==2.13.0 from the local find-links).
 """
 
@@ -22,7 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = sorted(p.parent for p in (ROOT / "packages").glob("*/pyproject.toml"))
-META = "monarch"
+META = "pymonarch"
 PROJECTS = {p: tomllib.loads((p / "pyproject.toml").read_text())["project"] for p in PACKAGES}
 DISTS = {project["name"] for project in PROJECTS.values()}
 (VERSION,) = {project["version"] for project in PROJECTS.values()}
@@ -60,10 +61,11 @@ def wheel_files(wheel: Path) -> list[str]:
 
 
 class Venv:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, create: bool = True) -> None:
         self.path = path
         self.python = path / "bin" / "python"
-        run(sys.executable, "-m", "virtualenv", "--quiet", "--no-periodic-update", path)
+        if create:
+            run(sys.executable, "-m", "virtualenv", "--quiet", "--no-periodic-update", path)
 
     def install(self, *requirements: str | Path) -> float:
         start = time.monotonic()
@@ -155,12 +157,42 @@ ALL_MODULES = [
 ]
 
 
+README_VENV = "~/monarch-venv"
+"""Where README.md's install block puts the virtualenv (a temporary folder here)."""
+
+
+def readme_install_block() -> list[str]:
+    """The commands between ``<!-- install -->`` and ``<!-- /install -->`` in README.md."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("<!-- install -->", 1)[1].split("<!-- /install -->", 1)[0]
+    return [line for line in block.splitlines() if line.strip() and not line.startswith("```")]
+
+
 @pytest.fixture(scope="module")
-def everything(wheels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    venv = Venv(tmp_path_factory.mktemp("venv-all") / "venv")
-    seconds = venv.install(*wheels.values())
-    print(f"\ninstalling every wheel (with torch) into a fresh venv took {seconds:.1f}s")
-    return venv
+def everything(tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    """Every package installed into a fresh virtualenv the way README.md tells users to."""
+    path = tmp_path_factory.mktemp("venv-all") / "venv"
+    start = time.monotonic()
+    for line in readme_install_block():
+        run("bash", "-c", line.replace(README_VENV, str(path)), cwd=ROOT)
+    print(f"\nREADME's install (every package, with torch) took {time.monotonic() - start:.1f}s")
+    return Venv(path, create=False)
+
+
+def test_the_readme_installs_into_a_virtualenv_of_ones_own(everything: Venv) -> None:
+    """Outside hatch, an actor script runs with the installed packages alone."""
+    script = (
+        "from monarch.actor import Actor, endpoint, this_host\n"
+        "class Hello(Actor):\n"
+        "    @endpoint\n"
+        "    def hi(self, x: int) -> int:\n"
+        "        return x + 1\n"
+        "procs = this_host().spawn_procs(per_host={'gpus': 2})\n"
+        "print(procs.spawn('hello', Hello).hi.call(1).get(timeout=60).values())\n"
+        "procs.stop().get(timeout=60)\n"
+    )
+    done = run(everything.python, "-I", "-c", script, cwd=everything.path)
+    assert done.stdout.strip().splitlines()[-1] == "[2, 2]"
 
 
 def test_all_wheels_install_into_one_package(everything: Venv) -> None:

@@ -1,4 +1,4 @@
-"""The ``monarch`` meta-package installs every Monarch wheel, pinned to its own version."""
+"""The ``pymonarch`` meta-package installs every Monarch wheel, pinned to its own version."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ SIBLINGS = ["monarch-transport", "monarch-core", "monarch-rdma", "monarch-tensor
 
 
 def test_depends_on_every_sibling_pinned() -> None:
-    own = version("monarch")
-    plain = [Requirement(r) for r in requires("monarch") or []]
+    own = version("pymonarch")
+    plain = [Requirement(r) for r in requires("pymonarch") or []]
     pinned = {str(r.name): str(r.specifier) for r in plain if r.marker is None}
     assert pinned == dict.fromkeys(SIBLINGS, f"=={own}")
     for name in SIBLINGS:
@@ -19,11 +19,11 @@ def test_depends_on_every_sibling_pinned() -> None:
 
 
 def test_extras_forward_to_the_siblings() -> None:
-    extras = distribution("monarch").metadata.get_all("Provides-Extra") or []
+    extras = distribution("pymonarch").metadata.get_all("Provides-Extra") or []
     assert sorted(extras) == ["kubernetes", "rdma", "slurm"]
     forwarded = {
         str(r.marker): f"{r.name}[{','.join(sorted(r.extras))}]"
-        for r in map(Requirement, requires("monarch") or [])
+        for r in map(Requirement, requires("pymonarch") or [])
         if r.marker is not None
     }
     assert forwarded == {
@@ -34,5 +34,5 @@ def test_extras_forward_to_the_siblings() -> None:
 
 
 def test_ships_no_code() -> None:
-    files = distribution("monarch").files or []
+    files = distribution("pymonarch").files or []
     assert not [f for f in files if f.suffix == ".py"]
