@@ -107,6 +107,36 @@ def test_worker_secret_comes_from_env_or_a_private_file(
     assert child.wait(10) == 0
 
 
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda path: None, "does not exist"),
+        (lambda path: path.mkdir(), "is a directory"),
+        (lambda path: path.symlink_to(path.with_name("elsewhere")), "is a symbolic link"),
+    ],
+    ids=["missing", "directory", "symlink"],
+)
+def test_secret_file_errors_are_sentences(
+    tmp_path: Path, make: Callable[[Path], object], says: str
+) -> None:
+    path = tmp_path / "secret"
+    make(path)
+    no_secret = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
+    done = subprocess.run(
+        worker_argv("tcp://127.0.0.1:0", "--secret-file", str(path)),
+        env=no_secret,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert (
+        done.stderr
+        == f"monarch worker: secret file {str(path)!r} {says}" + (done.stderr.split(says, 1)[1])
+    )
+    assert "Errno" not in done.stderr and done.stderr.count("\n") == 1
+
+
 def test_worker_stops_on_request_and_wildcard_is_advertised(
     start: Callable[..., Child], env: dict[str, str], secret: str
 ) -> None:

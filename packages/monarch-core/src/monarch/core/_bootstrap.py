@@ -18,6 +18,7 @@ import asyncio
 import atexit
 import ctypes
 import gc
+import io
 import logging
 import os
 import secrets
@@ -100,6 +101,21 @@ def install_services(runtime: Runtime) -> None:
     )
 
 
+def whole_lines() -> None:
+    """Make this process write its output a line at a time.
+
+    The procs of a job (and its client) share one terminal or pipe. Through a pipe,
+    Python buffers stdout by blocks and flushes a block wherever it ends, mid-line, so a
+    log line from another process (or this one's stderr) lands inside a user's print.
+    A line at a time, each write is a whole line (writes up to PIPE_BUF never interleave).
+    Not write-through (``PYTHONUNBUFFERED``, often set in containers, would write every
+    piece of a print at once): a line is still written as soon as it ends.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(line_buffering=True, write_through=False)
+
+
 def _boot(runtime: Runtime, root: str) -> None:
     """What every runtime gets once it listens (on its loop, before any message)."""
     runtime.root = root or runtime.address
@@ -129,6 +145,7 @@ def listen_address() -> str:
 def start_controller(listen: str | None = None) -> Runtime:
     """Start the client's runtime on a background thread and install it (the starter of
     ``current_runtime``): plain code can then block on futures while the loop works."""
+    whole_lines()
     loop = new_event_loop()
     ready = threading.Event()
     runtime = Runtime(loop, job_secret())
@@ -193,6 +210,7 @@ def run_proc() -> None:
     die_with_parent()
     if os.getppid() == 1:
         sys.exit("monarch proc: parent already gone")
+    whole_lines()
     loop = new_event_loop()
     try:
         loop.run_until_complete(serve_proc())

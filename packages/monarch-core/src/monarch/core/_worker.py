@@ -21,6 +21,7 @@ machine's addresses), and upstream's ``tcp://ADVERTISED:PORT@tcp://BIND:PORT``.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import signal
@@ -32,7 +33,7 @@ from typing import Any, Final, Literal
 
 from monarch.transport import Address, TransportError
 
-from ._bootstrap import SECRET_ENV, WorkerRuntime
+from ._bootstrap import SECRET_ENV, WorkerRuntime, whole_lines
 from ._errors import WorkerConfigError
 from ._future import Future
 from ._netaddr import split_alias
@@ -64,16 +65,34 @@ def check_security(*, ca: object, private_key: object, address: str | None = Non
                 )
 
 
+_OPEN_FAILURES: Final = {
+    errno.ENOENT: "does not exist",
+    errno.EACCES: "cannot be read: you have no permission to read it",
+    errno.EPERM: "cannot be read: you have no permission to read it",
+    errno.ELOOP: "is a symbolic link: give the path of the file itself",
+    errno.EISDIR: "is a directory, not a file",
+    errno.ENOTDIR: "is not a file: a part of its path is not a directory",
+}
+
+
+def _open_failure(exc: OSError) -> str:
+    """Why a secret file cannot be opened, as the end of a sentence."""
+    known = _OPEN_FAILURES.get(exc.errno or 0)
+    return known if known is not None else f"cannot be opened ({exc.strerror or exc})"
+
+
 def read_secret_file(path: str | os.PathLike[str]) -> bytes:
     """The job secret (hex text) from a file that only its owner may read or write."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError as exc:
-        raise WorkerConfigError(f"cannot open secret file {os.fspath(path)!r}: {exc}") from None
+        raise WorkerConfigError(f"secret file {os.fspath(path)!r} {_open_failure(exc)}") from None
+    info = os.fstat(fd)
+    if stat.S_ISDIR(info.st_mode) or not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        what = "a directory, not a file" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise WorkerConfigError(f"secret file {os.fspath(path)!r} is {what}")
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise WorkerConfigError(f"secret file {os.fspath(path)!r} is not a regular file")
         mode = stat.S_IMODE(info.st_mode)
         if mode & 0o077:
             raise WorkerConfigError(
@@ -194,6 +213,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _command(args: argparse.Namespace) -> int:
+    whole_lines()
     logging.basicConfig(level=logging.WARNING, format="monarch worker: %(message)s")
     try:
         check_security(ca=None, private_key=None, address=args.listen)
