@@ -26,6 +26,7 @@ from _workloads import (
     HERE,
     MESH_SIZE,
     MIB,
+    CpuMeter,
     check_echo,
     cold_figures,
     latency,
@@ -94,7 +95,9 @@ class MonarchSide:
         self.pids: list[int] = list(self.actors.pid.call().get(timeout).values())
 
     def roundtrip(self, n: int) -> dict[str, float]:
-        return latency("roundtrip_sync", self._sequential(self.one.ping, n))
+        cpu = CpuMeter(self.pids[:1])
+        figures = latency("roundtrip_sync", self._sequential(self.one.ping, n))
+        return {**figures, **cpu.per_call("roundtrip_sync", n)}
 
     def roundtrip_async_endpoint(self, n: int) -> dict[str, float]:
         return latency("roundtrip_async_endpoint", self._sequential(self.async_one.ping, n))
@@ -144,13 +147,14 @@ class MonarchSide:
     def mesh_gather(self, n: int) -> dict[str, float]:
         ping, timeout, clock = self.actors.ping, self.timeout, time.perf_counter
         samples = []
+        cpu = CpuMeter(self.pids)
         for _ in range(n):
             t0 = clock()
             values = ping.call().get(timeout)
             samples.append(clock() - t0)
         if len(values.values()) != MESH_SIZE:
             raise AssertionError(f"gathered {len(values.values())} values")
-        return latency("mesh4_gather", samples)
+        return {**latency("mesh4_gather", samples), **cpu.per_call("mesh4_gather", n)}
 
     def payload(self, mib: int, data: bytes, count: int) -> dict[str, float]:
         one, timeout, clock = self.one, self.timeout, time.perf_counter

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 HEAD = struct.Struct("!Q")
@@ -198,6 +199,19 @@ def start_server(name: str, timeout: float = 30.0) -> subprocess.Popen[bytes]:
         proc.kill()
         raise RuntimeError(f"raw server did not start (exit code {proc.wait(timeout)})")
     return proc
+
+
+def cpu_ticks(pids: Sequence[int]) -> int:
+    """utime + stime of ``pids``, in clock ticks, all threads (``/proc/PID/stat``)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5)
+    return total
 
 
 def rss_kib(pid: int | str = "self") -> dict[str, int]:

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from _raw_peer import rss_kib
+from _raw_peer import cpu_ticks, rss_kib
 from _results import percentile
 
 HERE = Path(__file__).resolve().parent
@@ -123,6 +123,23 @@ def latency(prefix: str, samples: list[float]) -> dict[str, float]:
         f"{prefix}_median_us": percentile(samples, 50) * 1e6,
         f"{prefix}_p99_us": percentile(samples, 99) * 1e6,
     }
+
+
+class CpuMeter:
+    """CPU time spent from now: this process's (the client's) and ``pids``' (the workers')."""
+
+    def __init__(self, pids: Sequence[int]) -> None:
+        self.pids = list(pids)
+        self.client = time.process_time()
+        self.workers = cpu_ticks(self.pids)
+
+    def per_call(self, prefix: str, calls: int) -> dict[str, float]:
+        client = time.process_time() - self.client
+        workers = (cpu_ticks(self.pids) - self.workers) / os.sysconf("SC_CLK_TCK")
+        return {
+            f"{prefix}_client_cpu_us": client / calls * 1e6,
+            f"{prefix}_cpu_us": (client + workers) / calls * 1e6,
+        }
 
 
 def make_payload(mib: int) -> bytes:

@@ -36,7 +36,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _actor_workloads import Echo
-from _raw_peer import rss_kib
+from _raw_peer import cpu_ticks, rss_kib
 from _results import (
     RESULTS_DIR,
     fmt_num,
@@ -158,19 +158,6 @@ class Received:
             return inner(envelope, body, payload)
 
         vars(runtime)["_deliver"] = counting
-
-
-def cpu_ticks(pids: Sequence[int]) -> int:
-    """utime + stime of ``pids``, in clock ticks, all threads (``/proc/PID/stat``)."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5)
-    return total
 
 
 class Mesh:

@@ -165,11 +165,15 @@ def _figures() -> dict[str, Figure]:
         figs[f"{name}_p99_us"] = Figure("us", False, f"{label}, p99")
 
     lat("roundtrip_sync", "no-op round trip, sync .get()")
+    figs["roundtrip_sync_client_cpu_us"] = Figure("us", False, "client CPU per round trip")
+    figs["roundtrip_sync_cpu_us"] = Figure("us", False, "client + worker CPU per round trip")
     lat("roundtrip_await", "no-op round trip, await from asyncio")
     lat("roundtrip_async_endpoint", "no-op round trip to an async endpoint, .get()")
     figs["pipelined_calls_per_s"] = Figure("calls/s", True, "pipelined calls")
     figs["fire_and_forget_msgs_per_s"] = Figure("msg/s", True, "fire-and-forget + 1 call")
     lat("mesh4_gather", "call to a mesh of 4 + gather")
+    figs["mesh4_gather_client_cpu_us"] = Figure("us", False, "client CPU per call to a mesh of 4")
+    figs["mesh4_gather_cpu_us"] = Figure("us", False, "client + 4 workers' CPU per call to 4")
     for size in PAYLOAD_MIB:
         figs[f"payload_{size}MiB_oneway_MiBps"] = Figure("MiB/s", True, f"{size} MiB one-way")
         figs[f"payload_{size}MiB_echo_MiBps"] = Figure(
@@ -477,6 +481,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         )
     p.add_argument("--no-baselines", action="store_true", help="measure neither upstream nor ray")
     p.add_argument(
+        "--no-torch",
+        action="store_true",
+        help="leave torch unimported in this process (by default it is imported first, as a "
+        "user's script has; upstream's imports it anyway)",
+    )
+    p.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        metavar="N",
+        help="keep N other processes spinning on the CPU for the whole run (a busy machine)",
+    )
+    p.add_argument(
         "--baseline-timeout",
         type=float,
         default=1800.0,
@@ -485,8 +502,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def import_torch() -> bool:
+    """Import torch as a user's script would have before using monarch (if installed)."""
+    try:
+        import torch  # noqa: F401 - the import is the point
+    except ImportError:
+        return False
+    return True
+
+
+def start_spinners(count: int) -> list[subprocess.Popen[bytes]]:
+    """``count`` processes burning CPU until killed: the other work of a busy machine."""
+    spin = [sys.executable, "-c", "while True: pass"]
+    return [subprocess.Popen(spin, stdin=subprocess.DEVNULL) for _ in range(count)]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    torch_imported = False if args.no_torch else import_torch()
+    spinners = start_spinners(args.busy)
+    try:
+        return _main(args, torch_imported)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
+def _main(args: argparse.Namespace, torch_imported: bool) -> int:
     sizes = QUICK if args.quick else DEFAULT
     if args.reps:
         sizes = replace(sizes, reps=args.reps)
@@ -677,6 +720,8 @@ def main(argv: list[str] | None = None) -> int:
             "workloads": workloads,
             "impls": impls,
             "quick": args.quick,
+            "client_imported_torch": torch_imported,
+            "busy_processes": args.busy,
         },
         "duration_s": round(time.perf_counter() - started, 1),
         "memcpy": memcpy,
@@ -729,7 +774,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
         f"Median of {s['reps']} repetitions (± half the min-max range, relative). "
         f"Round trips: {s['roundtrips']} sequential calls per repetition; pipelined "
         f"{s['pipelined']}, fire-and-forget {s['fire_and_forget']} per repetition; "
-        f"payloads are bytes. Ratios < 1 are better for latencies, costs and RSS.",
+        f"payloads are bytes. Ratios < 1 are better for latencies, costs and RSS. "
+        f"Client imported torch: {'yes' if s.get('client_imported_torch') else 'no'}; "
+        f"other processes spinning: {s.get('busy_processes', 0)}.",
         "",
     ]
     by_key = {(f["impl"], f["name"]): f for f in doc["figures"]}
