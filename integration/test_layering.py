@@ -254,7 +254,7 @@ CORE = "monarch.core"
 CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
     frozenset(CORE if name == "__init__" else f"{CORE}.{name}" for name in floor.split())
     for floor in (
-        "_config _memory _netaddr _per_process _cli",  # leaves: stdlib, msgspec, transport
+        "_config _memory _netaddr _per_process _cli _tls",  # leaves: stdlib, msgspec, transport
         "_tensors",  # torch tensors as one buffer each (torch never imported)
         "_serialize _ring",  # pickling with out-of-band buffers; the lenders' rings
         "_errors",  # the one exception tree

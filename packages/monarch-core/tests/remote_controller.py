@@ -8,6 +8,7 @@ test puts the controller on its own "host". Each step prints one JSON line to st
     python remote_controller.py wrong-secret ADDR
     python remote_controller.py netns ADDR_H2 ADDR_H3   (waits for a line on stdin midway)
     python remote_controller.py shutdown ADDR0 ADDR1
+    python remote_controller.py tls CA KEY ADDR...   (PEM paths; or trust_all_connections -)
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ class Where(Actor):
     @endpoint
     def where(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "ppid": os.getppid(), "host": _interface_ipv4()[0]}
+
+    @endpoint
+    def runtime_address(self) -> str:
+        from monarch.core import current_runtime
+
+        return current_runtime().address
 
     @endpoint
     def block(self, seconds: float) -> None:
@@ -101,7 +108,31 @@ def shutdown(addr0: str, addr1: str) -> None:
     emit(pids=[v["pid"] for v in pids], shutdown=outcome(hosts.shutdown(), 30))
 
 
+def tls(ca: str, key: str, *addrs: str) -> None:
+    from pathlib import Path
+
+    from monarch.core import current_runtime
+
+    hosts = attach_to_workers(
+        workers=list(addrs),
+        ca=ca if ca == "trust_all_connections" else Path(ca),
+        private_key=None if key == "-" else Path(key),
+    )
+    procs = hosts.spawn_procs(per_host={"gpus": 2})
+    started = outcome(procs.initialized, 30)
+    if "error" in started:
+        emit(initialized=started)
+        return
+    actors = procs.spawn("where", Where)
+    emit(
+        controller=current_runtime().address,
+        procs=actors.runtime_address.call().get(timeout=30).values(),
+        hosts=[v["host"] for v in actors.where.call().get(timeout=30).values()],
+    )
+
+
 SCENARIOS: dict[str, Callable[..., None]] = {
+    "tls": tls,
     "shutdown": shutdown,
     "local": local,
     "wrong-secret": wrong_secret,

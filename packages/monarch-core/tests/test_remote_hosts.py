@@ -280,6 +280,121 @@ def test_hosts_in_network_namespaces_and_a_partition(
     assert [v["host"] for v in second["survivor"]["value"]] == ["10.0.0.2", "10.0.0.2"]
 
 
+# -- TLS between machines ------------------------------------------------------------------
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> dict[str, Path]:
+    """A CA with certificates for a worker and a controller, and a stranger's certificate."""
+    trustme = pytest.importorskip("trustme")
+    ca, stranger = trustme.CA(), trustme.CA()
+    files = {
+        "ca": ca.cert_pem,
+        "worker": ca.issue_cert("worker.example").private_key_and_cert_chain_pem,
+        "controller": ca.issue_cert("controller.example").private_key_and_cert_chain_pem,
+        "stranger": stranger.issue_cert("stranger.example").private_key_and_cert_chain_pem,
+    }
+    paths = {}
+    for name, blob in files.items():
+        paths[name] = tmp_path / f"{name}.pem"
+        blob.write_to_path(str(paths[name]))
+        paths[name].chmod(0o600)
+    return paths
+
+
+def tls_worker(
+    start: Callable[..., Child], env: dict[str, str], ca: str, key: str | None, netns: str = ""
+) -> str:
+    listen = "tls://10.0.0.2:0" if netns else "tls://127.0.0.1:0"
+    extra = ["--ca", ca, *(["--private-key", key] if key else [])]
+    prefix = ["ip", "netns", "exec", netns] if netns else []
+    worker = start([*prefix, *worker_argv(listen, *extra)], env)
+    address = worker.line(30)
+    assert address.startswith("tls://"), address
+    return address
+
+
+def test_workers_over_tls_with_a_ca_of_ones_own(
+    start: Callable[..., Child], env: dict[str, str], pki: dict[str, Path]
+) -> None:
+    address = tls_worker(start, env, str(pki["ca"]), str(pki["worker"]))
+    argv = [sys.executable, str(CONTROLLER), "tls", str(pki["ca"]), str(pki["controller"])]
+    result = start([*argv, address], env).json(60)
+    assert result["controller"].startswith("tls://"), result
+    assert all(a.startswith("tls://") for a in result["procs"]), result  # procs too
+
+
+def test_a_controller_the_workers_ca_did_not_sign_is_refused(
+    start: Callable[..., Child], env: dict[str, str], pki: dict[str, Path]
+) -> None:
+    address = tls_worker(start, env, str(pki["ca"]), str(pki["worker"]))
+    argv = [sys.executable, str(CONTROLLER), "tls", str(pki["ca"]), str(pki["stranger"])]
+    result = start([*argv, address], env).json(60)["initialized"]
+    assert result["error"] == "SupervisionError", result
+    assert result["seconds"] < 30
+
+
+def test_trust_all_connections_encrypts_with_throwaway_certificates(
+    start: Callable[..., Child], env: dict[str, str]
+) -> None:
+    pytest.importorskip("cryptography")
+    address = tls_worker(start, env, "trust_all_connections", None)
+    argv = [sys.executable, str(CONTROLLER), "tls", "trust_all_connections", "-", address]
+    result = start(argv, env).json(60)
+    assert all(a.startswith("tls://") for a in [result["controller"], *result["procs"]]), result
+
+
+def test_tls_arguments_are_checked(pki: dict[str, Path]) -> None:
+    no_ca = subprocess.run(
+        worker_argv("tls://127.0.0.1:0"), capture_output=True, text=True, timeout=60
+    )
+    assert no_ca.returncode == 2 and "tls:// addresses need ca=" in no_ca.stderr
+    with pytest.raises(ValueError, match="are for tls:// addresses"):
+        _worker.secure(ca=pki["ca"], private_key=pki["worker"], addresses=["tcp://h:1"])
+    with pytest.raises(ValueError, match="needs private_key="):
+        _worker.secure(ca=pki["ca"], private_key=None, addresses=["tls://h:1"])
+    with pytest.raises(ValueError, match="private key and its certificate"):
+        _worker.secure(ca=pki["ca"], private_key=pki["ca"], addresses=["tls://h:1"])
+
+
+def test_a_local_job_over_tls_makes_its_own_ca(env: dict[str, str]) -> None:
+    pytest.importorskip("cryptography")
+    script = """if True:
+        import json, os
+        from monarch.actor import Actor, endpoint, enable_transport, this_host
+        from monarch.core import current_runtime
+        enable_transport("tls")
+        class Where(Actor):
+            @endpoint
+            def where(self):
+                env = [k for k in os.environ if k.startswith("MONARCH_TLS")]
+                return current_runtime().address, env
+        procs = this_host().spawn_procs(per_host={"gpus": 2})
+        seen = procs.spawn("where", Where).where.call().get(timeout=60).values()
+        print(json.dumps({"controller": current_runtime().address, "procs": seen}))
+        procs.stop().get(timeout=60)
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["controller"].startswith("tls://")
+    assert result["procs"] == [[a, []] for a, _ in result["procs"]]  # no key left in env
+    assert all(a.startswith("tls://") for a, _ in result["procs"])
+
+
+def test_hosts_in_network_namespaces_over_tls(
+    netns_hosts: list[str], start: Callable[..., Child], env: dict[str, str], pki: dict[str, Path]
+) -> None:
+    h1, h2, _ = netns_hosts
+    address = tls_worker(start, env, str(pki["ca"]), str(pki["worker"]), netns=h2)
+    argv = [sys.executable, str(CONTROLLER), "tls", str(pki["ca"]), str(pki["controller"])]
+    result = start(["ip", "netns", "exec", h1, *argv, address], env).json(60)
+    assert result["hosts"] == ["10.0.0.2", "10.0.0.2"], result
+    assert result["controller"].startswith("tls://10.0.0.1:"), result
+
+
 # -- addresses and arguments ------------------------------------------------------------------
 
 
@@ -293,10 +408,14 @@ def test_listen_address_forms() -> None:
 
 
 def test_attach_refuses_what_it_cannot_use() -> None:
-    with pytest.raises(NotImplementedError, match="job secret"):
+    with pytest.raises(ValueError, match="job secret"):
         attach_to_workers(workers=["tcp://127.0.0.1:1"], ca=b"-----BEGIN CERTIFICATE-----")
-    with pytest.raises(NotImplementedError, match="tls"):
-        attach_to_workers(workers=["tls://127.0.0.1:1"], ca="trust_all_connections")
+    with pytest.raises(ValueError, match="tls:// addresses need ca="):
+        attach_to_workers(workers=["tls://127.0.0.1:1"])
+    with pytest.raises(ValueError, match="all tcp:// or all tls://"):
+        attach_to_workers(
+            workers=["tcp://127.0.0.1:1", "tls://127.0.0.1:2"], ca="trust_all_connections"
+        )
     with pytest.raises(ValueError, match="listen pattern"):
         attach_to_workers(workers=["tcp://0.0.0.0:22222"])
     with pytest.raises(TypeError, match="sequence"):

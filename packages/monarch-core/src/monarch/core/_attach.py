@@ -27,7 +27,8 @@ from ._netaddr import WILDCARD_HOSTS, route_source, split_alias
 from ._proc_mesh import HostMesh
 from ._runtime import Runtime, current_runtime, running_runtime
 from ._shape import NDSlice, Shape
-from ._worker import CA, PrivateKey, check_security
+from ._tls import CA, PrivateKey, tls_options
+from ._worker import secure
 
 log = logging.getLogger("monarch.core")
 
@@ -92,10 +93,11 @@ def _resolve(worker: object) -> str:
 
 def _dial_address(url: str) -> str:
     """Where to reach the worker named by ``url`` (an address, or ``ADVERTISED@BIND``)."""
-    check_security(ca=None, private_key=None, address=url)
     address = Address.parse(split_alias(url)[0])
-    if address.scheme not in ("tcp", "unix"):
-        raise ValueError(f"worker address {url!r}: only tcp:// (or unix:// on this host) works")
+    if address.scheme not in ("tcp", "tls", "unix"):
+        raise ValueError(
+            f"worker address {url!r}: only tcp://, tls:// (or unix:// on this host) works"
+        )
     if address.host in WILDCARD_HOSTS or address.port == 0:
         raise ValueError(
             f"worker address {url!r} is a listen pattern; give the address the worker printed"
@@ -110,25 +112,29 @@ def _reachable_runtime(workers: Sequence[str]) -> Runtime:
         return current_runtime()
     first = network[0]
     assert first.port is not None
+    if any(a.scheme != first.scheme for a in network):
+        raise ValueError("attach_to_workers: workers are all tcp:// or all tls://, not both")
     try:
         source = route_source(first.host, first.port)
     except OSError as exc:
         raise ConnectionError(f"no route to worker {first}: {exc}") from None
-    runtime = current_runtime(listen=str(Address("tcp", source, 0)))
+    runtime = current_runtime(listen=str(Address(first.scheme, source, 0)))
     identity = Address.parse(runtime.address)
-    if identity.scheme != "tcp" or identity.host != source:
-        run_on(runtime, _listen_at(runtime, source)).get()
+    if identity.scheme != first.scheme or identity.host != source:
+        run_on(runtime, _listen_at(runtime, first.scheme, source)).get()
     return runtime
 
 
-async def _listen_at(runtime: Runtime, host: str) -> None:
-    """Make ``runtime`` reachable at ``host`` over TCP, and known by that address."""
+async def _listen_at(runtime: Runtime, scheme: str, host: str) -> None:
+    """Make ``runtime`` reachable at ``host`` over ``scheme``, and known by that address:
+    procs on the workers connect back to it (over TLS too, when the workers use it)."""
     listener = runtime.listener
     bound = listener.address if listener is not None else None
-    if bound is not None and bound.scheme == "tcp" and bound.host in WILDCARD_HOSTS:
-        address = Address("tcp", host, bound.port)  # that listener serves every interface
+    if bound is not None and bound.scheme == scheme and bound.host in WILDCARD_HOSTS:
+        address = Address(scheme, host, bound.port)  # that listener serves every interface
     else:
-        extra = await open_listener(str(Address("tcp", host, 0)), secret=runtime.secret)
+        url = str(Address(scheme, host, 0))
+        extra = await open_listener(url, secret=runtime.secret, **tls_options(url, server=True))
         runtime.spawn_task(extra.serve(runtime._serve_connection))
         address = extra.address
     log.info("controller %s is now known as %s, for remote workers", runtime.address, address)
@@ -158,14 +164,15 @@ def attach_to_workers(
     ``workers`` are the addresses the workers print (``tcp://host:port``), or Futures of
     them (resolved here). Workers must have been given this process's job secret
     (``MONARCH_JOB_SECRET``); a worker that cannot be reached or authenticated fails the
-    procs spawned on it with a SupervisionError. ``ca`` may be ``"trust_all_connections"``
-    or None; TLS certificates raise NotImplementedError. ``name`` is accepted for upstream
-    compatibility.
+    procs spawned on it with a SupervisionError. ``tls://`` workers need ``ca=``: the CA
+    certificate that signed theirs, with ``private_key=`` (PEM: this machine's key and a
+    certificate that CA signed, which the workers check), or ``"trust_all_connections"``
+    (see ``_tls``). ``name`` is accepted for upstream compatibility.
     """
-    check_security(ca=ca, private_key=private_key)
     if isinstance(workers, str):
         raise TypeError("workers is a sequence of addresses, not one address")
     addresses = [_dial_address(_resolve(worker)) for worker in workers]
+    secure(ca=ca, private_key=private_key, addresses=addresses)
     if not addresses:
         raise ValueError("attach_to_workers needs at least one worker")
     runtime = _reachable_runtime(addresses)

@@ -51,6 +51,7 @@ from ._netaddr import split_alias
 from ._proc_mesh import handle_run_bootstrap, shutdown_context
 from ._runner import handle_spawn_actor, refuse_undeliverable
 from ._runtime import Runtime, install_runtime, new_event_loop, running_runtime, set_starter
+from ._tls import current_identity, installed_identity
 
 log = logging.getLogger("monarch.core")
 
@@ -131,14 +132,9 @@ def listen_address() -> str:
     transport = current_config().default_transport
     if transport in ("unix", "ipc", "local"):
         return "unix://@"
-    if transport.startswith("tls"):
-        raise NotImplementedError(
-            "the tls transport needs certificates, which monarch-core cannot configure yet; "
-            "use 'tcp' (every connection is still authenticated with the job secret)"
-        )
-    if transport == "tcp":
+    if transport in ("tcp", "tls"):
         # Every interface, known by an address other machines can reach (Runtime.start).
-        return "tcp://0.0.0.0:0"
+        return f"{transport}://0.0.0.0:0"
     return str(transport)
 
 
@@ -246,6 +242,9 @@ def handle_spawn_procs(
         LISTEN_ENV: child_listen_address(runtime.address),
     }
     env.update(body.env)
+    identity = installed_identity()
+    if identity is not None or env[LISTEN_ENV].startswith("tls:"):
+        env.update((identity or current_identity()).environment())  # certificates, as the secret
     env[ROOT_ENV] = body.root or runtime.root or runtime.address
     for rank in range(body.base_rank, body.base_rank + body.count):
         try:

@@ -9,11 +9,12 @@ kills the procs of a controller it loses (connection closed, or silent past
 
 Security: every connection is authenticated by the job secret (HMAC challenge-response,
 see ``monarch.transport``), read from ``MONARCH_JOB_SECRET`` (hex) or, for the command,
-from a file only its owner can read (``--secret-file``); never from a command line. TLS
-certificates (upstream's ``ca``/``private_key``) are not supported yet: pass
-``ca="trust_all_connections"`` (or nothing) and no ``private_key``.
+from a file only its owner can read (``--secret-file``); never from a command line. Over
+``tls://`` connections are also encrypted, and machines prove themselves with certificates
+(upstream's ``ca``/``private_key``, ``--ca``/``--private-key``; see ``_tls``).
 
-Addresses: ``tcp://HOST:PORT`` (port 0 picks one; the real address is printed),
+Addresses: ``tcp://HOST:PORT`` or ``tls://HOST:PORT`` (port 0 picks one; the real address
+is printed),
 ``tcp://*:PORT`` or ``tcp://0.0.0.0:PORT`` (every interface, known by one of this
 machine's addresses), and upstream's ``tcp://ADVERTISED:PORT@tcp://BIND:PORT``.
 """
@@ -28,8 +29,9 @@ import signal
 import stat
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from monarch.transport import Address, TransportError
 
@@ -37,32 +39,39 @@ from ._bootstrap import SECRET_ENV, WorkerRuntime, whole_lines
 from ._errors import WorkerConfigError
 from ._future import Future
 from ._netaddr import split_alias
+from ._tls import CA, TRUST_ALL, PrivateKey, identity_from, use_identity
 
 log = logging.getLogger("monarch.core")
-
-TRUST_ALL: Final = "trust_all_connections"
-PrivateKey = bytes | Path | None
-CA = bytes | Path | Literal["trust_all_connections"] | None
 
 
 # -- security ------------------------------------------------------------------------------
 
 
-def check_security(*, ca: object, private_key: object, address: str | None = None) -> None:
-    """Refuse what we cannot honour: TLS certificates, ``tls://`` addresses."""
-    if private_key is not None or ca not in (None, TRUST_ALL):
-        raise NotImplementedError(
-            "TLS certificates (ca=..., private_key=...) are not supported yet: monarch "
-            f"authenticates every connection with the job secret ({SECRET_ENV}); "
-            f"pass ca={TRUST_ALL!r} and no private_key"
+def secure(*, ca: CA, private_key: PrivateKey, addresses: Sequence[str] = ()) -> None:
+    """Honour upstream's ``ca=``/``private_key=`` for ``addresses`` (see ``_tls``).
+
+    ``tls://`` addresses need ``ca=``: a CA certificate (then ``private_key=`` too), or
+    ``"trust_all_connections"``. With ``tcp://`` addresses certificates have no use: a
+    CA certificate there is refused rather than silently ignored.
+    """
+    tls = any(
+        Address.parse(url).scheme == "tls" for address in addresses for url in split_alias(address)
+    )
+    if not tls:
+        if private_key is not None or ca not in (None, TRUST_ALL):
+            raise ValueError(
+                "ca= and private_key= are for tls:// addresses; over tcp:// every connection "
+                f"is authenticated with the job secret ({SECRET_ENV}) alone"
+            )
+        return
+    if ca is None:
+        raise ValueError(
+            f"tls:// addresses need ca=: the CA certificate (PEM bytes or a path) that "
+            f"signed the peers' certificates, with private_key=, or ca={TRUST_ALL!r}"
         )
-    if address is not None:
-        for url in split_alias(address):
-            if Address.parse(url).scheme == "tls":
-                raise NotImplementedError(
-                    f"tls:// worker addresses need certificates, not supported yet: {address!r}; "
-                    "use tcp:// (connections are still authenticated with the job secret)"
-                )
+    identity = identity_from(ca, private_key)
+    assert identity is not None
+    use_identity(identity)
 
 
 _OPEN_FAILURES: Final = {
@@ -141,12 +150,12 @@ def start_worker_loop_forever(
     """Start a worker (host agent) at ``address`` on a background thread of this process.
 
     Returns once it listens; the Future completes when it stops (a ``StopProc`` from its
-    controller). The job secret comes from ``MONARCH_JOB_SECRET``. ``ca`` may be
-    ``"trust_all_connections"`` or None; certificates raise NotImplementedError (see the
-    module docstring).
+    controller). The job secret comes from ``MONARCH_JOB_SECRET``. A ``tls://`` address
+    needs ``ca=`` (a CA certificate with ``private_key=``, or ``"trust_all_connections"``;
+    see ``_tls``).
     """
 
-    check_security(ca=ca, private_key=private_key, address=address)
+    secure(ca=ca, private_key=private_key, addresses=[address])
     worker = WorkerRuntime(address, worker_secret())
     worker.start()
     return worker.done
@@ -174,7 +183,7 @@ def run_worker_loop_until_shutdown(
     *, address: str, ca: CA = None, private_key: PrivateKey = None
 ) -> None:
     """Run a worker at ``address`` until SIGTERM/SIGINT or its controller stops it; return."""
-    check_security(ca=ca, private_key=private_key, address=address)
+    secure(ca=ca, private_key=private_key, addresses=[address])
     _serve_blocking(address, worker_secret())
 
 
@@ -202,7 +211,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--listen",
         required=True,
         metavar="ADDR",
-        help="tcp://HOST:PORT (port 0: any), tcp://*:PORT, or ADVERTISED@BIND",
+        help="tcp://HOST:PORT or tls://HOST:PORT (port 0: any), tcp://*:PORT, or ADVERTISED@BIND",
+    )
+    parser.add_argument(
+        "--ca",
+        metavar="PATH",
+        help=f"for tls://: the CA certificate (PEM) peers must be signed by, or {TRUST_ALL}",
+    )
+    parser.add_argument(
+        "--private-key",
+        metavar="PATH",
+        help="for tls://: PEM holding this machine's private key and its certificate",
     )
     parser.add_argument(
         "--secret-file",
@@ -216,7 +235,9 @@ def _command(args: argparse.Namespace) -> int:
     whole_lines()
     logging.basicConfig(level=logging.WARNING, format="monarch worker: %(message)s")
     try:
-        check_security(ca=None, private_key=None, address=args.listen)
+        ca: CA = None if args.ca is None else TRUST_ALL if args.ca == TRUST_ALL else Path(args.ca)
+        key = None if args.private_key is None else Path(args.private_key)
+        secure(ca=ca, private_key=key, addresses=[args.listen])
         secret = worker_secret(args.secret_file)
         _serve_blocking(args.listen, secret, announce=True)
     except (WorkerConfigError, NotImplementedError, ValueError) as exc:

@@ -19,6 +19,7 @@ from monarch.core._config import current_config
 from monarch.core._errors import PeerLost
 from monarch.core._messages import BATCH_BYTES, BATCH_MAX, HEARTBEAT, Batch, Packed
 from monarch.core._ring import Ring
+from monarch.core._tls import tls_options
 from monarch.transport import Buffer, Connection, TransportError, open_connection
 from monarch.transport.wire import Envelope, decode_envelope, encode
 
@@ -227,7 +228,8 @@ class PeerWriter:
         settings = heartbeat_settings(self.address)
         beat = None if settings is None else loop.create_task(self._heartbeat(*settings))
         try:
-            conn = await open_connection(self.address, secret=self.runtime.secret)
+            tls = tls_options(self.address, server=False)
+            conn = await open_connection(self.address, secret=self.runtime.secret, **tls)
             self.heard = loop.time()
             # The hello: who we are (this process's incarnation, which outlives an address
             # change and tells a restarted process from its predecessor), and how often

@@ -48,6 +48,7 @@ from monarch.core._messages import (
 )
 from monarch.core._netaddr import advertised, bind_url
 from monarch.core._ring import RingReader
+from monarch.core._tls import tls_options
 from monarch.transport import (
     Buffer,
     Connection,
@@ -290,7 +291,9 @@ class Runtime:
         machine's reachable addresses (see ``_netaddr``).
         """
         self.loop_thread_id = threading.get_ident()
-        self.listener = await open_listener(bind_url(listen), secret=self.secret)
+        self.listener = await open_listener(
+            bind_url(listen), secret=self.secret, **tls_options(listen, server=True)
+        )
         self.address = str(advertised(self.listener.address, advertise))
         self.spawn_task(self.listener.serve(self._serve_connection))
 
