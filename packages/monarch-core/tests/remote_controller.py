@@ -113,9 +113,10 @@ def tls(ca: str, key: str, *addrs: str) -> None:
 
     from monarch.core import current_runtime
 
+    trust = "trust_all_connections"
     hosts = attach_to_workers(
         workers=list(addrs),
-        ca=ca if ca == "trust_all_connections" else Path(ca),
+        ca=trust if ca == trust else Path(ca),
         private_key=None if key == "-" else Path(key),
     )
     procs = hosts.spawn_procs(per_host={"gpus": 2})
