@@ -19,7 +19,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import monarch.actor
 from monarch.actor import Actor, endpoint
@@ -113,7 +113,7 @@ def tls(ca: str, key: str, *addrs: str) -> None:
 
     from monarch.core import current_runtime
 
-    trust = "trust_all_connections"
+    trust: Final = "trust_all_connections"
     hosts = attach_to_workers(
         workers=list(addrs),
         ca=trust if ca == trust else Path(ca),
