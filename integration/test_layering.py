@@ -258,7 +258,7 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_tensors",  # torch tensors as one buffer each (torch never imported)
         "_serialize _ring",  # pickling with out-of-band buffers; the lenders' rings
         "_errors",  # the one exception tree
-        "_shape _scope _supervision _lending",  # mesh algebra; what code runs; buffer loans
+        "_shape _selection _scope _supervision _lending",  # mesh algebra; what code runs; loans
         "_messages _endpoint _value_mesh",  # the wire; Actor/@endpoint; gathered values
         "_cast",  # cast trees and FIFO order
         "_runtime",  # the per-process runtime (a package: spin, loop, peers, router)

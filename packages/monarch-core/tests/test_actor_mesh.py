@@ -121,7 +121,7 @@ def test_each_actor_has_its_rank_and_process(procs: ProcMesh) -> None:
     info = counters.whoami.call().get()
     assert [v["rank"] for v in info.values()] == [{"gpus": 0}, {"gpus": 1}]
     assert [v["size"] for v in info.values()] == [{"gpus": 2}, {"gpus": 2}]
-    assert {v["class_name"] for v in info.values()} == {"Counter"}
+    assert {v["class_name"] for v in info.values()} == {f"{Counter.__module__}.Counter"}
     assert {v["creator"] for v in info.values()} == {context().actor_instance.proc_id}
     assert {v["proc"] for v in info.values()} == {"<ProcMesh {}>"}
     pids = {v["pid"] for v in info.values()}
@@ -389,7 +389,7 @@ def test_with_python_executable_runs_procs_with_that_python(tmp_path: Any) -> No
             return os.environ.get("MONARCH_TEST_WRAPPED")
 
     hosts = this_host().with_python_executable(str(wrapper))
-    assert hosts.initialized.get(timeout=10) is None
+    assert hosts.initialized.get(timeout=10) is True
     mesh = hosts.spawn_procs(per_host={"gpus": 1})
     try:
         assert mesh.spawn("env", Env).wrapped.call_one().get(timeout=30) == "yes"

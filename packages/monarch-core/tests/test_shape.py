@@ -1,4 +1,4 @@
-"""The slicing algebra: NDSlice, Extent, Point, Shape, Selection and MeshTrait."""
+"""The slicing algebra: NDSlice, Extent, Point, Shape, MeshTrait (Selection: test_dropin_meshes)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from monarch.core._shape import (
     NDSlice,
     Point,
     Region,
-    Selection,
     Shape,
     Slice,
 )
@@ -486,18 +485,3 @@ def test_region() -> None:
     assert r.labels == ["a", "b"] and r.slice() == NDSlice(3, [2, 2], [4, 1])
     assert r.as_shape().ranks() == [3, 4, 7, 8] and r.point_of_base_rank(7) == Point(2, r.extent)
     assert pickle.loads(pickle.dumps(r)) == r
-
-
-# -- Selection -------------------------------------------------------------------------------
-
-
-def test_selection() -> None:
-    assert Selection.from_string("*") == Selection.coerce("all") == Selection("all")
-    assert Selection.from_string("?").kind == Selection.coerce("choose").kind == "choose"
-    assert Selection.coerce(Selection("all")).kind == "all"
-    assert repr(Selection("all")) == "All(True)"
-    assert pickle.loads(pickle.dumps(Selection("choose"))) == Selection("choose")
-    with pytest.raises(ValueError, match="unsupported selection"):
-        Selection.from_string("(*, 1:3)")
-    with pytest.raises(ValueError, match="'all' or 'choose'"):
-        Selection("some")  # type: ignore[arg-type]

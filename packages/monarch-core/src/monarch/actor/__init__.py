@@ -29,7 +29,8 @@ from monarch.core._errors import ActorError, MeshFailure, SupervisionError
 from monarch.core._future import Future, returns_future
 from monarch.core._port import Channel, Port, PortReceiver, RankedPortReceiver
 from monarch.core._proc_mesh import HostMesh, ProcMesh, shutdown_context, this_host, this_proc
-from monarch.core._shape import Extent, NDSlice, Point, Selection, Shape
+from monarch.core._selection import Selection
+from monarch.core._shape import Extent, NDSlice, Point, Shape
 from monarch.core._supervision import default_unhandled_fault_hook as _default_hook
 from monarch.core._value_mesh import ValueMesh
 from monarch.core._worker import (

@@ -125,12 +125,16 @@ class Endpoint(Generic[R]):
         port: Any = None,
         selection: str = "all",
     ) -> None:
+        given: object = selection
+        if not isinstance(given, str):  # upstream's words for both mistakes
+            kind = type(given).__name__
+            raise TypeError(f"argument 'selection': '{kind}' object cannot be cast as 'str'")
+        if selection not in ("all", "choose"):
+            raise ValueError(f"Invalid selection: {selection}")
         payload = self._bind(args, kwargs)
         mesh = self._mesh
         if selection == "choose":
             mesh = _choose_one(mesh)
-        elif selection != "all":
-            raise ValueError(f"selection must be 'all' or 'choose', not {selection!r}")
         reply = port._ref if port is not None else None
         mesh._send_cast(self._name, payload, reply, self._prop._explicit_response_port)
 
@@ -589,6 +593,17 @@ async def resolve(procs: Procs) -> list[str]:
     return list(procs)
 
 
+def id_name(name: str) -> str:
+    """A mesh name as upstream writes it in actor ids: lower-case ASCII letters, digits, ``-``
+    and ``_``, starting with a letter, at most 63 characters; ``nil`` if nothing is left."""
+    kept = "".join(c for c in name.lower() if c in _ID_CHARS)
+    kept = kept.lstrip("0123456789-_")[:63].rstrip("-_")
+    return kept or "nil"
+
+
+_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
 def spawn_actor_mesh(
     runtime: Runtime,
     name: str,
@@ -604,7 +619,7 @@ def spawn_actor_mesh(
     actor_is_async(cls)  # raises on mixed endpoints
     _check_endpoint_names(cls)
     payload = dumps((cls, args, kwargs))
-    mesh_id = f"{name}-{uuid.uuid4().hex[:12]}"
+    mesh_id = f"{id_name(name)}<{uuid.uuid4().hex[:12]}>"
 
     async def post() -> Gather:
         addresses = await resolve(procs)

@@ -34,15 +34,33 @@ log = logging.getLogger("monarch.core")
 
 
 class ChannelTransport(enum.Enum):
-    """Upstream's transport names, for ``enable_transport`` (mapped by name, see _config)."""
+    """Upstream's transports, for ``enable_transport`` (mapped by name onto ours, see _config:
+    the Tls/Quic kinds become ``tls``, TcpWithLocalhost ``tcp://127.0.0.1:0``, Local ``unix``).
 
-    Unix = enum.auto()
-    TcpWithHostname = enum.auto()
-    TcpWithLocalhost = enum.auto()
-    Tls = enum.auto()
-    MetaTlsWithHostname = enum.auto()
-    MetaTlsWithIpAddr = enum.auto()
-    Local = enum.auto()
+    Every member upstream has, with its ``int()``; ``MetaTlsWithIpAddr`` is an older name of ours.
+    """
+
+    TcpWithLocalhost = 0
+    TcpWithHostname = 1
+    MetaTlsWithHostname = 2
+    MetaTlsWithIpV6 = 3
+    MetaTlsWithIpAddr = 3  # noqa: PIE796 - an alias, on purpose
+    Tls = 4
+    Quic = 5
+    MetaQuicWithHostname = 6
+    MetaQuicWithIpV6 = 7
+    Local = 8
+    Unix = 9
+
+    def get(self) -> ChannelTransport:
+        """This transport (upstream's method of the same name)."""
+        return self
+
+    def __int__(self) -> int:
+        return int(self.value)
+
+    def __repr__(self) -> str:
+        return f"ChannelTransport.{self.name}"
 
 
 def _canonical_transport(transport: object) -> str:

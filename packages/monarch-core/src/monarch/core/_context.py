@@ -35,8 +35,10 @@ class Instance:
 
     rank: Point
     name: str
-    class_name: str
+    class_name: str | None
+    """``module.Class`` of the actor (``None`` for the root client), as upstream's."""
     actor_id: str
+    """Unique per actor; starts with its mesh's name (``current_actor_name()``)."""
     proc_id: str
     creator: str | None = None
     """The process that spawned this actor (``None`` for the root client)."""
@@ -87,12 +89,8 @@ def context() -> Context:
     if current is not None:
         return current
     runtime = current_runtime()
-    return Context(
-        Instance(
-            EMPTY_POINT, "client", "RootClientActor", f"{runtime.address}/client", runtime.address
-        ),
-        EMPTY_POINT,
-    )
+    address = runtime.address
+    return Context(Instance(EMPTY_POINT, "root", None, f"client@{address}", address), EMPTY_POINT)
 
 
 def current_rank() -> Point:
@@ -104,4 +102,6 @@ def current_size() -> dict[str, int]:
 
 
 def current_actor_name() -> str:
-    return context().actor_instance.name
+    """The running actor's id, as upstream's: unique per actor, starting with the (lower-cased)
+    name of its mesh, for logs (``Instance.name`` is the mesh's name as given)."""
+    return context().actor_instance.actor_id

@@ -106,10 +106,14 @@ def concurrent_endpoint(
     """
 
     def wrap(fn: Callable[..., Any]) -> EndpointProperty[Any]:
+        # upstream's messages and exception type: user code may catch them
         if isinstance(fn, EndpointProperty):
-            raise TypeError("do not stack @concurrent_endpoint with @endpoint")
+            raise ValueError(
+                "concurrent_endpoint does not wrap @endpoint; "
+                "pass endpoint options to @concurrent_endpoint"
+            )
         if not inspect.iscoroutinefunction(fn):
-            raise TypeError(f"@concurrent_endpoint needs an async def, not {fn!r}")
+            raise ValueError("concurrent_endpoint can only wrap async endpoints")
         return EndpointProperty(
             fn,
             propagate=propagate,

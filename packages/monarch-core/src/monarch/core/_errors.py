@@ -134,3 +134,8 @@ class DimensionError(MonarchError, KeyError, ValueError, TypeError):
 
 class MeshIndexError(MonarchError, IndexError, ValueError):
     """An index or range outside a dimension (upstream: IndexError for ints, ValueError else)."""
+
+
+class NegativeIndexError(MeshIndexError, OverflowError):
+    """A negative index or rank: upstream's (unsigned) arguments refuse it with OverflowError,
+    so this is one too, besides an index error like any other out of range."""

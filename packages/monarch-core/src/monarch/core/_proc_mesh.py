@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from monarch.transport import Buffer
 
@@ -211,9 +211,12 @@ class ProcMesh(ShapedMesh):
         return found
 
     @property
-    def initialized(self) -> Future[None]:
-        async def wait() -> None:
+    def initialized(self) -> Future[Literal[True]]:
+        """``True`` once every proc runs (as upstream's); raises if they failed to start."""
+
+        async def wait() -> Literal[True]:
             await resolve(self._procs)
+            return True
 
         return run_on(self._runtime, wait())
 
@@ -305,9 +308,9 @@ class HostMesh(ShapedMesh):
         return HostMesh(self._hosts, self._shape, self._runtime, path)
 
     @property
-    def initialized(self) -> Future[None]:
-        """The host agents are running (they were when this mesh was made)."""
-        return Future._of(None)
+    def initialized(self) -> Future[Literal[True]]:
+        """``True``, as upstream's: the host agents ran when this mesh was made."""
+        return Future._of(True)
 
     def spawn_procs(
         self,

@@ -17,9 +17,9 @@ from __future__ import annotations
 import operator
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final, Literal, Self, SupportsIndex, final, overload
+from typing import Any, Self, SupportsIndex, final, overload
 
-from ._errors import DimensionError, MeshIndexError
+from ._errors import DimensionError, MeshIndexError, NegativeIndexError
 
 __all__ = [
     "DimensionError",
@@ -29,8 +29,6 @@ __all__ = [
     "NDSlice",
     "Point",
     "Region",
-    "Selection",
-    "SelectionKind",
     "Shape",
     "ShapedMesh",
     "Slice",
@@ -233,7 +231,7 @@ class NDSlice:
 
     def coordinates(self, value: int) -> list[int]:
         """Coordinates of global rank ``value``; ValueError if the slice does not hold it."""
-        value = operator.index(value)
+        value = _unsigned(value)
         if self._positions is not None:
             position = self._positions.get(value)
             if position is None:
@@ -258,7 +256,7 @@ class NDSlice:
     def index(self, value: int) -> int:
         """Row-major position of global rank ``value``; ValueError if absent."""
         if self._positions is not None:
-            found = self._positions.get(operator.index(value))
+            found = self._positions.get(_unsigned(value))
             if found is None:
                 raise ValueError(f"value {value} not in slice")
             return found
@@ -284,8 +282,8 @@ class NDSlice:
             )
         rank = self._offset
         for coord, size, stride in zip(coordinates, self._sizes, self._strides, strict=True):
-            coord = operator.index(coord)
-            if not 0 <= coord < size:
+            coord = _unsigned(coord)
+            if not coord < size:
                 raise MeshIndexError(f"index {coord} out of range {size}")
             rank += coord * stride
         return rank
@@ -354,6 +352,15 @@ def _check_labels(labels: Iterable[str]) -> tuple[str, ...]:
     if len(set(result)) != len(result):
         raise ValueError(f"invalid labels {list(result)!r}: duplicate dimension name")
     return result
+
+
+def _unsigned(value: SupportsIndex) -> int:
+    """An index or rank as upstream takes it (an unsigned int): negatives are refused first,
+    with upstream's OverflowError and words."""
+    index = operator.index(value)
+    if index < 0:
+        raise NegativeIndexError("can't convert negative int to unsigned")
+    return index
 
 
 def _missing(label: object, labels: Sequence[str]) -> DimensionError:
@@ -646,8 +653,8 @@ class Shape:
 
     def at(self, label: str, index: int) -> Shape:
         """Fix dimension ``label`` at ``index`` and drop it."""
+        index = _unsigned(index)
         dim = self._dim(label)
-        index = operator.index(index)
         size = self._ndslice._sizes[dim]
         if not 0 <= index < size:
             raise MeshIndexError(
@@ -667,7 +674,14 @@ class Shape:
         """Restrict ``label`` to ``selector``: a slice keeps the dimension (renumbered from 0),
         an int drops it like ``at``."""
         if not isinstance(selector, slice):
-            return self.at(label, selector)
+            # Slicing a mesh calls -1 out of range, as upstream's MeshTrait (``at`` overflows).
+            index = operator.index(selector)
+            size = self._ndslice._sizes[self._dim(label)]
+            if index < 0:
+                raise MeshIndexError(
+                    f"index {index} out of range for dimension {label!r} of size {size}"
+                )
+            return self.at(label, index)
         dim = self._dim(label)
         s = self._ndslice
         size = s._sizes[dim]
@@ -828,69 +842,6 @@ def _renames(kwargs: Mapping[str, object]) -> dict[str, tuple[str, ...]]:
             raise ValueError(f"rename {old}= expects a new dimension name, got {new!r}")
         renames[old] = (new,)
     return renames
-
-
-# --------------------------------------------------------------------------------------------
-# Selection
-# --------------------------------------------------------------------------------------------
-
-SelectionKind = Literal["all", "choose"]
-"""What ``send(..., selection=...)`` accepts: every member, or one chosen at random."""
-
-
-@final
-class Selection:
-    """Which members of a mesh a low-level ``send`` reaches: ``all`` or one it ``choose``s.
-
-    Upstream parses a whole selection algebra here; the runtime only ever needs these two,
-    which also have string forms (``"*"``/``"all"`` and ``"?"``/``"choose"``).
-    """
-
-    __slots__ = ("_kind",)
-
-    _kind: SelectionKind
-    _ALIASES: Final[Mapping[str, SelectionKind]] = {
-        "*": "all",
-        "all": "all",
-        "?": "choose",
-        "choose": "choose",
-    }
-
-    def __init__(self, kind: SelectionKind) -> None:
-        if kind not in ("all", "choose"):
-            raise ValueError(f"selection must be 'all' or 'choose', got {kind!r}")
-        self._kind = kind
-
-    @classmethod
-    def from_string(cls, s: str) -> Selection:
-        """Parse ``"*"``/``"all"`` or ``"?"``/``"choose"``; ValueError otherwise."""
-        kind = cls._ALIASES.get(str(s).strip())
-        if kind is None:
-            raise ValueError(f"unsupported selection expression {s!r} (expected '*' or '?')")
-        return cls(kind)
-
-    @classmethod
-    def coerce(cls, value: Selection | str) -> Selection:
-        """A Selection from what ``send`` was given (a Selection or one of its strings)."""
-        return value if isinstance(value, Selection) else cls.from_string(value)
-
-    @property
-    def kind(self) -> SelectionKind:
-        return self._kind
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Selection):
-            return self._kind == other._kind
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._kind)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Selection, (self._kind,))
-
-    def __repr__(self) -> str:
-        return "All(True)" if self._kind == "all" else "Any(True)"
 
 
 # --------------------------------------------------------------------------------------------

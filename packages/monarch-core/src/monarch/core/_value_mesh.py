@@ -15,11 +15,12 @@ the access that triggered it and nothing is cached, so the next access tries aga
 
 from __future__ import annotations
 
+import operator
 import pickle
 import threading
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Generic, TypeVar, cast, final
+from typing import Any, Generic, SupportsIndex, TypeVar, cast, final
 
 from monarch.core._shape import MeshIndexError, MeshTrait, NDSlice, Point, Shape
 
@@ -108,6 +109,49 @@ class ValueMesh(MeshTrait, Generic[R]):
                 entries.append(value)
             slots.append(slot)
         self._init(shape, _Table(entries), slots)
+
+    @staticmethod
+    def from_indexed(shape: Shape, pairs: Sequence[tuple[int, R]]) -> ValueMesh[R]:
+        """A mesh from ``(rank, value)`` pairs (ranks 0 .. len(shape) - 1 of ``shape``), the
+        last pair of a rank winning; every rank must have one. Errors are upstream's."""
+        given: tuple[object, object] = (shape, pairs)  # any objects may come
+        if not isinstance(given[0], Shape):
+            raise TypeError(f"argument 'shape': {_cannot_cast(shape, 'Shape')}")
+        if isinstance(given[1], str):
+            raise TypeError("argument 'pairs': Can't extract `str` to `Vec`")
+        if not isinstance(given[1], Sequence):
+            raise TypeError(f"argument 'pairs': {_cannot_cast(pairs, 'Sequence')}")
+        checked: list[tuple[int, R]] = []
+        for pair in given[1]:  # all of them first, as upstream converts its argument first
+            if not isinstance(pair, tuple):
+                raise TypeError(f"argument 'pairs': {_cannot_cast(pair, 'tuple')}")
+            if len(pair) != 2:
+                raise ValueError(f"expected tuple of length 2, but got tuple of length {len(pair)}")
+            rank, value = pair
+            if not isinstance(rank, SupportsIndex):
+                kind = type(rank).__name__
+                raise TypeError(
+                    f"argument 'pairs': '{kind}' object cannot be interpreted as an integer"
+                )
+            index = operator.index(rank)
+            if index < 0:
+                raise OverflowError("can't convert negative int to unsigned")
+            if index >= 2**64:
+                raise OverflowError("int too big to convert")
+            checked.append((index, value))
+        n = len(shape)
+        by_rank: dict[int, R] = {}
+        for index, value in checked:
+            if index >= n:
+                raise ValueError(
+                    f"invalid value mesh: expected {n} ranks, but contains {index + 1} ranks"
+                )
+            by_rank[index] = value
+        if len(by_rank) != n:
+            raise ValueError(
+                f"invalid value mesh: expected {n} ranks, but contains {len(by_rank)} ranks"
+            )
+        return ValueMesh(shape, [by_rank[index] for index in range(n)])
 
     @classmethod
     def _from_pickled(
@@ -248,6 +292,10 @@ class ValueMesh(MeshTrait, Generic[R]):
             _restore_value_mesh,
             (self._shape, entries, self._run_starts, [used[s] for s in self._run_slots]),
         )
+
+
+def _cannot_cast(value: object, to: str) -> str:
+    return f"'{type(value).__name__}' object cannot be cast as '{to}'"
 
 
 def _restore_value_mesh(

@@ -71,7 +71,8 @@ _ENCODING_NAMES: Final[dict[str, Encoding]] = {
 }
 
 # Canonical transports: unix, tcp, tls, local, or an explicit scheme://address. Upstream's
-# ChannelTransport members map onto them: TcpWithLocalhost -> tcp://127.0.0.1:0, MetaTls* -> tls.
+# ChannelTransport members map onto them: TcpWithLocalhost -> tcp://127.0.0.1:0, MetaTls*, Quic
+# and MetaQuic* -> tls.
 _TRANSPORTS: Final[dict[str, str]] = {
     "unix": "unix",
     "ipc": "unix",
@@ -83,6 +84,10 @@ _TRANSPORTS: Final[dict[str, str]] = {
     "metatlshostname": "tls",
     "metatlswithhostname": "tls",
     "metatlswithipaddr": "tls",
+    "metatlswithipv6": "tls",
+    "quic": "tls",  # QUIC is TLS-secured: ours is TLS over TCP
+    "metaquicwithhostname": "tls",
+    "metaquicwithipv6": "tls",
     "local": "local",
 }
 _SCHEME_RE: Final = re.compile(r"[a-z][a-z0-9+.\-]*")

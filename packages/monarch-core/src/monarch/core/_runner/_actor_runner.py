@@ -58,12 +58,14 @@ class ActorRunner:
         self.endpoints: dict[str, EndpointProperty[Any]] = {}
         shape = shape_of(spawn.shape)
         self.rank = Point(shape.ndslice.index(spawn.rank), shape.extent)
-        actor_id = f"{runtime.address}/{spawn.mesh}[{self.rank.rank}]"
+        # As upstream's: unique per actor, starting with the mesh's name (see id_name).
+        actor_id = f"{spawn.mesh}[{self.rank.rank}]@{runtime.address}"
         self.info = Instance(
-            self.rank, spawn.name, "?", actor_id, runtime.address, spawn.reply.proc
+            self.rank, spawn.name, None, actor_id, runtime.address, spawn.reply.proc
         )
         if cls is not None:
-            self.info = dataclasses.replace(self.info, class_name=cls.__name__)
+            class_name = f"{cls.__module__}.{cls.__name__}"
+            self.info = dataclasses.replace(self.info, class_name=class_name)
             self.endpoints = endpoints_of(cls)
         self._contexts: dict[ShapeSpec, Context] = {}
         self.owned: list[Any] = []
