@@ -43,7 +43,9 @@ def _sync_method(self: Any) -> int:
     return 1
 
 
-STACKED = "concurrent_endpoint does not wrap @endpoint; pass endpoint options to @concurrent_endpoint"
+STACKED = (
+    "concurrent_endpoint does not wrap @endpoint; pass endpoint options to @concurrent_endpoint"
+)
 NOT_ASYNC = "concurrent_endpoint can only wrap async endpoints"
 
 
@@ -59,7 +61,7 @@ NOT_ASYNC = "concurrent_endpoint can only wrap async endpoints"
     ],
 )
 def test_concurrent_endpoint_misuse_is_a_value_error(wrap: Any, message: str) -> None:
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ValueError, match="concurrent_endpoint") as info:
         wrap()
     assert str(info.value) == message
 
@@ -118,7 +120,7 @@ def test_send_takes_upstreams_selection_words(procs: ProcMesh) -> None:
     send(echo.echo, (7,), {}, port=port, selection="choose")
     assert receiver.recv().get(timeout=60) == 7
     for word in ("*", "?", "bogus"):
-        with pytest.raises(ValueError) as info:
+        with pytest.raises(ValueError, match="Invalid selection") as info:
             send(echo.echo, (1,), {}, port=port, selection=word)
         assert str(info.value) == f"Invalid selection: {word}"
     with pytest.raises(TypeError, match="argument 'selection': 'int' object cannot be cast"):
