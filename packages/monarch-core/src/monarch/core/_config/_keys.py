@@ -18,17 +18,20 @@ from __future__ import annotations
 import dataclasses
 import decimal
 import enum
+import math
 import numbers
 import operator
 import re
+import struct
+import types
 import typing
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Annotated, Any, Final, SupportsIndex, TypeAlias
+from typing import Annotated, Any, Final, Literal, SupportsIndex, TypeAlias
 
 import msgspec
 
-from ._units import NS, duration_ns, format_duration_ns, parse_byte_size
+from ._units import NS, duration_ns, format_duration_ns, parse_byte_size, parse_humantime_ns
 
 
 class Encoding(enum.Enum):
@@ -37,6 +40,9 @@ class Encoding(enum.Enum):
     Bincode = "bincode"
     Json = "serde_json"
     Multipart = "serde_multipart"
+
+    def __repr__(self) -> str:
+        return f"Encoding.{self.name}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +99,17 @@ _TRANSPORTS: Final[dict[str, str]] = {
 _SCHEME_RE: Final = re.compile(r"[a-z][a-z0-9+.\-]*")
 
 
+def _to_f32(value: object) -> float:
+    """``value`` as the nearest 32-bit float (as a Python float), as upstream keeps the key."""
+    number = float(_builtin_number(value, float))  # type: ignore[arg-type]
+    if not math.isfinite(number) or abs(number) > _F32_MAX:
+        return number if not math.isfinite(number) else math.copysign(math.inf, number)
+    return float(struct.unpack("f", struct.pack("f", number))[0])
+
+
+_F32_MAX: Final = 3.4028234663852886e38
+
+
 def _read_size(value: object) -> object:
     if isinstance(value, str):
         return parse_byte_size(value)
@@ -128,6 +145,7 @@ def _read_transport(value: object) -> str:
         raise ValueError(f"unknown transport {value!r}") from None
 
 
+F32: Final = Spelling("a float (held as a 32-bit float, as upstream holds it)", _to_f32)
 DURATION: Final = Spelling(
     "a duration (a humantime string such as '30s', '500ms', '1h 30m', or seconds)", duration_ns
 )
@@ -146,7 +164,8 @@ Positive: TypeAlias = Annotated[int, msgspec.Meta(ge=1)]
 Bytes: TypeAlias = Annotated[int, msgspec.Meta(ge=0), BYTE_SIZE]
 Seconds: TypeAlias = Annotated[float, DURATION]
 Nanoseconds: TypeAlias = Annotated[int, msgspec.Meta(ge=0)]
-Fraction01: TypeAlias = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+Byte: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=255)]
+Float32: TypeAlias = Annotated[float, F32]
 Transport: TypeAlias = Annotated[str, TRANSPORT]
 
 _TRUE: Final = frozenset({"1", "true", "t", "yes", "y", "on"})
@@ -185,16 +204,114 @@ _FROM_TEXT: Final[dict[type, Callable[[str], object]]] = {
 
 
 def _describe(tp: Any, spelling: Spelling | None) -> str:
-    """The values a type accepts, in words: ``an int >= 1``, ``a float in [0.0, 1.0]``."""
+    """The values a type accepts, in words: ``an int >= 1``, ``a float``, ``... or None``."""
     info = msgspec.inspect.type_info(tp)
+    if isinstance(info, msgspec.inspect.UnionType):
+        inner = next(t for t in info.types if not isinstance(t, msgspec.inspect.NoneType))
+        return f"{_describe_info(inner, spelling)} or None"
+    return _describe_info(info, spelling)
+
+
+def _describe_info(info: msgspec.inspect.Type, spelling: Spelling | None) -> str:
     ge = getattr(info, "ge", None)
     if spelling is not None:
         return spelling.what.format(ge=ge)
     if isinstance(info, msgspec.inspect.IntType):
-        return f"an int >= {ge}"
+        return f"an int >= {ge}" if info.le is None else f"an int in [{ge}, {info.le}]"
     if isinstance(info, msgspec.inspect.FloatType):
-        return f"a float in [{ge}, {info.le}]"
-    return {bool: "a bool", str: "a str"}[tp]
+        return "a float"
+    return "a bool" if isinstance(info, msgspec.inspect.BoolType) else "a str"
+
+
+def _strip(tp: Any) -> tuple[Any, bool, float | None, float | None]:
+    """A key type's base type, whether None is allowed, and its int bounds (ge, le)."""
+    optional = False
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        optional = type(None) in typing.get_args(tp)
+        tp = next(arg for arg in typing.get_args(tp) if arg is not type(None))
+    ge = le = None
+    if typing.get_origin(tp) is Annotated:
+        for meta in tp.__metadata__:
+            if isinstance(meta, msgspec.Meta):
+                ge, le = meta.ge, meta.le
+        tp = typing.get_args(tp)[0]
+    return tp, optional, ge, le
+
+
+Shows = Literal["str", "repr"]
+"""How upstream's error for a key shows the refused value (it differs from key to key)."""
+
+_U64_MAX: Final = 2**64 - 1
+_C_LONG: Final = range(-(2**63), 2**63)
+
+
+class _Refused(Exception):
+    """Why upstream's ``configure`` refuses a value: the error it raises and its detail."""
+
+    def __init__(self, kind: type[Exception], detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
+
+
+def _cannot_cast(value: object, to: str) -> str:
+    return f"'{type(value).__name__}' object cannot be cast as '{to}'"
+
+
+def _is_bool(value: object) -> bool:
+    """A bool, or numpy's (upstream takes both)."""
+    kind = type(value)
+    return kind is bool or (kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_"))
+
+
+def _real(value: object) -> float:
+    """A float as CPython's ``PyFloat_AsDouble`` reads one (``__float__``, else ``__index__``)."""
+    kind = type(value)
+    if hasattr(kind, "__float__"):
+        return float(value)  # type: ignore[arg-type]
+    if hasattr(kind, "__index__"):
+        return float(operator.index(value))  # type: ignore[arg-type]
+    raise _Refused(TypeError, f"TypeError: must be real number, not {kind.__name__}")
+
+
+def _unsigned(value: object, ge: float | None, le: float | None) -> int:
+    """An int as upstream's unsigned keys take one: a u8 (``le`` 255) or a u64, non-zero when
+    ``ge`` is 1."""
+    if not isinstance(value, SupportsIndex):
+        kind = type(value).__name__
+        raise _Refused(TypeError, f"TypeError: '{kind}' object cannot be interpreted as an integer")
+    number = operator.index(value)
+    if le == 255:
+        if number not in _C_LONG:
+            raise _Refused(TypeError, "OverflowError: Python int too large to convert to C long")
+        if not 0 <= number <= 255:
+            raise _Refused(
+                TypeError, "OverflowError: out of range integral type conversion attempted"
+            )
+    elif number < 0:
+        raise _Refused(TypeError, "OverflowError: can't convert negative int to unsigned")
+    elif number > _U64_MAX:
+        raise _Refused(TypeError, "OverflowError: int too big to convert")
+    if ge == 1 and number == 0:
+        raise _Refused(ValueError, "expected non-zero usize")
+    return number
+
+
+def _check_transport(value: object) -> str:
+    """``configure(default_transport=...)``: a ChannelTransport or a str, as upstream takes;
+    our own spellings (``"ipc"``, ``"metatls-hostname"``) are taken too."""
+    if isinstance(value, str):
+        try:
+            return _read_transport(value)
+        except ValueError:
+            why = f"invalid str for BindSpec '{value}': invalid bind spec: {value}"
+            raise ValueError(why) from None
+    if type(value).__name__ == "ChannelTransport" and isinstance(getattr(value, "name", None), str):
+        try:
+            return _read_transport(value)
+        except ValueError:
+            raise TypeError(f"default_transport: {value!r} is not supported here") from None
+    raise TypeError("expected ChannelTransport enum, BindSpec, or str")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,6 +325,8 @@ class Key:
     env: tuple[str, ...]  # first set one wins; env[0] is the name ``runtime_env`` writes
     doc: str
     ours: bool  # a key this project added (upstream has no such key)
+    upstream: str = ""  # upstream's name of the key, in its errors (``hyperactor::config::x``)
+    shows: Shows = "str"  # how upstream's errors show a refused value
 
     @property
     def type_name(self) -> str:
@@ -221,10 +340,63 @@ class Key:
 
     @property
     def _base(self) -> Any:
-        return typing.get_args(self.type)[0] if typing.get_origin(self.type) else self.type
+        return _strip(self.type)[0]
+
+    def check(self, value: object) -> Any:
+        """Layer form of a ``configure`` argument. Upstream's keys take what upstream's take and
+        refuse the rest with its errors (TypeError, or ValueError for a zero that must not be);
+        ours read values as ``coerce`` does (TypeError naming the key and what it takes)."""
+        if self.spelling is TRANSPORT:
+            return _check_transport(value)
+        if not self.upstream:
+            try:
+                return self.coerce(value)
+            except ValueError as e:  # msgspec.ValidationError included
+                raise TypeError(
+                    f"configuration key {self.name!r} expects {self.type_name}, got {value!r}: {e}"
+                ) from None
+        try:
+            return self._as_upstream(value)
+        except _Refused as refused:
+            shown = repr(value) if self.shows == "repr" else str(value)
+            raise refused.kind(
+                f"invalid value `{shown}` for configuration key `{self.upstream}` "
+                f"({refused.detail})"
+            ) from None
+
+    def _as_upstream(self, value: object) -> Any:
+        base, optional, ge, le = _strip(self.type)
+        if value is None and optional:
+            return None
+        if self.spelling is DURATION:
+            if not isinstance(value, str):
+                raise _Refused(TypeError, f"TypeError: {_cannot_cast(value, 'str')}")
+            try:
+                return parse_humantime_ns(value)
+            except ValueError as e:
+                raise _Refused(
+                    TypeError, f"ValueError: Invalid duration format '{value}': {e}"
+                ) from None
+        if self.spelling is ENCODING:
+            if not isinstance(value, Encoding):
+                raise _Refused(TypeError, _cannot_cast(value, "Encoding"))
+            return value
+        if base is bool:
+            if not _is_bool(value):
+                raise _Refused(TypeError, f"TypeError: {_cannot_cast(value, 'bool')}")
+            return bool(value)
+        if base is str:
+            if not isinstance(value, str):
+                raise _Refused(TypeError, f"TypeError: {_cannot_cast(value, 'str')}")
+            return str(value)
+        if base is float:
+            number = _real(value)
+            return _to_f32(number) if self.spelling is F32 else number
+        return _unsigned(value, ge, le)
 
     def coerce(self, value: object) -> Any:
-        """Layer form of a Python value (``configure``, TOML); ValueError if not acceptable."""
+        """Layer form of a Python value as the environment and TOML layers read one (more
+        leniently than ``check``: ``"64MiB"``, seconds for a duration); ValueError if not."""
         if self.spelling is not None:
             value = self.spelling.read(value)
         else:
@@ -233,6 +405,8 @@ class Key:
 
     def parse_text(self, text: str) -> Any:
         """Layer form of an environment variable's text (``"true"``, ``"30s"``); ValueError."""
+        if _strip(self.type)[1] and text.strip().lower() in ("", "none"):
+            return None
         from_text = None if self.spelling is not None else _FROM_TEXT.get(self._base)
         return self.coerce(text if from_text is None else from_text(text))
 
@@ -252,6 +426,8 @@ class Key:
             return "true" if value else "false"
         if isinstance(value, Encoding):
             return value.value
+        if value is None:
+            return "none"
         return str(value)
 
 
@@ -269,9 +445,18 @@ def _aliases(env: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def key(default: object, *env: str, doc: str, ours: bool = False) -> Any:
-    """A ``Config`` field: its default as ``Config`` holds it, environment variables, meaning."""
-    return dataclasses.field(default=default, metadata={_META: (_aliases(env), doc, ours)})
+def key(
+    default: object,
+    *env: str,
+    doc: str,
+    ours: bool = False,
+    upstream: str = "",
+    shows: Shows = "str",
+) -> Any:
+    """A ``Config`` field: its default as ``Config`` holds it, environment variables, meaning;
+    for upstream's keys, upstream's name of it and how its errors show a value."""
+    metadata = {_META: (_aliases(env), doc, ours, upstream, shows)}
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -290,66 +475,83 @@ class Config:
         "MONARCH_TRANSPORT",
         doc="Channel transport for procs' addresses (enable_transport).",
     )
-    codec_max_frame_length: Annotated[int, msgspec.Meta(ge=1), BYTE_SIZE] = key(
+    codec_max_frame_length: Bytes = key(
         10 * 1024**3,
         "HYPERACTOR_CODEC_MAX_FRAME_LENGTH",
         doc="Largest message accepted on a connection, in bytes; larger frames close it.",
+        upstream="hyperactor::config::codec_max_frame_length",
     )
     default_encoding: Annotated[Encoding, ENCODING] = key(
         Encoding.Multipart,
         "HYPERACTOR_DEFAULT_ENCODING",
         doc="Wire encoding of message bodies.",
+        upstream="wirevalue::config::default_encoding",
+        shows="repr",
     )
     small_write_threshold: Bytes = key(
         256,
         "MONARCH_HYPERACTOR_SMALL_WRITE_THRESHOLD",
         doc="Buffers below this many bytes are copied into the frame, larger ones sent as-is.",
+        upstream="monarch_hyperactor::buffers::small_write_threshold",
     )
     # messages
     message_delivery_timeout: Seconds = key(
         30.0,
         "HYPERACTOR_MESSAGE_DELIVERY_TIMEOUT",
         doc="A message not delivered within this is returned as undeliverable.",
+        upstream="hyperactor::config::message_delivery_timeout",
+        shows="repr",
     )
     message_ack_time_interval: Seconds = key(
         0.5,
         "HYPERACTOR_MESSAGE_ACK_TIME_INTERVAL",
         doc="Channel acknowledgement period.",
+        upstream="hyperactor::config::message_ack_time_interval",
+        shows="repr",
     )
-    message_ack_every_n_messages: Positive = key(
+    message_ack_every_n_messages: Count = key(
         1000,
         "HYPERACTOR_MESSAGE_ACK_EVERY_N_MESSAGES",
         doc="Acknowledge at least every N messages.",
+        upstream="hyperactor::config::message_ack_every_n_messages",
     )
-    message_ttl_default: Positive = key(
+    message_ttl_default: Byte = key(
         64,
         "HYPERACTOR_MESSAGE_TTL_DEFAULT",
         doc="Hops a message may take before it is dropped as looping.",
+        upstream="hyperactor::config::message_ttl_default",
     )
     split_max_buffer_size: Count = key(
         5,
         "HYPERACTOR_SPLIT_MAX_BUFFER_SIZE",
         doc="Fragments buffered while splitting/reassembling messages.",
+        upstream="hyperactor::config::split_max_buffer_size",
     )
     split_max_buffer_age: Seconds = key(
         0.05,
         "HYPERACTOR_SPLIT_MAX_BUFFER_AGE",
         doc="Longest a split-message buffer waits before it is flushed.",
+        upstream="hyperactor::config::split_max_buffer_age",
+        shows="repr",
     )
     channel_net_rx_buffer_full_check_interval: Seconds = key(
         5.0,
         "HYPERACTOR_CHANNEL_NET_RX_BUFFER_FULL_CHECK_INTERVAL",
         doc="How often a full receive buffer is re-checked.",
+        upstream="hyperactor::config::channel_net_rx_buffer_full_check_interval",
+        shows="repr",
     )
-    message_latency_sampling_rate: Fraction01 = key(
-        0.01,
+    message_latency_sampling_rate: Float32 = key(
+        0.009999999776482582,  # 0.01 as the 32-bit float upstream holds
         "HYPERACTOR_MESSAGE_LATENCY_SAMPLING_RATE",
         doc="Fraction of messages whose latency is recorded.",
+        upstream="hyperactor::config::message_latency_sampling_rate",
     )
     enable_dest_actor_reordering_buffer: bool = key(
         True,
         "HYPERACTOR_ENABLE_DEST_ACTOR_REORDERING_BUFFER",
         doc="Restore per-sender order at the destination actor.",
+        upstream="hyperactor::config::enable_dest_actor_reordering_buffer",
     )
     actor_queue_dispatch: bool = key(
         True,
@@ -357,86 +559,115 @@ class Config:
         doc="Dispatch actor messages through a queue rather than directly.",
     )
     # casting
-    max_cast_dimension_size: Positive = key(
+    max_cast_dimension_size: Count = key(
         16,
         "HYPERACTOR_MESH_MAX_CAST_DIMENSION_SIZE",
         doc="Largest mesh dimension a cast covers in one step of the tree.",
+        upstream="hyperactor_mesh::config::max_cast_dimension_size",
     )
     max_cast_fanout: Positive = key(
         16,
         "HYPERACTOR_MESH_MAX_CAST_FANOUT",
         doc="Children per node of the multicast forwarding tree.",
+        upstream="hyperactor_mesh::config::max_cast_fanout",
+        shows="repr",
     )
     # spawning, stopping, supervision
     host_spawn_ready_timeout: Seconds = key(
         30.0,
         "HYPERACTOR_HOST_SPAWN_READY_TIMEOUT",
         doc="Longest wait for a spawned host to become ready.",
+        upstream="hyperactor::config::host_spawn_ready_timeout",
+        shows="repr",
     )
     mesh_proc_spawn_max_idle: Seconds = key(
         30.0,
         "HYPERACTOR_MESH_PROC_SPAWN_MAX_IDLE",
         doc="Longest silence between status updates while spawning procs.",
+        upstream="hyperactor_mesh::host_mesh::proc_spawn_max_idle",
+        shows="repr",
     )
     actor_spawn_max_idle: Seconds = key(
         30.0,
         "HYPERACTOR_MESH_ACTOR_SPAWN_MAX_IDLE",
         doc="Longest silence between status updates while spawning actors.",
+        upstream="hyperactor_mesh::proc_mesh::actor_spawn_max_idle",
+        shows="repr",
     )
     get_actor_state_max_idle: Seconds = key(
-        60.0,
+        30.0,
         "HYPERACTOR_MESH_GET_ACTOR_STATE_MAX_IDLE",
         doc="Longest wait for an actor state query.",
+        upstream="hyperactor_mesh::proc_mesh::get_actor_state_max_idle",
+        shows="repr",
     )
     proc_stop_max_idle: Seconds = key(
         30.0,
         "HYPERACTOR_MESH_PROC_STOP_MAX_IDLE",
         doc="Longest silence between status updates while stopping procs.",
+        upstream="hyperactor_mesh::host_mesh::proc_stop_max_idle",
+        shows="repr",
     )
     get_proc_state_max_idle: Seconds = key(
         60.0,
         "HYPERACTOR_MESH_GET_PROC_STATE_MAX_IDLE",
         doc="Longest wait for a proc state query.",
+        upstream="hyperactor_mesh::host_mesh::get_proc_state_max_idle",
+        shows="repr",
     )
     stop_actor_timeout: Seconds = key(
         10.0,
         "HYPERACTOR_STOP_ACTOR_TIMEOUT",
         doc="Budget for an actor to stop gracefully.",
+        upstream="hyperactor::config::stop_actor_timeout",
+        shows="repr",
     )
     cleanup_timeout: Seconds = key(
         3.0,
         "HYPERACTOR_CLEANUP_TIMEOUT",
         doc="Budget for an actor's __cleanup__.",
+        upstream="hyperactor::config::cleanup_timeout",
+        shows="repr",
     )
     process_exit_timeout: Seconds = key(
         10.0,
         "HYPERACTOR_PROCESS_EXIT_TIMEOUT",
         doc="Wait for a process to exit before it is killed.",
+        upstream="hyperactor::config::process_exit_timeout",
+        shows="repr",
     )
     mesh_terminate_timeout: Seconds = key(
         10.0,
         "HYPERACTOR_MESH_TERMINATE_TIMEOUT",
         doc="Per-child budget for graceful termination.",
+        upstream="hyperactor_mesh::bootstrap::mesh_terminate_timeout",
+        shows="repr",
     )
-    mesh_terminate_concurrency: Positive = key(
+    mesh_terminate_concurrency: Count = key(
         16,
         "HYPERACTOR_MESH_TERMINATE_CONCURRENCY",
         doc="Children terminated at once during shutdown.",
+        upstream="hyperactor_mesh::bootstrap::mesh_terminate_concurrency",
     )
     supervision_watchdog_timeout: Seconds = key(
         120.0,
         "HYPERACTOR_MESH_SUPERVISION_WATCHDOG_TIMEOUT",
         doc="Silence on the supervision stream after which the controller counts as unreachable.",
+        upstream="hyperactor_mesh::actor_mesh::supervision_watchdog_timeout",
+        shows="repr",
     )
     mesh_attach_config_timeout: Seconds = key(
-        10.0,
+        60.0,
         "HYPERACTOR_MESH_ATTACH_CONFIG_TIMEOUT",
         doc="Budget for pushing configuration to workers in attach_to_workers.",
+        upstream="hyperactor_mesh::config::mesh_attach_config_timeout",
+        shows="repr",
     )
     mesh_bootstrap_enable_pdeathsig: bool = key(
         True,
         "HYPERACTOR_MESH_BOOTSTRAP_ENABLE_PDEATHSIG",
         doc="Children get a parent-death signal, so none outlives its parent.",
+        upstream="hyperactor_mesh::bootstrap::mesh_bootstrap_enable_pdeathsig",
     )
     heartbeat_interval: Seconds = key(
         1.0,
@@ -485,103 +716,125 @@ class Config:
         False,
         "HYPERACTOR_MESH_ENABLE_LOG_FORWARDING",
         doc="Forward children's stdout/stderr through the mesh.",
+        upstream="hyperactor_mesh::bootstrap::mesh_enable_log_forwarding",
     )
     enable_file_capture: bool = key(
         False,
         "HYPERACTOR_MESH_ENABLE_FILE_CAPTURE",
         doc="Persist children's output to per-host files.",
+        upstream="hyperactor_mesh::bootstrap::mesh_enable_file_capture",
     )
     tail_log_lines: Count = key(
         0,
         "HYPERACTOR_MESH_TAIL_LOG_LINES",
         doc="Recent output lines kept in memory per process.",
+        upstream="hyperactor_mesh::bootstrap::mesh_tail_log_lines",
     )
     read_log_buffer: Count = key(
         100,
         "HYPERACTOR_READ_LOG_BUFFER",
         doc="Buffer size used when reading children's logs.",
+        upstream="hyperactor_mesh::logging::read_log_buffer",
     )
     force_file_log: bool = key(
         False,
         "HYPERACTOR_FORCE_FILE_LOG",
         doc="Log to a file regardless of the environment.",
+        upstream="hyperactor_mesh::logging::force_file_log",
     )
     prefix_with_rank: bool = key(
         True,
         "HYPERACTOR_PREFIX_WITH_RANK",
         doc="Prefix forwarded log lines with the rank.",
+        upstream="hyperactor_mesh::logging::prefix_with_rank",
     )
     # admin
     mesh_admin_addr: str = key(
         "[::]:1729",
         "HYPERACTOR_MESH_ADMIN_ADDR",
         doc="Bind address of the mesh admin HTTP server.",
+        upstream="hyperactor_mesh::config::mesh_admin_addr",
+        shows="repr",
     )
     pyspy_bin: str = key(
         "",
         "PYSPY_BIN",
         doc="py-spy executable used by the admin server ('' = look it up on PATH).",
+        upstream="hyperactor_mesh::config::pyspy_bin",
     )
     # rdma
     rdma_allow_tcp_fallback: bool = key(
         True,
         "MONARCH_RDMA_ALLOW_TCP_FALLBACK",
         doc="Without ibverbs, move RDMA buffers over TCP/shared memory instead of failing.",
+        upstream="monarch_rdma::config::rdma_allow_tcp_fallback",
     )
     rdma_disable_ibverbs: bool = key(
         False,
         "MONARCH_RDMA_DISABLE_IBVERBS",
         doc="Ignore ibverbs devices even when present (forces the fallback).",
+        upstream="monarch_rdma::config::rdma_disable_ibverbs",
     )
-    rdma_max_chunk_size_mb: Positive = key(
+    rdma_max_chunk_size_mb: Count = key(
         64,
         "MONARCH_RDMA_MAX_CHUNK_SIZE_MB",
         doc="Chunk size, in MiB, of fallback transfers.",
+        upstream="monarch_rdma::config::rdma_max_chunk_size_mb",
     )
     rdma_ibverbs_target: str = key(
         "",
         "MONARCH_RDMA_IBVERBS_TARGET",
         doc="Device to use: 'cpu:<numa>', 'gpu:<ordinal>', 'nic:<name>' ('' = automatic).",
+        upstream="monarch_rdma::config::rdma_ibverbs_target",
     )
     rdma_peer_device_affinity: str = key(
         "",
         "MONARCH_RDMA_PEER_DEVICE_AFFINITY",
         doc="Which peer NICs a local NIC pairs with: 'any', 'match_name', 'groups:a,b|c,d'.",
+        upstream="monarch_rdma::config::rdma_peer_device_affinity",
     )
-    rdma_max_nics_per_buffer: Count = key(
-        1,
+    rdma_max_nics_per_buffer: Positive | None = key(
+        None,
         "MONARCH_RDMA_MAX_NICS_PER_BUFFER",
-        doc="NICs a buffer is registered on, at most (0 = every equally good NIC).",
+        doc="NICs a buffer is registered on, at most (None = every equally good NIC).",
+        upstream="monarch_rdma::config::rdma_max_nics_per_buffer",
+        shows="repr",
     )
     rdma_min_stripe_size_kb: Positive = key(
         512,
         "MONARCH_RDMA_MIN_STRIPE_SIZE_KB",
         doc="Smallest stripe, in KiB, when a transfer is striped across queue pairs.",
+        upstream="monarch_rdma::config::rdma_min_stripe_size_kb",
+        shows="repr",
     )
     rdma_qps_per_cq: Positive = key(
         64,
         "MONARCH_RDMA_QPS_PER_CQ",
         doc="Queue pairs sharing one completion queue.",
+        upstream="monarch_rdma::config::rdma_qps_per_cq",
+        shows="repr",
     )
     rdma_cq_poller_per_device: bool = key(
-        False,
+        True,
         "MONARCH_RDMA_CQ_POLLER_PER_DEVICE",
         doc="One completion poller per device instead of one per completion queue.",
+        upstream="monarch_rdma::config::rdma_cq_poller_per_device",
     )
-    rdma_runtime_worker_threads: Positive = key(
+    rdma_runtime_worker_threads: Count = key(
         4,
         "MONARCH_RDMA_RUNTIME_WORKER_THREADS",
         doc="Worker threads of the RDMA data plane (latched at first RDMA use).",
+        upstream="monarch_rdma::config::rdma_runtime_worker_threads",
     )
 
 
 def _build_key(field: dataclasses.Field[Any], annotation: Any) -> Key:
-    env, doc, ours = field.metadata[_META]
+    env, doc, ours, upstream, shows = field.metadata[_META]
     spelling = next(
         (m for m in getattr(annotation, "__metadata__", ()) if isinstance(m, Spelling)), None
     )
     layer_type = Nanoseconds if spelling is DURATION else annotation
-    probe = Key(field.name, layer_type, spelling, None, env, doc, ours)
+    probe = Key(field.name, layer_type, spelling, None, env, doc, ours, upstream, shows)
     default = probe.coerce(field.default)
     held = probe.snapshot(default)
     if held != field.default or type(held) is not type(field.default):

@@ -63,6 +63,167 @@ def parse_duration_ns(text: str) -> int:
     return round(total)
 
 
+# -- upstream's parser (Rust humantime), for ``configure``: its syntax and its words ----------
+
+# Each unit: (nanoseconds per unit, whether a fraction of it must come to whole seconds).
+_HUMANTIME_UNITS: Final[dict[str, tuple[int, bool]]] = {
+    **dict.fromkeys(("nanos", "nsec", "ns"), (1, False)),
+    **dict.fromkeys(("usec", "us", "µs"), (1_000, False)),
+    **dict.fromkeys(("millis", "msec", "ms"), (1_000_000, False)),
+    **dict.fromkeys(("seconds", "second", "secs", "sec", "s"), (NS, False)),
+    **dict.fromkeys(("minutes", "minute", "min", "mins", "m"), (60 * NS, False)),
+    **dict.fromkeys(("hours", "hour", "hr", "hrs", "h"), (3_600 * NS, True)),
+    **dict.fromkeys(("days", "day", "d"), (86_400 * NS, True)),
+    **dict.fromkeys(("weeks", "week", "wk", "wks", "w"), (7 * 86_400 * NS, True)),
+    **dict.fromkeys(("months", "month", "M"), (_MONTH_S * NS, True)),
+    **dict.fromkeys(("years", "year", "yr", "yrs", "y"), (_YEAR_S * NS, True)),
+}
+_U64_MAX: Final = 2**64 - 1
+_DIGITS: Final = "0123456789"
+_UNIT_LETTERS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZµ")
+_RUST_WHITESPACE: Final = frozenset(
+    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+_TOO_LARGE: Final = (
+    "number is too large or cannot be represented without a lack of precision "
+    "(values below 1ns are not supported)"
+)
+
+
+def _u64(value: int) -> int:
+    """``value``, which upstream computes in a u64: too large is its one overflow error."""
+    if value > _U64_MAX:
+        raise ValueError(_TOO_LARGE)
+    return value
+
+
+class _Humantime:
+    """One parse of upstream's duration syntax: terms of a number (``5``, ``1.5``; whitespace
+    inside is skipped) and a unit, whitespace between terms optional. Positions are indexes
+    into the text; errors give byte offsets, as upstream's do."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+        self.seconds = 0
+        self.nanos = 0
+
+    def offset(self, index: int) -> int:
+        return len(self.text[:index].encode())
+
+    def next_char(self) -> str | None:
+        if self.pos >= len(self.text):
+            return None
+        self.pos += 1
+        return self.text[self.pos - 1]
+
+    def first_digit(self) -> int | None:
+        start = self.pos
+        while (char := self.next_char()) is not None:
+            if char in _DIGITS:
+                return int(char)
+            if char not in _RUST_WHITESPACE:
+                raise ValueError(f"expected number at {self.offset(start)}")
+        return None
+
+    def parse(self) -> int:
+        if self.text == "0":
+            return 0
+        number = self.first_digit()
+        if number is None:
+            raise ValueError("value was empty")
+        while True:
+            number, fraction, unit_start = self.number(number)
+            following, unit_end = self.unit()
+            self.add(number, fraction, self.text[unit_start:unit_end])
+            if following is None:
+                following = self.first_digit()
+                if following is None:
+                    return self.seconds * NS + self.nanos
+            number = following
+
+    def number(self, number: int) -> tuple[int, tuple[int, int] | None, int]:
+        """The rest of a number, its fraction (numerator, denominator) and where its unit
+        starts (having read the unit's first letter), or the end of the text."""
+        at = self.pos
+        while (char := self.next_char()) is not None:
+            if char in _DIGITS:
+                number = _u64(number * 10 + int(char))
+            elif char in _UNIT_LETTERS:
+                return number, None, at
+            elif char == ".":
+                fraction, at = self.fraction(at)
+                return number, fraction, at
+            elif char not in _RUST_WHITESPACE:
+                raise ValueError(f"invalid character at {self.offset(at)}")
+            at = self.pos
+        return number, None, at
+
+    def fraction(self, at: int) -> tuple[tuple[int, int], int]:
+        """The digits after a ``.``: (numerator, denominator), where the unit starts."""
+        numerator, denominator = 0, 1
+        while (char := self.next_char()) is not None:
+            if char in _DIGITS:
+                numerator = _u64(numerator * 10 + int(char))
+                denominator = _u64(denominator * 10)
+            elif char in _UNIT_LETTERS:
+                break
+            elif char not in _RUST_WHITESPACE:
+                raise ValueError(f"invalid character at {self.offset(at)}")
+            at = self.pos
+        if denominator == 1:  # no digit after the point
+            raise ValueError(f"invalid character at {self.offset(at)}")
+        return (numerator, denominator), at
+
+    def unit(self) -> tuple[int | None, int]:
+        """Read the rest of a unit: the next number's first digit when one follows at once,
+        and where the unit ends."""
+        at = self.pos
+        while (char := self.next_char()) is not None:
+            if char in _DIGITS:
+                return int(char), at
+            if char in _RUST_WHITESPACE:
+                break
+            if char not in _UNIT_LETTERS:
+                raise ValueError(f"invalid character at {self.offset(at)}")
+            at = self.pos
+        return None, at
+
+    def add(self, number: int, fraction: tuple[int, int] | None, unit: str) -> None:
+        known = _HUMANTIME_UNITS.get(unit)
+        if known is None:
+            if not unit:
+                raise ValueError(f"time unit needed, for example {number}sec or {number}ms")
+            raise ValueError(
+                f'unknown time unit "{unit}", supported units: ns, us/µs, ms, sec, min, hours, '
+                "days, weeks, months, years (and few variations)"
+            )
+        per, whole_seconds = known
+        self.add_ns(_u64(number * per) if per < NS else _u64(number * (per // NS)) * NS)
+        if fraction is None:
+            return
+        numerator, denominator = fraction
+        if per == 1:  # a fraction of a nanosecond
+            raise ValueError(_TOO_LARGE)
+        scale = per // NS if whole_seconds else per
+        part, rest = divmod(_u64(numerator * scale), denominator)
+        if rest:
+            raise ValueError(_TOO_LARGE)
+        self.add_ns(part * NS if whole_seconds else part)
+
+    def add_ns(self, ns: int) -> None:
+        seconds, nanos = divmod(self.nanos + ns, NS)
+        self.seconds = _u64(self.seconds + seconds)
+        self.nanos = nanos
+
+
+def parse_humantime_ns(text: str) -> int:
+    """Nanoseconds in ``text`` as upstream's ``configure`` reads durations (Rust humantime:
+    ``"1h 30m"``, ``"1.5s"``, ``"0"``; no plain numbers, no signs); ValueError in its words."""
+    return _Humantime(text).parse()
+
+
 def format_duration_ns(ns: int) -> str:
     """Format nanoseconds the way humantime does, largest unit first (``300s`` -> ``"5m"``)."""
     if ns == 0:
