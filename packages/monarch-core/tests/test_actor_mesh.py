@@ -401,7 +401,7 @@ def test_blocking_get_inside_a_running_event_loop_warns(procs: ProcMesh) -> None
     counters = procs.spawn("warned", Counter)
 
     async def main() -> int:
-        with pytest.warns(RuntimeWarning, match="use `await future`"):
+        with pytest.warns(UserWarning, match=r"use as_asyncio\(\) \(or await\) instead"):
             # Still running when get() is called: the actor naps first.
             value: int = counters.slice(gpus=0).nap.call_one(0.3).get(timeout=30)
         return value

@@ -7,21 +7,28 @@ torchmonarch 0.7.0 to show the expectations are upstream's.
 
 from __future__ import annotations
 
+import asyncio
+import operator
+import os
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from monarch.actor import (
+    Accumulator,
     Actor,
     Channel,
     ProcMesh,
     concurrent_endpoint,
     context,
     current_actor_name,
+    current_rank,
     endpoint,
     send,
     this_host,
+    this_proc,
 )
 
 
@@ -125,3 +132,162 @@ def test_send_takes_upstreams_selection_words(procs: ProcMesh) -> None:
         assert str(info.value) == f"Invalid selection: {word}"
     with pytest.raises(TypeError, match="argument 'selection': 'int' object cannot be cast"):
         send(echo.echo, (1,), {}, port=port, selection=3)  # type: ignore[arg-type]
+
+
+# -- blocking where upstream lets code block ------------------------------------------------------
+
+
+class Answer(Actor):
+    @endpoint
+    async def value(self) -> int:
+        return 41
+
+
+class BlocksInInit(Actor):
+    """An async actor whose ``__init__`` waits for another actor, and starts a task."""
+
+    def __init__(self, answer: Any) -> None:
+        self.value: int = answer.value.call_one().get(timeout=60) + 1
+        self.ticked = asyncio.Event()
+        self.task = asyncio.create_task(self._tick())
+
+    async def _tick(self) -> None:
+        self.ticked.set()
+
+    @endpoint
+    async def get(self) -> int:
+        await asyncio.wait_for(self.ticked.wait(), 60)
+        return self.value
+
+
+def test_an_async_actor_may_block_on_a_future_in_init(procs: ProcMesh) -> None:
+    one = procs.slice(gpus=0)
+    answer = one.spawn("answer", Answer)  # on the same proc: its loop must keep serving
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # upstream warns that get() blocks a running loop
+        assert one.spawn("blocks", BlocksInInit, answer).get.call_one().get(timeout=60) == 42
+
+
+def _bootstrap_blocking() -> None:
+    helper = this_proc().spawn("bootstrap_helper", Answer)
+    os.environ["DROPIN_BOOTSTRAP_ANSWER"] = str(helper.value.call_one().get(timeout=60))
+
+
+class ReadsEnvironment(Actor):
+    @endpoint
+    def answer(self) -> str | None:
+        return os.environ.get("DROPIN_BOOTSTRAP_ANSWER")
+
+
+def test_a_bootstrap_may_block_on_a_future() -> None:
+    mesh = this_host().spawn_procs(per_host={"gpus": 1}, bootstrap=_bootstrap_blocking)
+    try:
+        assert mesh.spawn("reads", ReadsEnvironment).answer.call_one().get(timeout=60) == "41"
+    finally:
+        mesh.stop().get(timeout=60)
+
+
+def test_blocking_get_in_a_running_loop_warns_as_upstream(procs: ProcMesh) -> None:
+    echo = procs.slice(gpus=0).spawn("echo_warned", Echo)
+
+    async def main() -> list[warnings.WarningMessage]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert echo.echo.call_one(5).get() == 5  # no timeout: upstream always warns then
+        return caught
+
+    (warning,) = [w for w in asyncio.run(main()) if "Future.get()" in str(w.message)]
+    assert warning.category is UserWarning
+    assert str(warning.message).startswith(
+        "Future.get() was called from within an active event loop."
+    )
+
+
+# -- streaming inside an async endpoint -----------------------------------------------------------
+
+
+class Numbered(Actor):
+    @endpoint
+    async def value(self, base: int) -> int:
+        return base + current_rank().rank
+
+
+class Streams(Actor):
+    def __init__(self, workers: Any) -> None:
+        self.workers = workers
+
+    @endpoint
+    async def awaited(self) -> list[int]:
+        return sorted([await future for future in self.workers.value.stream(10)])
+
+    @endpoint
+    async def async_for(self) -> str:
+        try:
+            async for _ in self.workers.value.stream(10):
+                pass
+        except TypeError as exc:
+            return type(exc).__name__
+        return "iterated"
+
+    @endpoint
+    async def accumulated(self) -> int:
+        total: int = await Accumulator(self.workers.value, 0, operator.add).accumulate(100)
+        return total
+
+
+def test_stream_and_accumulate_inside_an_async_endpoint(procs: ProcMesh) -> None:
+    workers = procs.spawn("numbered", Numbered)
+    streams = procs.slice(gpus=0).spawn("streams", Streams, workers)
+    assert streams.awaited.call_one().get(timeout=60) == [10, 11]
+    assert streams.async_for.call_one().get(timeout=60) == "TypeError"  # an iterator, as upstream
+    assert streams.accumulated.call_one().get(timeout=60) == 201
+
+
+# -- stopping a proc mesh -------------------------------------------------------------------------
+
+
+class Recorder(Actor):
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    @endpoint
+    def add(self, event: str) -> None:
+        self.events.append(event)
+
+    @endpoint
+    def get(self) -> list[str]:
+        return list(self.events)
+
+
+class Busy(Actor):
+    def __init__(self, recorder: Any) -> None:
+        self.recorder = recorder
+
+    @concurrent_endpoint
+    async def long(self) -> None:
+        try:
+            self.recorder.add.broadcast("started")
+            await asyncio.sleep(600)
+        except asyncio.CancelledError:
+            self.recorder.add.broadcast("cancelled")
+            raise
+
+    async def __cleanup__(self, exc: Exception | None) -> None:
+        await asyncio.sleep(0)
+        self.recorder.add.broadcast(f"cleanup {exc!r}")
+
+
+def test_proc_mesh_stop_cancels_concurrent_endpoints_then_runs_async_cleanup(
+    procs: ProcMesh,
+) -> None:
+    recorder = procs.slice(gpus=0).spawn("recorder", Recorder)
+    mesh = this_host().spawn_procs(per_host={"gpus": 1})
+    busy = mesh.spawn("busy", Busy, recorder)
+    pending = busy.long.call_one()
+    while "started" not in recorder.get.call_one().get(timeout=60):
+        pass  # the body is running: ask again (each ask is a round trip, not a sleep)
+    mesh.stop().get(timeout=60)
+    assert recorder.get.call_one().get(timeout=60) == ["started", "cancelled", "cleanup None"]
+    with pytest.raises(Exception, match="stopped by client") as info:
+        pending.get(timeout=60)
+    assert type(info.value).__name__ == "SupervisionError"

@@ -15,6 +15,7 @@ To add an adverb: a method of ``Endpoint``, built on ``_submit`` (gathered) or
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import uuid
@@ -106,12 +107,13 @@ class Endpoint(Generic[R]):
         return self._submit(_choose_one(self._mesh), payload, "one")
 
     def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[R]]:
-        """One future per rank, in arrival order."""
-        arrivals: list[asyncio.Future[Any]] = self._submit(
-            self._mesh, self._bind(args, kwargs), "stream"
-        ).get()
-        runtime = self._mesh._runtime
-        return iter([run_on(runtime, _await(arrival)) for arrival in arrivals])
+        """One future per rank, in arrival order. Never waits (an async endpoint may stream:
+        ``for f in mesh.ep.stream(): await f``); the futures follow the replies as they come."""
+        mesh = self._mesh
+        futures: list[Future[R]] = [Future._new() for _ in range(len(mesh._shape.ndslice))]
+        submitted = self._submit(mesh, self._bind(args, kwargs), "stream")
+        submitted.add_done_callback(functools.partial(_follow_arrivals, mesh._runtime, futures))
+        return iter(futures)
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Fire and forget to every actor of the mesh."""
@@ -139,8 +141,34 @@ class Endpoint(Generic[R]):
         mesh._send_cast(self._name, payload, reply, self._prop._explicit_response_port)
 
 
-async def _await(future: asyncio.Future[Any]) -> Any:
-    return await future
+def _follow_arrivals(
+    runtime: Runtime, futures: list[Future[Any]], submitted: Outcome[list[asyncio.Future[Any]]]
+) -> None:
+    """Each arrival of a stream, once the cast went out, completes the future of its place."""
+    try:
+        arrivals = submitted._wait()
+    except BaseException as exc:  # noqa: BLE001 - the cast failed: every place fails with it
+        for future in futures:
+            future.set_exception(exc)
+        return
+
+    def follow() -> None:  # on the loop: the arrivals are its futures
+        for arrival, future in zip(arrivals, futures, strict=True):
+            arrival.add_done_callback(functools.partial(_settle, future))
+
+    if runtime.on_loop():
+        follow()
+    else:
+        runtime.call_soon(follow)
+
+
+def _settle(future: Future[Any], arrival: asyncio.Future[Any]) -> None:
+    if arrival.cancelled():
+        future.set_exception(asyncio.CancelledError())
+    elif (exc := arrival.exception()) is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(arrival.result())
 
 
 class NotAnEndpoint:

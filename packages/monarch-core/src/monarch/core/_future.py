@@ -151,6 +151,14 @@ async def wait_outcome(outcome: Outcome[R]) -> R:
     return await outcome._asyncio_future(asyncio.get_running_loop())
 
 
+BLOCKING_GET: Final = (
+    "Future.get() was called from within an active event loop. Because this method blocks "
+    "synchronously and does not yield control, it may degrade performance by preventing other "
+    "tasks from running, and can potentially cause deadlocks if this future depends on them. "
+    "It is encouraged to use as_asyncio() (or await) instead."
+)
+
+
 class Future(Outcome[R]):
     """The eventual result of a Monarch operation. Not constructible by users.
 
@@ -207,11 +215,7 @@ class Future(Outcome[R]):
                     "use `await future` instead"
                 )
             if asyncio._get_running_loop() is not None:
-                warnings.warn(
-                    "Future.get() blocks the running event loop; use `await future` instead",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
+                warnings.warn(BLOCKING_GET, UserWarning, stacklevel=2)  # upstream's warning
         return self._wait(timeout)
 
     def result(self, timeout: float | None = None) -> R:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -158,14 +159,31 @@ async def _run_bootstrap(
 def handle_run_bootstrap(
     runtime: Runtime, body: RunBootstrap, payload: Sequence[Buffer], sender: str
 ) -> None:
-    """Run inline: nothing else reaches this proc's actors until bootstrap is done."""
+    """Run the bootstrap function on a thread of its own, so that it may block on futures
+    (spawn an actor here and call it, as upstream's may) while the loop serves them. No
+    actor of the mesh is spawned before it is done: the spawner waits for its reply."""
     try:
-        loads(payload)()
+        bootstrap = loads(payload)
     except Exception as exc:  # noqa: BLE001 - reported to whoever spawned the procs
-        failure = RemoteFailure(exc, repr(exc), f"bootstrap failed on {runtime.address}")
-        runtime.send_to_port(body.reply, PortValue(0, True), dumps(failure))
+        _report_bootstrap(runtime, body, exc)
+        return
+    threading.Thread(
+        target=_run_bootstrap_here, args=(runtime, body, bootstrap), name="bootstrap", daemon=True
+    ).start()
+
+
+def _run_bootstrap_here(runtime: Runtime, body: RunBootstrap, bootstrap: Any) -> None:
+    try:
+        bootstrap()
+    except Exception as exc:  # noqa: BLE001 - reported to whoever spawned the procs
+        _report_bootstrap(runtime, body, exc)
     else:
         runtime.send_to_port(body.reply, PortValue(0), dumps(None))
+
+
+def _report_bootstrap(runtime: Runtime, body: RunBootstrap, exc: Exception) -> None:
+    failure = RemoteFailure(exc, repr(exc), f"bootstrap failed on {runtime.address}")
+    runtime.send_to_port(body.reply, PortValue(0, True), dumps(failure))
 
 
 class ProcMesh(ShapedMesh):
@@ -231,6 +249,7 @@ class ProcMesh(ShapedMesh):
         group = self._group
         assert group is not None
         group.stopping = True
+        await _stop_actor_meshes(group.actor_meshes, reason)
         for mesh in group.actor_meshes:  # their procs going away now is no failure
             mesh._state.stopped = mesh._state.stopped or reason
         try:
@@ -282,6 +301,25 @@ class ProcMesh(ShapedMesh):
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self._shape.extent!r}>"
+
+
+async def _stop_actor_meshes(meshes: list[ActorMesh[Any]], reason: str) -> None:
+    """Stop the actors of ``meshes`` as ``ActorMesh.stop`` does (concurrent endpoints
+    cancelled, ``__cleanup__`` run), all at once, for ``stop_actor_timeout`` at most: as
+    upstream's, a proc mesh stops its actors before its procs."""
+    stops: list[Future[None]] = []
+    for mesh in meshes:
+        if mesh._state.stopped is None:
+            stopped: Future[None] = Future._new()
+            mesh._start_stop(reason, stopped)
+            stops.append(stopped)
+    if not stops:
+        return
+    waits = asyncio.gather(*(wait_outcome(stop) for stop in stops), return_exceptions=True)
+    try:
+        await asyncio.wait_for(waits, current_config().stop_actor_timeout)
+    except TimeoutError:
+        pass  # the procs stop anyway: what did not finish dies with them
 
 
 def _rebuild_proc_mesh(procs: list[str], shape: Shape) -> ProcMesh:

@@ -1,7 +1,8 @@
 """The runner of an async actor (all ``async def`` endpoints): a task on the proc's loop.
 
 Its messages are handled one at a time by that task; a ``concurrent_endpoint`` body runs
-as a task of its own, started in arrival order.
+as a task of its own, started in arrival order. Its ``__init__`` runs on a thread
+(``_off_loop``), where it may block on a Future.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from monarch.core._shape import Point
 from monarch.transport import Buffer
 
 from ._actor_runner import STOP, SUPERVISE, ActorRunner, Item, NoHandler
+from ._off_loop import construct_off_loop
 
 log = logging.getLogger("monarch.actor")
 
@@ -55,7 +57,7 @@ class AsyncRunner(ActorRunner):
             if unpickling is not None:
                 raise unpickling
             assert cls is not None
-            self.instance = await self._invoke(self.rank, cls, *args, **kwargs)
+            self.instance = await self._construct(cls, args, kwargs)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - any failure in __init__ fails the actor
@@ -73,6 +75,16 @@ class AsyncRunner(ActorRunner):
                 self._refuse(message)
             else:
                 await self._handle_async(message, parts)
+
+    async def _construct(self, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The actor; an ``__init__`` of its own runs off the loop, where it may block on a
+        Future as upstream's may (see ``_off_loop``)."""
+        if getattr(cls, "__init__", None) is object.__init__:
+            return await self._invoke(self.rank, cls, *args, **kwargs)
+        ctx = contextvars.copy_context()
+        ctx.run(current_context.set, Context(self.info, self.rank))
+        ctx.run(current_owner.set, self)
+        return await construct_off_loop(self.runtime.loop, ctx, cls, *args, **kwargs)
 
     async def _invoke(
         self, message_rank: Point, fn: Callable[..., Any], *args: Any, **kwargs: Any
@@ -100,6 +112,8 @@ class AsyncRunner(ActorRunner):
             fn, args, kwargs = self._prepare(call, parts, context)
             result = await self._invoke(context.message_rank, fn, *args, **kwargs)
         except asyncio.CancelledError:
+            if self.stopped is not None:  # a concurrent endpoint the stop cancelled
+                self._refuse(call)
             raise
         except BaseException as exc:  # noqa: BLE001 - see _conclude
             self._conclude(call, context, None, exc)
