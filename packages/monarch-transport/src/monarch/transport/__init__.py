@@ -3,7 +3,7 @@
 The bottom layer of Monarch: it moves length-prefixed multipart frames between
 addresses (``unix:///path``, ``unix://@name``, ``tcp://host:port``, ``tls://host:port``),
 after a handshake that agrees on a protocol version and proves both ends know the
-job's secret. Transports are plug-ins under the ``monarch.transports`` entry points.
+job's secret; every frame after it carries a MAC under keys the handshake derived. Transports are plug-ins under the ``monarch.transports`` entry points.
 """
 
 from ._abc import (
@@ -20,6 +20,7 @@ from ._errors import (
     AuthenticationError,
     ConnectError,
     ConnectionClosed,
+    FrameAuthenticationError,
     FrameTooLarge,
     HandshakeError,
     ProtocolError,
@@ -51,6 +52,7 @@ __all__ = [
     "ConnectionClosed",
     "ConnectionHandler",
     "Frame",
+    "FrameAuthenticationError",
     "FrameTooLarge",
     "HandshakeError",
     "Listener",

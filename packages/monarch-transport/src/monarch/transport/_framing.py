@@ -1,15 +1,21 @@
-"""Length-prefixed multipart framing, sans I/O.
+"""Length-prefixed multipart framing, sans I/O, with a MAC on every frame.
 
 A frame is one message made of parts::
 
-    u32 n | u64 len_0 ... u64 len_{n-1} | part_0 ... part_{n-1}      (little endian)
+    u32 n | u64 len_0 ... u64 len_{n-1} | part_0 ... part_{n-1} | tag      (little endian)
+
+``tag`` (16 bytes) authenticates the frame under the sending direction's session key
+and the frame's sequence number (``_mac``); it is absent when the connection needs no
+MAC (TLS 1.3, bound to the handshake) or the codec is used without one. A frame whose
+tag does not match is never handed out.
 
 The encoder never copies a large part: it yields the header (with small parts
 coalesced into it) followed by the large parts' own memoryviews, ready for one
-vectored write. The decoder hands out buffers to read into (as asyncio's
-BufferedProtocol does): small frames land many at a time in one reusable buffer,
-and a large frame gets one exact-size allocation that the socket reads into
-directly, so its bytes are copied from the kernel once.
+vectored write; it hashes the parts where they are. The decoder hands out buffers to
+read into (as asyncio's BufferedProtocol does): small frames land many at a time in one
+reusable buffer, and a large frame gets one exact-size allocation (not zero-filled: its
+pages are touched only by the bytes that fill it) that the socket reads into directly,
+so its bytes are copied from the kernel once; its MAC is computed as they arrive.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from collections.abc import MutableSequence, Sequence
 from typing import Final, TypeAlias
 
 from ._errors import FrameTooLarge
-from ._memory import advise_huge_pages
+from ._mac import TAG_SIZE, BodyMac, FrameMac
+from ._memory import fresh_bytearray
 
 Buffer: TypeAlias = "bytes | bytearray | memoryview"
 Frame: TypeAlias = "list[memoryview]"
@@ -79,44 +86,56 @@ def encode_frame_into(
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
     max_parts: int = DEFAULT_MAX_PARTS,
     coalesce_limit: int = 64 * 1024,
+    mac: FrameMac | None = None,
 ) -> int:
     """Append one frame to ``out`` as buffers for a vectored write; returns its size.
 
     Small parts are copied, with the header, onto the last bytearray of ``out`` while
     that stays under ``coalesce_limit`` (many small frames become one buffer); large
     parts are appended as views of the caller's memory, which must not change until
-    written. Raises :class:`FrameTooLarge` before appending anything.
+    written. With ``mac``, the frame's tag follows it (and counts the frame). Raises
+    :class:`FrameTooLarge` before appending anything.
     """
+    trailer = 0 if mac is None else TAG_SIZE
     if len(parts) == 1:  # the common case, without the general path's lists
         part = parts[0]
         view = part if type(part) is bytes else as_bytes_view(part)
         size = len(view) if type(view) is bytes else view.nbytes  # type: ignore[union-attr]
         if size > max_frame_size or max_parts < 1:
             check_limits(1, size, max_frame_size, max_parts)
+        header = _ONE_PART.pack(1, size)
         tail = _tail(out, coalesce_limit)
-        tail += _ONE_PART.pack(1, size)
+        tail += header
         if size <= SMALL_PART:
             tail += view
         else:
             out.append(view if type(view) is memoryview else memoryview(view))
-        return 12 + size
+            if mac is not None:
+                tail = _tail(out, coalesce_limit)
+        if mac is not None:
+            tail += mac.sign(header, (view,), size)
+        return 12 + size + trailer
     if all(type(p) is bytes and len(p) <= SMALL_PART for p in parts):
         # Small bytes parts (an envelope, a body, a pickle): copied as they are, no views.
         sizes = [len(p) for p in parts]
         body = sum(sizes)
         if len(sizes) > max_parts or body > max_frame_size:
             check_limits(len(sizes), body, max_frame_size, max_parts)
+        header = header_struct(len(sizes)).pack(len(sizes), *sizes)
         tail = _tail(out, coalesce_limit)
-        tail += header_struct(len(sizes)).pack(len(sizes), *sizes)
+        tail += header
         for part in parts:
             tail += part
-        return 4 + 8 * len(sizes) + body
+        if mac is not None:
+            tail += mac.sign(header, parts, body)
+        return len(header) + body + trailer
     views = [as_bytes_view(p) for p in parts]
     sizes = [v.nbytes for v in views]
     body = sum(sizes)
     check_limits(len(views), body, max_frame_size, max_parts)
+    header = header_struct(len(sizes)).pack(len(sizes), *sizes)
     current: bytearray | None = _tail(out, coalesce_limit)
-    current += header_struct(len(sizes)).pack(len(sizes), *sizes)  # type: ignore[operator]
+    current += header  # type: ignore[operator]
     for view, size in zip(views, sizes, strict=True):
         if size <= SMALL_PART:
             if current is None:
@@ -125,7 +144,11 @@ def encode_frame_into(
         else:
             out.append(view)
             current = None
-    return 4 + 8 * len(sizes) + body
+    if mac is not None:
+        if current is None:
+            current = _tail(out, coalesce_limit)
+        current += mac.sign(header, views, body)
+    return len(header) + body + trailer
 
 
 def _tail(out: MutableSequence[bytearray | memoryview], limit: int) -> bytearray:
@@ -143,10 +166,13 @@ def encode_frame(
     *,
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
     max_parts: int = DEFAULT_MAX_PARTS,
+    mac: FrameMac | None = None,
 ) -> tuple[list[bytearray | memoryview], int]:
     """One frame as a list of buffers for a vectored write, and its total size."""
     out: list[bytearray | memoryview] = []
-    size = encode_frame_into(out, parts, max_frame_size=max_frame_size, max_parts=max_parts)
+    size = encode_frame_into(
+        out, parts, max_frame_size=max_frame_size, max_parts=max_parts, mac=mac
+    )
     return out, size
 
 
@@ -155,6 +181,8 @@ class FrameDecoder:
 
     Usage: ``buf = get_buffer()``, fill a prefix of it with ``n`` bytes, then
     ``buffer_updated(n)``; complete frames are then available from ``next_frame()``.
+    With ``mac``, every frame must end in its tag: one that does not raises
+    :class:`~monarch.transport.FrameAuthenticationError` and is never handed out.
     """
 
     def __init__(
@@ -164,17 +192,21 @@ class FrameDecoder:
         max_parts: int = DEFAULT_MAX_PARTS,
         buffer_size: int = 256 * 1024,
         min_read: int = 64 * 1024,
+        mac: FrameMac | None = None,
     ) -> None:
         self.max_frame_size = max_frame_size
         self.max_parts = max_parts
+        self._mac = mac
+        self._trailer = 0 if mac is None else TAG_SIZE
         self._buf = bytearray(buffer_size)
         self._start = 0
         self._end = 0
         self._need = 0  # bytes from _start the pending frame needs buffered
         self._min_read = min_read
         self._large: bytearray | None = None
-        self._large_size = 0
+        self._large_size = 0  # the body and its tag
         self._large_filled = 0
+        self._large_mac: BodyMac | None = None
         self._spares: list[bytearray] = []  # recent large buffers, reused once unreferenced
         self._large_sizes: Sequence[int] = ()
         self._ready: deque[Frame] = deque()
@@ -194,14 +226,22 @@ class FrameDecoder:
         """Record that ``nbytes`` were written at the start of the last buffer."""
         if nbytes <= 0:
             raise ValueError("buffer_updated needs a positive byte count")
-        if self._large is not None:
+        large = self._large
+        if large is not None:
+            filled = self._large_filled
             self._large_filled += nbytes
             if self._large_filled > self._large_size:
                 raise ValueError("more bytes reported than the buffer holds")
+            body = self._large_size - self._trailer
+            if self._large_mac is not None and filled < body:
+                self._large_mac.update(memoryview(large)[filled : min(self._large_filled, body)])
             if self._large_filled == self._large_size:
-                self._ready.append(_split(memoryview(self._large), self._large_sizes))
-                if len(self._large) <= SPARE_MAX:
-                    self._spares = [self._large, *self._spares[: SPARE_BUFFERS - 1]]
+                if self._large_mac is not None:
+                    self._large_mac.verify(memoryview(large)[body : self._large_size])
+                    self._large_mac = None
+                self._ready.append(_split(memoryview(large), self._large_sizes))
+                if len(large) <= SPARE_MAX:
+                    self._spares = [large, *self._spares[: SPARE_BUFFERS - 1]]
                 self._large = None
                 self._large_sizes = ()
             return
@@ -220,6 +260,16 @@ class FrameDecoder:
             buf.release()
             self.buffer_updated(n)
             view = view[n:]
+
+    def discard(self) -> None:
+        """Let go of every buffer but the frames already complete (the stream is over):
+        an unfinished large frame's memory is freed now, not when the decoder is."""
+        self._large = self._large_mac = None
+        self._large_sizes = ()
+        self._large_size = self._large_filled = 0
+        self._spares = []
+        self._buf = bytearray()
+        self._start = self._end = self._need = 0
 
     # -- frames -----------------------------------------------------------------
 
@@ -251,9 +301,7 @@ class FrameDecoder:
             # References: the list, getrefcount's argument, nothing else.
             if len(spares[i]) >= size and sys.getrefcount(spares[i]) == 2:
                 return spares.pop(i)
-        buffer = bytearray(size)
-        advise_huge_pages(buffer)
-        return buffer
+        return fresh_bytearray(size)
 
     def _make_room(self, want: int) -> None:
         held = self._end - self._start
@@ -267,6 +315,7 @@ class FrameDecoder:
 
     def _parse(self) -> None:
         buf, start, end = self._buf, self._start, self._end
+        mac, trailer = self._mac, self._trailer
         self._need = 0
         while end - start >= 4:
             (count,) = _COUNT.unpack_from(buf, start)
@@ -281,9 +330,13 @@ class FrameDecoder:
             if count == 1:
                 sizes = _ONE_PART.unpack_from(buf, start)[1:]
                 total = sizes[0]
-                if total <= end - body_at and total <= self.max_frame_size:
-                    self._ready.append([memoryview(buf[body_at : body_at + total])])
-                    start = body_at + total
+                if total + trailer <= end - body_at and total <= self.max_frame_size:
+                    stop = body_at + total
+                    body = buf[body_at:stop]
+                    if mac is not None:
+                        mac.verify(buf[start:body_at], body, buf[stop : stop + trailer])
+                    self._ready.append([memoryview(body)])
+                    start = stop + trailer
                     continue
             else:
                 sizes = header_struct(count).unpack_from(buf, start)[1:]
@@ -294,19 +347,25 @@ class FrameDecoder:
                     f"max_frame_size={self.max_frame_size}"
                 )
             have = end - body_at
-            if have >= total:
-                body = bytes(memoryview(buf)[body_at : body_at + total])
-                self._ready.append(_split(memoryview(body), sizes))
-                start = body_at + total
+            if have >= total + trailer:
+                stop = body_at + total
+                whole = bytes(memoryview(buf)[body_at:stop])
+                if mac is not None:
+                    mac.verify(buf[start:body_at], whole, buf[stop : stop + trailer])
+                self._ready.append(_split(memoryview(whole), sizes))
+                start = stop + trailer
                 continue
-            if total > self._min_read:
-                large = self._allocate(total)
+            if total + trailer > self._min_read:
+                large = self._allocate(total + trailer)
                 large[0:have] = memoryview(buf)[body_at:end]
+                if mac is not None:
+                    self._large_mac = mac.start(bytes(buf[start:body_at]), total)
+                    self._large_mac.update(memoryview(large)[: min(have, total)])
                 self._large, self._large_filled, self._large_sizes = large, have, sizes
-                self._large_size = total
+                self._large_size = total + trailer
                 start = end
             else:
-                self._need = body_at + total - start
+                self._need = body_at + total + trailer - start
             break
         if start == end:
             start = end = 0

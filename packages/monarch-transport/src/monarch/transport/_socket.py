@@ -40,9 +40,10 @@ from ._errors import (
     HandshakeError,
     ProtocolError,
     TransportError,
+    detached,
 )
 from ._framing import Buffer, Frame, FrameDecoder, encode_frame_into
-from ._handshake import Handshake, Role, check_secret
+from ._handshake import FrameKeys, Handshake, Role, check_secret
 
 log = logging.getLogger("monarch.transport")
 
@@ -85,6 +86,11 @@ class SocketIO:
     def pending(self) -> bool:
         """Whether bytes already read from the socket wait in user space (TLS)."""
         return False
+
+    def channel_binding(self) -> bytes | None:
+        """What binds the handshake to a secure channel whose records already authenticate
+        every byte (TLS 1.3's ``tls-unique``); None: frames need their own MAC."""
+        return None
 
 
 async def wait_for(sock: socket.socket, want: int) -> None:
@@ -174,6 +180,7 @@ class SocketConnection(Connection):
         *,
         leftover: bytes = b"",
         attributes: Attributes,
+        keys: FrameKeys | None = None,
     ) -> None:
         self._io = io
         self._sock = io.sock
@@ -181,8 +188,10 @@ class SocketConnection(Connection):
         self._closing: asyncio.Task[None] | None = None
         self._backend_known = False
         self._options = options
+        send_mac, receive_mac = keys.macs() if keys is not None else (None, None)
+        self._send_mac = send_mac
         self._decoder = FrameDecoder(
-            max_frame_size=options.max_frame_size, max_parts=options.max_parts
+            max_frame_size=options.max_frame_size, max_parts=options.max_parts, mac=receive_mac
         )
         self._queue: deque[bytearray | memoryview] = deque()
         self._send_lock = threading.RLock()
@@ -228,6 +237,7 @@ class SocketConnection(Connection):
             max_frame_size=self._options.max_frame_size,
             max_parts=self._options.max_parts,
             coalesce_limit=COALESCE_LIMIT,
+            mac=self._send_mac,
         )
 
     async def send(self, parts: Sequence[Buffer]) -> None:
@@ -320,7 +330,7 @@ class SocketConnection(Connection):
         frame = self._decoder.next_frame()
         if frame is None:
             if self._receive_error is not None:
-                raise self._receive_error
+                raise detached(self._receive_error)
             self._check_open()
             raise anyio.WouldBlock
         return frame
@@ -348,6 +358,7 @@ class SocketConnection(Connection):
         bytes already decrypted are read on, a few times at most per call.
         """
         if self._closed:
+            self._decoder.discard()
             self._on_frames()  # receive_nowait says why
             return
         io = self._io
@@ -355,7 +366,7 @@ class SocketConnection(Connection):
             try:
                 n, room = self._read()
             except TransportError as exc:
-                self._receive_error = exc
+                self._receive_error = detached(exc)
                 break
             if n < 0:
                 break  # spurious, or TLS wants to write first: the poll comes back
@@ -379,6 +390,7 @@ class SocketConnection(Connection):
             n = self._io.recv_into(buf)
         except OSError as exc:
             self._fail(exc)
+            decoder.discard()
             raise ConnectionClosed(f"connection lost while receiving: {exc}") from exc
         finally:
             buf.release()
@@ -387,11 +399,13 @@ class SocketConnection(Connection):
                 decoder.buffer_updated(n)
             except ProtocolError as exc:
                 self._protocol_violation(exc)
+                decoder.discard()
                 raise
         elif n == 0:
             if decoder.mid_frame:
                 truncated = ProtocolError("peer closed the connection mid-frame")
                 self._protocol_violation(truncated)
+                decoder.discard()
                 raise truncated
             self._fail(ConnectionClosed("peer closed the connection"))
             raise ConnectionClosed("peer closed the connection")
@@ -431,6 +445,7 @@ class SocketConnection(Connection):
                 except TransportError:
                     pass
         self._close_socket()
+        self._decoder.discard()  # a receiver waiting now wakes up to ConnectionClosed
 
     def _check_open(self) -> None:
         if self._closed:
@@ -443,7 +458,7 @@ class SocketConnection(Connection):
     def _fail(self, exc: BaseException) -> None:
         with self._send_lock:  # not while another thread is writing
             if self._failure is None:
-                self._failure = exc
+                self._failure = detached(exc)
             self._closed = True
             self._queue.clear()
             self._close_socket()
@@ -520,9 +535,12 @@ async def send_all(io: SocketIO, data: bytes) -> None:
             queue.appendleft(head[sent:])
 
 
-async def run_handshake(io: SocketIO, role: Role, secret: bytes) -> tuple[int, bytes]:
-    """Drive :class:`Handshake` over ``io``; returns the version and the bytes read past it."""
-    handshake = Handshake(role, secret)
+async def run_handshake(
+    io: SocketIO, role: Role, secret: bytes
+) -> tuple[int, bytes, FrameKeys | None]:
+    """Drive :class:`Handshake` over ``io``; returns the version, the bytes read past it
+    and the keys of the frames (None where the channel authenticates them)."""
+    handshake = Handshake(role, secret, channel_binding=io.channel_binding())
     buf = bytearray(4096)
     await send_all(io, handshake.data_to_send())
     while handshake.wants_more:
@@ -544,7 +562,7 @@ async def run_handshake(io: SocketIO, role: Role, secret: bytes) -> tuple[int, b
                     if handshake.wants_more:
                         raise
     assert handshake.version is not None
-    return handshake.version, handshake.leftover
+    return handshake.version, handshake.leftover, handshake.frame_keys
 
 
 class SocketTransport(Transport):
@@ -611,7 +629,7 @@ class SocketTransport(Transport):
         try:
             with anyio.fail_after(options.handshake_timeout):
                 io = await self.secure(sock, options, server_side=role == "server", address=remote)
-                version, leftover = await run_handshake(io, role, options.secret)
+                version, leftover, keys = await run_handshake(io, role, options.secret)
         except BaseException as exc:
             if io is not None:
                 io.sock.close()
@@ -637,7 +655,7 @@ class SocketTransport(Transport):
             ConnectionAttribute.raw_socket: lambda: secured,
             **self.socket_attributes(secured),
         }
-        return SocketConnection(io, options, leftover=leftover, attributes=attributes)
+        return SocketConnection(io, options, leftover=leftover, attributes=attributes, keys=keys)
 
     async def listen(self, address: Address, options: TransportOptions) -> Listener:
         address = self.check_address(address)
@@ -668,42 +686,62 @@ class SocketListener(Listener):
         return f"<{type(self).__name__} {self._address}{' closed' if self._closed else ''}>"
 
     async def serve(self, handler: ConnectionHandler, task_group: TaskGroup | None = None) -> None:
+        """Accept while fewer than ``max_pending_handshakes`` accepted connections are in
+        their handshake; past that, new ones wait in the kernel's backlog (a flood of
+        connections that never authenticate holds that many descriptors, no more, each
+        for ``handshake_timeout`` at most)."""
         async with AsyncExitStack() as stack:
             if task_group is None:
                 task_group = await stack.enter_async_context(anyio.create_task_group())
+            slots = anyio.Semaphore(self._options.max_pending_handshakes)
             while not self._closed:
-                try:
-                    raw, _ = self._sock.accept()
-                except (BlockingIOError, InterruptedError):
-                    try:
-                        await anyio.wait_readable(self._sock)
-                    except anyio.ClosedResourceError:
-                        return
-                    continue
-                except OSError as exc:
-                    if self._sock.fileno() < 0:
-                        return
-                    # Out of descriptors or similar: keep serving once some free up.
-                    log.error("accept on %s failed: %s", self._address, exc)
-                    await anyio.sleep(0.1)
-                    continue
-                raw.setblocking(False)
-                task_group.start_soon(self._handle, raw, handler)
+                await slots.acquire()
+                raw = await self._accept()
+                if raw is None:
+                    return
+                task_group.start_soon(self._handle, raw, handler, slots)
 
-    async def _handle(self, raw: socket.socket, handler: ConnectionHandler) -> None:
+    async def _accept(self) -> socket.socket | None:
+        """The next connection (non-blocking), or None once the listener is closed."""
+        while not self._closed:
+            try:
+                raw, _ = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                try:
+                    await anyio.wait_readable(self._sock)
+                except anyio.ClosedResourceError:
+                    return None
+                continue
+            except OSError as exc:
+                if self._sock.fileno() < 0:
+                    return None
+                # Out of descriptors or similar: keep serving once some free up.
+                log.error("accept on %s failed: %s", self._address, exc)
+                await anyio.sleep(0.1)
+                continue
+            raw.setblocking(False)
+            return raw
+        return None
+
+    async def _handle(
+        self, raw: socket.socket, handler: ConnectionHandler, slots: anyio.Semaphore
+    ) -> None:
         try:
-            remote = self._transport.peer_address(raw)
-        except OSError:
-            raw.close()
-            return
-        try:
-            conn = await self._transport.establish(
-                raw, self._options, "server", local=self._address, remote=remote
-            )
-        except TransportError as exc:
-            log.warning("closing connection from %s to %s: %s", remote, self._address, exc)
-            raw.close()
-            return
+            try:
+                remote = self._transport.peer_address(raw)
+            except OSError:
+                raw.close()
+                return
+            try:
+                conn = await self._transport.establish(
+                    raw, self._options, "server", local=self._address, remote=remote
+                )
+            except TransportError as exc:
+                log.warning("closing connection from %s to %s: %s", remote, self._address, exc)
+                raw.close()
+                return
+        finally:
+            slots.release()
         async with conn:
             try:
                 await handler(conn)
