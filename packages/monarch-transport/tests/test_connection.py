@@ -22,7 +22,6 @@ from monarch.transport import (
     get_transport,
     open_connection,
 )
-
 from monarch.transport.wire import PROTOCOL_VERSION
 
 from .conftest import SECRET, WRONG_SECRET, Endpoint, serving  # type: ignore[import-not-found]

@@ -13,6 +13,7 @@ from monarch.transport.wire import (
     MAGIC,
     ClientHello,
     Handshake,
+    HandshakeMessage,
     Proof,
     Reject,
     ServerHello,
@@ -45,7 +46,7 @@ def run(client: Handshake, server: Handshake, tamper: Tamper | None = None) -> l
     return transcript
 
 
-def messages(data: bytes) -> list[object]:
+def messages(data: bytes) -> list[HandshakeMessage]:
     """The handshake messages in ``data`` (MAGIC skipped)."""
     if data.startswith(MAGIC):
         data = data[len(MAGIC) :]
@@ -79,10 +80,8 @@ def test_both_sides_agree_prove_the_secret_and_derive_mirrored_keys() -> None:
 
 
 def test_every_connection_gets_fresh_keys() -> None:
-    first, second = (Handshake("client", SECRET), Handshake("server", SECRET)), (
-        Handshake("client", SECRET),
-        Handshake("server", SECRET),
-    )
+    first = (Handshake("client", SECRET), Handshake("server", SECRET))
+    second = (Handshake("client", SECRET), Handshake("server", SECRET))
     run(*first)
     run(*second)
     assert first[0].frame_keys != second[0].frame_keys
@@ -213,7 +212,7 @@ def test_secrets_under_128_bits_are_refused(secret: bytes) -> None:
 def test_a_secret_must_be_bytes() -> None:
     with pytest.raises(TypeError):
         Handshake("client", "text" * 8)  # type: ignore[arg-type]
-    assert Handshake("client", bytearray(16)).wants_more
+    assert Handshake("client", bytes(16)).wants_more  # 16 bytes will do
 
 
 def test_a_reject_is_sent_for_a_malformed_message() -> None:

@@ -25,6 +25,7 @@ from monarch.transport import (
     ProtocolError,
     TransportError,
 )
+
 from .conftest import Endpoint, raw_frames, serving  # type: ignore[import-not-found]
 
 pytestmark = pytest.mark.anyio

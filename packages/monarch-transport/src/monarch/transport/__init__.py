@@ -3,7 +3,8 @@
 The bottom layer of Monarch: it moves length-prefixed multipart frames between
 addresses (``unix:///path``, ``unix://@name``, ``tcp://host:port``, ``tls://host:port``),
 after a handshake that agrees on a protocol version and proves both ends know the
-job's secret; every frame after it carries a MAC under keys the handshake derived. Transports are plug-ins under the ``monarch.transports`` entry points.
+job's secret; every frame after it carries a MAC under keys the handshake derived.
+Transports are plug-ins under the ``monarch.transports`` entry points.
 """
 
 from ._abc import (

@@ -66,5 +66,5 @@ def detached(exc: _E) -> _E:
     """
     try:
         return copy.copy(exc)
-    except Exception:  # an exception type that cannot be rebuilt from its args
+    except Exception:  # noqa: BLE001 - a type that cannot be rebuilt from its args
         return exc.with_traceback(None)

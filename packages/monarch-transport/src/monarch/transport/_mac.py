@@ -11,10 +11,10 @@ counts its frames from 0. The tag of frame number ``seq`` is::
     B   = body             when the body is at most DIGEST_FROM bytes
           SHA-256(body)    when it is larger
 
-``header`` is the frame's ``u32 n | u64 len × n`` as sent and ``body`` its parts back to
-back; the 16-byte tag follows the body on the wire (``_framing``). The sequence number is
-never sent: each side counts, so a replayed, dropped or reordered frame fails like a
-forged one, and a frame cut short never completes.
+``header`` is the frame's ``u32 n | u64 len_0 ... u64 len_{n-1}`` as sent, ``body`` its
+parts back to back; the 16-byte tag follows the body on the wire (``_framing``). The
+sequence number is never sent: each side counts, so a replayed, dropped or reordered
+frame fails like a forged one, and a frame cut short never completes.
 
 Why two hashes: keyed BLAKE2b costs one short call on a small frame (a copy of a state
 that has already absorbed the key), but runs at about 0.5 GB/s, while SHA-256 runs at

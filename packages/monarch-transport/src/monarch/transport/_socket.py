@@ -204,7 +204,8 @@ class SocketConnection(Connection):
         self._receiving = False
         self._pushing = False
         self._receive_error: TransportError | None = None
-        """What ended reading in push mode: receive_nowait raises it once frames run out."""
+        """What ended reading while frames were still to be handed out: raised (a copy)
+        once they run out."""
         self._on_frames: Callable[[], object] = _nothing
         self._closed = False
         self._failure: BaseException | None = None
@@ -403,10 +404,11 @@ class SocketConnection(Connection):
                 raise
         elif n == 0:
             if decoder.mid_frame:
-                truncated = ProtocolError("peer closed the connection mid-frame")
-                self._protocol_violation(truncated)
+                # Not one exception object logged and raised: kept in this frame's locals,
+                # it would hold its own traceback (and this connection) in a cycle.
+                self._protocol_violation(ProtocolError("peer closed the connection mid-frame"))
                 decoder.discard()
-                raise truncated
+                raise ProtocolError("peer closed the connection mid-frame")
             self._fail(ConnectionClosed("peer closed the connection"))
             raise ConnectionClosed("peer closed the connection")
         return n, room
@@ -416,13 +418,23 @@ class SocketConnection(Connection):
         if frame is not None:
             await self._fast_checkpoint()
             return frame
+        if self._receive_error is not None:
+            raise detached(self._receive_error)
         self._check_open()
         if self._receiving or self._pushing:
             raise anyio.BusyResourceError("receiving from")
         self._receiving = True
         try:
             while True:
-                n, _ = self._read()
+                try:
+                    n, _ = self._read()
+                except TransportError as exc:
+                    # Frames that came whole before the failure are handed out first.
+                    frame = self._decoder.next_frame()
+                    if frame is None:
+                        raise
+                    self._receive_error = detached(exc)
+                    return frame
                 if n < 0:
                     await self._wait(n)
                     continue
