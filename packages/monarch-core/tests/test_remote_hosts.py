@@ -35,7 +35,7 @@ from hostkit import (
     worker_argv,
 )
 
-from monarch.core import Future, _cli, _worker
+from monarch.core import Future, WorkerConfigError, _cli, _worker, job_secret
 from monarch.core._attach import _resolve, attach_to_workers
 from monarch.core._messages import TO_PROC, StopProc, encode_body
 from monarch.core._netaddr import split_alias
@@ -105,6 +105,46 @@ def test_worker_secret_comes_from_env_or_a_private_file(
     assert secret not in " ".join(child.argv)
     child.popen.send_signal(signal.SIGTERM)
     assert child.wait(10) == 0
+
+
+@pytest.mark.parametrize("short", ["", "00", "ab" * 15])
+def test_a_secret_under_128_bits_is_refused_everywhere_it_is_read(
+    short: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anything shorter would let one captured handshake proof be searched offline."""
+    requirement = r"at least 16 bytes \(128 bits"
+    if short:  # an empty variable means: no secret (a worker refuses, a job makes one)
+        monkeypatch.setenv(SECRET_ENV, short)
+        with pytest.raises(ValueError, match=requirement):
+            job_secret()
+        with pytest.raises(WorkerConfigError, match=requirement):
+            _worker.worker_secret()
+    path = tmp_path / "secret"
+    path.write_text(short + "\n")
+    path.chmod(0o600)
+    with pytest.raises(WorkerConfigError, match=requirement if short else "is empty"):
+        _worker.read_secret_file(path)
+
+
+def test_the_worker_command_names_the_secret_requirement(tmp_path: Path) -> None:
+    path = tmp_path / "secret"
+    path.write_text("00\n")
+    path.chmod(0o600)
+    no_secret = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
+    done = subprocess.run(
+        worker_argv("tcp://127.0.0.1:0", "--secret-file", str(path)),
+        env=no_secret,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert "at least 16 bytes (128 bits" in done.stderr
+
+
+def test_a_secret_of_16_bytes_or_more_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = secrets.token_hex(16)
+    monkeypatch.setenv(SECRET_ENV, secret)
+    assert job_secret() == _worker.worker_secret() == bytes.fromhex(secret)
 
 
 def test_worker_stops_on_request_and_wildcard_is_advertised(

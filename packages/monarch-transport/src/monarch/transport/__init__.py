@@ -30,6 +30,7 @@ from ._errors import (
     UnknownTransportError,
 )
 from ._framing import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_PARTS, Buffer, Frame
+from ._handshake import MIN_SECRET_SIZE
 from ._registry import (
     ENTRY_POINT_GROUP,
     available_transports,
@@ -43,6 +44,7 @@ __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "DEFAULT_MAX_PARTS",
     "ENTRY_POINT_GROUP",
+    "MIN_SECRET_SIZE",
     "Address",
     "AddressError",
     "AuthenticationError",

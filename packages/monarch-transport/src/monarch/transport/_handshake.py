@@ -322,7 +322,7 @@ class Handshake:
 def _rejection(reject: Reject) -> HandshakeError:
     reason = f"peer rejected the handshake: {reject.reason}"
     if reject.code == REJECT_AUTH:
-        return AuthenticationError(reason)
+        return AuthenticationError(f"{reason} (our secret is not the listener's)")
     if reject.code == REJECT_VERSION:
         return ProtocolVersionError(reason)
     return HandshakeError(reason)
