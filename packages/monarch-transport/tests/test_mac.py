@@ -1,4 +1,4 @@
-"""Frames with a MAC, sans I/O: round trips under any chunking, and every bit counts."""
+"""Sealed frames, sans I/O: round trips under any chunking and runs, every bit counts."""
 
 from __future__ import annotations
 
@@ -11,8 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monarch.transport import FrameAuthenticationError, ProtocolError
-from monarch.transport._framing import SMALL_PART, FrameDecoder, encode_frame
-from monarch.transport._mac import DIGEST_FROM, TAG_SIZE, FrameMac
+from monarch.transport._framing import (
+    SMALL_PART,
+    FrameDecoder,
+    encode_frame,
+    encode_frame_into,
+    seal_into,
+)
+from monarch.transport._mac import DIGEST_FROM, SEAL_HEADER, SEAL_SIZE, TAG_SIZE, FrameMac
 
 KEY = bytes(range(32))
 OTHER_KEY = bytes(range(1, 33))
@@ -28,37 +34,71 @@ part_st = st.one_of(
 frames_st = st.lists(st.lists(part_st, max_size=4), min_size=1, max_size=6)
 
 
-def sealed(frames: list[list[bytes]], key: bytes = KEY) -> list[bytes]:
-    """Each frame as its bytes on the wire, tags made by one sender in order."""
+def runs_of(frames: list[list[bytes]], sealed_after: set[int], key: bytes = KEY) -> list[bytes]:
+    """The wire bytes of each run: its frames and its seal, as one sender makes them; a
+    run ends after each frame index in ``sealed_after`` and after the last frame."""
     mac = FrameMac(key)
-    return [b"".join(bytes(b) for b in encode_frame(f, mac=mac)[0]) for f in frames]
+    runs: list[bytes] = []
+    out: list[bytearray | memoryview] = []
+    for i, parts in enumerate(frames):
+        encode_frame_into(out, parts, mac=mac)
+        if i in sealed_after or i == len(frames) - 1:
+            seal_into(out, mac)
+            runs.append(b"".join(bytes(b) for b in out))
+            out = []
+    return runs
 
 
-def decode(stream: bytes, cuts: list[int], **kwargs: int) -> tuple[list[list[bytes]], FrameDecoder]:
-    """Feed ``stream`` cut at ``cuts``; the frames decoded (until an error) and the decoder."""
+def run_lengths(frames: list[list[bytes]], sealed_after: set[int]) -> list[int]:
+    ends = sorted({i for i in sealed_after if i < len(frames) - 1} | {len(frames) - 1})
+    return [b - a for a, b in zip([-1, *ends], ends, strict=False)]
+
+
+Decoded = tuple[list[list[bytes]], FrameDecoder, ProtocolError | None]
+
+
+def feed(stream: bytes, cuts: list[int], **kwargs: int) -> Decoded:
+    """Feed ``stream`` cut at ``cuts``: the frames handed out (those sealed before an
+    error too, as a connection does), the decoder, and the ProtocolError that stopped it."""
     decoder = FrameDecoder(mac=FrameMac(KEY), **kwargs)
     frames: list[list[bytes]] = []
     at = 0
-    for cut in [*sorted(set(cuts)), len(stream)]:
-        if cut > at:
-            decoder.feed(stream[at:cut])
-            at = cut
+    try:
+        for cut in [*sorted(set(cuts)), len(stream)]:
+            if cut > at:
+                decoder.feed(stream[at:cut])
+                at = cut
+            while (frame := decoder.next_frame()) is not None:
+                frames.append([bytes(p) for p in frame])
+    except ProtocolError as exc:
         while (frame := decoder.next_frame()) is not None:
             frames.append([bytes(p) for p in frame])
+        return frames, decoder, exc
+    return frames, decoder, None
+
+
+def decode(stream: bytes, cuts: list[int], **kwargs: int) -> tuple[list[list[bytes]], FrameDecoder]:
+    """The frames of ``stream`` and the decoder; raises what stopped it."""
+    frames, decoder, error = feed(stream, cuts, **kwargs)
+    if error is not None:
+        raise error
     return frames, decoder
+
+
+small_buffers = {"buffer_size": 64, "min_read": 16}
 
 
 @settings(max_examples=200, deadline=None)
 @given(frames=frames_st, data=st.data(), small=st.booleans())
-def test_round_trip_under_arbitrary_chunking(
+def test_round_trip_under_arbitrary_chunking_and_runs(
     frames: list[list[bytes]], data: st.DataObject, small: bool
 ) -> None:
     """Small buffers (``small``) send the larger frames down the read-in-place path,
-    whose MAC is computed piece by piece as the bytes arrive."""
-    stream = b"".join(sealed(frames))
-    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=30))
-    options = {"buffer_size": 64, "min_read": 16} if small else {}
-    decoded, decoder = decode(stream, cuts, **options)
+    hashed piece by piece as the bytes arrive."""
+    sealed_after = set(data.draw(st.lists(st.integers(0, len(frames) - 1)), label="seals"))
+    stream = b"".join(runs_of(frames, sealed_after))
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=30), label="cuts")
+    decoded, decoder = decode(stream, cuts, **(small_buffers if small else {}))
     assert decoded == frames
     assert not decoder.mid_frame
 
@@ -68,89 +108,127 @@ def test_round_trip_under_arbitrary_chunking(
 def test_any_single_bit_flip_is_detected(
     frames: list[list[bytes]], data: st.DataObject, small: bool
 ) -> None:
-    """Flip one bit anywhere: the frames before it arrive, the one it hit never does, nor
-    anything after; the decoder raises a ProtocolError or waits for bytes that never come."""
-    wire = sealed(frames)
-    stream = bytearray(b"".join(wire))
+    """Flip one bit anywhere: the runs before it arrive, nothing of the run it hit nor of
+    any after; the decoder raises a ProtocolError or waits for bytes that never come."""
+    sealed_after = set(data.draw(st.lists(st.integers(0, len(frames) - 1)), label="seals"))
+    runs = runs_of(frames, sealed_after)
+    stream = bytearray(b"".join(runs))
     bit = data.draw(st.integers(0, 8 * len(stream) - 1), label="bit")
     stream[bit // 8] ^= 1 << (bit % 8)
     hit, at = 0, 0
-    while at + len(wire[hit]) <= bit // 8:
-        at += len(wire[hit])
+    while at + len(runs[hit]) <= bit // 8:
+        at += len(runs[hit])
         hit += 1
-    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=10))
+    intact = frames[: sum(run_lengths(frames, sealed_after)[:hit])]
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=10), label="cuts")
     options = {"max_frame_size": 1 << 20}  # a length flipped high is refused, not allocated
     if small:
-        options.update(buffer_size=64, min_read=16)
-    try:
-        decoded, decoder = decode(bytes(stream), cuts, **options)
-    except ProtocolError:
-        pass  # tag mismatch, or a length flipped beyond the limits
-    else:
-        assert decoded == frames[:hit]
-        assert decoder.mid_frame  # a length flipped upwards: the rest is awaited
-        return
+        options.update(small_buffers)
+    decoded, decoder, error = feed(bytes(stream), cuts, **options)
+    assert decoded == intact
+    assert error is not None or decoder.mid_frame  # else a length flipped upwards: waiting
 
 
-def test_a_replayed_frame_fails() -> None:
-    first, _ = sealed([[b"pay 10"], [b"pay 20"]])
-    with pytest.raises(FrameAuthenticationError, match="frame 1 failed authentication"):
+def sealed(*frames: list[bytes], key: bytes = KEY) -> list[bytes]:
+    """Each frame a run of its own, as ``send`` makes them."""
+    mac = FrameMac(key)
+    return [b"".join(bytes(b) for b in encode_frame(f, mac=mac)[0]) for f in frames]
+
+
+def test_a_replayed_run_fails() -> None:
+    first, _ = sealed([b"pay 10"], [b"pay 20"])
+    with pytest.raises(FrameAuthenticationError, match="seal 1 failed authentication"):
         decode(first + first, [])
 
 
-def test_reordered_frames_fail() -> None:
-    first, second = sealed([[b"open"], [b"close"]])
-    with pytest.raises(FrameAuthenticationError, match="frame 0"):
+def test_reordered_runs_fail() -> None:
+    first, second = sealed([b"open"], [b"close"])
+    with pytest.raises(FrameAuthenticationError, match="seal 0"):
         decode(second + first, [])
 
 
-def test_a_dropped_frame_fails_the_next() -> None:
-    first, _, third = sealed([[b"a"], [b"b"], [b"c"]])
-    with pytest.raises(FrameAuthenticationError, match="frame 1"):
+def test_a_dropped_run_fails_the_next() -> None:
+    first, _, third = sealed([b"a"], [b"b"], [b"c"])
+    with pytest.raises(FrameAuthenticationError, match="seal 1"):
         decode(first + third, [])
 
 
-def test_a_frame_under_another_key_fails() -> None:
-    (forged,) = sealed([[b"import os; os.system('...')"]], key=OTHER_KEY)
+def test_a_run_under_another_key_fails() -> None:
+    (forged,) = sealed([b"import os; os.system('...')"], key=OTHER_KEY)
     with pytest.raises(FrameAuthenticationError):
         decode(forged, [])
 
 
-def test_a_frame_without_its_tag_never_completes() -> None:
-    (whole,) = sealed([[b"x" * 100]])
-    frames, decoder = decode(whole[:-TAG_SIZE], [])
-    assert frames == [] and decoder.mid_frame
+def test_a_frame_slipped_into_a_run_fails_the_run() -> None:
+    """A relay splicing a frame before a genuine seal: the whole run is refused."""
+    (run,) = sealed([b"genuine"])
+    frame, seal = run[:-SEAL_SIZE], run[-SEAL_SIZE:]
+    evil = encode_frame([b"evil"])[0][0]
+    for stream in (bytes(evil) + run, frame + bytes(evil) + seal):
+        with pytest.raises(FrameAuthenticationError):
+            decode(stream, [])
+
+
+def test_a_moved_seal_fails() -> None:
+    """Two frames in one run: a seal forged after the first cannot be made, and the
+    genuine one after the second does not cover the first alone."""
+    (run,) = runs_of([[b"a"], [b"b"]], set())
+    first_end = 12 + 1
+    with pytest.raises(FrameAuthenticationError):
+        decode(run[:first_end] + run[-SEAL_SIZE:], [])
+
+
+def test_frames_are_held_until_their_seal() -> None:
+    (run,) = runs_of([[b"a"], [b"b" * 5000]], set())
+    decoded, decoder = decode(run[:-1], [])
+    assert decoded == [] and decoder.mid_frame and decoder.pending_frames == 0
+    decoder.feed(run[-1:])
+    assert decoder.pending_frames == 2
+
+
+def test_an_empty_seal_cannot_be_forged() -> None:
+    with pytest.raises(FrameAuthenticationError):
+        decode(SEAL_HEADER + os.urandom(TAG_SIZE), [])
 
 
 @pytest.mark.parametrize("size", [10, DIGEST_FROM + 1, 300_000])
 def test_a_changed_length_fails_even_when_the_bytes_add_up(size: int) -> None:
-    """A relay shortening a frame and passing the rest off as the tag is caught."""
-    (whole,) = sealed([[b"y" * size]])
-    shorter = struct.pack("<IQ", 1, size - 1) + whole[12:]
+    """A relay shortening a frame and passing its last byte off as another frame."""
+    (run,) = sealed([b"y" * size])
+    shorter = struct.pack("<IQ", 1, size - 1) + run[12 : 12 + size - 1]
+    extra = struct.pack("<IQ", 1, 1) + run[11 + size : 12 + size]
     with pytest.raises(FrameAuthenticationError):
-        decode(shorter, [], min_read=1024)
+        decode(shorter + extra + run[-SEAL_SIZE:], [], min_read=1024)
 
 
 @pytest.mark.parametrize("size", [SMALL_PART + 1, 1 << 20])
 def test_a_large_frame_is_checked_before_it_is_handed_out(size: int) -> None:
-    (whole,) = sealed([[b"head", os.urandom(size)]])
-    tampered = bytearray(whole)
-    tampered[-TAG_SIZE - 1] ^= 0x80  # the last byte of the body
+    (run,) = sealed([b"head", os.urandom(size)])
+    tampered = bytearray(run)
+    tampered[-SEAL_SIZE - 1] ^= 0x80  # the last byte of the body
     decoder = FrameDecoder(mac=FrameMac(KEY), min_read=1024)
     decoder.feed(tampered[:2000])  # the header first: the body is read in place
+    decoder.feed(tampered[2000:-SEAL_SIZE])
+    assert decoder.next_frame() is None  # whole, but not sealed yet
     with pytest.raises(FrameAuthenticationError):
-        decoder.feed(tampered[2000:])
+        decoder.feed(tampered[-SEAL_SIZE:])
     assert decoder.next_frame() is None
 
 
-def test_the_sender_and_receiver_count_frames_alike() -> None:
-    mac = FrameMac(KEY)
+def test_the_sender_and_receiver_count_seals_alike() -> None:
     frames = [[b"a"], [b"b" * 5000], [], [b"", b"c"]]
-    stream = b"".join(b"".join(bytes(b) for b in encode_frame(f, mac=mac)[0]) for f in frames)
-    assert mac.seq == len(frames)
+    stream = b"".join(runs_of(frames, {0, 2}))
     decoded, decoder = decode(stream, [])
     assert decoded == frames
-    assert decoder._mac is not None and decoder._mac.seq == len(frames)
+    assert decoder._mac is not None and decoder._mac.seq == 3
+
+
+def test_nothing_to_seal_adds_nothing() -> None:
+    mac = FrameMac(KEY)
+    out: list[bytearray | memoryview] = []
+    assert seal_into(out, mac) == 0 and out == []
+    with pytest.raises(ValueError, match="no frame"):
+        mac.seal()
 
 
 def test_a_key_is_32_bytes() -> None:

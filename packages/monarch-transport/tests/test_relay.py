@@ -32,6 +32,7 @@ from monarch.transport import (
     open_connection,
     open_listener,
 )
+from monarch.transport._mac import SEAL_HEADER, SEAL_SIZE
 from monarch.transport.wire import MAGIC, TAG_SIZE
 
 from .conftest import SECRET  # type: ignore[import-not-found]
@@ -40,7 +41,8 @@ pytestmark = pytest.mark.anyio
 
 FRAMES = [[b"frame 0"], [b"frame 1", os.urandom(300_000)], [b"frame 2"]]
 Attack = Callable[[list[bytes]], list[bytes]]
-"""The genuine frames of one direction (wire bytes) -> what the relay sends instead."""
+"""The genuine frames of one direction -> what the relay sends instead. Each is its wire
+bytes with its seal: the peers send each frame alone, so each is a run of its own."""
 
 
 def passthrough(frames: list[bytes]) -> list[bytes]:
@@ -48,11 +50,15 @@ def passthrough(frames: list[bytes]) -> list[bytes]:
 
 
 async def _read_frame(reader: BufferedByteReceiveStream) -> bytes:
+    """One frame and the seal after it."""
     head = await reader.receive_exactly(4)
     (count,) = struct.unpack("<I", head)
     sizes = await reader.receive_exactly(8 * count) if count else b""
     body = sum(struct.unpack(f"<{count}Q", sizes))
-    return head + sizes + await reader.receive_exactly(body + TAG_SIZE)
+    frame = head + sizes + await reader.receive_exactly(body)
+    seal = await reader.receive_exactly(SEAL_SIZE)
+    assert seal.startswith(SEAL_HEADER)
+    return frame + seal
 
 
 async def _pipe(
@@ -150,7 +156,8 @@ async def serving(**options: object) -> AsyncIterator[tuple[Listener, Sink]]:
 
 
 def inject(frames: list[bytes]) -> list[bytes]:
-    forged = struct.pack("<IQ", 1, 22) + b"os.system('rm -rf ~')" + b"!" + os.urandom(TAG_SIZE)
+    payload = b"os.system('rm -rf ~')!"
+    forged = struct.pack("<IQ", 1, len(payload)) + payload + SEAL_HEADER + os.urandom(TAG_SIZE)
     return [frames[0], forged, *frames[1:]]
 
 
@@ -176,22 +183,20 @@ def truncate(frames: list[bytes]) -> list[bytes]:
     return [frames[0], frames[1][: len(frames[1]) // 2]]
 
 
-def strip_tag(frames: list[bytes]) -> list[bytes]:
-    """Passes frame 1 off without its tag, by shortening its length to fit."""
-    head, rest = frames[1][:20], frames[1][20:]
-    count, first, second = struct.unpack("<IQQ", head)
-    return [frames[0], struct.pack("<IQQ", count, first, second - TAG_SIZE) + rest]
+def unseal(frames: list[bytes]) -> list[bytes]:
+    """Frame 1 without its seal: it joins frame 2's run, which frame 2's seal does not cover."""
+    return [frames[0], frames[1][:-SEAL_SIZE], frames[2]]
 
 
 @pytest.mark.parametrize(
     ("attack", "error", "reason"),
     [
-        (inject, FrameAuthenticationError, "frame 1 failed authentication"),
-        (replay, FrameAuthenticationError, "frame 1 failed authentication"),
-        (reorder, FrameAuthenticationError, "frame 1 failed authentication"),
-        (change, FrameAuthenticationError, "frame 1 failed authentication"),
-        (drop, FrameAuthenticationError, "frame 1 failed authentication"),
-        (strip_tag, FrameAuthenticationError, "frame 1 failed authentication"),
+        (inject, FrameAuthenticationError, "seal 1 failed authentication"),
+        (replay, FrameAuthenticationError, "seal 1 failed authentication"),
+        (reorder, FrameAuthenticationError, "seal 1 failed authentication"),
+        (change, FrameAuthenticationError, "seal 1 failed authentication"),
+        (drop, FrameAuthenticationError, "seal 1 failed authentication"),
+        (unseal, FrameAuthenticationError, "seal 1 failed authentication"),
         (truncate, ProtocolError, "mid-frame"),
     ],
 )

@@ -42,7 +42,7 @@ from ._errors import (
     TransportError,
     detached,
 )
-from ._framing import Buffer, Frame, FrameDecoder, encode_frame_into
+from ._framing import Buffer, Frame, FrameDecoder, encode_frame_into, seal_into
 from ._handshake import FrameKeys, Handshake, Role, check_secret
 
 log = logging.getLogger("monarch.transport")
@@ -245,7 +245,14 @@ class SocketConnection(Connection):
         self.send_nowait(parts)
         await self.flush()
 
+    def _seal(self) -> None:
+        """Close the run of frames queued since the last flush with its seal."""
+        mac = self._send_mac
+        if mac is not None and mac.open:
+            self._queued += seal_into(self._queue, mac, COALESCE_LIMIT)
+
     async def flush(self) -> None:
+        self._seal()
         target = self._queued
         waited = False
         while self._written < target:
@@ -263,6 +270,7 @@ class SocketConnection(Connection):
 
     def flush_nowait(self) -> bool:
         queue = self._queue
+        self._seal()
         with self._send_lock:
             if self._flushing or self._failure is not None:
                 return not queue
@@ -311,11 +319,10 @@ class SocketConnection(Connection):
             if sent >= size:
                 queue.popleft()
                 sent -= size
-            elif isinstance(head, bytearray):
-                del head[:sent]
-                sent = 0
             else:
-                queue[0] = head[sent:]
+                # A view of the rest, not ``del head[:sent]``: a send buffer is never
+                # changed but by appending, as the frame MAC hashes runs where they are.
+                queue[0] = (memoryview(head) if type(head) is bytearray else head)[sent:]
                 sent = 0
         while queue and not queue[0]:
             queue.popleft()
@@ -450,7 +457,8 @@ class SocketConnection(Connection):
         if self._closed:
             return
         self._closed = True
-        if self._queue and self._failure is None:
+        unsealed = self._send_mac is not None and self._send_mac.open
+        if (self._queue or unsealed) and self._failure is None:
             with anyio.move_on_after(self._options.close_timeout, shield=True):
                 try:
                     await self.flush()
