@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from monarch.transport import AuthenticationError, HandshakeError, ProtocolVersionError
 from monarch.transport.wire import (
+    FEATURE_POLY1305,
     MAGIC,
     ClientHello,
     Handshake,
@@ -186,6 +187,47 @@ def test_a_relay_terminating_tls_fails_the_proofs() -> None:
     server = Handshake("server", SECRET, channel_binding=b"b" * 48)
     with pytest.raises(AuthenticationError, match="client failed to prove"):
         run(client, server)
+
+
+@pytest.mark.parametrize(
+    ("client_has", "server_has", "agreed"),
+    [(FEATURE_POLY1305, FEATURE_POLY1305, FEATURE_POLY1305), (FEATURE_POLY1305, 0, 0), (0, 1, 0)],
+)
+def test_optional_features_are_those_both_sides_have(
+    client_has: int, server_has: int, agreed: int
+) -> None:
+    client = Handshake("client", SECRET, features=client_has)
+    server = Handshake("server", SECRET, features=server_has)
+    run(client, server)
+    assert client.features == server.features == agreed
+    assert client.frame_keys is not None and client.frame_keys.features == agreed
+
+
+def _features_set_to(value: int) -> Tamper:
+    def tamper(i: int, data: bytes) -> bytes:
+        if i != 3:  # the server's proof: its MAC covers what came before, not this field
+            return data
+        (proof,) = messages(data)
+        assert isinstance(proof, Proof)
+        return framed(Proof(proof.mac, value))
+
+    return tamper
+
+
+def test_a_relay_cannot_add_a_feature_the_client_did_not_offer() -> None:
+    client = Handshake("client", SECRET, features=0)
+    server = Handshake("server", SECRET, features=FEATURE_POLY1305)
+    with pytest.raises(HandshakeError, match="not offered"):
+        run(client, server, _features_set_to(FEATURE_POLY1305))
+
+
+def test_a_relay_removing_a_feature_makes_the_keys_differ() -> None:
+    client = Handshake("client", SECRET, features=FEATURE_POLY1305)
+    server = Handshake("server", SECRET, features=FEATURE_POLY1305)
+    run(client, server, _features_set_to(0))
+    assert client.features == 0 and server.features == FEATURE_POLY1305
+    assert client.frame_keys is not None and server.frame_keys is not None
+    assert client.frame_keys.send != server.frame_keys.receive  # the first seal fails
 
 
 def test_garbage_instead_of_magic() -> None:

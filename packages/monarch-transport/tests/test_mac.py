@@ -34,10 +34,12 @@ part_st = st.one_of(
 frames_st = st.lists(st.lists(part_st, max_size=4), min_size=1, max_size=6)
 
 
-def runs_of(frames: list[list[bytes]], sealed_after: set[int], key: bytes = KEY) -> list[bytes]:
+def runs_of(
+    frames: list[list[bytes]], sealed_after: set[int], key: bytes = KEY, poly1305: bool = False
+) -> list[bytes]:
     """The wire bytes of each run: its frames and its seal, as one sender makes them; a
     run ends after each frame index in ``sealed_after`` and after the last frame."""
-    mac = FrameMac(key)
+    mac = FrameMac(key, poly1305=poly1305)
     runs: list[bytes] = []
     out: list[bytearray | memoryview] = []
     for i, parts in enumerate(frames):
@@ -57,10 +59,10 @@ def run_lengths(frames: list[list[bytes]], sealed_after: set[int]) -> list[int]:
 Decoded = tuple[list[list[bytes]], FrameDecoder, ProtocolError | None]
 
 
-def feed(stream: bytes, cuts: list[int], **kwargs: int) -> Decoded:
+def feed(stream: bytes, cuts: list[int], poly1305: bool = False, **kwargs: int) -> Decoded:
     """Feed ``stream`` cut at ``cuts``: the frames handed out (those sealed before an
     error too, as a connection does), the decoder, and the ProtocolError that stopped it."""
-    decoder = FrameDecoder(mac=FrameMac(KEY), **kwargs)
+    decoder = FrameDecoder(mac=FrameMac(KEY, poly1305=poly1305), **kwargs)
     frames: list[list[bytes]] = []
     at = 0
     try:
@@ -77,9 +79,11 @@ def feed(stream: bytes, cuts: list[int], **kwargs: int) -> Decoded:
     return frames, decoder, None
 
 
-def decode(stream: bytes, cuts: list[int], **kwargs: int) -> tuple[list[list[bytes]], FrameDecoder]:
+def decode(
+    stream: bytes, cuts: list[int], poly1305: bool = False, **kwargs: int
+) -> tuple[list[list[bytes]], FrameDecoder]:
     """The frames of ``stream`` and the decoder; raises what stopped it."""
-    frames, decoder, error = feed(stream, cuts, **kwargs)
+    frames, decoder, error = feed(stream, cuts, poly1305, **kwargs)
     if error is not None:
         raise error
     return frames, decoder
@@ -89,29 +93,29 @@ small_buffers = {"buffer_size": 64, "min_read": 16}
 
 
 @settings(max_examples=200, deadline=None)
-@given(frames=frames_st, data=st.data(), small=st.booleans())
+@given(frames=frames_st, data=st.data(), small=st.booleans(), poly1305=st.booleans())
 def test_round_trip_under_arbitrary_chunking_and_runs(
-    frames: list[list[bytes]], data: st.DataObject, small: bool
+    frames: list[list[bytes]], data: st.DataObject, small: bool, poly1305: bool
 ) -> None:
     """Small buffers (``small``) send the larger frames down the read-in-place path,
-    hashed piece by piece as the bytes arrive."""
+    hashed piece by piece as the bytes arrive; ``poly1305``: large parts MACed by it."""
     sealed_after = set(data.draw(st.lists(st.integers(0, len(frames) - 1)), label="seals"))
-    stream = b"".join(runs_of(frames, sealed_after))
+    stream = b"".join(runs_of(frames, sealed_after, poly1305=poly1305))
     cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=30), label="cuts")
-    decoded, decoder = decode(stream, cuts, **(small_buffers if small else {}))
+    decoded, decoder = decode(stream, cuts, poly1305, **(small_buffers if small else {}))
     assert decoded == frames
     assert not decoder.mid_frame
 
 
 @settings(max_examples=300, deadline=None)
-@given(frames=frames_st, data=st.data(), small=st.booleans())
+@given(frames=frames_st, data=st.data(), small=st.booleans(), poly1305=st.booleans())
 def test_any_single_bit_flip_is_detected(
-    frames: list[list[bytes]], data: st.DataObject, small: bool
+    frames: list[list[bytes]], data: st.DataObject, small: bool, poly1305: bool
 ) -> None:
     """Flip one bit anywhere: the runs before it arrive, nothing of the run it hit nor of
     any after; the decoder raises a ProtocolError or waits for bytes that never come."""
     sealed_after = set(data.draw(st.lists(st.integers(0, len(frames) - 1)), label="seals"))
-    runs = runs_of(frames, sealed_after)
+    runs = runs_of(frames, sealed_after, poly1305=poly1305)
     stream = bytearray(b"".join(runs))
     bit = data.draw(st.integers(0, 8 * len(stream) - 1), label="bit")
     stream[bit // 8] ^= 1 << (bit % 8)
@@ -124,7 +128,7 @@ def test_any_single_bit_flip_is_detected(
     options = {"max_frame_size": 1 << 20}  # a length flipped high is refused, not allocated
     if small:
         options.update(small_buffers)
-    decoded, decoder, error = feed(bytes(stream), cuts, **options)
+    decoded, decoder, error = feed(bytes(stream), cuts, poly1305, **options)
     assert decoded == intact
     assert error is not None or decoder.mid_frame  # else a length flipped upwards: waiting
 
@@ -229,6 +233,26 @@ def test_nothing_to_seal_adds_nothing() -> None:
     assert seal_into(out, mac) == 0 and out == []
     with pytest.raises(ValueError, match="no frame"):
         mac.seal()
+
+
+def test_both_sides_must_agree_on_poly1305() -> None:
+    """A run MACed with Poly1305 for its large parts does not check as SHA-256's."""
+    (run,) = runs_of([[b"big", os.urandom(SMALL_PART + 1)]], set(), poly1305=True)
+    assert decode(run, [], poly1305=True)[0][0][0] == b"big"
+    with pytest.raises(FrameAuthenticationError):
+        decode(run, [], poly1305=False)
+
+
+def test_each_large_part_gets_its_own_poly1305_key() -> None:
+    mac = FrameMac(KEY, poly1305=True)
+    keys = set()
+    for _ in range(3):
+        for i in range(3):
+            part = mac.part_mac(i)
+            part.update(b"same bytes")
+            keys.add(part.finish())
+        mac.seq += 1
+    assert len(keys) == 9
 
 
 def test_a_key_is_32_bytes() -> None:

@@ -29,6 +29,7 @@ from monarch.transport import (
     Listener,
     ProtocolError,
     TransportError,
+    _handshake,
     open_connection,
     open_listener,
 )
@@ -234,6 +235,27 @@ async def test_the_client_refuses_what_a_relay_changed(attack: Attack) -> None:
         with anyio.fail_after(10), pytest.raises(ProtocolError):
             await receive_all(client, received)
         assert received == FRAMES[:1]
+        await client.aclose()
+
+
+@pytest.mark.parametrize("poly1305", [True, False])
+async def test_large_parts_are_macd_by_poly1305_where_both_sides_can(
+    poly1305: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``cryptography`` on both sides (the test environment has it) large parts go
+    through Poly1305; without, through SHA-256. Either way a change is caught."""
+    if not poly1305:
+        monkeypatch.setattr(_handshake, "available_features", lambda: 0)
+    async with serving() as (listener, sink), relay(listener, to_server=change) as address:
+        client = await open_connection(address, secret=SECRET)
+        mac = client._send_mac  # type: ignore[attr-defined]
+        assert (mac._part_keys is not None) is poly1305
+        for frame in FRAMES:
+            await client.send(frame)
+        with anyio.fail_after(10):
+            await sink.done.wait()
+        assert sink.frames == FRAMES[:1]
+        assert isinstance(sink.error, FrameAuthenticationError)
         await client.aclose()
 
 

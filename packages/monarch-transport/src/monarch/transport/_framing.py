@@ -29,10 +29,10 @@ import struct
 import sys
 from collections import deque
 from collections.abc import MutableSequence, Sequence
-from typing import Any, Final, TypeAlias
+from typing import Final, TypeAlias
 
 from ._errors import FrameTooLarge
-from ._mac import DIGEST_FROM, SEAL_COUNT, SEAL_SIZE, FrameMac, digest, part_hasher
+from ._mac import DIGEST_FROM, SEAL_COUNT, SEAL_SIZE, FrameMac, PartMac
 from ._memory import fresh_bytearray
 
 Buffer: TypeAlias = "bytes | bytearray | memoryview"
@@ -228,7 +228,7 @@ class FrameDecoder:
         self._large_filled = 0
         self._large_at = 0  # with a MAC: where in the large body the run has been hashed to
         self._large_part = (0, 0)  # the part there: its index and where it starts
-        self._large_hash: Any = None  # the SHA-256 of the large part being hashed
+        self._large_hash: PartMac | None = None  # the MAC of the large part being read
         self._spares: list[bytearray] = []  # recent large buffers, reused once unreferenced
         self._large_sizes: Sequence[int] = ()
         self._ready: deque[Frame] = deque()
@@ -369,7 +369,9 @@ class FrameDecoder:
                     complete.append([memoryview(body)])
                     if mac is not None and total > DIGEST_FROM:
                         mac.absorb(memoryview(buf)[hashed:body_at])
-                        mac.absorb(digest(body))
+                        part_mac = mac.next_part_mac()
+                        part_mac.update(body)
+                        mac.absorb(part_mac.finish())
                         hashed = stop
                     start = stop
                     continue
@@ -390,7 +392,12 @@ class FrameDecoder:
                 if mac is not None and total > DIGEST_FROM:
                     mac.absorb(memoryview(buf)[hashed:body_at])
                     for part in parts:
-                        mac.absorb(part if part.nbytes <= DIGEST_FROM else digest(part))
+                        if part.nbytes <= DIGEST_FROM:
+                            mac.absorb(part)
+                        else:
+                            part_mac = mac.next_part_mac()
+                            part_mac.update(part)
+                            mac.absorb(part_mac.finish())
                     hashed = stop
                 start = stop
                 continue
@@ -434,10 +441,10 @@ class FrameDecoder:
                         mac.absorb(view[raw_from:at])
                         raw_from = -1
                     if self._large_hash is None:
-                        self._large_hash = part_hasher()
+                        self._large_hash = mac.next_part_mac()
                     self._large_hash.update(view[at:stop])
                     if stop == part_end:
-                        mac.absorb(self._large_hash.digest())
+                        mac.absorb(self._large_hash.finish())
                         self._large_hash = None
                 at = stop
                 if at == part_end and index + 1 < len(sizes):

@@ -6,8 +6,8 @@ every frame after it (``_mac``)::
 
     client -> server   MAGIC, ClientHello(min_version, max_version, nonce_c)
     server -> client   ServerHello(version, nonce_s)
-    client -> server   Proof(HMAC(secret, "client" | transcript))
-    server -> client   Proof(HMAC(secret, "server" | transcript))
+    client -> server   Proof(HMAC(secret, "client" | transcript), features offered)
+    server -> client   Proof(HMAC(secret, "server" | transcript), features agreed)
                        (or Reject(reason) instead of any of these, and the end)
 
     th  = SHA-256(transcript, both proofs included)
@@ -53,8 +53,9 @@ from typing import Final, Literal, TypeVar
 import msgspec
 
 from ._errors import AuthenticationError, HandshakeError, ProtocolVersionError
-from ._mac import FrameMac
+from ._mac import FrameMac, available_features
 from ._wire import (
+    FEATURE_POLY1305,
     MAGIC,
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
@@ -101,14 +102,17 @@ def check_secret(secret: bytes) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class FrameKeys:
-    """The session keys of one side: for the frames it sends and those it receives."""
+    """The session keys of one side (for the frames it sends and those it receives) and
+    the optional features agreed (``FEATURE_*`` bits)."""
 
     send: bytes
     receive: bytes
+    features: int = 0
 
     def macs(self) -> tuple[FrameMac, FrameMac]:
-        """Fresh MAC states (frame 0) for sending and receiving."""
-        return FrameMac(self.send), FrameMac(self.receive)
+        """Fresh MAC states (seal 0) for sending and receiving."""
+        poly1305 = bool(self.features & FEATURE_POLY1305)
+        return FrameMac(self.send, poly1305=poly1305), FrameMac(self.receive, poly1305=poly1305)
 
     def __repr__(self) -> str:  # keys stay out of logs and tracebacks
         return "FrameKeys(...)"
@@ -121,6 +125,8 @@ class Handshake:
     peer may then still be waiting in :meth:`data_to_send` (send it best-effort).
     ``channel_binding``: the TLS session's ``tls-unique`` when the connection runs in
     TLS 1.3 (both sides must pass their own); frames then need no MAC of their own.
+    ``features``: the optional ``FEATURE_*`` this side can use (default: what this
+    process has); the client offers them, the server picks those it has too.
     """
 
     def __init__(
@@ -132,6 +138,7 @@ class Handshake:
         max_version: int = PROTOCOL_VERSION,
         nonce: bytes | None = None,
         channel_binding: bytes | None = None,
+        features: int | None = None,
     ) -> None:
         if role not in ("client", "server"):
             raise ValueError(f"role must be 'client' or 'server', not {role!r}")
@@ -149,6 +156,9 @@ class Handshake:
             self._transcript += _BINDING_LABEL + _LEN.pack(len(channel_binding))
             self._transcript += channel_binding
         self._bound = channel_binding is not None
+        self._features = available_features() if features is None else features
+        self.features = 0
+        """Once complete: the optional features both sides use."""
         self._inbox = bytearray()
         self._outbox = bytearray()
         self._step = 0
@@ -240,7 +250,8 @@ class Handshake:
                 self._send(Reject("authentication failed", REJECT_AUTH))
                 raise AuthenticationError("client failed to prove the shared secret")
             self._transcript += self._last_raw
-            self._send(Proof(self._mac(_SERVER_LABEL)))
+            self.features = proof.features & self._features
+            self._send(Proof(self._mac(_SERVER_LABEL), self.features))
             self._finish()
 
     def _client_step(self, message: HandshakeMessage) -> None:
@@ -254,7 +265,7 @@ class Handshake:
                 self._send(Reject(reason, REJECT_VERSION))
                 raise ProtocolVersionError(reason)
             self.version = hello.version
-            self._send(Proof(self._mac(_CLIENT_LABEL)))
+            self._send(Proof(self._mac(_CLIENT_LABEL), self._features))
             self._step = 1
         else:
             proof = self._expect(message, Proof, record=False)
@@ -263,7 +274,10 @@ class Handshake:
                 raise AuthenticationError(
                     "secret mismatch: the server's proof does not match our secret"
                 )
+            if proof.features & ~self._features:
+                raise HandshakeError(f"server chose features {proof.features:#x} not offered")
             self._transcript += self._last_raw
+            self.features = proof.features
             self._finish()
 
     def _finish(self) -> None:
@@ -275,9 +289,9 @@ class Handshake:
         prk = hmac.digest(th, self._secret, "sha256")
         client, server = (hmac.digest(prk, _KEY_LABELS[r], "sha256") for r in ("client", "server"))
         self.frame_keys = (
-            FrameKeys(send=client, receive=server)
+            FrameKeys(send=client, receive=server, features=self.features)
             if self.role == "client"
-            else FrameKeys(send=server, receive=client)
+            else FrameKeys(send=server, receive=client, features=self.features)
         )
 
     # -- helpers ------------------------------------------------------------------

@@ -12,8 +12,10 @@ run, and the flush appends a seal that authenticates them all (``_framing``)::
 
     seal_k = u32 0xFFFFFFFF | BLAKE2b-128[key](le64(k) | E(F_1) | ... | E(F_m))
     E(F)   = header | P(part_0) | ... | P(part_{n-1})
-    P(p)   = p              when the part is at most DIGEST_FROM (16 KiB) bytes
-             SHA-256(p)     when it is larger
+    P(p)   = p                  when the part is at most DIGEST_FROM (16 KiB) bytes
+             SHA-256(p)         when it is larger, or, with FEATURE_POLY1305 agreed:
+             Poly1305[r_k,i](p) where i counts the run's large parts from 0 and
+             r_k,i = BLAKE2b-256[key, person "monarch-poly1305"](le64(k) | le64(i))
 
 ``F_1 .. F_m`` are the frames after seal ``k-1`` (each side counts seals from 0) and
 ``header`` a frame's ``u32 n | u64 len_0 ... u64 len_{n-1}`` as sent. The receiver hands
@@ -34,17 +36,23 @@ GB/s or more where the CPU has SHA extensions. A large part is therefore hashed 
 SHA-256 where it lies (the sender's memory, the receiver's buffer as the bytes arrive)
 and only its digest goes into the run; forging it would take a SHA-256 second preimage.
 The threshold is the encoder's: parts above it are sent in place, the others copied into
-its send buffer. Both hashes are in the standard library: no dependency.
+its send buffer. Both hashes are in the standard library: no dependency. Where both
+peers have the optional ``cryptography`` (the handshake agrees on ``FEATURE_POLY1305``),
+large parts go through Poly1305 instead, about 3 times faster than SHA-256 with SHA-NI:
+a one-time MAC, under a key derived for that part alone (a fresh ``(k, i)`` each time).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import importlib.util
 import struct
+from functools import cache
 from typing import Any, Final
 
-from ._errors import FrameAuthenticationError
+from ._errors import FrameAuthenticationError, TransportError
+from ._wire import FEATURE_POLY1305
 
 TAG_SIZE: Final = 16
 KEY_SIZE: Final = 32
@@ -56,7 +64,40 @@ DIGEST_FROM: Final = 16 * 1024
 """Parts larger than this go into a run as their SHA-256 digest."""
 
 _SEQ: Final = struct.Struct("<Q")
+_PART: Final = struct.Struct("<QQ")
 _sha256 = hashlib.sha256
+
+
+@cache
+def available_features() -> int:
+    """The optional features this process can use (``cryptography`` is imported only
+    when a large part first needs it)."""
+    return FEATURE_POLY1305 if importlib.util.find_spec("cryptography") else 0
+
+
+@cache
+def _poly1305() -> Any:
+    try:
+        from cryptography.hazmat.primitives.poly1305 import Poly1305
+    except ImportError as exc:  # found by find_spec, yet broken
+        raise TransportError(f"cryptography cannot be imported for Poly1305: {exc}") from exc
+    return Poly1305
+
+
+class PartMac:
+    """The MAC of one large part, fed as it arrives: SHA-256 or a one-time Poly1305."""
+
+    __slots__ = ("finish", "update")
+
+    def __init__(self, poly1305_key: bytes | None) -> None:
+        if poly1305_key is None:
+            digest = _sha256()
+            self.update: Any = digest.update
+            self.finish: Any = digest.digest
+        else:
+            mac = _poly1305()(poly1305_key)
+            self.update = mac.update
+            self.finish = mac.finalize
 
 
 class FrameMac:
@@ -70,12 +111,18 @@ class FrameMac:
     wire.
     """
 
-    __slots__ = ("_keyed", "_last", "_pieces", "_run", "seq")
+    __slots__ = ("_keyed", "_large_count", "_last", "_part_keys", "_pieces", "_run", "seq")
 
-    def __init__(self, key: bytes) -> None:
+    def __init__(self, key: bytes, *, poly1305: bool = False) -> None:
         if len(key) != KEY_SIZE:
             raise ValueError(f"a frame key is {KEY_SIZE} bytes, not {len(key)}")
         self._keyed: Any = hashlib.blake2b(key=key, digest_size=TAG_SIZE)
+        self._part_keys: Any = (
+            hashlib.blake2b(key=key, digest_size=32, person=b"monarch-poly1305")
+            if poly1305
+            else None
+        )
+        self._large_count = 0  # receiving: the large parts of the open run so far
         self._run: Any = None  # receiving: the open run's hash
         self._pieces: list[tuple[bytearray, int] | memoryview] = []  # sending: the open run
         self._last: bytearray | None = None  # the send buffer of the last raw piece
@@ -95,6 +142,7 @@ class FrameMac:
     def _close(self) -> bytes:
         run = self._run if self._run is not None else self._open()
         self._run = None
+        self._large_count = 0
         self.seq += 1
         tag: bytes = run.digest()
         return tag
@@ -117,17 +165,37 @@ class FrameMac:
         if not self._pieces:
             raise ValueError("no frame to seal")
         run = self._open()
+        large = 0
         for piece in self._pieces:
             if isinstance(piece, tuple):
                 buffer, start = piece
                 run.update(memoryview(buffer)[start:])
             else:
-                run.update(_sha256(piece).digest())
+                part = self.part_mac(large)
+                part.update(piece)
+                run.update(part.finish())
+                large += 1
         self._pieces = []
         self._last = None
         return SEAL_HEADER + self._close()
 
+    def part_mac(self, index: int) -> PartMac:
+        """The MAC of the open run's large part number ``index``."""
+        keys = self._part_keys
+        if keys is None:
+            return PartMac(None)
+        keys = keys.copy()
+        keys.update(_PART.pack(self.seq, index))
+        return PartMac(keys.digest())
+
     # -- receiving -------------------------------------------------------------------
+
+    def next_part_mac(self) -> PartMac:
+        """The MAC of the next large part the receiver reads (absorb what it finishes)."""
+        if self._run is None:
+            self._open()
+        self._large_count += 1
+        return self.part_mac(self._large_count - 1)
 
     def absorb(self, data: Any) -> None:
         """Bytes of the open run as the receiver has them (headers, small parts, the
@@ -143,13 +211,3 @@ class FrameMac:
                 f"seal {seq} failed authentication: its frames were forged, replayed, "
                 "reordered or changed on the way"
             )
-
-
-def digest(part: Any) -> bytes:
-    """What a part larger than DIGEST_FROM contributes to a run."""
-    return _sha256(part).digest()
-
-
-def part_hasher() -> Any:
-    """A SHA-256 to feed a large part as it arrives (then absorb its digest)."""
-    return _sha256()

@@ -62,6 +62,10 @@ class Proof(msgspec.Struct, array_like=True, tag=3, frozen=True, gc=False):
     """
 
     mac: bytes
+    features: int = 0
+    """Client: the optional features it can use (``FEATURE_*`` bits); server: those of them
+    both will use. The server's choice is covered by the keys, the client's offer by the
+    server's proof."""
 
 
 class Accept(msgspec.Struct, array_like=True, tag=4, frozen=True, gc=False):
@@ -77,6 +81,10 @@ class Reject(msgspec.Struct, array_like=True, tag=5, frozen=True, gc=False):
 
 
 HandshakeMessage = ClientHello | ServerHello | Proof | Accept | Reject
+
+FEATURE_POLY1305: Final = 1
+"""Large frame parts are MACed by Poly1305 rather than SHA-256 (``_mac``); needs the
+optional ``cryptography`` on both sides."""
 
 REJECT_AUTH: Final = 1
 REJECT_VERSION: Final = 2

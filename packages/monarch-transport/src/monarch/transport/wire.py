@@ -5,6 +5,7 @@ from ._framing import FrameDecoder, encode_frame, encode_frame_into
 from ._handshake import MIN_SECRET_SIZE, FrameKeys, Handshake
 from ._mac import TAG_SIZE, FrameMac
 from ._wire import (
+    FEATURE_POLY1305,
     MAGIC,
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
@@ -21,6 +22,7 @@ from ._wire import (
 )
 
 __all__ = [
+    "FEATURE_POLY1305",
     "MAGIC",
     "MIN_PROTOCOL_VERSION",
     "MIN_SECRET_SIZE",
