@@ -345,9 +345,7 @@ class FrameDecoder:
                 if end - start < SEAL_SIZE:
                     self._need = SEAL_SIZE
                     break
-                if hashed < start:
-                    mac.absorb(memoryview(buf)[hashed:start])
-                mac.check(buf[start + 4 : start + SEAL_SIZE])
+                mac.check(buf[start + 4 : start + SEAL_SIZE], memoryview(buf)[hashed:start])
                 self._ready.extend(complete)
                 complete.clear()
                 start = hashed = start + SEAL_SIZE

@@ -131,21 +131,13 @@ class FrameMac:
 
     @property
     def open(self) -> bool:
-        """Whether frames were noted (or absorbed) since the last seal."""
-        return bool(self._pieces) or self._run is not None
+        """Whether frames were noted since the last seal (sending side)."""
+        return bool(self._pieces)
 
     def _open(self) -> Any:
         run = self._run = self._keyed.copy()
         run.update(_SEQ.pack(self.seq))
         return run
-
-    def _close(self) -> bytes:
-        run = self._run if self._run is not None else self._open()
-        self._run = None
-        self._large_count = 0
-        self.seq += 1
-        tag: bytes = run.digest()
-        return tag
 
     # -- sending -------------------------------------------------------------------
 
@@ -162,22 +154,30 @@ class FrameMac:
 
     def seal(self) -> bytes:
         """The seal closing the open run (which must hold a frame), counted."""
-        if not self._pieces:
+        pieces = self._pieces
+        if not pieces:
             raise ValueError("no frame to seal")
-        run = self._open()
-        large = 0
-        for piece in self._pieces:
-            if isinstance(piece, tuple):
-                buffer, start = piece
-                run.update(memoryview(buffer)[start:])
-            else:
-                part = self.part_mac(large)
-                part.update(piece)
-                run.update(part.finish())
-                large += 1
+        run = self._keyed.copy()
+        run.update(_SEQ.pack(self.seq))
+        if len(pieces) == 1 and type(pieces[0]) is tuple:  # the usual: one send buffer
+            buffer, start = pieces[0]
+            run.update(memoryview(buffer)[start:])
+        else:
+            large = 0
+            for piece in pieces:
+                if isinstance(piece, tuple):
+                    buffer, start = piece
+                    run.update(memoryview(buffer)[start:])
+                else:
+                    part = self.part_mac(large)
+                    part.update(piece)
+                    run.update(part.finish())
+                    large += 1
         self._pieces = []
         self._last = None
-        return SEAL_HEADER + self._close()
+        self.seq += 1
+        seal: bytes = SEAL_HEADER + run.digest()
+        return seal
 
     def part_mac(self, index: int) -> PartMac:
         """The MAC of the open run's large part number ``index``."""
@@ -202,11 +202,21 @@ class FrameMac:
         digests of large ones)."""
         (self._run if self._run is not None else self._open()).update(data)
 
-    def check(self, tag: Any) -> None:
-        """Check the seal just read against the open run; raises
-        :class:`FrameAuthenticationError` (the frames of the run must then be dropped)."""
+    def check(self, tag: Any, last: Any = b"") -> None:
+        """Check the seal just read against the open run, with ``last`` bytes of it not
+        absorbed yet; raises :class:`FrameAuthenticationError` (the frames of the run must
+        then be dropped)."""
         seq = self.seq
-        if not hmac.compare_digest(self._close(), tag):
+        run = self._run
+        if run is None:
+            run = self._keyed.copy()
+            run.update(_SEQ.pack(seq))
+        else:
+            self._run = None
+            self._large_count = 0
+        run.update(last)
+        self.seq = seq + 1
+        if not hmac.compare_digest(run.digest(), tag):
             raise FrameAuthenticationError(
                 f"seal {seq} failed authentication: its frames were forged, replayed, "
                 "reordered or changed on the way"

@@ -247,9 +247,8 @@ class SocketConnection(Connection):
 
     def _seal(self) -> None:
         """Close the run of frames queued since the last flush with its seal."""
-        mac = self._send_mac
-        if mac is not None and mac.open:
-            self._queued += seal_into(self._queue, mac, COALESCE_LIMIT)
+        if self._send_mac is not None:
+            self._queued += seal_into(self._queue, self._send_mac, COALESCE_LIMIT)
 
     async def flush(self) -> None:
         self._seal()
