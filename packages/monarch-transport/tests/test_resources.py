@@ -85,6 +85,11 @@ async def test_a_peer_beyond_the_cap_waits_its_turn_rather_than_being_refused() 
             await raw.aclose()
 
 
+async def test_the_cap_is_at_least_one() -> None:
+    with pytest.raises(ValueError, match="max_pending_handshakes must be at least 1"):
+        await Endpoint("tcp://127.0.0.1:0").listen(max_pending_handshakes=0)
+
+
 # -- a frame declared large and never finished -------------------------------------------
 
 

@@ -44,6 +44,12 @@ class TransportOptions:
     server_hostname: str | None = None
     """For ``tls`` connect: the name to verify (default: the address host)."""
 
+    def __post_init__(self) -> None:
+        if self.max_pending_handshakes < 1:
+            raise ValueError(
+                f"max_pending_handshakes must be at least 1, not {self.max_pending_handshakes}"
+            )
+
 
 class ConnectionAttribute(TypedAttributeSet):
     """Typed extra attributes of a :class:`Connection` (``conn.extra(...)``)."""

@@ -1,7 +1,7 @@
 """The wire schema (msgspec Structs), the handshake, the framing codec and the frame MAC,
 sans I/O, for peers and plug-ins."""
 
-from ._framing import FrameDecoder, encode_frame, encode_frame_into
+from ._framing import FrameDecoder, encode_frame, encode_frame_into, seal_into
 from ._handshake import MIN_SECRET_SIZE, FrameKeys, Handshake
 from ._mac import TAG_SIZE, FrameMac
 from ._wire import (
@@ -44,4 +44,5 @@ __all__ = [
     "encode",
     "encode_frame",
     "encode_frame_into",
+    "seal_into",
 ]
