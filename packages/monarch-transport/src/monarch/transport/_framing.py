@@ -164,7 +164,8 @@ def seal_into(
     its size (0: nothing to seal)."""
     if not mac.open:
         return 0
-    _tail(out, coalesce_limit).extend(mac.seal())
+    seal = mac.seal()  # before appending: the run may end in the buffer appended to
+    _tail(out, coalesce_limit).extend(seal)
     return SEAL_SIZE
 
 

@@ -161,7 +161,7 @@ class FrameMac:
         run.update(_SEQ.pack(self.seq))
         if len(pieces) == 1 and type(pieces[0]) is tuple:  # the usual: one send buffer
             buffer, start = pieces[0]
-            run.update(memoryview(buffer)[start:])
+            run.update(memoryview(buffer)[start:] if start else buffer)
         else:
             large = 0
             for piece in pieces:
