@@ -36,8 +36,8 @@ from hostkit import (
 )
 
 from monarch.core import Future, WorkerConfigError, _cli, _worker
-from monarch.core._bootstrap import decode_secret
 from monarch.core._attach import _resolve, attach_to_workers
+from monarch.core._bootstrap import decode_secret
 from monarch.core._messages import TO_PROC, StopProc, encode_body
 from monarch.core._netaddr import split_alias
 from monarch.transport import open_connection
