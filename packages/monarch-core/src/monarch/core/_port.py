@@ -9,12 +9,16 @@ one sender arrive in send order.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
+from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
+
+from monarch.transport import Buffer
 
 from ._errors import RemoteFailure
 from ._future import Future, run_on
 from ._messages import Body, PortRef, PortValue
-from ._runtime import Runtime, current_runtime
+from ._runtime import MESSAGE_COST, Flow, Runtime, current_runtime
 from ._scope import message_rank
 from ._serialize import dumps, loads
 
@@ -55,35 +59,105 @@ class Port(Generic[R]):
 
 
 class _Inbox:
-    """The receiving end, living on the runtime loop."""
+    """The receiving end, living on the runtime loop.
+
+    Values wait here as they came, undecoded: their consumer unpickles them, so a
+    flood costs the loop no more than reading it. One that came on a lane holds it
+    until consumed (see ``_runtime._flow``).
+    """
 
     def __init__(self, runtime: Runtime, once: bool) -> None:
         self.runtime = runtime
         self.once = once
-        self.queue: asyncio.Queue[tuple[int, bool, Any]] = asyncio.Queue()
-        self.ref = runtime.open_port(self.on_value)
+        self.items: deque[tuple[int, bool, Sequence[Buffer], Flow | None, int]] = deque()
+        self.waiters: deque[asyncio.Future[None]] = deque()
+        self.sources: set[Flow] = set()
+        """The lanes that have fed this inbox."""
+        self.getting = 0
+        """``recv()`` calls not answered yet (counted on the loop): a value taken at
+        once must not overtake them."""
+        self.ref = runtime.open_port(self.on_value, inbox=True)
         self.closed = False
 
-    def on_value(self, body: Body, payload: Any) -> None:
+    def on_value(self, body: Body, payload: Sequence[Buffer]) -> None:
         if not isinstance(body, PortValue) or self.closed:
             return
-        try:
-            value = loads(payload)
-        except Exception as exc:  # noqa: BLE001 - the receiver sees why it cannot read it
-            self.queue.put_nowait((body.rank, True, exc))
-        else:
-            if body.error and isinstance(value, RemoteFailure):
-                value = value.to_error()
-            self.queue.put_nowait((body.rank, body.error, value))
+        flow = self.runtime.delivering
+        size = 0
+        if flow is not None:
+            size = MESSAGE_COST + sum(memoryview(part).nbytes for part in payload)
+            flow.hold(size)
+            self.sources.add(flow)
+        self.items.append((body.rank, body.error, payload, flow, size))
+        waiters = self.waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                break
         if self.once:
             self.closed = True
             self.runtime.close_port(self.ref)
 
-    async def get(self) -> tuple[int, Any]:
-        rank, error, value = await self.queue.get()
+    def take(self) -> tuple[int, Any]:
+        """The oldest value (there is one), decoded; raises what was sent as an error."""
+        rank, error, payload, flow, size = self.items.popleft()
+        if flow is not None:
+            flow.release(size)
+        value = loads(payload)  # a value that cannot be read raises in the receiver
         if error:
-            raise value
+            raise value.to_error() if isinstance(value, RemoteFailure) else value
         return rank, value
+
+    def receive(self) -> Future[tuple[int, Any]]:
+        """The next value, from any thread. One already here, taken on the loop's own
+        thread with nothing asked before it, comes in a done future: no task, no turn
+        of the loop (a consumer keeping up with a flood never waits for one)."""
+        if self.runtime.on_loop():
+            if self.items and not self.getting:
+                future: Future[tuple[int, Any]] = Future._new()
+                try:
+                    future.set_result(self.take())
+                except Exception as exc:  # noqa: BLE001 - handed to the future
+                    future.set_exception(exc)
+                return future
+            self.getting += 1
+            return run_on(self.runtime, self.get(counted=True))
+        return run_on(self.runtime, self.get())
+
+    async def get(self, counted: bool = False) -> tuple[int, Any]:
+        if not counted:
+            self.getting += 1
+        try:
+            if not self.items:
+                await self._wait()
+            return self.take()
+        finally:
+            self.getting -= 1
+
+    async def _wait(self) -> None:
+        sources = tuple(self.sources)
+        self.runtime.receiver_waiting(sources, True)
+        try:
+            while not self.items:
+                waiter = self.runtime.loop.create_future()
+                self.waiters.append(waiter)
+                try:
+                    await waiter
+                except BaseException:
+                    if waiter.done() and not waiter.cancelled():
+                        self._pass_on()  # woken, but gone: the next one takes it
+                    raise
+        finally:
+            self.runtime.receiver_waiting(sources, False)
+
+    def _pass_on(self) -> None:
+        if self.items:
+            while self.waiters:
+                waiter = self.waiters.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    return
 
 
 class PortReceiver(Generic[R]):
@@ -93,14 +167,14 @@ class PortReceiver(Generic[R]):
         self._inbox = inbox
 
     def recv(self) -> Future[R]:
-        return run_on(self._inbox.runtime, self._recv())
-
-    async def _recv(self) -> R:
-        _, value = await self._inbox.get()
-        return value  # type: ignore[no-any-return]
+        return self._inbox.receive().then(_value)
 
     def ranked(self) -> RankedPortReceiver[R]:
         return RankedPortReceiver(self._inbox)
+
+
+def _value(ranked: tuple[int, R]) -> R:
+    return ranked[1]
 
 
 class RankedPortReceiver(Generic[R]):
@@ -110,7 +184,7 @@ class RankedPortReceiver(Generic[R]):
         self._inbox = inbox
 
     def recv(self) -> Future[tuple[int, R]]:
-        return run_on(self._inbox.runtime, self._inbox.get())
+        return self._inbox.receive()
 
 
 class Channel(Generic[R]):
