@@ -9,6 +9,7 @@ one sender arrive in send order.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
@@ -18,7 +19,7 @@ from monarch.transport import Buffer
 from ._errors import RemoteFailure
 from ._future import Future, run_on
 from ._messages import Body, PortRef, PortValue
-from ._runtime import MESSAGE_COST, Flow, Runtime, current_runtime
+from ._runtime import CONSUMER_TURN, MESSAGE_COST, Flow, Runtime, current_runtime
 from ._scope import message_rank
 from ._serialize import dumps, loads
 
@@ -76,6 +77,9 @@ class _Inbox:
         self.getting = 0
         """``recv()`` calls not answered yet (counted on the loop): a value taken at
         once must not overtake them."""
+        self._streak: float | None = None
+        """When the consumer began taking values at once, if the loop has not turned
+        since (see ``receive``)."""
         self.ref = runtime.open_port(self.on_value, inbox=True)
         self.closed = False
 
@@ -109,31 +113,59 @@ class _Inbox:
             raise value.to_error() if isinstance(value, RemoteFailure) else value
         return rank, value
 
-    def receive(self) -> Future[tuple[int, Any]]:
-        """The next value, from any thread. One already here, taken on the loop's own
-        thread with nothing asked before it, comes in a done future: no task, no turn
-        of the loop (a consumer keeping up with a flood never waits for one)."""
-        if self.runtime.on_loop():
-            if self.items and not self.getting:
-                future: Future[tuple[int, Any]] = Future._new()
-                try:
-                    future.set_result(self.take())
-                except Exception as exc:  # noqa: BLE001 - handed to the future
-                    future.set_exception(exc)
-                return future
-            self.getting += 1
-            return run_on(self.runtime, self.get(counted=True))
-        return run_on(self.runtime, self.get())
+    def receive(self, ranked: bool) -> Future[Any]:
+        """The next value (with its sender's rank if ``ranked``), from any thread.
 
-    async def get(self, counted: bool = False) -> tuple[int, Any]:
-        if not counted:
-            self.getting += 1
+        One already here, taken on the loop's own thread with nothing asked before it,
+        comes in a done future: no task, no turn of the loop (a consumer keeping up
+        with a flood never waits for one), for ``CONSUMER_TURN`` at most; then the loop
+        turns, so the consumer cannot keep it from everything else.
+        """
+        future: Future[Any] = Future._new()
+        runtime = self.runtime
+        if runtime.on_loop():
+            if self.items and not self.getting and self._in_turn():
+                self._take_into(future, ranked)
+            else:
+                self._start_get(future, ranked)
+        else:
+            runtime.call_soon(self._start_get, future, ranked)
+        return future
+
+    def _start_get(self, future: Future[Any], ranked: bool) -> None:
+        self.getting += 1
+        self.runtime.spawn_task(self._get_into(future, ranked))
+
+    async def _get_into(self, future: Future[Any], ranked: bool) -> None:
         try:
             if not self.items:
                 await self._wait()
-            return self.take()
+            self._take_into(future, ranked)
+        except asyncio.CancelledError:
+            if not future.done():
+                future.set_exception(asyncio.CancelledError("the runtime stopped the operation"))
+            raise
         finally:
             self.getting -= 1
+
+    def _take_into(self, future: Future[Any], ranked: bool) -> None:
+        try:
+            rank, value = self.take()
+        except Exception as exc:  # noqa: BLE001 - handed to the future
+            future.set_exception(exc)
+        else:
+            future.set_result((rank, value) if ranked else value)
+
+    def _in_turn(self) -> bool:
+        now = time.perf_counter()
+        if self._streak is None:
+            self._streak = now
+            self.runtime.loop.call_soon(self._turned)
+            return True
+        return now - self._streak < CONSUMER_TURN
+
+    def _turned(self) -> None:
+        self._streak = None
 
     async def _wait(self) -> None:
         sources = tuple(self.sources)
@@ -167,14 +199,10 @@ class PortReceiver(Generic[R]):
         self._inbox = inbox
 
     def recv(self) -> Future[R]:
-        return self._inbox.receive().then(_value)
+        return self._inbox.receive(ranked=False)
 
     def ranked(self) -> RankedPortReceiver[R]:
         return RankedPortReceiver(self._inbox)
-
-
-def _value(ranked: tuple[int, R]) -> R:
-    return ranked[1]
 
 
 class RankedPortReceiver(Generic[R]):
@@ -184,7 +212,7 @@ class RankedPortReceiver(Generic[R]):
         self._inbox = inbox
 
     def recv(self) -> Future[tuple[int, R]]:
-        return self._inbox.receive()
+        return self._inbox.receive(ranked=True)
 
 
 class Channel(Generic[R]):

@@ -291,11 +291,11 @@ class SocketConnection(Connection):
                 if self._failure is not None:
                     raise ConnectionClosed(f"connection failed: {self._failure}")
                 sent = self._write_some()
-            if sent >= 0:
-                continue
             left = deadline - time.monotonic()
             if left <= 0:
-                return False
+                return self._queued - self._written <= keep
+            if sent >= 0:
+                continue
             if poll is None:
                 poll = select.poll()
                 poll.register(self._sock, select.POLLOUT if sent == WANT_WRITE else select.POLLIN)
@@ -386,8 +386,11 @@ class SocketConnection(Connection):
             self._readable.pause()
 
     def resume_receiving(self) -> None:
-        if self._pushing and self._readable is not None:
-            self._readable.resume()
+        readable = self._readable
+        if self._pushing and readable is not None and readable.paused:
+            readable.resume()
+            if self._io.pending():  # decrypted bytes that no readiness will announce
+                readable.loop.call_soon(self._read_pushed)
 
     def _read_pushed(self) -> None:
         """The socket is readable (push mode, on the loop): read, then tell the receiver.

@@ -34,13 +34,14 @@ from ._current import (
     running_runtime,
     set_starter,
 )
-from ._flow import MESSAGE_COST, Flow
+from ._flow import CONSUMER_TURN, MESSAGE_COST, Flow
 from ._loop import new_event_loop
 from ._peers import DEFER, PeerWriter
 from ._router import ActorSink, ControlHandler, PeerWatcher, PortHandler, Runtime
 from ._spin import USABLE_CPUS, spin, spin_seconds
 
 __all__ = [
+    "CONSUMER_TURN",
     "DEFER",
     "MESSAGE_COST",
     "USABLE_CPUS",

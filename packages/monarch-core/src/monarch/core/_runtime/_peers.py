@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
@@ -23,7 +24,7 @@ from monarch.core._ring import Ring
 from monarch.transport import Buffer, Connection, TransportError, open_connection
 from monarch.transport.wire import Envelope, decode_envelope, encode
 
-from ._flow import MESSAGE_COST, SEND_HIGH, SEND_LOW, STALL
+from ._flow import MESSAGE_COST, PATIENCE, SEND_HIGH, SEND_LOW, STALL
 
 DEFER: Final[list[Any]] = []
 """A ``batch`` for ``post`` off the loop: the writer task flushes (see ``Runtime.cast``)."""
@@ -81,6 +82,8 @@ class PeerWriter:
         """Bytes of a lane's messages in ``pending`` (not yet handed to the connection)."""
         self.room = threading.Event()
         """Set by the writer task when a lane's backlog is low (see ``throttle``)."""
+        self.progress = time.monotonic()
+        """When the peer last took something from a lane, or said its inboxes consume."""
         self.lock = threading.Lock()
         self.pending: deque[_Run | Sequence[Buffer]] = deque()
         self.wake = asyncio.Event()
@@ -237,7 +240,7 @@ class PeerWriter:
         writer task needs, this thread writes instead: it moves what is queued into the
         connection and writes it, ``busy`` keeping other threads off the connection.
         """
-        if self.backlog() <= SEND_HIGH:
+        if self.backlog() <= SEND_HIGH or time.monotonic() - self.progress > PATIENCE:
             return
         if not on_loop:
             self.room.clear()
@@ -249,22 +252,28 @@ class PeerWriter:
             if conn is None or self.failure is not None:
                 return
             busy, self.busy = self.busy, True
-            self._queue_pending(conn)
         keep = max(SEND_LOW - self.runtime.lender.lent_to(self.address), 0)
         error: TransportError | None = None
         try:
+            with self.lock:
+                self._queue_pending(conn)
+            unsent = conn.unsent
             conn.flush_for(STALL, keep)
+            if conn.unsent < unsent:
+                self.progress = time.monotonic()
         except TransportError as exc:
             error = exc
-        with self.lock:
-            self.busy = busy
-        self.wake.set()  # the writer task writes what is left
+        finally:
+            with self.lock:
+                self.busy = busy
+            self.wake.set()  # the writer task writes what is left
         if error is not None:
             self._fail(error)
 
     def made_room(self) -> None:
         """Some of the backlog is gone (written, or loans given back): wake a waiting
         sender if it is low enough."""
+        self.progress = time.monotonic()
         if not self.room.is_set() and self.backlog() <= SEND_LOW:
             self.room.set()
 
@@ -338,6 +347,8 @@ class PeerWriter:
                 incarnation = headers.get("i")
                 if incarnation is not None:
                     self.runtime.incarnations[self.address] = incarnation
+                if "consumed" in headers:
+                    self.progress = time.monotonic()  # a held lane's inboxes consume
                 if headers.get("pull") == "1":
                     self.lend = True  # the peer can read our memory: lend it large buffers
             exc: BaseException = PeerLost(f"{self.address} sent on a one-way connection")

@@ -65,6 +65,8 @@ from ._spin import spin_seconds
 
 log = logging.getLogger("monarch.core")
 
+CONSUMED: Final = {"consumed": "1"}
+"""Headers of a held lane's notice to its sender: its inboxes consume (see ``_flow``)."""
 DRAIN_GRACE: Final = 0.25
 """Seconds a failed peer's open connections are still read, for what it sent before."""
 BURST: Final = 50e-6
@@ -198,6 +200,17 @@ class Inbound:
             self._turn_due = True
             self.runtime.loop.call_soon(self._next_turn)
 
+    def _notice(self) -> None:
+        """Tell the sender of a held lane that its inboxes consume (see ``_flow``)."""
+        notice = encode(Envelope(HEARTBEAT, "", self.runtime.address, 0, CONSUMED))
+        self.runtime.spawn_task(self._send_quietly(notice))
+
+    async def _send_quietly(self, frame: bytes) -> None:
+        try:
+            await self.conn.send([frame])
+        except TransportError:
+            pass  # the connection is gone; its reader reports that
+
     async def wait_turn(self) -> None:
         """Pull mode: return when the connection may be read."""
         if self.paused:
@@ -215,7 +228,7 @@ class Inbound:
             return False
         runtime._inbound.setdefault(hello.sender, {})[self.conn] = self._drained
         if hello.headers.get("lane") == "1" and self.flow is None:
-            self.flow = Flow(self.read_on)
+            self.flow = Flow(self.read_on, self._notice)
         if self._beats is None:
             pulls = runtime._can_pull_from(hello)
             self._beats = runtime.spawn_task(runtime._send_heartbeats(self.conn, hello, pulls))
