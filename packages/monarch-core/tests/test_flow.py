@@ -33,12 +33,12 @@ from monarch.core import current_runtime
 MIB = 1024 * 1024
 torch: Any = importlib.import_module("torch") if importlib.util.find_spec("torch") else None
 RECEIVER_GROWTH = 256 * MIB
-"""What a flooded receiver's RSS may grow by: its lanes' high-water marks (16 MiB each,
-counted as received) with the objects that hold them, its read buffers, and slack.
+"""What a flooded receiver's RSS may grow by: its lanes' high-water marks (4 MiB each,
+counted as received) with the objects that hold them, its read buffers, and much slack.
 Without backpressure it grows by tens of MiB a second, for as long as the flood lasts."""
 SENDER_GROWTH = 256 * MIB
-"""What a producer's RSS may grow by: its lane's backlog (32 MiB before it waits) and
-the objects holding it, and slack."""
+"""What a producer's RSS may grow by: its lane's backlog (8 MiB before it waits) and
+the objects holding it, and much slack."""
 DEADLINE = 120.0
 """Seconds any one wait may take (a crawl, not a hang, would still fail it)."""
 
@@ -194,7 +194,7 @@ def test_a_held_lane_holds_up_no_reply_and_no_other_inbox(event_loop_kind: str) 
         assert producers.ping.call_one().get(timeout=DEADLINE) > 0
         assert receiver.probe.call_one(producers).get(timeout=DEADLINE) > 0
         assert receiver.held_lanes.call_one().get(timeout=DEADLINE) == 1
-        value = receiver.other_inbox.call_one(producers, 40 * MIB).get(timeout=DEADLINE)
+        value = receiver.other_inbox.call_one(producers, 24 * MIB).get(timeout=DEADLINE)
         assert value == "after the flood"
     finally:
         producer_procs.stop().get(timeout=DEADLINE)
