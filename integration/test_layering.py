@@ -261,7 +261,7 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_shape _selection _scope _supervision _lending",  # mesh algebra; what code runs; loans
         "_messages _endpoint _value_mesh",  # the wire; Actor/@endpoint; gathered values
         "_cast",  # cast trees and FIFO order
-        "_runtime",  # the per-process runtime (a package: spin, loop, peers, router)
+        "_runtime",  # the per-process runtime (a package: spin, loop, flow, peers, router)
         "_future",  # Future/Outcome
         "_gather _port",  # replies on a port; user ports
         "_actor_mesh",  # the caller side: actor meshes and adverbs

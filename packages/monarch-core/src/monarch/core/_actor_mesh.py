@@ -662,10 +662,11 @@ def spawn_actor_mesh(
             runtime.post(address, TO_PROC, "", spawn, payload)
         return gather
 
-    posted = run_on(runtime, post())._cf
     state = _MeshState(runtime, None, procs)
     owner = current_owner.get()
+    # Supervised before the spawn goes out: an actor's failure may come back at once.
     state.supervised = _Supervised(state, owner, cls, mesh_id, name, shape)
+    posted = run_on(runtime, post())._cf
     runtime.call_soon(state.wait_for, procs, posted)
     mesh: ActorMesh[Any] = ActorMesh(cls, mesh_id, name, shape, state)
     if owner is not None:
