@@ -257,8 +257,8 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_config _memory _netaddr _per_process _cli _tls",  # leaves: stdlib, msgspec, transport
         "_tensors",  # torch tensors as one buffer each (torch never imported)
         "_serialize _ring",  # pickling with out-of-band buffers; the lenders' rings
-        "_errors",  # the one exception tree
-        "_shape _selection _scope _supervision _lending",  # mesh algebra; what code runs; loans
+        "_errors _reports",  # the one exception tree; upstream's words for failures
+        "_shape _selection _scope _supervision _lending _exits",  # mesh algebra; what code runs; loans; how procs ended
         "_messages _endpoint _value_mesh",  # the wire; Actor/@endpoint; gathered values
         "_cast",  # cast trees and FIFO order
         "_runtime",  # the per-process runtime (a package: spin, loop, peers, router)

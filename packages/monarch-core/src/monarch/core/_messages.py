@@ -103,6 +103,8 @@ class SpawnActor(msgspec.Struct, array_like=True, tag=10, frozen=True, gc=False)
     reply: PortRef
     ranks: tuple[int, ...] = ()
     """All the ranks of the mesh this process hosts (procs sharing a process), if several."""
+    owner: str = "<root>"
+    """The spawning actor's name in supervision texts (see ``_reports``)."""
 
 
 class ProcReady(msgspec.Struct, array_like=True, tag=12, frozen=True, gc=False):
@@ -172,6 +174,9 @@ class ActorFailed(msgspec.Struct, array_like=True, tag=19, frozen=True, gc=False
     mesh: str
     rank: int
     reason: str
+    """The supervision event (``MeshFailure.event``)."""
+    report: str = ""
+    """``MeshFailure.report()``: the failure at the bottom of the chain."""
 
 
 class ReturnLoans(msgspec.Struct, array_like=True, tag=20, frozen=True, gc=False):

@@ -18,6 +18,7 @@ from monarch.transport import Buffer
 from ._actor_mesh import ActorMesh, Procs, resolve, spawn_actor_mesh
 from ._config import current_config, runtime_env
 from ._errors import RemoteFailure, SupervisionError
+from ._exits import ended, expect
 from ._future import Future, Outcome, run_on, wait_outcome
 from ._gather import Gather
 from ._messages import (
@@ -62,6 +63,7 @@ class _ProcGroup:
         if isinstance(body, ProcReady) and 0 <= body.rank < self.count:
             self.addresses[body.rank] = body.address
             self.pids[body.rank] = body.pid
+            expect(body.address)  # its host agent will say how it ends
             if all(a is not None for a in self.addresses) and not self.ready.done():
                 self.ready.set_result(None)
 
@@ -78,6 +80,7 @@ class _ProcGroup:
                     )
                 )
             else:
+                ended(address, body.how)
                 self.runtime.peer_exited(address, f"(pid {body.pid}) {body.how}")
             self._exit_seen.set()
             self._exit_seen = asyncio.Event()
@@ -249,9 +252,9 @@ class ProcMesh(ShapedMesh):
         group = self._group
         assert group is not None
         group.stopping = True
+        # Stopped first (their procs going away is then no failure); later calls are told
+        # the actors stopped with ``reason``, as upstream's are.
         await _stop_actor_meshes(group.actor_meshes, reason)
-        for mesh in group.actor_meshes:  # their procs going away now is no failure
-            mesh._state.stopped = mesh._state.stopped or reason
         try:
             await resolve(self._procs)
         except Exception:  # noqa: BLE001 - a mesh that failed to start: stop what did start

@@ -30,6 +30,17 @@ from monarch.core._messages import (
     shape_of,
 )
 from monarch.core._port import Port
+from monarch.core._reports import (
+    aborted,
+    aborted_by,
+    actor_call_failed,
+    actor_name,
+    endpoint,
+    failed_event,
+    failed_report,
+    status_event,
+    unhandled_event,
+)
 from monarch.core._runtime import Runtime
 from monarch.core._serialize import dumps, loads_arguments
 from monarch.core._shape import Point
@@ -67,6 +78,10 @@ class ActorRunner:
             class_name = f"{cls.__module__}.{cls.__name__}"
             self.info = dataclasses.replace(self.info, class_name=class_name)
             self.endpoints = endpoints_of(cls)
+        self.actor_name = actor_name(spawn.owner, cls, spawn.name, self.rank)
+        """Its name in supervision texts, as upstream's (see ``_reports``)."""
+        self.failure_report = ""
+        """Once failed: what calls to it are told (``MeshFailure.report()``)."""
         self._contexts: dict[ShapeSpec, Context] = {}
         self.owned: list[Any] = []
         """Meshes this actor spawned: they are stopped before it, and die with it."""
@@ -107,7 +122,7 @@ class ActorRunner:
 
     def request_abort(self, reason: str) -> None:
         """Fail now (from any thread): as if an endpoint had raised with nobody to tell."""
-        self._fail(RuntimeError(reason), reason)
+        self._fail(RuntimeError(reason), aborted(reason))
 
     def _context_for(self, call: Call) -> Context:
         """The context of a message: this actor's rank within the shape it was cast to
@@ -160,29 +175,26 @@ class ActorRunner:
             if reply is not None and result is not _NO_RESULT:
                 self._reply(reply, result, rank=rank, batch=batch)
             return
-        if not isinstance(exc, Exception):  # SystemExit and the like fail the actor
-            self._fail(exc, f"endpoint {call.method} raised {type(exc).__name__}")
-            if reply is not None:
-                self._refuse(call, batch)
+        if reply is not None and isinstance(exc, Exception) and not call.explicit:
+            self._reply(reply, exc, error=True, rank=rank, batch=batch, method=call.method)
             return
-        prop = self._endpoint(call)
-        explicit = prop is not None and prop._explicit_response_port
-        if reply is not None and not (explicit and prop is not None and prop._concurrent):
-            self._reply(reply, exc, error=True, rank=rank, batch=batch)
-        else:
-            self._fail(exc, f"endpoint {call.method} raised with nobody to tell")
+        # As upstream's, the actor fails: a BaseException (SystemExit...), an exception
+        # with nobody to tell (broadcast), or one that an endpoint answering through its
+        # own port let escape. Its caller, if any, is told so.
+        self._fail(exc, aborted_by(exc))
+        if reply is not None:
+            self._refuse(call, batch)
 
     def _refuse(self, call: Call, batch: list[Any] | None = None) -> None:
         if call.reply is None:
             return
         if self.stopped is not None:
-            why = f"actor {self.info.actor_id} was stopped: {self.stopped}"
+            why = status_event(self.actor_name, self.stopped)
         else:
-            why = (
-                f"actor {self.info.actor_id} and all its descendants have failed: {self.failure!r}"
-            )
+            why = self.failure_report
+        error = SupervisionError(why, endpoint(self.spawn.name, call.method))
         rank = self._context_for(call).message_rank.rank
-        self._reply(call.reply, SupervisionError(why), error=True, rank=rank, batch=batch)
+        self._reply(call.reply, error, error=True, rank=rank, batch=batch)
 
     def _supervise_handler(
         self, failure: MeshFailure
@@ -191,26 +203,36 @@ class ActorRunner:
             raise NoHandler
         handler = getattr(type(self.instance), "__supervise__", None)
         if handler is None:
-            self._fail(failure, "it owns a failed mesh and has no __supervise__")
+            self._fail_unhandled(failure)
             raise NoHandler
         return handler, (self.instance, failure), {}
 
     def _supervised(self, failure: MeshFailure, handled: Any) -> None:
         """What ``__supervise__`` returned (or raised): a falsy value fails the actor."""
         if isinstance(handled, Exception):
-            self._fail(handled, f"__supervise__ raised while handling {failure}")
+            self._fail(handled, aborted_by(handled))
         elif not handled:
-            self._fail(failure, "__supervise__ did not handle a failure")
+            self._fail_unhandled(failure)
 
-    def _fail(self, exc: BaseException, why: str) -> None:
-        """The actor has failed (from any thread): it answers every later call with a
-        SupervisionError, its owner hears of it, and the meshes it owns die with it."""
+    def _fail(self, exc: BaseException, reason: str) -> None:
+        """The actor has failed (from any thread) for ``reason`` (see ``_reports``)."""
+        name = self.actor_name
+        self._failed(exc, failed_event(name, reason), failed_report(name, reason))
+
+    def _fail_unhandled(self, failure: MeshFailure) -> None:
+        """The actor has failed: a mesh it owns failed, and it did not handle that."""
+        event = unhandled_event(self.actor_name, failure.event)
+        self._failed(failure, event, failure.report())
+
+    def _failed(self, exc: BaseException, event: str, report: str) -> None:
+        """The actor has failed: it answers every later call with a SupervisionError
+        (``report``), its owner hears of it (``event``), and its meshes die with it."""
         if self.failure is not None:
             return
         self.failure = exc
-        log.error("actor %s failed: %s", self.info.actor_id, why, exc_info=exc)
-        reason = f"actor {self.info.actor_id} failed: {why}: {exc!r}"
-        failed = ActorFailed(self.spawn.mesh, self.spawn.rank, reason)
+        self.failure_report = report
+        log.error("%s", event)  # the event holds the traceback
+        failed = ActorFailed(self.spawn.mesh, self.spawn.rank, event, report)
         self.runtime.post(self.spawn.reply.proc, TO_PROC, "", failed)
         if self.owned:
             self.runtime.call_soon(
@@ -237,15 +259,18 @@ class ActorRunner:
         error: bool = False,
         rank: int = 0,
         batch: list[Any] | None = None,
+        method: str = "",
     ) -> None:
-        """Send a value or an error to a port (from any thread; see ``Runtime.post``)."""
+        """Send a value or an error to a port (from any thread; see ``Runtime.post``);
+        ``method``: the endpoint whose call raised the error."""
+        message = actor_call_failed(self.spawn.name, method)
         if error:
-            value = RemoteFailure.of(value, f"A remote actor call failed on {self.info.actor_id}")
+            value = RemoteFailure.of(value, message)
         try:
             payload = dumps(value)
         except Exception as exc:  # noqa: BLE001 - an unpicklable result fails the call
             problem = TypeError(f"cannot pickle the result of {self.info.actor_id}: {exc}")
-            payload = dumps(RemoteFailure.of(problem, "A remote actor call failed"))
+            payload = dumps(RemoteFailure.of(problem, message))
             error = True
         self.runtime.send_to_port(port, PortValue(rank, error), payload, batch)
 

@@ -18,6 +18,7 @@ from monarch.core._config import current_config
 from monarch.core._context import Context
 from monarch.core._errors import MeshFailure
 from monarch.core._messages import Call, SpawnActor
+from monarch.core._reports import aborted_by
 from monarch.core._runtime import Runtime
 from monarch.core._scope import current_context, current_owner
 from monarch.core._serialize import loads
@@ -61,8 +62,8 @@ class AsyncRunner(ActorRunner):
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - any failure in __init__ fails the actor
-            self._reply(spawn.reply, exc, error=True)
-            self._fail(exc, "__init__ raised")
+            self._reply(spawn.reply, exc, error=True, method="__init__")
+            self._fail(exc, aborted_by(exc))
         else:
             self._reply(spawn.reply, None)
         while True:
@@ -93,7 +94,10 @@ class AsyncRunner(ActorRunner):
         ctx.run(current_context.set, Context(self.info, message_rank))
         ctx.run(current_owner.set, self)
         if inspect.iscoroutinefunction(fn):
-            return await ctx.run(asyncio.ensure_future, fn(*args, **kwargs))
+            try:
+                return await ctx.run(asyncio.ensure_future, _contained(fn(*args, **kwargs)))
+            except _Escaped as escaped:  # here it is caught like any other failure
+                raise escaped.exc from None
         return ctx.run(fn, *args, **kwargs)
 
     async def _handle_async(self, call: Call, parts: Sequence[Buffer]) -> None:
@@ -147,3 +151,20 @@ class AsyncRunner(ActorRunner):
                 except Exception:
                     log.exception("__cleanup__ of %s failed", self.info.actor_id)
         self._reply_stopped(stop)
+
+
+class _Escaped(Exception):
+    """A KeyboardInterrupt or SystemExit raised by actor code, carried out of its task."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+async def _contained(coro: Any) -> Any:
+    """Run ``coro``; a KeyboardInterrupt or SystemExit comes out as ``_Escaped``: an
+    asyncio task ending with one re-raises it out of the event loop, ending the proc,
+    where upstream fails only the actor."""
+    try:
+        return await coro
+    except (KeyboardInterrupt, SystemExit) as exc:
+        raise _Escaped(exc) from None

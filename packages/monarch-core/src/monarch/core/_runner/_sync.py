@@ -22,6 +22,7 @@ from monarch.core._context import Context
 from monarch.core._errors import MeshFailure
 from monarch.core._future import run_on
 from monarch.core._messages import Call, SpawnActor
+from monarch.core._reports import aborted_by
 from monarch.core._runtime import Runtime, spin, spin_seconds
 from monarch.core._scope import current_context, current_owner
 from monarch.core._serialize import loads, loads_arguments
@@ -73,8 +74,8 @@ class SyncRunner(ActorRunner):
         try:
             self.instance = cls(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - any failure in __init__ fails the actor
-            self._reply(self.spawn.reply, exc, error=True)
-            self._fail(exc, "__init__ raised")
+            self._reply(self.spawn.reply, exc, error=True, method="__init__")
+            self._fail(exc, aborted_by(exc))
         else:
             self._reply(self.spawn.reply, None)
         calls = self.calls
