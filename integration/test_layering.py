@@ -258,12 +258,13 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_tensors",  # torch tensors as one buffer each (torch never imported)
         "_serialize _ring",  # pickling with out-of-band buffers; the lenders' rings
         "_errors _reports",  # the one exception tree; upstream's words for failures
-        "_shape _selection _scope _supervision _lending _exits",  # mesh algebra; what code runs; loans; how procs ended
+        "_shape _selection _scope _supervision _lending _exits",  # mesh algebra; code; loans; exits
         "_messages _endpoint _value_mesh",  # the wire; Actor/@endpoint; gathered values
         "_cast",  # cast trees and FIFO order
         "_runtime",  # the per-process runtime (a package: spin, loop, peers, router)
         "_future",  # Future/Outcome
         "_gather _port",  # replies on a port; user ports
+        "_pending",  # procs still starting, as a value that can be sent
         "_actor_mesh",  # the caller side: actor meshes and adverbs
         "_proc_mesh _controller",  # proc and host meshes; get_or_spawn_controller
         "_context",  # context(), Instance

@@ -124,7 +124,7 @@ def wait_for(failures: list[MeshFailure], mesh: str) -> MeshFailure:
 
 
 def supervision_error(call: Callable[[], Any]) -> Any:
-    with pytest.raises(Exception) as info:
+    with pytest.raises(RuntimeError) as info:
         call()
     assert type(info.value).__name__ == "SupervisionError"
     assert isinstance(info.value, RuntimeError)
@@ -331,7 +331,7 @@ class Owner(Actor):
     def break_child(self) -> str:
         try:
             self.children.exit.call(5).get()
-        except Exception as error:
+        except RuntimeError as error:  # a SupervisionError
             return str(error)
         return "no error"
 

@@ -41,6 +41,7 @@ from ._messages import (
     shape_of,
     shape_spec,
 )
+from ._pending import ProcsRef
 from ._reports import (
     ACTOR_MESH_STOPPED,
     ROOT,
@@ -329,17 +330,18 @@ class _MeshState:
         self.supervised: _Supervised | None = None
         """Set in the process that spawned the mesh: who owns it, and what failed."""
 
-    def known_addresses(self) -> list[str]:
-        """The addresses for pickling a mesh that may still be starting.
-
-        Waits for the procs (not for the spawn) when it may block: a receiver's
-        calls that overtake the spawn are held by the target proc until it arrives.
-        """
+    def known_addresses(self) -> list[str] | ProcsRef:
+        """The addresses for pickling a mesh that may still be starting: procs still
+        starting travel as a reference the receiver resolves (see ``_pending``); a
+        receiver's calls that overtake the spawn are held by the target proc until it
+        arrives."""
         procs = self.procs
         if procs is None:
             raise TypeError("an ActorMesh with no procs cannot be sent")
         if not isinstance(procs, Outcome):
             return list(procs)
+        if isinstance(procs, ProcsRef):
+            return procs
         if not procs.done() and self.runtime.on_loop():
             raise TypeError(
                 "an ActorMesh whose procs are still starting cannot be sent from inside "
@@ -622,7 +624,8 @@ class ActorMesh(ShapedMesh, Generic[R]):
             self._post_to(procs, method, payload, gather.port, explicit, True)
             result.set_result(gather.arrivals)
             return
-        gather = CallGather(method, runtime, len(ranks), targets, result=result, want=want, mesh=self)
+        count = len(ranks)
+        gather = CallGather(method, runtime, count, targets, result=result, want=want, mesh=self)
         self._post_to(procs, method, payload, gather.port, explicit, True)
 
     def _shape_for_values(self) -> Shape:
@@ -660,6 +663,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
 
     def _start_stop(self, reason: str, result: Future[None]) -> None:
         """Stop the actors; later calls are told ``reason`` (the status they stopped with)."""
+
         def finish(values: list[Any] | None, error: BaseException | None) -> None:
             # An actor whose proc is gone has stopped too: only other errors fail the stop.
             if error is not None and not isinstance(error, SupervisionError):
@@ -717,16 +721,18 @@ def _rebuild_actor_mesh(
     cls: type,
     mesh_id: str,
     name: str,
-    procs: list[str],
+    procs: list[str] | ProcsRef,
     spec: ShapeSpec,
     base: ShapeSpec | None = None,
     owner: str = ROOT,
 ) -> ActorMesh[Any]:
     shape = shape_of(spec)
     base_shape = shape_of(base) if base is not None else shape
-    state = _MeshState(
-        current_runtime(), procs, cls=cls, name=name, base=base_shape, owner=owner
-    )
+    runtime = current_runtime()
+    known = None if isinstance(procs, ProcsRef) else procs
+    state = _MeshState(runtime, known, procs, cls=cls, name=name, base=base_shape, owner=owner)
+    if known is None:  # its procs were starting: casts wait for their addresses
+        runtime.call_soon(state.wait_for, procs, None)
     return ActorMesh(cls, mesh_id, name, shape, state)
 
 

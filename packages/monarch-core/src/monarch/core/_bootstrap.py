@@ -42,14 +42,16 @@ from ._messages import (
     PortRef,
     ProcExited,
     ProcReady,
+    ProcsOf,
     RunBootstrap,
     SpawnActor,
     SpawnFailed,
     SpawnProcs,
 )
 from ._netaddr import split_alias
+from ._pending import handle_procs_of
 from ._proc_mesh import handle_run_bootstrap, shutdown_context
-from ._runner import handle_spawn_actor, refuse_undeliverable
+from ._runner import handle_spawn_actor, refuse_undeliverable, release_actors
 from ._runtime import Runtime, install_runtime, new_event_loop, running_runtime, set_starter
 from ._tls import current_identity, installed_identity
 
@@ -98,6 +100,7 @@ def install_services(runtime: Runtime) -> None:
             GetController: handle_get_controller,
             ActorFailed: handle_actor_failed,
             KillProcs: handle_kill_procs,
+            ProcsOf: handle_procs_of,
         }
     )
 
@@ -198,6 +201,8 @@ async def serve_proc() -> None:
     ready = ProcReady(runtime.address, os.getpid(), int(os.environ[RANK_ENV]))
     runtime.send_to_port(PortRef(ready_proc, int(ready_port)), ready)
     await runtime.stopped.wait()
+    release_actors(runtime)
+    await asyncio.sleep(0)  # async actors' tasks take their exit and end
     await runtime.aclose()
 
 

@@ -193,6 +193,14 @@ class KillProcs(msgspec.Struct, array_like=True, tag=23, frozen=True, gc=False):
     reason: str
 
 
+class ProcsOf(msgspec.Struct, array_like=True, tag=31, frozen=True, gc=False):
+    """Ask the process that spawned a proc mesh for its procs' addresses, once they run
+    (a mesh sent while its procs were starting, see ``_pending``); the reply is the list."""
+
+    token: str
+    reply: PortRef
+
+
 Body = (
     Call
     | PortValue
@@ -208,6 +216,7 @@ Body = (
     | ActorFailed
     | ReturnLoans
     | KillProcs
+    | ProcsOf
 )
 
 

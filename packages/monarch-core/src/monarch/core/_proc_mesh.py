@@ -33,6 +33,7 @@ from ._messages import (
     SpawnProcs,
     StopProc,
 )
+from ._pending import ProcsRef
 from ._runtime import Runtime, current_runtime
 from ._scope import current_owner
 from ._serialize import dumps, loads
@@ -252,6 +253,8 @@ class ProcMesh(ShapedMesh):
         group = self._group
         assert group is not None
         group.stopping = True
+        if isinstance(self._procs, ProcsRef):
+            self._procs.forget()
         # Stopped first (their procs going away is then no failure); later calls are told
         # the actors stopped with ``reason``, as upstream's are.
         await _stop_actor_meshes(group.actor_meshes, reason)
@@ -294,9 +297,10 @@ class ProcMesh(ShapedMesh):
         await self.stop()
 
     def __reduce__(self) -> Any:
-        if isinstance(self._procs, Outcome):
-            if not self._procs.done():
-                raise TypeError("a ProcMesh cannot be sent before its procs are running")
+        procs: list[str] | ProcsRef
+        if isinstance(self._procs, ProcsRef):
+            procs = self._procs  # itself picklable, pending or not (see _pending)
+        elif isinstance(self._procs, Outcome):
             procs = self._procs._wait()
         else:
             procs = list(self._procs)
@@ -325,8 +329,9 @@ async def _stop_actor_meshes(meshes: list[ActorMesh[Any]], reason: str) -> None:
         pass  # the procs stop anyway: what did not finish dies with them
 
 
-def _rebuild_proc_mesh(procs: list[str], shape: Shape) -> ProcMesh:
-    """A received ProcMesh can spawn actors; only its owner can stop it."""
+def _rebuild_proc_mesh(procs: list[str] | ProcsRef, shape: Shape) -> ProcMesh:
+    """A received ProcMesh can spawn actors; only its owner can stop it. Its procs may
+    still be starting: it then learns their addresses from its owner (``_pending``)."""
     return ProcMesh(procs, shape, current_runtime())
 
 
@@ -390,7 +395,8 @@ class HostMesh(ShapedMesh):
                 for local in range(per)
             ]
 
-        addresses = run_on(runtime, start())._cf
+        addresses = ProcsRef.spawning(runtime.address)
+        addresses.follow(run_on(runtime, start())._cf)
         mesh = ProcMesh(addresses, shape, runtime, group)
         owner = current_owner.get()
         if owner is not None:

@@ -51,8 +51,9 @@ log = logging.getLogger("monarch.actor")
 STOP = "stop"
 CALL = "call"
 SUPERVISE = "supervise"
+EXIT = "exit"
 Item = tuple[str, Any, Sequence[Buffer]]
-"""A message for the actor: its kind (``CALL``, ``STOP``, ``SUPERVISE``) and content."""
+"""A message for the actor: its kind (``CALL``, ``STOP``, ``SUPERVISE``, ``EXIT``) and content."""
 
 
 class ActorRunner:
@@ -110,6 +111,16 @@ class ActorRunner:
             self._put(stop)
         else:
             self.runtime.call_soon(self._put, stop)
+
+    def release(self) -> None:
+        """The proc is stopping cleanly: after the messages queued so far, the actor's
+        code stops running and its object is let go (from the loop). Nothing here then
+        holds its class, so its module's globals are finalized at exit (their ``__del__``
+        runs, as upstream's do)."""
+        self._put((EXIT, None, ()))
+
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for a released actor's code to have stopped."""
 
     def enqueue(self, call: Call, payload: Sequence[Buffer]) -> None:
         """A call for this actor, in order (see ``_local``)."""

@@ -25,7 +25,7 @@ from monarch.core._serialize import loads
 from monarch.core._shape import Point
 from monarch.transport import Buffer
 
-from ._actor_runner import STOP, SUPERVISE, ActorRunner, Item, NoHandler
+from ._actor_runner import EXIT, STOP, SUPERVISE, ActorRunner, Item, NoHandler
 from ._off_loop import construct_off_loop
 
 log = logging.getLogger("monarch.actor")
@@ -68,6 +68,9 @@ class AsyncRunner(ActorRunner):
             self._reply(spawn.reply, None)
         while True:
             kind, message, parts = await self.queue.get()
+            if kind == EXIT:
+                self.instance = self.cls = None  # see release()
+                return
             if kind == STOP:
                 await self._stop_async(message, parts)
             elif kind == SUPERVISE:

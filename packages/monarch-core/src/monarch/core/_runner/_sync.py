@@ -28,7 +28,7 @@ from monarch.core._scope import current_context, current_owner
 from monarch.core._serialize import loads, loads_arguments
 from monarch.transport import Buffer
 
-from ._actor_runner import CALL, STOP, ActorRunner, Item, NoHandler
+from ._actor_runner import CALL, EXIT, STOP, ActorRunner, Item, NoHandler
 
 HELD_REPLIES = 32
 """Most replies a sync actor's thread holds back while more messages wait."""
@@ -50,14 +50,20 @@ class SyncRunner(ActorRunner):
         calls them directly, without ``_prepare``."""
         self.thread_id: int | None = None
         """The actor's thread (``threading.get_ident``)."""
+        self.thread: threading.Thread | None = None
 
     def start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        threading.Thread(
+        self.thread = threading.Thread(
             target=self._run_sync,
             args=(args, kwargs),
             name=f"actor-{self.spawn.name}",
             daemon=True,
-        ).start()
+        )
+        self.thread.start()
+
+    def join(self, timeout: float) -> None:
+        if self.thread is not None:
+            self.thread.join(timeout)
 
     def _put(self, item: Item) -> None:
         self.calls.put(item)
@@ -92,6 +98,10 @@ class SyncRunner(ActorRunner):
             if calls.empty():
                 _await_message(calls)
             kind, message, parts = calls.get()
+            if kind == EXIT:
+                flush_writes(held)
+                self.instance = self.cls = None  # see release()
+                return
             if kind == CALL:
                 pending += 1
             try:
