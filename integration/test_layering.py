@@ -30,7 +30,7 @@ META = "pymonarch"
 ROOT_OWNER = "monarch-core"
 OWNS: dict[str, frozenset[str]] = {
     "monarch-transport": frozenset({"transport"}),
-    "monarch-core": frozenset({"actor", "config", "core", "_rust_bindings"}),
+    "monarch-core": frozenset({"actor", "config", "core", "_rust_bindings", "_src"}),
     "monarch-rdma": frozenset({"rdma"}),
     "monarch-tensor": frozenset({"tensor"}),
     "monarch-jobs": frozenset({"job", "spmd"}),
@@ -254,13 +254,14 @@ CORE = "monarch.core"
 CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
     frozenset(CORE if name == "__init__" else f"{CORE}.{name}" for name in floor.split())
     for floor in (
-        "_config _memory _netaddr _per_process _cli _tls",  # leaves: stdlib, msgspec, transport
+        "_config _memory _netaddr _per_process _cli _tls _table",  # leaves: stdlib, msgspec
+        "_adopt",  # listening on an inherited socket
         "_tensors",  # torch tensors as one buffer each (torch never imported)
         "_serialize _ring",  # pickling with out-of-band buffers; the lenders' rings
         "_errors _reports",  # the one exception tree; upstream's words for failures
         "_shape _selection _scope _supervision _lending _exits",  # mesh algebra; code; loans; exits
         "_messages _endpoint _value_mesh",  # the wire; Actor/@endpoint; gathered values
-        "_cast",  # cast trees and FIFO order
+        "_cast _launch",  # cast trees and FIFO order; how procs are started
         "_runtime",  # the per-process runtime (a package: spin, loop, peers, router)
         "_future",  # Future/Outcome
         "_gather _port",  # replies on a port; user ports

@@ -119,6 +119,21 @@ class StopProc(msgspec.Struct, array_like=True, tag=13, frozen=True, gc=False):
     reason: str
 
 
+class Launch(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """How a host agent starts one proc (upstream's ``BootstrapCommand`` and ``proc_bind``):
+    ``program`` "" is the agent's own way (its Python, ``-m monarch.core._proc``)."""
+
+    program: str = ""
+    arg0: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str | None] = msgspec.field(default_factory=dict)
+    """Set over the environment (``None``: removed from it)."""
+    inherit_env: bool = True
+    """Whether the proc starts from the agent's environment (else from an empty one)."""
+    bind: dict[str, str] = msgspec.field(default_factory=dict)
+    """CPU/NUMA binding: ``cpus``/``physcpubind`` (a CPU list), ``cpunodebind``, ``membind``."""
+
+
 class SpawnProcs(msgspec.Struct, array_like=True, tag=14, frozen=True, gc=False):
     """Ask a host agent to start ``count`` procs, ranks ``base_rank`` onwards.
 
@@ -138,6 +153,8 @@ class SpawnProcs(msgspec.Struct, array_like=True, tag=14, frozen=True, gc=False)
     root: str = ""
     """The job's root client, which the procs report to for ``get_or_spawn_controller``
     ("" = the agent's own root)."""
+    launches: tuple[Launch, ...] = ()
+    """How to start each of the ``count`` procs (none: each the default way)."""
 
 
 class ProcExited(msgspec.Struct, array_like=True, tag=15, frozen=True, gc=False):
