@@ -171,7 +171,7 @@ def test_default_bootstrap_cmd_is_upstreams() -> None:
     text = repr(changed)  # upstream's env order is a hash map's: any
     assert text.startswith(
         f"BootstrapCommand(program={sys.executable!r}, "
-        '''args=["-m", "monarch._src.actor.bootstrap_main"], env={'''
+        """args=["-m", "monarch._src.actor.bootstrap_main"], env={"""
     )
     assert text.endswith("}, inherit_env=True)")
     assert '"FOO": Some("1")' in text and '"BAR": None' in text
@@ -394,4 +394,3 @@ def test_attach_after_the_client_started_is_refused() -> None:
 
     with pytest.raises(RuntimeError, match="call attach\\(addr\\) before the first"):
         attach("tcp://127.0.0.1:1")
-
