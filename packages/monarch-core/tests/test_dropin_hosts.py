@@ -213,7 +213,7 @@ class Nester(Actor):
     @endpoint
     def spawn_nested(self) -> int:
         procs = this_host().spawn_procs(per_host={"n": 1})
-        pid = procs.spawn("nested", Worker).pid.call_one().get()
+        pid: int = procs.spawn("nested", Worker).pid.call_one().get()
         procs.stop().get()
         return pid
 
