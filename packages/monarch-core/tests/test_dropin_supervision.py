@@ -376,3 +376,38 @@ def test_an_owner_sees_upstreams_report(unhandled_failures: list[MeshFailure]) -
         assert time.monotonic() < deadline, "no failure reached __supervise__"
     assert reports == [failed(child, reason)]
     procs.stop().get(timeout=60)
+
+
+# -- codec_max_frame_length ---------------------------------------------------------------------
+
+
+class Sizes(Actor):
+    @endpoint
+    def length(self, data: bytes) -> int:
+        return len(data)
+
+    @endpoint
+    def large(self, size: int) -> bytes:
+        return b"x" * size
+
+
+@pytest.mark.ours_only  # upstream's link to the proc breaks: the call never answers
+def test_a_message_over_codec_max_frame_length_fails_with_a_supervision_error() -> None:
+    from monarch.config import configured
+
+    with configured(codec_max_frame_length=10_000):
+        procs = this_host().spawn_procs(per_host={"gpus": 1})
+        sizes = procs.spawn("sizes", Sizes)
+        assert sizes.length.call_one(b"x" * 100).get(timeout=60) == 100
+        error = supervision_error(lambda: sizes.length.call_one(b"x" * 20_000).get(timeout=60))
+        assert "rejecting oversize frame: len=" in str(error)
+        assert "> max=10000; increase CODEC_MAX_FRAME_LENGTH to allow." in str(error)
+        assert sizes.length.call_one(b"x").get(timeout=60) == 1  # the link is fine
+        with pytest.raises(RuntimeError, match="rejecting oversize frame"):
+            sizes.length.broadcast(b"x" * 20_000)
+        # A reply too large fails its actor, as upstream's.
+        error = supervision_error(lambda: sizes.large.call_one(20_000).get(timeout=60))
+        assert str(error).startswith("Endpoint call sizes.large() failed, The actor ")
+        assert "rejecting oversize frame" in str(error)
+        supervision_error(lambda: sizes.length.call_one(b"x").get(timeout=60))
+        procs.stop().get(timeout=60)

@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar
 
 from monarch.transport import Buffer
 
+from ._config import current_config
 from ._endpoint import Actor, EndpointProperty, actor_is_async, endpoints_of
 from ._errors import MeshFailure, SupervisionError
 from ._exits import when_ended
@@ -49,12 +50,14 @@ from ._reports import (
     endpoint,
     failed_event,
     failed_report,
+    oversize,
     process_ended,
     status_event,
+    undeliverable,
 )
 from ._runtime import Runtime, current_runtime
 from ._scope import Owner, current_owner
-from ._serialize import dumps, dumps_arguments
+from ._serialize import dumps, dumps_arguments, size_of
 from ._shape import NDSlice, Point, Shape, ShapedMesh
 from ._supervision import call_fault_hook
 from ._value_mesh import ValueMesh
@@ -91,7 +94,25 @@ class Endpoint(Generic[R]):
                 raise TypeError(f"{self._name}() {exc}") from None
         return dumps_arguments(args, kwargs)
 
+    def _oversize(self, payload: list[Buffer], adverb: str) -> SupervisionError | None:
+        """The error of a message larger than ``codec_max_frame_length``, which is not sent."""
+        limit = current_config().codec_max_frame_length
+        first = payload[0]
+        if len(payload) == 1 and type(first) is bytes and len(first) <= limit:  # at once
+            return None
+        size = size_of(payload)
+        if size <= limit:
+            return None
+        name = self._mesh._name
+        text = undeliverable(name, self._name, adverb, oversize(size, limit))
+        return SupervisionError(text, endpoint(name, self._name))
+
     def _submit(self, mesh: ActorMesh[Any], payload: list[Buffer], want: str) -> Future[Any]:
+        error = self._oversize(payload, {"mesh": "call", "one": "call_one"}.get(want, want))
+        if error is not None:
+            failed: Future[Any] = Future._new()
+            failed.set_exception(error)
+            return failed
         explicit = self._prop._explicit_response_port
         procs = mesh._cast_here() if want != "stream" else None
         if procs is None:
@@ -130,6 +151,8 @@ class Endpoint(Generic[R]):
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Fire and forget to every actor of the mesh."""
         payload = self._bind(args, kwargs)
+        if (error := self._oversize(payload, "broadcast")) is not None:
+            raise error
         self._mesh._send_cast(self._name, payload, None, self._prop._explicit_response_port)
 
     def _send(
@@ -146,6 +169,8 @@ class Endpoint(Generic[R]):
         if selection not in ("all", "choose"):
             raise ValueError(f"Invalid selection: {selection}")
         payload = self._bind(args, kwargs)
+        if (error := self._oversize(payload, "send")) is not None:
+            raise error
         mesh = self._mesh
         if selection == "choose":
             mesh = _choose_one(mesh)

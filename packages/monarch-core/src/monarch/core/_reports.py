@@ -88,6 +88,19 @@ def endpoint(mesh_name: str, method: str) -> str:
     return f"{mesh_name}.{method}()"
 
 
+def oversize(size: int, limit: int) -> str:
+    """Why a message larger than ``codec_max_frame_length`` was not sent (upstream's words)."""
+    return (
+        f"rejecting oversize frame: len={size} > max={limit}; increase CODEC_MAX_FRAME_LENGTH "
+        "to allow."
+    )
+
+
+def undeliverable(mesh_name: str, method: str, adverb: str, why: str) -> str:
+    """A call that could not be delivered."""
+    return f"undeliverable message for {mesh_name}.{method}() ({adverb}): {why}"
+
+
 def actor_call_failed(mesh_name: str, method: str) -> str:
     """``ActorError.message`` of an endpoint that raised."""
     return f"Actor call {mesh_name}.{method} failed."

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from monarch.core._config import current_config
 from monarch.core._context import Context, Instance
 from monarch.core._endpoint import EndpointProperty, endpoints_of
 from monarch.core._errors import MeshFailure, RemoteFailure, SupervisionError
@@ -38,11 +39,12 @@ from monarch.core._reports import (
     endpoint,
     failed_event,
     failed_report,
+    oversize,
     status_event,
     unhandled_event,
 )
 from monarch.core._runtime import Runtime
-from monarch.core._serialize import dumps, loads_arguments
+from monarch.core._serialize import dumps, loads_arguments, size_of
 from monarch.core._shape import Point
 from monarch.transport import Buffer
 
@@ -184,7 +186,7 @@ class ActorRunner:
         rank = context.message_rank.rank
         if exc is None:
             if reply is not None and result is not _NO_RESULT:
-                self._reply(reply, result, rank=rank, batch=batch)
+                self._reply(reply, result, rank=rank, batch=batch, method=call.method)
             return
         if reply is not None and isinstance(exc, Exception) and not call.explicit:
             self._reply(reply, exc, error=True, rank=rank, batch=batch, method=call.method)
@@ -274,15 +276,25 @@ class ActorRunner:
     ) -> None:
         """Send a value or an error to a port (from any thread; see ``Runtime.post``);
         ``method``: the endpoint whose call raised the error."""
-        message = actor_call_failed(self.spawn.name, method)
         if error:
-            value = RemoteFailure.of(value, message)
+            value = RemoteFailure.of(value, actor_call_failed(self.spawn.name, method))
         try:
             payload = dumps(value)
         except Exception as exc:  # noqa: BLE001 - an unpicklable result fails the call
             problem = TypeError(f"cannot pickle the result of {self.info.actor_id}: {exc}")
-            payload = dumps(RemoteFailure.of(problem, message))
+            payload = dumps(RemoteFailure.of(problem, actor_call_failed(self.spawn.name, method)))
             error = True
+        limit = current_config().codec_max_frame_length
+        first = payload[0]
+        if not (len(payload) == 1 and type(first) is bytes and len(first) <= limit):
+            size = size_of(payload)
+            if size > limit:  # not sent: the actor fails, as upstream's does
+                reason = oversize(size, limit)
+                self._fail(RuntimeError(reason), reason)
+                refusal = SupervisionError(self.failure_report, endpoint(self.spawn.name, method))
+                message = actor_call_failed(self.spawn.name, method)
+                payload = dumps(RemoteFailure.of(refusal, message))
+                error = True
         self.runtime.send_to_port(port, PortValue(rank, error), payload, batch)
 
 
