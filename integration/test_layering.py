@@ -255,8 +255,7 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
     frozenset(CORE if name == "__init__" else f"{CORE}.{name}" for name in floor.split())
     for floor in (
         "_config _memory _netaddr _per_process _cli _tls _table",  # leaves: stdlib, msgspec
-        "_adopt",  # listening on an inherited socket
-        "_tensors",  # torch tensors as one buffer each (torch never imported)
+        "_tensors _adopt",  # torch tensors as one buffer each (torch never imported); fd sockets
         "_serialize _ring",  # pickling with out-of-band buffers; the lenders' rings
         "_errors _reports",  # the one exception tree; upstream's words for failures
         "_shape _selection _scope _supervision _lending _exits",  # mesh algebra; code; loans; exits
