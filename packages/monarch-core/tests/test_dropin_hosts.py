@@ -120,6 +120,34 @@ def test_a_starting_proc_mesh_travels_in_a_call() -> None:
     procs.stop().get(timeout=60)
 
 
+class AsyncWorker(Actor):
+    @endpoint
+    async def pid(self) -> int:
+        return os.getpid()
+
+
+class User(Actor):
+    @endpoint
+    async def use(self, workers: Any) -> list[int]:
+        return sorted((await workers.pid.call()).values())
+
+
+class Maker(Actor):
+    @endpoint
+    async def make_and_pass(self, user: Any) -> list[int]:
+        procs = this_host().spawn_procs(per_host={"g": 2})
+        workers = procs.spawn("made", AsyncWorker)  # its procs are still starting
+        return list(await user.use.call_one(workers))
+
+
+def test_an_actor_mesh_on_starting_procs_travels_from_an_async_endpoint() -> None:
+    procs = this_host().spawn_procs(per_host={"x": 2})
+    user = procs.slice(x=0).spawn("user", User)
+    maker = procs.slice(x=1).spawn("maker", Maker)
+    assert len(set(maker.make_and_pass.call_one(user).get(timeout=60))) == 2
+    procs.stop().get(timeout=60)
+
+
 # -- who may stop what ----------------------------------------------------------------------------
 
 
