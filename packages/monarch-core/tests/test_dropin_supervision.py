@@ -411,3 +411,60 @@ def test_a_message_over_codec_max_frame_length_fails_with_a_supervision_error() 
         assert "rejecting oversize frame" in str(error)
         supervision_error(lambda: sizes.length.call_one(b"x").get(timeout=60))
         procs.stop().get(timeout=60)
+
+
+# -- BaseExceptions in hooks ------------------------------------------------------------------------
+
+
+class Interrupting(Actor):
+    """Owns a mesh whose failure its ``__supervise__`` meets with a KeyboardInterrupt."""
+
+    def __init__(self) -> None:
+        self.children = this_host().spawn_procs(per_host={"g": 1}).spawn("victim", Faulty)
+        self.children.ok.call().get()
+
+    @endpoint
+    def break_child(self) -> None:
+        self.children.exit.broadcast(9)
+
+    @endpoint
+    def ok(self) -> int:
+        return os.getpid()
+
+    def __supervise__(self, failure: MeshFailure) -> bool:
+        raise KeyboardInterrupt("in __supervise__")
+
+
+def test_a_supervise_that_raises_a_base_exception_fails_its_actor(
+    unhandled_failures: list[MeshFailure],
+) -> None:
+    procs = this_host().spawn_procs(per_host={"x": 1})
+    owner = procs.spawn("interrupting", Interrupting)
+    owner.ok.call_one().get(timeout=60)
+    owner.break_child.call_one().get(timeout=60)
+    report = wait_for(unhandled_failures, "interrupting").report()
+    actor = name_of(Interrupting, "interrupting", "{'x': 0/1}")
+    assert report.startswith(
+        f"The actor {actor} and all its descendants have failed:\n"
+        "  actor explicitly aborted due to: Traceback (most recent call last):\n"
+    )
+    assert "KeyboardInterrupt: in __supervise__" in report
+    later = supervision_error(lambda: owner.ok.call_one().get(timeout=60))  # no hang
+    assert str(later).startswith(f"Endpoint call interrupting.ok() failed, The actor {actor}")
+    procs.stop().get(timeout=60)
+
+
+class CleanupInterrupts(Actor):
+    @endpoint
+    async def ok(self) -> int:
+        return os.getpid()
+
+    async def __cleanup__(self, exc: Exception | None) -> None:
+        raise KeyboardInterrupt("in __cleanup__")
+
+
+def test_a_cleanup_that_raises_a_base_exception_still_stops(procs: ProcMesh) -> None:
+    mesh = procs.spawn("cleanup", CleanupInterrupts)
+    pid = mesh.ok.call_one().get(timeout=60)
+    mesh.stop().get(timeout=60)
+    os.kill(pid, 0)  # its proc lives on

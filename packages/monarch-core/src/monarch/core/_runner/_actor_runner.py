@@ -222,7 +222,7 @@ class ActorRunner:
 
     def _supervised(self, failure: MeshFailure, handled: Any) -> None:
         """What ``__supervise__`` returned (or raised): a falsy value fails the actor."""
-        if isinstance(handled, Exception):
+        if isinstance(handled, BaseException):
             self._fail(handled, aborted_by(handled))
         elif not handled:
             self._fail_unhandled(failure)

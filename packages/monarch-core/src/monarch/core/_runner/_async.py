@@ -133,7 +133,9 @@ class AsyncRunner(ActorRunner):
             handled = await self._invoke(self.rank, fn, *args)
         except NoHandler:
             return
-        except Exception as exc:  # noqa: BLE001 - a raising handler fails its actor
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a raising handler fails its actor
             handled = exc
         self._supervised(failure, handled)
 
@@ -146,14 +148,20 @@ class AsyncRunner(ActorRunner):
             cleanup = getattr(self.instance, "__cleanup__", None)
             if cleanup is not None and self.failure is None:
                 try:
-                    await asyncio.wait_for(
-                        self._invoke(self.rank, cleanup, None), current_config().cleanup_timeout
-                    )
+                    await asyncio.wait_for(self._cleanup(cleanup), current_config().cleanup_timeout)
                 except TimeoutError:
                     log.warning("__cleanup__ of %s timed out", self.info.actor_id)
-                except Exception:
-                    log.exception("__cleanup__ of %s failed", self.info.actor_id)
         self._reply_stopped(stop)
+
+    async def _cleanup(self, cleanup: Callable[..., Any]) -> None:
+        """Run ``__cleanup__``; whatever it raises is logged (in this task: a KeyboardInterrupt
+        ending a task would end the proc's loop)."""
+        try:
+            await self._invoke(self.rank, cleanup, None)
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            log.exception("__cleanup__ of %s failed", self.info.actor_id)
 
 
 class _Escaped(Exception):

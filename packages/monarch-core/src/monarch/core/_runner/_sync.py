@@ -106,7 +106,7 @@ class SyncRunner(ActorRunner):
                 pending += 1
             try:
                 self._serve_sync(kind, message, parts, held)
-            except Exception:
+            except BaseException:
                 log.exception("actor %s could not handle a message", self.info.actor_id)
             # Nothing of a message outlives its handling here (its arguments and result
             # were locals of _serve_sync): a large one's memory is then free for the next
@@ -184,7 +184,7 @@ class SyncRunner(ActorRunner):
         self.runtime.call_soon(self.runtime.loop.call_later, timeout, expire)
         try:
             self._call_sync(cleanup, (None,), {})
-        except Exception:
+        except BaseException:
             log.exception("__cleanup__ of %s failed", self.info.actor_id)
         reply()
 
@@ -194,7 +194,7 @@ class SyncRunner(ActorRunner):
             handled = self._call_sync(*self._supervise_handler(failure))
         except NoHandler:
             return
-        except Exception as exc:  # noqa: BLE001 - a raising handler fails its actor
+        except BaseException as exc:  # noqa: BLE001 - a raising handler fails its actor
             handled = exc
         self._supervised(failure, handled)
 
