@@ -413,7 +413,7 @@ def test_a_message_over_codec_max_frame_length_fails_with_a_supervision_error() 
         procs.stop().get(timeout=60)
 
 
-# -- BaseExceptions in hooks ------------------------------------------------------------------------
+# -- BaseExceptions in hooks ----------------------------------------------------------------------
 
 
 class Interrupting(Actor):
