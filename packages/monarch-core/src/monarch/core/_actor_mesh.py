@@ -68,6 +68,10 @@ R = TypeVar("R")
 A = TypeVar("A")
 
 
+_ADVERBS = {"mesh": "call", "one": "call_one"}
+"""Upstream's names of the adverbs, by what ``Endpoint._submit`` wants gathered."""
+
+
 class Endpoint(Generic[R]):
     """An endpoint of an actor mesh, with the messaging adverbs."""
 
@@ -104,11 +108,12 @@ class Endpoint(Generic[R]):
         if size <= limit:
             return None
         name = self._mesh._name
+        adverb = _ADVERBS.get(adverb, adverb)
         text = undeliverable(name, self._name, adverb, oversize(size, limit))
         return SupervisionError(text, endpoint(name, self._name))
 
     def _submit(self, mesh: ActorMesh[Any], payload: list[Buffer], want: str) -> Future[Any]:
-        error = self._oversize(payload, {"mesh": "call", "one": "call_one"}.get(want, want))
+        error = self._oversize(payload, want)
         if error is not None:
             failed: Future[Any] = Future._new()
             failed.set_exception(error)
