@@ -13,11 +13,15 @@ Workloads (the client times from its first data frame to the server's last reply
   the server receives them all and replies once. Messages per second.
 * ``small_each``: the same, but ``await conn.send`` per frame (raw: ``write`` +
   ``drain`` per message). Messages per second.
-* ``large``: K single-part 64 MiB frames, one way; the server acks each frame (the
-  client sends them all, then collects the acks). MiB per second.
+* ``large``: K single-part 64 MiB frames (``--large-size``), one way; the server acks each
+  frame (the client sends them all, then collects the acks). MiB per second.
+* ``roundtrip``: N 64-byte frames, each echoed by the server before the next is sent.
+  Microseconds per round trip (lower is better).
 
 Implementations: ``monarch`` on anyio's asyncio backend, asyncio with uvloop (when
-importable) and trio; ``raw``: asyncio streams with a 4-byte length prefix per
+importable) and trio; ``base`` (with ``--baseline-src DIR``): the same, with
+``monarch.transport`` imported from another checkout's sources, to measure a change
+before and after in one interleaved run; ``raw``: asyncio streams with a 4-byte length prefix per
 message (``asyncio.start_server`` / ``start_unix_server``, ``readexactly``). References,
 not targets: ``sock``, blocking ``sendall``/``recv_into`` into one reused buffer (large
 frames only: what the kernel can do), and an in-process memcpy of 64 MiB. Nothing here
@@ -63,19 +67,21 @@ LARGE_SIZE = 64 * 1024 * 1024
 MIB = 1024 * 1024
 _LEN = struct.Struct("!I")
 
-WORKLOADS = ("small_pipelined", "small_each", "large")
-TARGETS = {"small_pipelined": 0.5, "small_each": 0.5, "large": 0.8}
-UNITS = {"small_pipelined": "msg/s", "small_each": "msg/s", "large": "MiB/s"}
+WORKLOADS = ("small_pipelined", "small_each", "large", "roundtrip")
+TARGETS = {"small_pipelined": 0.5, "small_each": 0.5, "large": 0.8, "roundtrip": 1.0}
+UNITS = {"small_pipelined": "msg/s", "small_each": "msg/s", "large": "MiB/s", "roundtrip": "us"}
+LOWER_IS_BETTER = {"roundtrip"}
 
 
 @dataclass(frozen=True)
 class Spec:
     """One configuration: an implementation on a transport under an event loop."""
 
-    impl: str  # "monarch" | "raw" | "sock"
+    impl: str  # "monarch" | "base" | "raw" | "sock"
     transport: str  # "unix" | "tcp" | "tls"
     backend: str  # "asyncio" | "uvloop" | "trio" | "blocking"
     certs: tuple[str, str] | None = None  # (ca.pem, server.pem) for tls
+    src: str | None = None  # base: the directory monarch.transport is imported from
 
     @property
     def key(self) -> str:
@@ -93,13 +99,21 @@ class Sizes:
     large_frames: int
     reps: int
     warmup: int
+    roundtrips: int = 2000
+    large_size: int = LARGE_SIZE
 
 
 DEFAULT = Sizes(
     small_pipelined=100_000, small_each=30_000, batch=1000, large_frames=3, reps=5, warmup=1
 )
 QUICK = Sizes(
-    small_pipelined=30_000, small_each=10_000, batch=1000, large_frames=1, reps=3, warmup=0
+    small_pipelined=30_000,
+    small_each=10_000,
+    batch=1000,
+    large_frames=1,
+    reps=3,
+    warmup=0,
+    roundtrips=1000,
 )
 
 
@@ -179,7 +193,10 @@ async def _monarch_handler(conn: Any) -> None:
         cmd = json.loads(bytes(ctrl[0]))
         await conn.send([b"ready"])
         error = None
-        if cmd["workload"] in ("small_pipelined", "small_each"):
+        if cmd["workload"] == "roundtrip":
+            for _ in range(cmd["count"]):
+                await conn.send(await conn.receive())
+        elif cmd["workload"] in ("small_pipelined", "small_each"):
             for _ in range(cmd["count"]):
                 frame = await conn.receive()
                 if error is None and (len(frame) != 1 or len(frame[0]) != cmd["size"]):
@@ -223,9 +240,15 @@ async def _monarch_client(spec: Spec, url: str, cmd: dict[str, Any]) -> dict[str
     async with conn:
         await conn.send([json.dumps(cmd).encode()])
         assert bytes((await conn.receive())[0]) == b"ready"
-        replies = []
+        replies: list[Any] = []
         t0 = time.perf_counter()
-        if workload == "small_pipelined":
+        if workload == "roundtrip":
+            send, receive = conn.send, conn.receive
+            for _ in range(count):
+                await send(parts)
+                echo = await receive()
+            replies.append([b"ok" if bytes(echo[0]) == payload else b"bad echo"])
+        elif workload == "small_pipelined":
             batch = cmd["batch"]
             send_nowait, flush = conn.send_nowait, conn.flush
             for start in range(0, count, batch):
@@ -266,7 +289,12 @@ async def _raw_handler(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
             writer.write(_LEN.pack(5) + b"ready")
             await writer.drain()
             error = None
-            if cmd["workload"] in ("small_pipelined", "small_each"):
+            if cmd["workload"] == "roundtrip":
+                for _ in range(cmd["count"]):
+                    data = await _raw_read(reader)
+                    writer.write(_LEN.pack(len(data)) + data)
+                    await writer.drain()
+            elif cmd["workload"] in ("small_pipelined", "small_each"):
                 for _ in range(cmd["count"]):
                     (n,) = _LEN.unpack(await reader.readexactly(4))
                     data = await reader.readexactly(n)
@@ -324,7 +352,14 @@ async def _raw_client(spec: Spec, url: str, cmd: dict[str, Any]) -> dict[str, An
         assert await _raw_read(reader) == b"ready"
         replies = []
         t0 = time.perf_counter()
-        if workload == "small_pipelined":
+        if workload == "roundtrip":
+            write, drain = writer.write, writer.drain
+            for _ in range(count):
+                write(pack(len(payload)) + payload)
+                await drain()
+                echo = await _raw_read(reader)
+            replies.append(b"ok" if echo == payload else b"bad echo")
+        elif workload == "small_pipelined":
             batch = cmd["batch"]
             write, drain = writer.write, writer.drain
             for start in range(0, count, batch):
@@ -389,7 +424,7 @@ def _sock_server(spec: Spec, pipe: Any) -> None:
         address = f"tcp://127.0.0.1:{lsock.getsockname()[1]}"
     lsock.listen(16)
     pipe.send(("ready", address))
-    buf = bytearray(LARGE_SIZE)  # reused for every frame: the kernel's ceiling
+    buf = bytearray(LARGE_SIZE)  # reused for every frame (grown once): the kernel's ceiling
     while True:
         sock, _ = lsock.accept()
         if spec.transport == "tcp":
@@ -400,6 +435,7 @@ def _sock_server(spec: Spec, pipe: Any) -> None:
                 sock.sendall(_LEN.pack(5) + b"ready")
                 for _ in range(cmd["count"]):
                     view = _sock_read(sock, buf)
+                    buf = view.obj  # type: ignore[assignment]
                     reply = (_check("large", view, cmd["size"]) or "ok").encode()
                     view.release()
                     sock.sendall(_LEN.pack(len(reply)) + reply)
@@ -433,9 +469,16 @@ def _sock_client(spec: Spec, url: str, cmd: dict[str, Any]) -> dict[str, Any]:
 # -- processes -------------------------------------------------------------------------
 
 
+def _use_src(spec: Spec) -> None:
+    """``base``: import monarch.transport from the other checkout (before any import)."""
+    if spec.src is not None:
+        sys.path.insert(0, spec.src)
+
+
 def server_main(spec: Spec, pipe: Any) -> None:
     try:
-        if spec.impl == "monarch":
+        if spec.impl in ("monarch", "base"):
+            _use_src(spec)
             _ensure_transports()
             _run_backend(spec.backend, _monarch_server, spec, pipe)
         elif spec.impl == "sock":
@@ -450,14 +493,15 @@ def server_main(spec: Spec, pipe: Any) -> None:
 
 
 def client_main(spec: Spec, url: str, pipe: Any) -> None:
-    if spec.impl == "monarch":
+    if spec.impl in ("monarch", "base"):
+        _use_src(spec)
         _ensure_transports()
     while True:
         cmd = pipe.recv()
         if cmd is None:
             return
         try:
-            if spec.impl == "monarch":
+            if spec.impl in ("monarch", "base"):
                 result = _run_backend(spec.backend, _monarch_client, spec, url, cmd)
             elif spec.impl == "sock":
                 result = _sock_client(spec, url, cmd)
@@ -541,12 +585,16 @@ def make_certs(tmp: Path) -> tuple[str, str] | None:
 
 def command(workload: str, sizes: Sizes) -> dict[str, Any]:
     if workload == "large":
-        return {"workload": workload, "count": sizes.large_frames, "size": LARGE_SIZE}
+        return {"workload": workload, "count": sizes.large_frames, "size": sizes.large_size}
+    if workload == "roundtrip":
+        return {"workload": workload, "count": sizes.roundtrips, "size": SMALL_SIZE}
     count = sizes.small_pipelined if workload == "small_pipelined" else sizes.small_each
     return {"workload": workload, "count": count, "size": SMALL_SIZE, "batch": sizes.batch}
 
 
 def figure(workload: str, cmd: dict[str, Any], elapsed: float) -> float:
+    if workload == "roundtrip":
+        return float(elapsed / cmd["count"] * 1e6)
     if workload == "large":
         return float(cmd["count"] * cmd["size"] / MIB / elapsed)
     return float(cmd["count"] / elapsed)
@@ -567,7 +615,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-raw", action="store_true", help="skip the raw asyncio baselines")
     p.add_argument("--no-sock", action="store_true", help="skip the blocking-socket reference")
     p.add_argument("--small-count", type=int, help="frames per small_pipelined repetition")
-    p.add_argument("--large-frames", type=int, help="64 MiB frames per large repetition")
+    p.add_argument("--large-frames", type=int, help="large frames per large repetition")
+    p.add_argument("--large-size", type=int, help="MiB per large frame (default 64)")
+    p.add_argument("--roundtrips", type=int, help="round trips per roundtrip repetition")
+    p.add_argument(
+        "--baseline-src",
+        metavar="DIR",
+        help="also run 'base': monarch.transport from DIR (a src/ holding monarch/transport)",
+    )
     p.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per repetition")
     return p.parse_args(argv)
 
@@ -587,6 +642,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.large_frames:
         sizes = Sizes(**{**asdict(sizes), "large_frames": args.large_frames})
+    if args.large_size:
+        sizes = Sizes(**{**asdict(sizes), "large_size": args.large_size * MIB})
+    if args.roundtrips:
+        sizes = Sizes(**{**asdict(sizes), "roundtrips": args.roundtrips})
+    base_src = str(Path(args.baseline_src).resolve()) if args.baseline_src else None
+    if base_src is not None and not (Path(base_src) / "monarch" / "transport").is_dir():
+        sys.exit(f"--baseline-src {base_src} holds no monarch/transport")
     transports = [t for t in args.transports.split(",") if t]
     backends = [b for b in args.backends.split(",") if b]
     workloads = [w for w in args.workloads.split(",") if w]
@@ -622,13 +684,15 @@ def main(argv: list[str] | None = None) -> int:
             transports.remove("tls")
             notes.append("trustme is not installed: tls was skipped (pip install trustme)")
 
-    memcpy = memcpy_bandwidth(LARGE_SIZE, max(sizes.reps, 5))
+    memcpy = memcpy_bandwidth(sizes.large_size, max(sizes.reps, 5))
 
     specs: list[Spec] = []
     for transport in transports:
         tls_certs = certs if transport == "tls" else None
         for backend in backends:
             specs.append(Spec("monarch", transport, backend, tls_certs))
+            if base_src is not None:
+                specs.append(Spec("base", transport, backend, tls_certs, base_src))
         if not args.no_raw:
             specs.append(Spec("raw", transport, "asyncio", tls_certs))
         if not args.no_sock and transport != "tls" and "large" in workloads:
@@ -719,11 +783,30 @@ def main(argv: list[str] | None = None) -> int:
                         TARGETS[workload],
                         median("monarch", "asyncio", transport, workload),
                         median("raw", "asyncio", transport, workload),
+                        higher_is_better=workload not in LOWER_IS_BETTER,
                         transport=transport,
                         workload=workload,
                         unit=UNITS[workload],
                     )
                 )
+    against_base = []
+    if base_src is not None:
+        for backend in backends:
+            for transport in transports:
+                for workload in workloads:
+                    against_base.append(
+                        ratio_entry(
+                            f"{workload}/{transport}/{backend}",
+                            1.0,
+                            median("monarch", backend, transport, workload),
+                            median("base", backend, transport, workload),
+                            higher_is_better=workload not in LOWER_IS_BETTER,
+                            transport=transport,
+                            backend=backend,
+                            workload=workload,
+                            unit=UNITS[workload],
+                        )
+                    )
 
     info = machine_info()
     info["load_average_end"] = info.pop("load_average", None)
@@ -734,7 +817,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {
             **asdict(sizes),
             "small_size": SMALL_SIZE,
-            "large_size": LARGE_SIZE,
+            "baseline_src": base_src,
             "transports": transports,
             "backends": backends,
             "workloads": workloads,
@@ -744,6 +827,7 @@ def main(argv: list[str] | None = None) -> int:
         "memcpy": memcpy,
         "figures": figures,
         "ratios": ratios,
+        "against_base": against_base,
         "failures": failures,
         "notes": notes,
     }
@@ -760,7 +844,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
         f"Python {m.get('python')}, load {m.get('load_average_end')}, {doc['duration_s']} s)",
         "",
         "Median of {reps} repetitions (± half the min-max range, relative). "
-        "small: 64-byte frames; large: 64 MiB frames.".format(**doc["settings"]),
+        "small: 64-byte frames; large: {mib} MiB frames.".format(
+            mib=doc["settings"]["large_size"] // MIB, **doc["settings"]
+        ),
         "",
     ]
     by_key: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
@@ -782,11 +868,12 @@ def render_markdown(doc: dict[str, Any]) -> str:
         {
             "small_pipelined": "small pipelined msg/s",
             "small_each": "small send-each msg/s",
-            "large": "64 MiB MiB/s",
+            "large": f"{doc['settings']['large_size'] // MIB} MiB MiB/s",
+            "roundtrip": "round trip us",
         }[w]
         for w in workloads
     ]
-    order = {"monarch": 0, "raw": 1, "sock": 2}
+    order = {"monarch": 0, "base": 1, "raw": 2, "sock": 3}
     border = {"asyncio": 0, "uvloop": 1, "trio": 2, "blocking": 3}
     rows = []
     for (transport, impl, backend), figs in sorted(
@@ -801,7 +888,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines.append(markdown_table(headers, rows))
     lines.append("")
     memcpy = fmt_num(doc["memcpy"]["median"])
-    lines.append(f"memcpy (in-process bytearray copy, 64 MiB): {memcpy} MiB/s")
+    mib = doc["settings"]["large_size"] // MIB
+    lines.append(f"memcpy (in-process bytearray copy, {mib} MiB): {memcpy} MiB/s")
     if any(f["impl"] == "sock" for f in doc["figures"]):
         lines.append(
             "sock: blocking sendall/recv_into into one reused buffer (a kernel ceiling, "
@@ -813,7 +901,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
             [
                 r["transport"],
                 r["workload"],
-                f">= {r['target']}",
+                f"{r['op']} {r['target']}",
                 fmt_num(r["ours"]),
                 fmt_num(r["baseline"]),
                 fmt_num(r["ratio"]),
@@ -825,6 +913,22 @@ def render_markdown(doc: dict[str, Any]) -> str:
             markdown_table(
                 ["transport", "workload", "target", "monarch", "raw", "ratio", "result"], rrows
             )
+        )
+    if doc.get("against_base"):
+        lines += ["", f"monarch vs base ({doc['settings']['baseline_src']}):", ""]
+        brows = [
+            [
+                r["transport"],
+                r["backend"],
+                r["workload"],
+                fmt_num(r["ours"]),
+                fmt_num(r["baseline"]),
+                fmt_num(r["ratio"]),
+            ]
+            for r in doc["against_base"]
+        ]
+        lines.append(
+            markdown_table(["transport", "backend", "workload", "monarch", "base", "ratio"], brows)
         )
     errors = [f for f in doc["figures"] if f["errors"]]
     if errors or doc["notes"] or doc["failures"]:

@@ -52,7 +52,8 @@ async def tour(url: str, secret: bytes, **tls: ssl.SSLContext) -> None:
                 f" round trip {rtt_us:.0f} us"
             )
         try:
-            await open_connection(listener.address, secret=b"guess", **client_options)
+            guess = secrets.token_bytes(32)  # 16 bytes at least: shorter ones are refused
+            await open_connection(listener.address, secret=guess, **client_options)
         except AuthenticationError as exc:
             print(f"  {'':28} wrong secret -> {type(exc).__name__}: {exc}")
         tg.cancel_scope.cancel()

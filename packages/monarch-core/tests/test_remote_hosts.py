@@ -35,8 +35,9 @@ from hostkit import (
     worker_argv,
 )
 
-from monarch.core import Future, _cli, _worker
+from monarch.core import Future, WorkerConfigError, _cli, _worker
 from monarch.core._attach import _resolve, attach_to_workers
+from monarch.core._bootstrap import decode_secret
 from monarch.core._messages import TO_PROC, StopProc, encode_body
 from monarch.core._netaddr import split_alias
 from monarch.transport import open_connection
@@ -135,6 +136,59 @@ def test_secret_file_errors_are_sentences(
         == f"monarch worker: secret file {str(path)!r} {says}" + (done.stderr.split(says, 1)[1])
     )
     assert "Errno" not in done.stderr and done.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("short", ["", "00", "ab" * 15])
+def test_a_secret_under_128_bits_is_refused_everywhere_it_is_read(
+    short: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anything shorter would let one captured handshake proof be searched offline."""
+    requirement = r"at least 16 bytes \(128 bits"
+    if short:  # an empty variable means: no secret (a worker refuses, a job makes one)
+        with pytest.raises(ValueError, match=requirement):
+            decode_secret(short, SECRET_ENV)  # what job_secret() reads an inherited one with
+        monkeypatch.setenv(SECRET_ENV, short)
+        with pytest.raises(WorkerConfigError, match=requirement):
+            _worker.worker_secret()
+    path = tmp_path / "secret"
+    path.write_text(short + "\n")
+    path.chmod(0o600)
+    with pytest.raises(WorkerConfigError, match=requirement if short else "is empty"):
+        _worker.read_secret_file(path)
+
+
+def test_a_controller_given_a_short_secret_says_why_it_cannot_start() -> None:
+    script = "from monarch.actor import this_host; this_host().spawn_procs()"
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, SECRET_ENV: "00" * 8},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "at least 16 bytes (128 bits" in done.stderr, done.stderr[-2000:]
+
+
+def test_the_worker_command_names_the_secret_requirement(tmp_path: Path) -> None:
+    path = tmp_path / "secret"
+    path.write_text("00\n")
+    path.chmod(0o600)
+    no_secret = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
+    done = subprocess.run(
+        worker_argv("tcp://127.0.0.1:0", "--secret-file", str(path)),
+        env=no_secret,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert "at least 16 bytes (128 bits" in done.stderr
+
+
+def test_a_secret_of_16_bytes_or_more_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = secrets.token_hex(16)
+    monkeypatch.setenv(SECRET_ENV, secret)
+    assert decode_secret(secret, SECRET_ENV) == _worker.worker_secret() == bytes.fromhex(secret)
 
 
 def test_worker_stops_on_request_and_wildcard_is_advertised(

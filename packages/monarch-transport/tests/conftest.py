@@ -14,8 +14,17 @@ import pytest
 import trustme
 
 from monarch.transport import Connection, Listener, open_connection, open_listener
+from monarch.transport._framing import encode_frame
 
 SECRET = b"test-secret-0123456789"
+WRONG_SECRET = b"not-the-secret-0123456789"
+
+
+def raw_frames(conn: Connection, *frames: list[bytes]) -> bytes:
+    """``frames`` as ``conn`` would send them (tags included, its sequence numbers
+    taken), for a test that writes them to the raw socket in pieces of its choosing."""
+    mac = conn._send_mac  # type: ignore[attr-defined]
+    return b"".join(b"".join(bytes(b) for b in encode_frame(f, mac=mac)[0]) for f in frames)
 
 
 @pytest.fixture(scope="session")
@@ -96,5 +105,8 @@ async def serving(endpoint: Endpoint, **options: Any) -> AsyncIterator[Server]:
         try:
             yield server
         finally:
+            # Close before cancelling: an await in a cancelled scope would raise, and the
+            # task group would swallow that cancellation with whatever the block raised.
+            with anyio.CancelScope(shield=True):
+                await listener.aclose()
             tg.cancel_scope.cancel()
-            await listener.aclose()

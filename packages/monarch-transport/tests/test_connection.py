@@ -22,8 +22,9 @@ from monarch.transport import (
     get_transport,
     open_connection,
 )
+from monarch.transport.wire import PROTOCOL_VERSION
 
-from .conftest import SECRET, Endpoint, serving  # type: ignore[import-not-found]
+from .conftest import SECRET, WRONG_SECRET, Endpoint, serving  # type: ignore[import-not-found]
 
 pytestmark = pytest.mark.anyio
 
@@ -86,7 +87,7 @@ async def test_typed_attributes(endpoint: Endpoint) -> None:
         assert client.extra(ConnectionAttribute.transport) == scheme
         assert client.extra(ConnectionAttribute.remote_address) == server.listener.address
         assert peer.extra(ConnectionAttribute.local_address) == server.listener.address
-        assert client.extra(ConnectionAttribute.protocol_version) == 1
+        assert client.extra(ConnectionAttribute.protocol_version) == PROTOCOL_VERSION == 2
         assert isinstance(client.extra(ConnectionAttribute.raw_socket), socket.socket)
         if scheme == "unix":
             assert peer.extra(ConnectionAttribute.peer_credentials)[0] == os.getpid()
@@ -182,14 +183,14 @@ async def test_wrong_secret_is_refused_and_listener_keeps_serving(
 ) -> None:
     caplog.set_level(logging.WARNING, "monarch.transport")
     async with serving(endpoint) as server:
-        with pytest.raises(AuthenticationError):
-            await endpoint.connect(server.listener, secret=b"not the secret")
+        with pytest.raises(AuthenticationError, match="authentication failed"):
+            await endpoint.connect(server.listener, secret=WRONG_SECRET)
         good = await endpoint.connect(server.listener)
         await good.send([b"hello"])
         peer = await server.next_connection()
         assert bytes((await peer.receive())[0]) == b"hello"
         await good.aclose()
-    assert "authentication failed" in caplog.text
+    assert "client failed to prove the shared secret" in caplog.text
 
 
 async def test_stalled_handshake_is_cut_at_the_deadline(

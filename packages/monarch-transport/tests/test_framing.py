@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 import random
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -42,7 +43,7 @@ def wire(frames: list[list[bytes]]) -> bytes:
     return bytes(out)
 
 
-def decode_chunked(data: bytes, cuts: list[int], **kwargs: int) -> list[list[bytes]]:
+def decode_chunked(data: bytes, cuts: list[int], **kwargs: Any) -> list[list[bytes]]:
     decoder = FrameDecoder(**kwargs)
     frames: list[list[bytes]] = []
     at = 0

@@ -25,9 +25,8 @@ from monarch.transport import (
     ProtocolError,
     TransportError,
 )
-from monarch.transport._framing import encode_frame
 
-from .conftest import Endpoint, serving  # type: ignore[import-not-found]
+from .conftest import Endpoint, raw_frames, serving  # type: ignore[import-not-found]
 
 pytestmark = pytest.mark.anyio
 
@@ -179,8 +178,8 @@ async def test_the_peer_closing_mid_frame_is_a_protocol_error(url: str) -> None:
     async with serving(endpoint) as server:
         client, _, pushed = await pushing(endpoint, server)
         raw = client.extra(ConnectionAttribute.raw_socket)
-        whole = b"".join(bytes(b) for b in encode_frame([b"complete"])[0])
-        half = b"".join(bytes(b) for b in encode_frame([b"x" * 1000])[0])[:500]
+        whole = raw_frames(client, [b"complete"])
+        half = raw_frames(client, [b"x" * 1000])[:500]
         raw.sendall(whole + half)
         raw.shutdown(socket.SHUT_WR)
         await pushed.wait_for(frames=1, error=True)
@@ -239,15 +238,18 @@ frames_st = st.lists(
 def test_push_mode_reassembles_frames_under_any_chunking(
     frames: list[list[bytes]], data: st.DataObject
 ) -> None:
-    stream = b"".join(b"".join(bytes(b) for b in encode_frame(parts)[0]) for parts in frames)
-    cuts = sorted(set(data.draw(st.lists(st.integers(0, len(stream)), max_size=20))))
-    pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True) if b > a]
+    cut_at = data.draw(st.lists(st.floats(0, 1), max_size=20))
 
     async def main() -> list[list[bytes]]:
         endpoint = Endpoint("unix://@")
         async with serving(endpoint) as server:
             client, _, pushed = await pushing(endpoint, server)
             raw: socket.socket = client.extra(ConnectionAttribute.raw_socket)
+            stream = raw_frames(client, *frames)
+            cuts = sorted({int(f * len(stream)) for f in cut_at})
+            pieces = [
+                stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True) if b > a
+            ]
 
             def write() -> None:
                 raw.settimeout(10)  # blocking writes from this thread

@@ -24,7 +24,7 @@ handshakes = st.one_of(
         wire.ClientHello, st.integers(0, 2**16), st.integers(0, 2**16), st.binary(max_size=64)
     ),
     st.builds(wire.ServerHello, st.integers(0, 2**16), st.binary(max_size=64)),
-    st.builds(wire.Proof, st.binary(max_size=64)),
+    st.builds(wire.Proof, st.binary(max_size=64), st.integers(0, 2**16)),
     st.builds(wire.Accept),
     st.builds(wire.Reject, text, st.integers(0, 10)),
 )
@@ -42,7 +42,7 @@ def test_handshake_messages_round_trip_through_the_tagged_union(message: msgspec
 
 
 def test_structs_are_arrays_led_by_an_integer_tag() -> None:
-    assert msgspec.msgpack.decode(wire.encode(wire.Proof(b"m"))) == [3, b"m"]
+    assert msgspec.msgpack.decode(wire.encode(wire.Proof(b"m", 1))) == [3, b"m", 1]
     assert msgspec.msgpack.decode(wire.encode(wire.Envelope(7, "d", "s")))[:4] == [16, 7, "d", "s"]
 
 

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Sequence
 from typing import Final
 
-from monarch.transport import Address, Buffer
+from monarch.transport import MIN_SECRET_SIZE, Address, Buffer
 
 from ._actor_mesh import handle_actor_failed
 from ._adopt import adopt_listener
@@ -75,6 +75,25 @@ PYTHON_ENV: Final = "MONARCH_PYTHON"
 """The Python a proc was started with by ``with_python_executable``: its own procs use it."""
 
 
+def decode_secret(text: str, source: str) -> bytes:
+    """The job secret from its hex text, read from ``source`` (for the error message).
+
+    Raises ValueError unless it is hex of at least MIN_SECRET_SIZE bytes (128 bits): a
+    shorter secret would let whoever captures one handshake proof search for it offline.
+    """
+    try:
+        secret = bytes.fromhex(text.strip())
+    except ValueError:
+        raise ValueError(f"{source} must hold the job secret as hex text") from None
+    if len(secret) < MIN_SECRET_SIZE:
+        raise ValueError(
+            f"{source} holds a job secret of {len(secret)} bytes; it must be at least "
+            f"{MIN_SECRET_SIZE} bytes (128 bits, {2 * MIN_SECRET_SIZE} hex digits) of random "
+            "data (python -c 'import secrets; print(secrets.token_hex(32))')"
+        )
+    return secret
+
+
 _secret: list[bytes] = []
 """The job secret once known: kept here, not in ``os.environ``."""
 
@@ -89,7 +108,7 @@ def job_secret() -> bytes:
     if _secret:
         return _secret[0]
     value = os.environ.pop(SECRET_ENV, None)
-    secret = bytes.fromhex(value) if value else secrets.token_bytes(32)
+    secret = decode_secret(value, SECRET_ENV) if value else secrets.token_bytes(32)
     _secret.append(secret)
     return secret
 

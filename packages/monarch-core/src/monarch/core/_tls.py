@@ -18,8 +18,8 @@ Where this process's identity comes from, first match:
 * a job CA made here (``default_transport="tls"`` with nothing given): the controller
   makes a CA and one certificate for the job's processes, which its procs inherit.
 
-Making certificates needs the ``cryptography`` package (``pip install monarch-core[tls]``);
-loading given ones needs only the standard library.
+Making certificates needs the ``cryptography`` package (monarch-core depends on it through
+``monarch-transport[fast]``); loading given ones needs only the standard library.
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def _cryptography() -> Any:
     except ImportError:
         raise RuntimeError(
             "TLS without certificates of your own needs the cryptography package to make "
-            "the job's: pip install 'monarch-core[tls]' (or give ca= and private_key=)"
+            "the job's: pip install cryptography (or give ca= and private_key=)"
         ) from None
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization

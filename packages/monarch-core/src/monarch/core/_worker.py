@@ -8,8 +8,9 @@ kills the procs of a controller it loses (connection closed, or silent past
 ``heartbeat_timeout``), so no proc outlives its job.
 
 Security: every connection is authenticated by the job secret (HMAC challenge-response,
-see ``monarch.transport``), read from ``MONARCH_JOB_SECRET`` (hex) or, for the command,
-from a file only its owner can read (``--secret-file``); never from a command line. Over
+then a MAC on every run of frames, see ``monarch.transport``): at least 16 bytes (128
+bits) of random data, as hex, read from ``MONARCH_JOB_SECRET`` or, for the command, from a
+file only its owner can read (``--secret-file``); never from a command line. Over
 ``tls://`` connections are also encrypted, and machines prove themselves with certificates
 (upstream's ``ca``/``private_key``, ``--ca``/``--private-key``; see ``_tls``).
 
@@ -35,7 +36,7 @@ from typing import Any, Final
 
 from monarch.transport import TransportError
 
-from ._bootstrap import SECRET_ENV, WorkerRuntime, whole_lines
+from ._bootstrap import SECRET_ENV, WorkerRuntime, decode_secret, whole_lines
 from ._errors import WorkerConfigError
 from ._future import Future
 from ._netaddr import scheme_of, split_alias
@@ -109,15 +110,13 @@ def read_secret_file(path: str | os.PathLike[str]) -> bytes:
         if info.st_uid != os.geteuid():
             raise WorkerConfigError(f"secret file {os.fspath(path)!r} belongs to another user")
         text = f.read().strip()
-    try:
-        secret = bytes.fromhex(text.decode("ascii"))
-    except (UnicodeDecodeError, ValueError):
-        raise WorkerConfigError(
-            f"secret file {os.fspath(path)!r} must hold the job secret as hex text"
-        ) from None
-    if not secret:
+    if not text:
         raise WorkerConfigError(f"secret file {os.fspath(path)!r} is empty")
-    return secret
+    try:
+        source = f"secret file {os.fspath(path)!r}"
+        return decode_secret(text.decode("ascii", errors="replace"), source)
+    except ValueError as exc:
+        raise WorkerConfigError(str(exc)) from None
 
 
 def worker_secret(secret_file: str | os.PathLike[str] | None = None) -> bytes:
@@ -134,9 +133,9 @@ def worker_secret(secret_file: str | os.PathLike[str] | None = None) -> bytes:
             "or give monarch worker --secret-file PATH (mode 0600)"
         )
     try:
-        return bytes.fromhex(value)
-    except ValueError:
-        raise WorkerConfigError(f"{SECRET_ENV} must be hex text") from None
+        return decode_secret(value, SECRET_ENV)
+    except ValueError as exc:
+        raise WorkerConfigError(str(exc)) from None
 
 
 # -- the worker --------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 The bottom layer of Monarch: it moves length-prefixed multipart frames between
 addresses (``unix:///path``, ``unix://@name``, ``tcp://host:port``, ``tls://host:port``),
 after a handshake that agrees on a protocol version and proves both ends know the
-job's secret. Transports are plug-ins under the ``monarch.transports`` entry points.
+job's secret; every frame after it carries a MAC under keys the handshake derived.
+Transports are plug-ins under the ``monarch.transports`` entry points.
 """
 
 from ._abc import (
@@ -20,6 +21,7 @@ from ._errors import (
     AuthenticationError,
     ConnectError,
     ConnectionClosed,
+    FrameAuthenticationError,
     FrameTooLarge,
     HandshakeError,
     ProtocolError,
@@ -28,6 +30,7 @@ from ._errors import (
     UnknownTransportError,
 )
 from ._framing import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_PARTS, Buffer, Frame
+from ._handshake import MIN_SECRET_SIZE
 from ._registry import (
     ENTRY_POINT_GROUP,
     available_transports,
@@ -41,6 +44,7 @@ __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "DEFAULT_MAX_PARTS",
     "ENTRY_POINT_GROUP",
+    "MIN_SECRET_SIZE",
     "Address",
     "AddressError",
     "AuthenticationError",
@@ -51,6 +55,7 @@ __all__ = [
     "ConnectionClosed",
     "ConnectionHandler",
     "Frame",
+    "FrameAuthenticationError",
     "FrameTooLarge",
     "HandshakeError",
     "Listener",

@@ -23,7 +23,8 @@ if TYPE_CHECKING:  # ssl costs milliseconds to import; only the tls transport ne
 class TransportOptions:
     """Settings shared by every connection and listener of a transport.
 
-    ``secret`` authenticates both ends; both must be given the same bytes.
+    ``secret`` authenticates both ends; both must be given the same bytes, at least 16
+    of them (128 bits) of random data.
     """
 
     secret: bytes
@@ -31,6 +32,10 @@ class TransportOptions:
     max_parts: int = DEFAULT_MAX_PARTS
     handshake_timeout: float = 10.0
     """Seconds a peer may take to complete the handshake (TLS included)."""
+    max_pending_handshakes: int = 64
+    """Accepted connections a listener lets be in their handshake at once; more wait in
+    the kernel's backlog. Bounds the descriptors a flood of unauthenticated connections
+    can hold."""
     connect_timeout: float = 30.0
     close_timeout: float = 5.0
     """Seconds ``aclose`` spends flushing queued frames before dropping them."""
@@ -38,6 +43,12 @@ class TransportOptions:
     """For ``tls``: a server context on listeners, a client context on connect."""
     server_hostname: str | None = None
     """For ``tls`` connect: the name to verify (default: the address host)."""
+
+    def __post_init__(self) -> None:
+        if self.max_pending_handshakes < 1:
+            raise ValueError(
+                f"max_pending_handshakes must be at least 1, not {self.max_pending_handshakes}"
+            )
 
 
 class ConnectionAttribute(TypedAttributeSet):

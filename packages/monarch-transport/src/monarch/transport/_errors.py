@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+from typing import TypeVar
+
+_E = TypeVar("_E", bound=BaseException)
+
 
 class TransportError(Exception):
     """Base class of every error raised by monarch.transport."""
@@ -21,6 +26,11 @@ class ConnectionClosed(TransportError):
 
 class ProtocolError(TransportError):
     """The peer broke the wire protocol (malformed frame); the connection is closed."""
+
+
+class FrameAuthenticationError(ProtocolError):
+    """A frame failed its MAC under the session key: forged, replayed, reordered or
+    corrupted on the way (by anyone but the authenticated peer); the connection is closed."""
 
 
 class FrameTooLarge(ProtocolError, ValueError):
@@ -45,3 +55,16 @@ class ProtocolVersionError(HandshakeError):
 
 class ConnectError(TransportError):
     """No connection could be opened to the address (refused, unreachable, timed out)."""
+
+
+def detached(exc: _E) -> _E:
+    """A copy of ``exc`` without traceback, cause or context, to keep or to raise again.
+
+    An exception that was raised holds every frame it passed through, and what their
+    locals refer to (a connection, a half-read frame's buffer): kept by the connection,
+    it makes a reference cycle that only a full garbage collection frees.
+    """
+    try:
+        return copy.copy(exc)
+    except Exception:  # noqa: BLE001 - a type that cannot be rebuilt from its args
+        return exc.with_traceback(None)

@@ -40,9 +40,10 @@ from ._errors import (
     HandshakeError,
     ProtocolError,
     TransportError,
+    detached,
 )
-from ._framing import Buffer, Frame, FrameDecoder, encode_frame_into
-from ._handshake import Handshake, Role, check_secret
+from ._framing import Buffer, Frame, FrameDecoder, encode_frame_into, seal_into
+from ._handshake import FrameKeys, Handshake, Role, check_secret
 
 log = logging.getLogger("monarch.transport")
 
@@ -85,6 +86,11 @@ class SocketIO:
     def pending(self) -> bool:
         """Whether bytes already read from the socket wait in user space (TLS)."""
         return False
+
+    def channel_binding(self) -> bytes | None:
+        """What binds the handshake to a secure channel whose records already authenticate
+        every byte (TLS 1.3's ``tls-unique``); None: frames need their own MAC."""
+        return None
 
 
 async def wait_for(sock: socket.socket, want: int) -> None:
@@ -174,6 +180,7 @@ class SocketConnection(Connection):
         *,
         leftover: bytes = b"",
         attributes: Attributes,
+        keys: FrameKeys | None = None,
     ) -> None:
         self._io = io
         self._sock = io.sock
@@ -181,8 +188,10 @@ class SocketConnection(Connection):
         self._closing: asyncio.Task[None] | None = None
         self._backend_known = False
         self._options = options
+        send_mac, receive_mac = keys.macs() if keys is not None else (None, None)
+        self._send_mac = send_mac
         self._decoder = FrameDecoder(
-            max_frame_size=options.max_frame_size, max_parts=options.max_parts
+            max_frame_size=options.max_frame_size, max_parts=options.max_parts, mac=receive_mac
         )
         self._queue: deque[bytearray | memoryview] = deque()
         self._send_lock = threading.RLock()
@@ -195,7 +204,8 @@ class SocketConnection(Connection):
         self._receiving = False
         self._pushing = False
         self._receive_error: TransportError | None = None
-        """What ended reading in push mode: receive_nowait raises it once frames run out."""
+        """What ended reading while frames were still to be handed out: raised (a copy)
+        once they run out."""
         self._on_frames: Callable[[], object] = _nothing
         self._closed = False
         self._failure: BaseException | None = None
@@ -228,13 +238,20 @@ class SocketConnection(Connection):
             max_frame_size=self._options.max_frame_size,
             max_parts=self._options.max_parts,
             coalesce_limit=COALESCE_LIMIT,
+            mac=self._send_mac,
         )
 
     async def send(self, parts: Sequence[Buffer]) -> None:
         self.send_nowait(parts)
         await self.flush()
 
+    def _seal(self) -> None:
+        """Close the run of frames queued since the last flush with its seal."""
+        if self._send_mac is not None:
+            self._queued += seal_into(self._queue, self._send_mac, COALESCE_LIMIT)
+
     async def flush(self) -> None:
+        self._seal()
         target = self._queued
         waited = False
         while self._written < target:
@@ -252,6 +269,7 @@ class SocketConnection(Connection):
 
     def flush_nowait(self) -> bool:
         queue = self._queue
+        self._seal()
         with self._send_lock:
             if self._flushing or self._failure is not None:
                 return not queue
@@ -300,11 +318,10 @@ class SocketConnection(Connection):
             if sent >= size:
                 queue.popleft()
                 sent -= size
-            elif isinstance(head, bytearray):
-                del head[:sent]
-                sent = 0
             else:
-                queue[0] = head[sent:]
+                # A view of the rest, not ``del head[:sent]``: a send buffer is never
+                # changed but by appending, as the frame MAC hashes runs where they are.
+                queue[0] = (memoryview(head) if type(head) is bytearray else head)[sent:]
                 sent = 0
         while queue and not queue[0]:
             queue.popleft()
@@ -320,7 +337,7 @@ class SocketConnection(Connection):
         frame = self._decoder.next_frame()
         if frame is None:
             if self._receive_error is not None:
-                raise self._receive_error
+                raise detached(self._receive_error)
             self._check_open()
             raise anyio.WouldBlock
         return frame
@@ -348,6 +365,7 @@ class SocketConnection(Connection):
         bytes already decrypted are read on, a few times at most per call.
         """
         if self._closed:
+            self._decoder.discard()
             self._on_frames()  # receive_nowait says why
             return
         io = self._io
@@ -355,7 +373,7 @@ class SocketConnection(Connection):
             try:
                 n, room = self._read()
             except TransportError as exc:
-                self._receive_error = exc
+                self._receive_error = detached(exc)
                 break
             if n < 0:
                 break  # spurious, or TLS wants to write first: the poll comes back
@@ -379,6 +397,7 @@ class SocketConnection(Connection):
             n = self._io.recv_into(buf)
         except OSError as exc:
             self._fail(exc)
+            decoder.discard()
             raise ConnectionClosed(f"connection lost while receiving: {exc}") from exc
         finally:
             buf.release()
@@ -387,12 +406,15 @@ class SocketConnection(Connection):
                 decoder.buffer_updated(n)
             except ProtocolError as exc:
                 self._protocol_violation(exc)
+                decoder.discard()
                 raise
         elif n == 0:
             if decoder.mid_frame:
-                truncated = ProtocolError("peer closed the connection mid-frame")
-                self._protocol_violation(truncated)
-                raise truncated
+                # Not one exception object logged and raised: kept in this frame's locals,
+                # it would hold its own traceback (and this connection) in a cycle.
+                self._protocol_violation(ProtocolError("peer closed the connection mid-frame"))
+                decoder.discard()
+                raise ProtocolError("peer closed the connection mid-frame")
             self._fail(ConnectionClosed("peer closed the connection"))
             raise ConnectionClosed("peer closed the connection")
         return n, room
@@ -402,13 +424,23 @@ class SocketConnection(Connection):
         if frame is not None:
             await self._fast_checkpoint()
             return frame
+        if self._receive_error is not None:
+            raise detached(self._receive_error)
         self._check_open()
         if self._receiving or self._pushing:
             raise anyio.BusyResourceError("receiving from")
         self._receiving = True
         try:
             while True:
-                n, _ = self._read()
+                try:
+                    n, _ = self._read()
+                except TransportError as exc:
+                    # Frames that came whole before the failure are handed out first.
+                    frame = self._decoder.next_frame()
+                    if frame is None:
+                        raise
+                    self._receive_error = detached(exc)
+                    return frame
                 if n < 0:
                     await self._wait(n)
                     continue
@@ -424,13 +456,15 @@ class SocketConnection(Connection):
         if self._closed:
             return
         self._closed = True
-        if self._queue and self._failure is None:
+        unsealed = self._send_mac is not None and self._send_mac.open
+        if (self._queue or unsealed) and self._failure is None:
             with anyio.move_on_after(self._options.close_timeout, shield=True):
                 try:
                     await self.flush()
                 except TransportError:
                     pass
         self._close_socket()
+        self._decoder.discard()  # a receiver waiting now wakes up to ConnectionClosed
 
     def _check_open(self) -> None:
         if self._closed:
@@ -443,7 +477,7 @@ class SocketConnection(Connection):
     def _fail(self, exc: BaseException) -> None:
         with self._send_lock:  # not while another thread is writing
             if self._failure is None:
-                self._failure = exc
+                self._failure = detached(exc)
             self._closed = True
             self._queue.clear()
             self._close_socket()
@@ -520,9 +554,12 @@ async def send_all(io: SocketIO, data: bytes) -> None:
             queue.appendleft(head[sent:])
 
 
-async def run_handshake(io: SocketIO, role: Role, secret: bytes) -> tuple[int, bytes]:
-    """Drive :class:`Handshake` over ``io``; returns the version and the bytes read past it."""
-    handshake = Handshake(role, secret)
+async def run_handshake(
+    io: SocketIO, role: Role, secret: bytes
+) -> tuple[int, bytes, FrameKeys | None]:
+    """Drive :class:`Handshake` over ``io``; returns the version, the bytes read past it
+    and the keys of the frames (None where the channel authenticates them)."""
+    handshake = Handshake(role, secret, channel_binding=io.channel_binding())
     buf = bytearray(4096)
     await send_all(io, handshake.data_to_send())
     while handshake.wants_more:
@@ -544,7 +581,7 @@ async def run_handshake(io: SocketIO, role: Role, secret: bytes) -> tuple[int, b
                     if handshake.wants_more:
                         raise
     assert handshake.version is not None
-    return handshake.version, handshake.leftover
+    return handshake.version, handshake.leftover, handshake.frame_keys
 
 
 class SocketTransport(Transport):
@@ -611,7 +648,7 @@ class SocketTransport(Transport):
         try:
             with anyio.fail_after(options.handshake_timeout):
                 io = await self.secure(sock, options, server_side=role == "server", address=remote)
-                version, leftover = await run_handshake(io, role, options.secret)
+                version, leftover, keys = await run_handshake(io, role, options.secret)
         except BaseException as exc:
             if io is not None:
                 io.sock.close()
@@ -637,7 +674,7 @@ class SocketTransport(Transport):
             ConnectionAttribute.raw_socket: lambda: secured,
             **self.socket_attributes(secured),
         }
-        return SocketConnection(io, options, leftover=leftover, attributes=attributes)
+        return SocketConnection(io, options, leftover=leftover, attributes=attributes, keys=keys)
 
     async def listen(self, address: Address, options: TransportOptions) -> Listener:
         address = self.check_address(address)
@@ -668,42 +705,62 @@ class SocketListener(Listener):
         return f"<{type(self).__name__} {self._address}{' closed' if self._closed else ''}>"
 
     async def serve(self, handler: ConnectionHandler, task_group: TaskGroup | None = None) -> None:
+        """Accept while fewer than ``max_pending_handshakes`` accepted connections are in
+        their handshake; past that, new ones wait in the kernel's backlog (a flood of
+        connections that never authenticate holds that many descriptors, no more, each
+        for ``handshake_timeout`` at most)."""
         async with AsyncExitStack() as stack:
             if task_group is None:
                 task_group = await stack.enter_async_context(anyio.create_task_group())
+            slots = anyio.Semaphore(self._options.max_pending_handshakes)
             while not self._closed:
-                try:
-                    raw, _ = self._sock.accept()
-                except (BlockingIOError, InterruptedError):
-                    try:
-                        await anyio.wait_readable(self._sock)
-                    except anyio.ClosedResourceError:
-                        return
-                    continue
-                except OSError as exc:
-                    if self._sock.fileno() < 0:
-                        return
-                    # Out of descriptors or similar: keep serving once some free up.
-                    log.error("accept on %s failed: %s", self._address, exc)
-                    await anyio.sleep(0.1)
-                    continue
-                raw.setblocking(False)
-                task_group.start_soon(self._handle, raw, handler)
+                await slots.acquire()
+                raw = await self._accept()
+                if raw is None:
+                    return
+                task_group.start_soon(self._handle, raw, handler, slots)
 
-    async def _handle(self, raw: socket.socket, handler: ConnectionHandler) -> None:
+    async def _accept(self) -> socket.socket | None:
+        """The next connection (non-blocking), or None once the listener is closed."""
+        while not self._closed:
+            try:
+                raw, _ = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                try:
+                    await anyio.wait_readable(self._sock)
+                except anyio.ClosedResourceError:
+                    return None
+                continue
+            except OSError as exc:
+                if self._sock.fileno() < 0:
+                    return None
+                # Out of descriptors or similar: keep serving once some free up.
+                log.error("accept on %s failed: %s", self._address, exc)
+                await anyio.sleep(0.1)
+                continue
+            raw.setblocking(False)
+            return raw
+        return None
+
+    async def _handle(
+        self, raw: socket.socket, handler: ConnectionHandler, slots: anyio.Semaphore
+    ) -> None:
         try:
-            remote = self._transport.peer_address(raw)
-        except OSError:
-            raw.close()
-            return
-        try:
-            conn = await self._transport.establish(
-                raw, self._options, "server", local=self._address, remote=remote
-            )
-        except TransportError as exc:
-            log.warning("closing connection from %s to %s: %s", remote, self._address, exc)
-            raw.close()
-            return
+            try:
+                remote = self._transport.peer_address(raw)
+            except OSError:
+                raw.close()
+                return
+            try:
+                conn = await self._transport.establish(
+                    raw, self._options, "server", local=self._address, remote=remote
+                )
+            except TransportError as exc:
+                log.warning("closing connection from %s to %s: %s", remote, self._address, exc)
+                raw.close()
+                return
+        finally:
+            slots.release()
         async with conn:
             try:
                 await handler(conn)

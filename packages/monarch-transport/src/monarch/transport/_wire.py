@@ -27,9 +27,13 @@ from typing import Final
 
 import msgspec
 
-PROTOCOL_VERSION: Final = 1
-"""The newest protocol version this package speaks."""
-MIN_PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2
+"""The newest protocol version this package speaks.
+
+2: the client proves first, the handshake derives per-direction keys, and every frame
+after it carries a MAC (``_handshake``, ``_mac``, ``_framing``). 1: the server proved
+first and frames had no MAC; no longer spoken, as it let a relay inject frames."""
+MIN_PROTOCOL_VERSION: Final = 2
 """The oldest protocol version this package still speaks."""
 
 MAGIC: Final = b"\x89monarch"
@@ -52,13 +56,21 @@ class ServerHello(msgspec.Struct, array_like=True, tag=2, frozen=True, gc=False)
 
 
 class Proof(msgspec.Struct, array_like=True, tag=3, frozen=True, gc=False):
-    """HMAC-SHA256 under the shared secret of every handshake byte sent before it."""
+    """HMAC-SHA256 under the shared secret of every handshake byte sent before it.
+
+    The client sends its proof first; the server's proof, after it, ends the handshake.
+    """
 
     mac: bytes
+    features: int = 0
+    """Client: the optional features it can use (``FEATURE_*`` bits); server: those of them
+    both will use. The server's choice is covered by the keys, the client's offer by the
+    server's proof."""
 
 
 class Accept(msgspec.Struct, array_like=True, tag=4, frozen=True, gc=False):
-    """Server -> client: handshake complete, frames may flow."""
+    """Protocol 1 only (server -> client: handshake complete). Kept so that its tag is
+    never reused; protocol 2 ends with the server's Proof instead."""
 
 
 class Reject(msgspec.Struct, array_like=True, tag=5, frozen=True, gc=False):
@@ -69,6 +81,10 @@ class Reject(msgspec.Struct, array_like=True, tag=5, frozen=True, gc=False):
 
 
 HandshakeMessage = ClientHello | ServerHello | Proof | Accept | Reject
+
+FEATURE_POLY1305: Final = 1
+"""Large frame parts are MACed by Poly1305 rather than SHA-256 (``_mac``); needs the
+optional ``cryptography`` on both sides."""
 
 REJECT_AUTH: Final = 1
 REJECT_VERSION: Final = 2

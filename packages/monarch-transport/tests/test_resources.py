@@ -1,0 +1,159 @@
+"""What a hostile peer can make us hold: descriptors while in the handshake, memory for
+a frame it never finishes. Real sockets."""
+
+from __future__ import annotations
+
+import gc
+import os
+import struct
+import tracemalloc
+import weakref
+from collections.abc import Iterator
+
+import anyio
+import pytest
+from anyio.abc import SocketStream
+
+from monarch.transport import Address, ConnectionClosed, ProtocolError, open_connection
+from monarch.transport._framing import FrameDecoder
+from monarch.transport.wire import Handshake
+
+from .conftest import SECRET, Endpoint, serving  # type: ignore[import-not-found]
+
+pytestmark = pytest.mark.anyio
+
+MIB = 1 << 20
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def resident() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def _raw(address: Address) -> SocketStream:
+    if address.scheme == "unix":
+        return await anyio.connect_unix("\0" + address.host[1:])
+    assert address.port is not None
+    return await anyio.connect_tcp(address.host, address.port)
+
+
+# -- a flood of connections that never authenticate ---------------------------------------
+
+
+@pytest.mark.parametrize("url", ["unix://@", "tcp://127.0.0.1:0"])
+async def test_a_flood_of_silent_connections_holds_no_more_than_the_cap(url: str) -> None:
+    cap, flood_size = 4, 40
+    endpoint = Endpoint(url)
+    async with serving(endpoint, max_pending_handshakes=cap, handshake_timeout=60) as server:
+        before = open_descriptors()
+        flood = [await _raw(server.listener.address) for _ in range(flood_size)]
+        await anyio.wait_all_tasks_blocked()  # the listener took all it would
+        assert open_descriptors() - before - flood_size == cap  # the rest wait in the backlog
+        for raw in flood:
+            await raw.aclose()
+        # Each handshake sees its peer gone and frees its slot; the backlog drains.
+        good = await endpoint.connect(server.listener)
+        await good.send([b"served"])
+        assert bytes((await (await server.next_connection()).receive())[0]) == b"served"
+        await good.aclose()
+
+
+async def test_a_peer_beyond_the_cap_waits_its_turn_rather_than_being_refused() -> None:
+    cap = 2
+    endpoint = Endpoint("tcp://127.0.0.1:0")
+    async with serving(endpoint, max_pending_handshakes=cap, handshake_timeout=60) as server:
+        flood = [await _raw(server.listener.address) for _ in range(cap)]
+        connected = anyio.Event()
+
+        async def connect() -> None:
+            conn = await endpoint.connect(server.listener)
+            connected.set()
+            await conn.aclose()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(connect)
+            await anyio.wait_all_tasks_blocked()
+            assert not connected.is_set()  # accepted by the kernel, not yet by the listener
+            await flood[0].aclose()  # a slot frees
+            with anyio.fail_after(10):
+                await connected.wait()
+        for raw in flood[1:]:
+            await raw.aclose()
+
+
+async def test_the_cap_is_at_least_one() -> None:
+    with pytest.raises(ValueError, match="max_pending_handshakes must be at least 1"):
+        await Endpoint("tcp://127.0.0.1:0").listen(max_pending_handshakes=0)
+
+
+# -- a frame declared large and never finished -------------------------------------------
+
+
+def test_a_declared_frame_is_not_zero_filled_ahead_of_its_bytes() -> None:
+    """Declaring 1 GiB and sending 1 MiB costs about 1 MiB of memory, not 1 GiB."""
+    decoder = FrameDecoder()
+    before = resident()
+    decoder.feed(struct.pack("<IQ", 1, 1 << 30) + bytes(MIB))
+    assert decoder.mid_frame
+    assert resident() - before < 64 * MIB
+    decoder.discard()
+    assert not decoder.mid_frame
+
+
+@pytest.fixture
+def no_gc() -> Iterator[None]:
+    """Reference cycles stay uncollected: what is freed is freed by reference counts."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+@pytest.fixture
+def traced() -> Iterator[None]:
+    tracemalloc.start()
+    try:
+        yield
+    finally:
+        tracemalloc.stop()
+
+
+async def test_an_unfinished_frame_is_freed_when_its_peer_goes(no_gc: None, traced: None) -> None:
+    """A peer that authenticates, declares 256 MiB, sends 1 MiB and disconnects: the
+    buffer is freed as the connection fails (no garbage collection), and the connection
+    itself once dropped."""
+    declared = 256 * MIB
+
+    async def evil_server(stream: SocketStream) -> None:
+        handshake = Handshake("server", SECRET)
+        while handshake.wants_more:
+            handshake.receive_data(await stream.receive())
+            if out := handshake.data_to_send():
+                await stream.send(out)
+        await stream.send(struct.pack("<IQ", 1, declared) + bytes(MIB))
+        await stream.aclose()
+
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, evil_server)
+            tracemalloc.reset_peak()
+            baseline = tracemalloc.get_traced_memory()[0]
+            conn = await open_connection(f"tcp://127.0.0.1:{port}", secret=SECRET)
+            with pytest.raises(ProtocolError, match="mid-frame"):
+                await conn.receive()
+            current, peak = tracemalloc.get_traced_memory()
+            assert peak - baseline >= declared  # the buffer was there...
+            assert current - baseline < 16 * MIB  # ...and is gone, with no collection
+            with pytest.raises(ConnectionClosed):
+                await conn.receive()
+            gone = weakref.ref(conn)
+            del conn
+            assert gone() is None  # no cycle holds the failed connection
+            tg.cancel_scope.cancel()
