@@ -30,7 +30,7 @@ META = "pymonarch"
 ROOT_OWNER = "monarch-core"
 OWNS: dict[str, frozenset[str]] = {
     "monarch-transport": frozenset({"transport"}),
-    "monarch-core": frozenset({"actor", "config", "core", "_rust_bindings"}),
+    "monarch-core": frozenset({"actor", "config", "core", "_rust_bindings", "_src"}),
     "monarch-rdma": frozenset({"rdma"}),
     "monarch-tensor": frozenset({"tensor"}),
     "monarch-jobs": frozenset({"job", "spmd"}),
@@ -254,16 +254,17 @@ CORE = "monarch.core"
 CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
     frozenset(CORE if name == "__init__" else f"{CORE}.{name}" for name in floor.split())
     for floor in (
-        "_config _memory _netaddr _per_process _cli _tls",  # leaves: stdlib, msgspec, transport
-        "_tensors",  # torch tensors as one buffer each (torch never imported)
+        "_config _memory _netaddr _per_process _cli _tls _table",  # leaves: stdlib, msgspec
+        "_tensors _adopt",  # torch tensors as one buffer each (torch never imported); fd sockets
         "_serialize _ring",  # pickling with out-of-band buffers; the lenders' rings
-        "_errors",  # the one exception tree
-        "_shape _selection _scope _supervision _lending",  # mesh algebra; what code runs; loans
+        "_errors _reports",  # the one exception tree; upstream's words for failures
+        "_shape _selection _scope _supervision _lending _exits",  # mesh algebra; code; loans; exits
         "_messages _endpoint _value_mesh",  # the wire; Actor/@endpoint; gathered values
-        "_cast",  # cast trees and FIFO order
+        "_cast _launch",  # cast trees and FIFO order; how procs are started
         "_runtime",  # the per-process runtime (a package: spin, loop, flow, peers, router)
         "_future",  # Future/Outcome
         "_gather _port",  # replies on a port; user ports
+        "_pending",  # procs still starting, as a value that can be sent
         "_actor_mesh",  # the caller side: actor meshes and adverbs
         "_proc_mesh _controller",  # proc and host meshes; get_or_spawn_controller
         "_context",  # context(), Instance

@@ -14,7 +14,7 @@ from monarch.core._actor_mesh import (
     as_endpoint,
     send,
 )
-from monarch.core._attach import ChannelTransport, attach_to_workers, enable_transport
+from monarch.core._attach import ChannelTransport, attach, attach_to_workers, enable_transport
 from monarch.core._context import (
     Context,
     Instance,
@@ -27,6 +27,7 @@ from monarch.core._controller import get_or_spawn_controller
 from monarch.core._endpoint import Actor, concurrent_endpoint, endpoint
 from monarch.core._errors import ActorError, MeshFailure, SupervisionError
 from monarch.core._future import Future, returns_future
+from monarch.core._launch import default_bootstrap_cmd
 from monarch.core._port import Channel, Port, PortReceiver, RankedPortReceiver
 from monarch.core._proc_mesh import HostMesh, ProcMesh, shutdown_context, this_host, this_proc
 from monarch.core._selection import Selection
@@ -68,12 +69,14 @@ __all__ = [
     "SupervisionError",
     "ValueMesh",
     "as_endpoint",
+    "attach",
     "attach_to_workers",
     "concurrent_endpoint",
     "context",
     "current_actor_name",
     "current_rank",
     "current_size",
+    "default_bootstrap_cmd",
     "enable_transport",
     "endpoint",
     "get_or_spawn_controller",

@@ -25,8 +25,10 @@ from typing import Any, Generic, TypeVar
 
 from monarch.transport import Buffer
 
+from ._config import current_config
 from ._endpoint import Actor, EndpointProperty, actor_is_async, endpoints_of
 from ._errors import MeshFailure, SupervisionError
+from ._exits import when_ended
 from ._future import Future, Outcome, run_on, submit_into, wait_outcome
 from ._gather import Gather
 from ._messages import (
@@ -40,10 +42,23 @@ from ._messages import (
     shape_of,
     shape_spec,
 )
+from ._pending import ProcsRef
+from ._reports import (
+    ACTOR_MESH_STOPPED,
+    ROOT,
+    actor_name,
+    endpoint,
+    failed_event,
+    failed_report,
+    oversize,
+    process_ended,
+    status_event,
+    undeliverable,
+)
 from ._runtime import Runtime, current_runtime
 from ._scope import Owner, current_owner
-from ._serialize import dumps, dumps_arguments
-from ._shape import NDSlice, Shape, ShapedMesh
+from ._serialize import dumps, dumps_arguments, size_of
+from ._shape import NDSlice, Point, Shape, ShapedMesh
 from ._supervision import call_fault_hook
 from ._value_mesh import ValueMesh
 
@@ -51,6 +66,10 @@ log = logging.getLogger("monarch.actor")
 
 R = TypeVar("R")
 A = TypeVar("A")
+
+
+_ADVERBS = {"mesh": "call", "one": "call_one"}
+"""Upstream's names of the adverbs, by what ``Endpoint._submit`` wants gathered."""
 
 
 class Endpoint(Generic[R]):
@@ -79,7 +98,26 @@ class Endpoint(Generic[R]):
                 raise TypeError(f"{self._name}() {exc}") from None
         return dumps_arguments(args, kwargs)
 
+    def _oversize(self, payload: list[Buffer], adverb: str) -> SupervisionError | None:
+        """The error of a message larger than ``codec_max_frame_length``, which is not sent."""
+        limit = current_config().codec_max_frame_length
+        first = payload[0]
+        if len(payload) == 1 and type(first) is bytes and len(first) <= limit:  # at once
+            return None
+        size = size_of(payload)
+        if size <= limit:
+            return None
+        name = self._mesh._name
+        adverb = _ADVERBS.get(adverb, adverb)
+        text = undeliverable(name, self._name, adverb, oversize(size, limit))
+        return SupervisionError(text, endpoint(name, self._name))
+
     def _submit(self, mesh: ActorMesh[Any], payload: list[Buffer], want: str) -> Future[Any]:
+        error = self._oversize(payload, want)
+        if error is not None:
+            failed: Future[Any] = Future._new()
+            failed.set_exception(error)
+            return failed
         explicit = self._prop._explicit_response_port
         procs = mesh._cast_here() if want != "stream" else None
         if procs is None:
@@ -118,6 +156,8 @@ class Endpoint(Generic[R]):
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Fire and forget to every actor of the mesh."""
         payload = self._bind(args, kwargs)
+        if (error := self._oversize(payload, "broadcast")) is not None:
+            raise error
         self._mesh._send_cast(self._name, payload, None, self._prop._explicit_response_port)
 
     def _send(
@@ -134,6 +174,8 @@ class Endpoint(Generic[R]):
         if selection not in ("all", "choose"):
             raise ValueError(f"Invalid selection: {selection}")
         payload = self._bind(args, kwargs)
+        if (error := self._oversize(payload, "send")) is not None:
+            raise error
         mesh = self._mesh
         if selection == "choose":
             mesh = _choose_one(mesh)
@@ -169,6 +211,44 @@ def _settle(future: Future[Any], arrival: asyncio.Future[Any]) -> None:
         future.set_exception(exc)
     else:
         future.set_result(arrival.result())
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether a peer was declared failed because its connection closed: then the host
+    agent's word on how it ended is worth waiting for (a heartbeat's silence, or any
+    other cause, says more than the exit that follows our cutting it off)."""
+    return str(exc).startswith("lost connection to ")
+
+
+class CallGather(Gather):
+    """The gather of a call: a proc lost under it fails the call in upstream's words, once
+    its host agent has said how the proc ended (see ``_exits``)."""
+
+    __slots__ = ("method",)
+
+    def __init__(self, method: str, *args: Any, **kwargs: Any) -> None:
+        self.method = method  # before the watchers, which may fire at once
+        super().__init__(*args, **kwargs)
+
+    def _on_peer_lost(self, address: str, exc: BaseException) -> None:
+        then = functools.partial(self._proc_ended, address, exc)
+        if connection_lost(exc):
+            when_ended(self.runtime.loop, address, then)
+        else:
+            then(None)
+
+    def _proc_ended(self, address: str, exc: BaseException, how: str | None) -> None:
+        if self._outcome is not None:  # over meanwhile
+            return
+        mesh = self.mesh
+        assert isinstance(mesh, ActorMesh)
+        ranks = list(mesh._shape.ndslice)
+        error = mesh._state.proc_lost_error(ranks, self.method, address, how or str(exc))
+        if self.arrivals is not None:
+            for slot in self.arrivals:
+                if not slot.done():
+                    slot.set_exception(error)
+        self._finish(error)
 
 
 class NotAnEndpoint:
@@ -251,30 +331,47 @@ class _MeshState:
     """
 
     def __init__(
-        self, runtime: Runtime, addresses: list[str] | None, procs: Procs | None = None
+        self,
+        runtime: Runtime,
+        addresses: list[str] | None,
+        procs: Procs | None = None,
+        *,
+        cls: type,
+        name: str,
+        base: Shape,
+        owner: str = ROOT,
     ) -> None:
         self.runtime = runtime
         self.procs = procs
         self.addresses = addresses
         """Known at once for a mesh received in a message; after the spawn otherwise."""
+        self.cls = cls
+        self.name = name
+        self.base = base
+        """The shape the mesh was spawned on (its slices share this state)."""
+        self.owner = owner
+        """The name of the actor that spawned it (``<root>``: the client), see ``_reports``."""
         self.error: BaseException | None = None
         self.stopped: str | None = None
+        self.stopped_event = ""
+        """Why calls after a stop are refused (upstream's supervision event)."""
         self.backlog: deque[Callable[[list[str] | BaseException], None]] = deque()
         self.spawn_gather: Gather | None = None
         self.supervised: _Supervised | None = None
         """Set in the process that spawned the mesh: who owns it, and what failed."""
 
-    def known_addresses(self) -> list[str]:
-        """The addresses for pickling a mesh that may still be starting.
-
-        Waits for the procs (not for the spawn) when it may block: a receiver's
-        calls that overtake the spawn are held by the target proc until it arrives.
-        """
+    def known_addresses(self) -> list[str] | ProcsRef:
+        """The addresses for pickling a mesh that may still be starting: procs still
+        starting travel as a reference the receiver resolves (see ``_pending``); a
+        receiver's calls that overtake the spawn are held by the target proc until it
+        arrives."""
         procs = self.procs
         if procs is None:
             raise TypeError("an ActorMesh with no procs cannot be sent")
         if not isinstance(procs, Outcome):
             return list(procs)
+        if isinstance(procs, ProcsRef):
+            return procs
         if not procs.done() and self.runtime.on_loop():
             raise TypeError(
                 "an ActorMesh whose procs are still starting cannot be sent from inside "
@@ -297,9 +394,27 @@ class _MeshState:
 
         self.runtime.spawn_task(wait())
 
+    def actor_name(self, rank: int) -> str:
+        """Upstream's name of the actor at ``rank`` (of the base shape): its owner's, its
+        class, the mesh's name and its point, ``<root>.<module.Class name{'gpus': 0/2}>``."""
+        point = Point(self.base.ndslice.index(rank), self.base.extent)
+        return actor_name(self.owner, self.cls, self.name, point)
+
+    def proc_lost_error(
+        self, ranks: Sequence[int], method: str, address: str, how: str
+    ) -> SupervisionError:
+        """What a call to ``ranks`` is told when the proc at ``address`` has ended as ``how``
+        says: the first of its actors there has failed (or stopped, on a clean exit)."""
+        addresses = self.addresses or []
+        here = [r for r in ranks if r < len(addresses) and addresses[r] == address]
+        actor = self.actor_name((here or list(ranks) or [0])[0])
+        reason, clean = process_ended(how)
+        text = status_event(actor, reason) if clean else failed_report(actor, reason)
+        return SupervisionError(text, endpoint(self.name, method))
+
     def when_ready(self, then: Callable[[list[str] | BaseException], None]) -> None:
         if self.stopped is not None:
-            then(SupervisionError(f"the actor mesh was stopped: {self.stopped}"))
+            then(SupervisionError(self.stopped_event))
         elif self.addresses is not None:
             then(self.addresses)
         elif self.error is not None:
@@ -343,11 +458,21 @@ class _Supervised:
 
     def _lost(self, ranks: list[int]) -> Callable[[str, BaseException], None]:
         def lost(address: str, exc: BaseException) -> None:
-            self.fail(ranks, f"the proc at {address} failed: {exc}")
+            if connection_lost(exc):
+                when_ended(self.state.runtime.loop, address, lambda how: ended(how or str(exc)))
+            else:
+                ended(str(exc))
+
+        def ended(how: str) -> None:
+            reason, clean = process_ended(how)
+            if clean:  # upstream's: the actors stopped, nothing failed
+                return
+            actor = self.state.actor_name(ranks[0])
+            self.fail(ranks, failed_event(actor, reason), failed_report(actor, reason))
 
         return lost
 
-    def fail(self, ranks: Sequence[int], event: str) -> None:
+    def fail(self, ranks: Sequence[int], event: str, report: str | None = None) -> None:
         if self.state.stopped is not None:
             return
         new = [rank for rank in ranks if rank not in self.failed]
@@ -356,7 +481,7 @@ class _Supervised:
         self.failed.update(new)
         positions = [self.shape.ndslice.index(rank) for rank in new]
         mesh: ActorMesh[Any] = ActorMesh(self.cls, self.mesh_id, self.name, self.shape, self.state)
-        failure = MeshFailure(self.name, positions, event, mesh)
+        failure = MeshFailure(failure_mesh_name(self.mesh_id), positions, event, mesh, report)
         if self.owner is not None:
             self.owner.supervise(failure)
         else:  # the root: nobody above to handle it
@@ -374,7 +499,13 @@ def handle_actor_failed(
 ) -> None:
     supervised = _supervised.get(body.mesh)
     if supervised is not None:
-        supervised.fail([body.rank], body.reason)
+        supervised.fail([body.rank], body.reason, body.report or None)
+
+
+def failure_mesh_name(mesh_id: str) -> str:
+    """``MeshFailure.mesh_name`` of a mesh, as upstream's: its id name, ``-``, its uid."""
+    name, _, uid = mesh_id.partition("<")
+    return f"{name}-{uid.rstrip('>')}"
 
 
 class ActorMesh(ShapedMesh, Generic[R]):
@@ -498,6 +629,8 @@ class ActorMesh(ShapedMesh, Generic[R]):
         """
 
         def go(ready: list[str] | BaseException) -> None:
+            if isinstance(ready, SupervisionError) and ready.endpoint is None:
+                ready = SupervisionError(str(ready), endpoint(self._name, method))
             if isinstance(ready, BaseException):
                 result.set_exception(ready)
             else:
@@ -515,12 +648,14 @@ class ActorMesh(ShapedMesh, Generic[R]):
         result: Future[Any],
     ) -> None:
         ranks, _, targets = self._cast_plan(procs)
+        runtime = self._runtime
         if want == "stream":
-            gather = Gather(self._runtime, len(ranks), targets, stream=True)
+            gather = CallGather(method, runtime, len(ranks), targets, stream=True, mesh=self)
             self._post_to(procs, method, payload, gather.port, explicit, True)
             result.set_result(gather.arrivals)
             return
-        gather = Gather(self._runtime, len(ranks), targets, result=result, want=want, mesh=self)
+        count = len(ranks)
+        gather = CallGather(method, runtime, count, targets, result=result, want=want, mesh=self)
         self._post_to(procs, method, payload, gather.port, explicit, True)
 
     def _shape_for_values(self) -> Shape:
@@ -552,12 +687,16 @@ class ActorMesh(ShapedMesh, Generic[R]):
         return run_on(self._runtime, wait())
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
-        """Drain and stop every actor of the mesh (``__cleanup__`` runs); later calls fail."""
-        return submit_into(self._runtime, self._start_stop, reason)
+        """Drain and stop every actor of the mesh (``__cleanup__`` runs); later calls fail
+        (told, as upstream's, that the ActorMeshController received an explicit stop)."""
+        return submit_into(self._runtime, self._start_stop, ACTOR_MESH_STOPPED)
 
     def _start_stop(self, reason: str, result: Future[None]) -> None:
+        """Stop the actors; later calls are told ``reason`` (the status they stopped with)."""
+
         def finish(values: list[Any] | None, error: BaseException | None) -> None:
-            if error is not None:
+            # An actor whose proc is gone has stopped too: only other errors fail the stop.
+            if error is not None and not isinstance(error, SupervisionError):
                 result.set_exception(error)
             else:
                 result.set_result(None)
@@ -570,13 +709,18 @@ class ActorMesh(ShapedMesh, Generic[R]):
             gather = Gather(self._runtime, len(ranks), targets, on_done=finish)
             self._post_to(ready, STOP_METHOD, dumps(reason), gather.port, gather=True)
 
-        self._state.when_ready(go)
-        self._state.stopped = reason
+        state = self._state
+        state.when_ready(go)
+        state.stopped = reason
+        state.stopped_event = status_event(state.actor_name(self._shape.ndslice[0]), reason)
 
     def __reduce__(self) -> Any:
-        addresses = self._state.addresses or self._state.known_addresses()
+        state = self._state
+        addresses = state.addresses or state.known_addresses()
         spec = shape_spec(self._shape)
-        return (_rebuild_actor_mesh, (self._class, self._mesh_id, self._name, addresses, spec))
+        base = shape_spec(state.base)
+        args = (self._class, self._mesh_id, self._name, addresses, spec, base, state.owner)
+        return (_rebuild_actor_mesh, args)
 
     def __repr__(self) -> str:
         return f"<ActorMesh {self._name} of {self._class.__name__} {self._shape.extent!r}>"
@@ -604,10 +748,22 @@ def _check_endpoint_names(cls: type) -> None:
 
 
 def _rebuild_actor_mesh(
-    cls: type, mesh_id: str, name: str, procs: list[str], spec: ShapeSpec
+    cls: type,
+    mesh_id: str,
+    name: str,
+    procs: list[str] | ProcsRef,
+    spec: ShapeSpec,
+    base: ShapeSpec | None = None,
+    owner: str = ROOT,
 ) -> ActorMesh[Any]:
-    state = _MeshState(current_runtime(), procs)
-    return ActorMesh(cls, mesh_id, name, shape_of(spec), state)
+    shape = shape_of(spec)
+    base_shape = shape_of(base) if base is not None else shape
+    runtime = current_runtime()
+    known = None if isinstance(procs, ProcsRef) else procs
+    state = _MeshState(runtime, known, procs, cls=cls, name=name, base=base_shape, owner=owner)
+    if known is None:  # its procs were starting: casts wait for their addresses
+        runtime.call_soon(state.wait_for, procs, None)
+    return ActorMesh(cls, mesh_id, name, shape, state)
 
 
 Procs = Sequence[str] | Outcome[list[str]]
@@ -648,6 +804,8 @@ def spawn_actor_mesh(
     _check_endpoint_names(cls)
     payload = dumps((cls, args, kwargs))
     mesh_id = f"{id_name(name)}<{uuid.uuid4().hex[:12]}>"
+    owner = current_owner.get()
+    owner_name = owner.actor_name if owner is not None else ROOT
 
     async def post() -> Gather:
         addresses = await resolve(procs)
@@ -658,12 +816,11 @@ def spawn_actor_mesh(
         spec = shape_spec(shape)
         for address, ranks in hosted.items():
             several = tuple(ranks) if len(ranks) > 1 else ()
-            spawn = SpawnActor(mesh_id, name, ranks[0], spec, gather.port, several)
+            spawn = SpawnActor(mesh_id, name, ranks[0], spec, gather.port, several, owner_name)
             runtime.post(address, TO_PROC, "", spawn, payload)
         return gather
 
-    state = _MeshState(runtime, None, procs)
-    owner = current_owner.get()
+    state = _MeshState(runtime, None, procs, cls=cls, name=name, base=shape, owner=owner_name)
     # Supervised before the spawn goes out: an actor's failure may come back at once.
     state.supervised = _Supervised(state, owner, cls, mesh_id, name, shape)
     posted = run_on(runtime, post())._cf

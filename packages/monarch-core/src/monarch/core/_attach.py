@@ -170,6 +170,35 @@ def _watch_worker(runtime: Runtime, address: str) -> None:
     runtime.watch_peer(address, lost)
 
 
+_attached: list[str] = []
+"""The address ``attach`` was given (once)."""
+
+
+def attach(addr: str) -> None:
+    """Bootstrap this process's client toward the host at ``addr`` (upstream's, for a client
+    outside the network of its procs): call it before the first ``context()``,
+    ``this_host()`` or ``this_proc()``; the same ``addr`` again does nothing.
+
+    Ours has no gateway that relays: the client's runtime starts listening on the route
+    to ``addr`` (its address there is what procs reply to), so they must be able to reach
+    it. Raises RuntimeError, in upstream's words, after a local start or another ``addr``.
+    """
+    if _attached:
+        if _attached[0] == addr:
+            return
+        raise RuntimeError(
+            f"client is already attached through {_attached[0]}, not {addr}; detaching is not "
+            "supported, so use a new process to attach through a different address"
+        )
+    if running_runtime() is not None:
+        raise RuntimeError(
+            "client was initialized without a remote attachment; call attach(addr) before "
+            "the first context()/this_host()/this_proc()"
+        )
+    _reachable_runtime([_dial_address(addr)])
+    _attached.append(addr)
+
+
 def attach_to_workers(
     *,
     workers: Sequence[str | Any],
@@ -198,4 +227,4 @@ def attach_to_workers(
         # Connect now: heartbeats start, and a bad secret or a dead worker is logged at once.
         runtime.call_soon(_watch_worker, runtime, address)
     shape = Shape(["hosts"], NDSlice.new_row_major([len(addresses)]))
-    return HostMesh(addresses, shape, runtime)
+    return HostMesh(addresses, shape, runtime, owned=True)

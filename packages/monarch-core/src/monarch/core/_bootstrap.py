@@ -22,6 +22,7 @@ import io
 import logging
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from typing import Final
 from monarch.transport import MIN_SECRET_SIZE, Address, Buffer
 
 from ._actor_mesh import handle_actor_failed
+from ._adopt import adopt_listener
 from ._config import current_config
 from ._controller import handle_get_controller
 from ._future import Future
@@ -39,17 +41,20 @@ from ._messages import (
     ActorFailed,
     GetController,
     KillProcs,
+    Launch,
     PortRef,
     ProcExited,
     ProcReady,
+    ProcsOf,
     RunBootstrap,
     SpawnActor,
     SpawnFailed,
     SpawnProcs,
 )
-from ._netaddr import split_alias
-from ._proc_mesh import handle_run_bootstrap, shutdown_context
-from ._runner import handle_spawn_actor, refuse_undeliverable
+from ._netaddr import inherited, split_alias
+from ._pending import handle_procs_of
+from ._proc_mesh import handle_run_bootstrap, host_python, shutdown_context
+from ._runner import handle_spawn_actor, refuse_undeliverable, release_actors
 from ._runtime import Runtime, install_runtime, new_event_loop, running_runtime, set_starter
 from ._tls import current_identity, installed_identity
 
@@ -66,6 +71,8 @@ READY_ENV: Final = "MONARCH_READY_PORT"
 RANK_ENV: Final = "MONARCH_PROC_RANK"
 LISTEN_ENV: Final = "MONARCH_LISTEN"
 """Where a new proc listens (like its agent: a network agent's procs must be reachable)."""
+PYTHON_ENV: Final = "MONARCH_PYTHON"
+"""The Python a proc was started with by ``with_python_executable``: its own procs use it."""
 
 
 def decode_secret(text: str, source: str) -> bytes:
@@ -117,6 +124,7 @@ def install_services(runtime: Runtime) -> None:
             GetController: handle_get_controller,
             ActorFailed: handle_actor_failed,
             KillProcs: handle_kill_procs,
+            ProcsOf: handle_procs_of,
         }
     )
 
@@ -207,6 +215,7 @@ async def serve_proc() -> None:
     parent = os.environ[PARENT_ENV]
     ready_proc, _, ready_port = os.environ[READY_ENV].rpartition("#")
     runtime = Runtime(asyncio.get_running_loop(), job_secret())
+    host_python[0] = os.environ.get(PYTHON_ENV, "")
     await runtime.start(os.environ.get(LISTEN_ENV, "unix://@"))
     _boot(runtime, os.environ.get(ROOT_ENV, ""))
     # What booting made (modules, the runtime) lives as long as the process: out of the
@@ -217,6 +226,8 @@ async def serve_proc() -> None:
     ready = ProcReady(runtime.address, os.getpid(), int(os.environ[RANK_ENV]))
     runtime.send_to_port(PortRef(ready_proc, int(ready_port)), ready)
     await runtime.stopped.wait()
+    release_actors(runtime)
+    await asyncio.sleep(0)  # async actors' tasks take their exit and end
     await runtime.aclose()
 
 
@@ -250,33 +261,79 @@ def handle_spawn_procs(
     runtime: Runtime, body: SpawnProcs, payload: Sequence[Buffer], sender: str
 ) -> None:
     """Start the procs a ``SpawnProcs`` asks for; report each exit the moment it happens."""
-    env = {
-        **os.environ,
+    ours = {
         # What this process can import, its procs can: actor classes pickled by
         # reference (from the user's modules) must import the same way there.
         "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        **body.env,  # the spawner's configuration
         SECRET_ENV: runtime.secret.hex(),
         PARENT_ENV: runtime.address,
         READY_ENV: f"{body.ready.proc}#{body.ready.port}",
         LISTEN_ENV: child_listen_address(runtime.address),
+        ROOT_ENV: body.root or runtime.root or runtime.address,
     }
-    env.update(body.env)
+    if body.python:
+        ours[PYTHON_ENV] = body.python
     identity = installed_identity()
-    if identity is not None or env[LISTEN_ENV].startswith("tls:"):
-        env.update((identity or current_identity()).environment())  # certificates, as the secret
-    env[ROOT_ENV] = body.root or runtime.root or runtime.address
-    for rank in range(body.base_rank, body.base_rank + body.count):
+    if identity is not None or ours[LISTEN_ENV].startswith("tls:"):
+        ours.update((identity or current_identity()).environment())  # certificates, as the secret
+    for i, rank in enumerate(range(body.base_rank, body.base_rank + body.count)):
+        launch = body.launches[i] if i < len(body.launches) else Launch()
         try:
-            child = subprocess.Popen(
-                [body.python or sys.executable, "-m", "monarch.core._proc"],
-                env={**env, RANK_ENV: str(rank)},
-                stdin=subprocess.DEVNULL,
-            )
-        except OSError as exc:
+            argv, program = proc_command(launch, body.python)
+            env = proc_environment(launch, {**ours, RANK_ENV: str(rank)})
+            child = subprocess.Popen(argv, executable=program, env=env, stdin=subprocess.DEVNULL)
+        except (OSError, ValueError) as exc:
             runtime.send_to_port(body.events, SpawnFailed(rank, f"cannot start a proc: {exc}"))
             continue
         _children.append(child)
+        cpus = launch.bind.get("cpus") or launch.bind.get("physcpubind")
+        if cpus:
+            try:
+                os.sched_setaffinity(child.pid, cpu_list(cpus))  # before its threads start
+            except (OSError, ValueError) as exc:
+                log.warning("proc_bind %r for proc %d: %s", cpus, rank, exc)
         _watch(runtime, child, rank, body.events)
+
+
+def proc_command(launch: Launch, python: str) -> tuple[list[str], str | None]:
+    """The argv of a proc and the program to run (``None``: argv[0]), as ``launch`` says
+    (its NUMA binding through numactl)."""
+    if launch.program:
+        argv, program = [launch.arg0 or launch.program, *launch.args], launch.program
+    else:
+        argv, program = [python or sys.executable, "-m", "monarch.core._proc"], None
+    bind = launch.bind
+    numa = [f"--{key}={bind[key]}" for key in ("cpunodebind", "membind") if key in bind]
+    if numa:
+        numactl = shutil.which("numactl")
+        if numactl is None:
+            raise ValueError("proc_bind cpunodebind/membind need numactl, which is not installed")
+        argv, program = [numactl, *numa, program or argv[0], *argv[1:]], None
+    return argv, program
+
+
+def proc_environment(launch: Launch, ours: dict[str, str]) -> dict[str, str]:
+    """A proc's environment: the agent's (unless ``launch`` says not to inherit it), the
+    launch's changes, then Monarch's own variables."""
+    env = dict(os.environ) if launch.inherit_env else {}
+    for key, value in launch.env.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    env.update(ours)
+    return env
+
+
+def cpu_list(text: str) -> set[int]:
+    """The CPUs of a list such as ``0-3,8`` (numactl's and taskset's notation)."""
+    cpus: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        if part:
+            first, _, last = part.partition("-")
+            cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
 
 
 def _watch(runtime: Runtime, child: subprocess.Popen[bytes], rank: int, events: PortRef) -> None:
@@ -396,7 +453,14 @@ class WorkerRuntime:
     async def _serve(self) -> None:
         runtime = self.runtime
         advertise = self.advertise if self.advertise != self.bind else None
-        await runtime.start(self.bind, advertise)
+        handed = inherited(self.bind)
+        if handed is None:
+            await runtime.start(self.bind, advertise)
+        else:  # as Runtime.start does, on the listening socket this process inherited
+            runtime.loop_thread_id = threading.get_ident()
+            runtime.listener = await adopt_listener(*handed, runtime.secret)
+            runtime.address = str(runtime.listener.address)
+            runtime.spawn_task(runtime.listener.serve(runtime._serve_connection))
         _boot(runtime, os.environ.get(ROOT_ENV, ""))  # before any message is read
         runtime.control[SpawnProcs] = _spawn_procs_for_owner
         log.info("monarch worker listening at %s", runtime.address)

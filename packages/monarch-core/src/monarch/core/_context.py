@@ -24,6 +24,10 @@ class ActorControls(Protocol):
 
     def request_abort(self, reason: str) -> None: ...
 
+    def release(self) -> None: ...
+
+    def join(self, timeout: float) -> None: ...
+
 
 running: dict[str, ActorControls] = {}
 """The actors running in this process by actor id (for ``Instance.stop``/``abort``)."""

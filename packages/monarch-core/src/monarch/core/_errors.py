@@ -23,43 +23,86 @@ class MonarchError(Exception):
 
 
 class ActorError(MonarchError):
-    """An endpoint raised: the original exception and the remote traceback."""
+    """An endpoint raised: the original exception and the remote traceback.
+
+    Its text is upstream's: the message (``Actor call mesh.method failed.``), then the
+    traceback headed ``Traceback of where the remote call failed``.
+    """
 
     def __init__(
-        self, exception: BaseException, message: str = "A remote actor call failed"
+        self, exception: BaseException, message: str = "A remote actor call has failed."
     ) -> None:
         self.exception = exception
         self.message = message
-        self.exception_formatted = "".join(
-            traceback.format_exception(type(exception), exception, exception.__traceback__)
-        )
+        self.exception_formatted = remote_traceback(exception)
         super().__init__(exception, message)
 
     def __str__(self) -> str:
-        return f"{self.message}:\n{self.exception_formatted}"
+        return f"{self.message}\n {self.exception_formatted}"
+
+
+def remote_traceback(exc: BaseException) -> str:
+    """The traceback of ``exc`` as upstream shows one from another process."""
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return "".join(lines).replace(
+        "Traceback (most recent call last):",
+        "Traceback of where the remote call failed (most recent call last):",
+    )
 
 
 class SupervisionError(MonarchError, RuntimeError):
-    """The target actor or its proc has failed; the call cannot complete."""
+    """The target actor or its proc has failed (or stopped); the call cannot complete.
+
+    As upstream's: ``endpoint`` names the call (``mesh.method()``) when one failed, and the
+    text is then ``Endpoint call mesh.method() failed, <what happened>``.
+    """
+
+    def __init__(self, message: str, endpoint: str | None = None) -> None:
+        if endpoint is None:
+            super().__init__(message)
+        else:
+            super().__init__(message, endpoint)
+        self.endpoint = endpoint
+
+    def __str__(self) -> str:
+        message = str(self.args[0]) if self.args else ""
+        if self.endpoint is None:
+            return message
+        return f"Endpoint call {self.endpoint} failed, {message}"
+
+    def __repr__(self) -> str:
+        if self.endpoint is None:
+            return f"SupervisionError({str(self)!r})"
+        return f"SupervisionError(endpoint={self.endpoint!r}, {self.args[0]!r})"
 
 
 class MeshFailure(MonarchError):
     """What failed: which mesh, which of its ranks, and why (with the chain below it).
 
     Handed to the owner's ``__supervise__`` (see ``_supervision``), and to
-    ``unhandled_fault_hook`` at the root.
+    ``unhandled_fault_hook`` at the root. ``event`` and ``report()`` are upstream's texts
+    (see ``_reports``): the event says what happened to which actor, the report names the
+    failure at the bottom of the chain.
     """
 
     def __init__(
-        self, mesh_name: str, crashed_ranks: Sequence[int], event: str, mesh: Any = None
+        self,
+        mesh_name: str,
+        crashed_ranks: Sequence[int],
+        event: str,
+        mesh: Any = None,
+        report: str | None = None,
     ) -> None:
         super().__init__(mesh_name, list(crashed_ranks), event)
         self.mesh_name = mesh_name
         self.crashed_ranks = list(crashed_ranks)
         self.event = event
         self.mesh = mesh
+        self._report = report
 
     def report(self) -> str:
+        if self._report is not None:
+            return self._report
         ranks = ", ".join(map(str, self.crashed_ranks)) or "none"
         return f"mesh {self.mesh_name!r} (ranks {ranks}) failed: {self.event}"
 
@@ -70,7 +113,7 @@ class MeshFailure(MonarchError):
         )
 
     def __reduce__(self) -> Any:
-        return (MeshFailure, (self.mesh_name, self.crashed_ranks, self.event))
+        return (MeshFailure, (self.mesh_name, self.crashed_ranks, self.event, None, self._report))
 
 
 class RemoteFailure:
@@ -86,7 +129,7 @@ class RemoteFailure:
 
     @classmethod
     def of(cls, exc: BaseException, message: str) -> RemoteFailure:
-        formatted = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        formatted = remote_traceback(exc)
         try:
             dumps(exc)
         except Exception:  # noqa: BLE001 - an unpicklable exception travels as text

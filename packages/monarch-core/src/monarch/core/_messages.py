@@ -106,6 +106,8 @@ class SpawnActor(msgspec.Struct, array_like=True, tag=10, frozen=True, gc=False)
     reply: PortRef
     ranks: tuple[int, ...] = ()
     """All the ranks of the mesh this process hosts (procs sharing a process), if several."""
+    owner: str = "<root>"
+    """The spawning actor's name in supervision texts (see ``_reports``)."""
 
 
 class ProcReady(msgspec.Struct, array_like=True, tag=12, frozen=True, gc=False):
@@ -118,6 +120,21 @@ class ProcReady(msgspec.Struct, array_like=True, tag=12, frozen=True, gc=False):
 
 class StopProc(msgspec.Struct, array_like=True, tag=13, frozen=True, gc=False):
     reason: str
+
+
+class Launch(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """How a host agent starts one proc (upstream's ``BootstrapCommand`` and ``proc_bind``):
+    ``program`` "" is the agent's own way (its Python, ``-m monarch.core._proc``)."""
+
+    program: str = ""
+    arg0: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str | None] = msgspec.field(default_factory=dict)
+    """Set over the environment (``None``: removed from it)."""
+    inherit_env: bool = True
+    """Whether the proc starts from the agent's environment (else from an empty one)."""
+    bind: dict[str, str] = msgspec.field(default_factory=dict)
+    """CPU/NUMA binding: ``cpus``/``physcpubind`` (a CPU list), ``cpunodebind``, ``membind``."""
 
 
 class SpawnProcs(msgspec.Struct, array_like=True, tag=14, frozen=True, gc=False):
@@ -139,6 +156,8 @@ class SpawnProcs(msgspec.Struct, array_like=True, tag=14, frozen=True, gc=False)
     root: str = ""
     """The job's root client, which the procs report to for ``get_or_spawn_controller``
     ("" = the agent's own root)."""
+    launches: tuple[Launch, ...] = ()
+    """How to start each of the ``count`` procs (none: each the default way)."""
 
 
 class ProcExited(msgspec.Struct, array_like=True, tag=15, frozen=True, gc=False):
@@ -175,6 +194,9 @@ class ActorFailed(msgspec.Struct, array_like=True, tag=19, frozen=True, gc=False
     mesh: str
     rank: int
     reason: str
+    """The supervision event (``MeshFailure.event``)."""
+    report: str = ""
+    """``MeshFailure.report()``: the failure at the bottom of the chain."""
 
 
 class ReturnLoans(msgspec.Struct, array_like=True, tag=20, frozen=True, gc=False):
@@ -189,6 +211,14 @@ class KillProcs(msgspec.Struct, array_like=True, tag=23, frozen=True, gc=False):
 
     pids: tuple[int, ...]
     reason: str
+
+
+class ProcsOf(msgspec.Struct, array_like=True, tag=31, frozen=True, gc=False):
+    """Ask the process that spawned a proc mesh for its procs' addresses, once they run
+    (a mesh sent while its procs were starting, see ``_pending``); the reply is the list."""
+
+    token: str
+    reply: PortRef
 
 
 Body = (
@@ -206,6 +236,7 @@ Body = (
     | ActorFailed
     | ReturnLoans
     | KillProcs
+    | ProcsOf
 )
 
 

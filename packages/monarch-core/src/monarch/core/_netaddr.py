@@ -28,14 +28,35 @@ def split_alias(url: str) -> tuple[str, str]:
 
     ``tcp://node1:4444@tcp://0.0.0.0:4444`` binds every interface and is known as
     ``tcp://node1:4444``; a leading proc id (``service<id>@tcp://...``) is dropped; a plain
-    URL is both. (``unix://@name`` is not split: the ``@`` there starts no URL.)
+    URL is both. (``unix://@name`` is not split: the ``@`` there starts no URL.) Upstream's
+    ``ipc://`` (Unix sockets) comes back as ours, ``unix://``.
     """
     parts = [p for p in _ALIAS_SPLIT.split(url) if p]
     if parts and "://" not in parts[0]:
         parts = parts[1:]  # a proc id
     if not parts or len(parts) > 2:
         raise ValueError(f"not an address (URL or ADVERTISED@BIND): {url!r}")
-    return parts[0], parts[-1]
+    return ours(parts[0]), ours(parts[-1])
+
+
+def ours(url: str) -> str:
+    """An upstream channel URL as ours: ``ipc://PATH`` (``ipc://@NAME``) is ``unix://``."""
+    return "unix://" + url[len("ipc://") :] if url.startswith("ipc://") else url
+
+
+_INHERITED: Final = re.compile(r"^(tcp|tls)://(.+):fd(\d+)$")
+
+
+def inherited(url: str) -> tuple[str, str, int] | None:
+    """``(scheme, host, fd)`` of upstream's ``tcp://HOST:fdN``: listen on the socket this
+    process inherited as file descriptor N (known by HOST and its port); else ``None``."""
+    found = _INHERITED.match(url)
+    return (found[1], found[2], int(found[3])) if found is not None else None
+
+
+def scheme_of(url: str) -> str:
+    """The scheme of a URL (``tcp``, ``tls``, ``unix``...)."""
+    return url.partition("://")[0]
 
 
 def is_loopback(host: str) -> bool:

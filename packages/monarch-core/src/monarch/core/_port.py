@@ -46,11 +46,13 @@ class Port(Generic[R]):
         current_runtime().send_to_port(self._ref, PortValue(self._sender_rank()), dumps(obj))
 
     def exception(self, exc: BaseException) -> None:
-        """Make the receiver's ``recv`` raise ``exc``."""
-        failure = RemoteFailure.of(exc, "a value sent to a port")
-        current_runtime().send_to_port(
-            self._ref, PortValue(self._sender_rank(), True), dumps(failure)
-        )
+        """Make the receiver's ``recv`` (or the call answered here) raise ``exc`` itself, as
+        upstream's; one that cannot be pickled arrives as an ActorError with its text."""
+        try:
+            payload = dumps(exc)
+        except Exception:  # noqa: BLE001 - sent as text instead
+            payload = dumps(RemoteFailure.of(exc, "a value sent to a port"))
+        current_runtime().send_to_port(self._ref, PortValue(self._sender_rank(), True), payload)
 
     def __reduce__(self) -> Any:
         return (Port, (self._ref, self._rank), {"return_undeliverable": self.return_undeliverable})

@@ -18,12 +18,15 @@ from monarch.transport import Buffer
 from ._actor_mesh import ActorMesh, Procs, resolve, spawn_actor_mesh
 from ._config import current_config, runtime_env
 from ._errors import RemoteFailure, SupervisionError
+from ._exits import ended, expect
 from ._future import Future, Outcome, run_on, wait_outcome
 from ._gather import Gather
+from ._launch import BootstrapCommand
 from ._messages import (
     TO_PROC,
     Body,
     KillProcs,
+    Launch,
     PortValue,
     ProcExited,
     ProcReady,
@@ -32,10 +35,12 @@ from ._messages import (
     SpawnProcs,
     StopProc,
 )
+from ._pending import ProcsRef
 from ._runtime import Runtime, current_runtime
 from ._scope import current_owner
 from ._serialize import dumps, loads
-from ._shape import NDSlice, Shape, ShapedMesh
+from ._shape import NDSlice, Point, Shape, ShapedMesh
+from ._table import gpus_per_host, mesh_table
 
 T = TypeVar("T")
 
@@ -62,6 +67,7 @@ class _ProcGroup:
         if isinstance(body, ProcReady) and 0 <= body.rank < self.count:
             self.addresses[body.rank] = body.address
             self.pids[body.rank] = body.pid
+            expect(body.address)  # its host agent will say how it ends
             if all(a is not None for a in self.addresses) and not self.ready.done():
                 self.ready.set_result(None)
 
@@ -78,6 +84,7 @@ class _ProcGroup:
                     )
                 )
             else:
+                ended(address, body.how)
                 self.runtime.peer_exited(address, f"(pid {body.pid}) {body.how}")
             self._exit_seen.set()
             self._exit_seen = asyncio.Event()
@@ -109,6 +116,7 @@ async def _start_procs(
     bootstrap: Callable[[], object] | None,
     group: _ProcGroup,
     python: str = "",
+    launches: Sequence[Sequence[Launch]] = (),
 ) -> list[str]:
     ready_port = runtime.open_port(group.on_ready)
     watches = [(host, runtime.watch_peer(host, group.host_lost)) for host in hosts]
@@ -118,8 +126,9 @@ async def _start_procs(
     try:
         for i, host in enumerate(hosts):
             group.hosts[i * per_host : (i + 1) * per_host] = [host] * per_host
+            launch = tuple(launches[i]) if launches else ()
             spawn = SpawnProcs(
-                per_host, i * per_host, ready_port, group.events, name, env, python, root
+                per_host, i * per_host, ready_port, group.events, name, env, python, root, launch
             )
             runtime.post(host, TO_PROC, "", spawn)
         await asyncio.wait_for(group.ready, current_config().host_spawn_ready_timeout)
@@ -187,19 +196,71 @@ def _report_bootstrap(runtime: Runtime, body: RunBootstrap, exc: Exception) -> N
 
 
 class ProcMesh(ShapedMesh):
-    """Processes laid out on a shape; ``spawn`` puts one actor on each."""
+    """Processes laid out on a shape; ``spawn`` puts one actor on each.
+
+    The mesh ``spawn_procs`` returned is *owned*: it alone can be stopped. A slice of it,
+    or a copy received in a message, is a reference (as upstream's).
+    """
 
     def __init__(
-        self, procs: Procs, shape: Shape, runtime: Runtime, group: _ProcGroup | None = None
+        self,
+        procs: Procs,
+        shape: Shape,
+        runtime: Runtime,
+        group: _ProcGroup | None = None,
+        *,
+        hosts: Sequence[str] = (),
+        base: Shape | None = None,
+        python: str = "",
     ) -> None:
         self._procs = procs
         self._shape = shape
         self._runtime = runtime
         self._group = group
         self._stopped = False
+        self._hosts = list(hosts)
+        """Each rank's host agent (by rank of ``base``)."""
+        self._base = base or shape
+        """The shape ``spawn_procs`` made (slices keep it)."""
+        self._python = python
+        """The Python its procs run (``with_python_executable``; "" = the default)."""
 
     def _new_with_shape(self, shape: Shape) -> ProcMesh:
-        return ProcMesh(self._procs, shape, self._runtime, self._group)
+        mesh = self._copy(shape)
+        mesh._group = self._group if shape == self._shape else None  # a slice is not owned
+        return mesh
+
+    def _copy(self, shape: Shape) -> ProcMesh:
+        return ProcMesh(
+            self._procs,
+            shape,
+            self._runtime,
+            self._group,
+            hosts=self._hosts,
+            base=self._base,
+            python=self._python,
+        )
+
+    @property
+    def host_mesh(self) -> HostMesh:
+        """The host this proc runs on, as a HostMesh of one (a mesh of one proc only)."""
+        if len(self._shape.ndslice) != 1:
+            raise NotImplementedError(
+                "`ProcMesh.host_mesh` is not yet supported for non-singleton proc meshes."
+            )
+        rank = self._shape.ndslice[0]
+        host = self._hosts[rank] if rank < len(self._hosts) else self._runtime.address
+        return HostMesh([host], _UNITY, self._runtime, self._python)
+
+    def to_table(self) -> str:
+        """The procs as upstream draws them: a grid of ``host.gpu[i]`` (1 to 3 dimensions)."""
+        shape = self._shape
+        return mesh_table(
+            list(shape.labels),
+            list(shape.ndslice.sizes),
+            list(shape.ndslice),
+            gpus_per_host(dict(zip(self._base.labels, self._base.ndslice.sizes, strict=True))),
+        )
 
     def spawn(self, name: str, Class: type[T], *args: Any, **kwargs: Any) -> ActorMesh[T]:
         """Spawn ``Class(*args, **kwargs)`` on every proc; returns the ActorMesh at once."""
@@ -239,9 +300,12 @@ class ProcMesh(ShapedMesh):
         return run_on(self._runtime, wait())
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
-        """Stop every proc of the mesh (the whole mesh, even from a slice) and wait for exits."""
+        """Stop every proc of the mesh and wait for their exits. Only the owned mesh can:
+        a slice, a received copy or ``this_proc()`` fails with upstream's ValueError."""
         if self._group is None:
-            raise RuntimeError("this_proc() cannot be stopped; stop the meshes you spawned")
+            refused: Future[None] = Future._new()
+            refused.set_exception(ValueError("ProcMesh is not owned; must be stopped by an owner"))
+            return refused
         self._stopped = True
         return run_on(self._runtime, self._stop(reason))
 
@@ -249,9 +313,11 @@ class ProcMesh(ShapedMesh):
         group = self._group
         assert group is not None
         group.stopping = True
+        if isinstance(self._procs, ProcsRef):
+            self._procs.forget()
+        # Stopped first (their procs going away is then no failure); later calls are told
+        # the actors stopped with ``reason``, as upstream's are.
         await _stop_actor_meshes(group.actor_meshes, reason)
-        for mesh in group.actor_meshes:  # their procs going away now is no failure
-            mesh._state.stopped = mesh._state.stopped or reason
         try:
             await resolve(self._procs)
         except Exception:  # noqa: BLE001 - a mesh that failed to start: stop what did start
@@ -291,13 +357,14 @@ class ProcMesh(ShapedMesh):
         await self.stop()
 
     def __reduce__(self) -> Any:
-        if isinstance(self._procs, Outcome):
-            if not self._procs.done():
-                raise TypeError("a ProcMesh cannot be sent before its procs are running")
+        procs: list[str] | ProcsRef
+        if isinstance(self._procs, ProcsRef):
+            procs = self._procs  # itself picklable, pending or not (see _pending)
+        elif isinstance(self._procs, Outcome):
             procs = self._procs._wait()
         else:
             procs = list(self._procs)
-        return (_rebuild_proc_mesh, (procs, self._shape))
+        return (_rebuild_proc_mesh, (procs, self._shape, self._hosts, self._base, self._python))
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self._shape.extent!r}>"
@@ -322,28 +389,56 @@ async def _stop_actor_meshes(meshes: list[ActorMesh[Any]], reason: str) -> None:
         pass  # the procs stop anyway: what did not finish dies with them
 
 
-def _rebuild_proc_mesh(procs: list[str], shape: Shape) -> ProcMesh:
-    """A received ProcMesh can spawn actors; only its owner can stop it."""
-    return ProcMesh(procs, shape, current_runtime())
+def _rebuild_proc_mesh(
+    procs: list[str] | ProcsRef,
+    shape: Shape,
+    hosts: Sequence[str] = (),
+    base: Shape | None = None,
+    python: str = "",
+) -> ProcMesh:
+    """A received ProcMesh can spawn actors; only its owner can stop it. Its procs may
+    still be starting: it then learns their addresses from its owner (``_pending``)."""
+    return ProcMesh(procs, shape, current_runtime(), hosts=hosts, base=base, python=python)
 
 
 class HostMesh(ShapedMesh):
-    """Host agents laid out on a shape; ``spawn_procs`` starts processes on each."""
+    """Host agents laid out on a shape; ``spawn_procs`` starts processes on each.
+
+    The mesh ``attach_to_workers`` returned is *owned*: it alone can be stopped or shut
+    down. ``this_host()``, a slice or a received copy is a reference (as upstream's).
+    """
 
     def __init__(
-        self, hosts: Sequence[str], shape: Shape, runtime: Runtime, python: str = ""
+        self,
+        hosts: Sequence[str],
+        shape: Shape,
+        runtime: Runtime,
+        python: str = "",
+        *,
+        owned: bool = False,
     ) -> None:
         self._hosts = list(hosts)
         self._shape = shape
         self._runtime = runtime
         self._python = python
+        self._owned = owned
+        self._proc_meshes: list[ProcMesh] = []
+        """What ``spawn_procs`` made here: ``stop()`` stops them."""
 
     def _new_with_shape(self, shape: Shape) -> HostMesh:
-        return HostMesh(self._hosts, shape, self._runtime, self._python)
+        owned = self._owned and shape == self._shape
+        return HostMesh(self._hosts, shape, self._runtime, self._python, owned=owned)
 
     def with_python_executable(self, path: str) -> HostMesh:
-        """The same hosts, starting procs with the Python at ``path`` (on each host)."""
-        return HostMesh(self._hosts, self._shape, self._runtime, path)
+        """The same hosts, starting procs with the Python at ``path`` (on each host); the
+        procs' own ``this_host()`` starts theirs with it too."""
+        return HostMesh(self._hosts, self._shape, self._runtime, path, owned=self._owned)
+
+    @property
+    def is_fake_in_process(self) -> bool:
+        """Always false: every proc is a process of its own (upstream's in-process fake
+        hosts are a testing mode)."""
+        return False
 
     @property
     def initialized(self) -> Future[Literal[True]]:
@@ -355,8 +450,16 @@ class HostMesh(ShapedMesh):
         per_host: dict[str, int] | None = None,
         bootstrap: Callable[[], object] | None = None,
         name: str | None = None,
+        proc_bind: list[dict[str, str]] | None = None,
+        bootstrap_command: BootstrapCommand | Callable[[Point], BootstrapCommand] | None = None,
     ) -> ProcMesh:
-        """Start ``per_host`` processes on every host; returns the ProcMesh at once."""
+        """Start ``per_host`` processes on every host; returns the ProcMesh at once.
+
+        ``proc_bind``: per proc of a host, its CPU/NUMA binding (``cpus`` or ``physcpubind``:
+        a CPU list such as ``"0-3,8"``; ``cpunodebind``, ``membind``: through numactl).
+        ``bootstrap_command``: the command that starts each proc, or a function of its
+        point (over the host and ``per_host`` dimensions) giving one.
+        """
         per_host = dict(per_host or {})
         for label, size in per_host.items():
             value: object = size
@@ -364,22 +467,28 @@ class HostMesh(ShapedMesh):
                 raise ValueError(f"per_host[{label!r}] must be a positive int, not {size!r}")
             if label in self._shape.labels:
                 raise ValueError(f"per_host dimension {label!r} is already a host dimension")
+        per = math.prod(per_host.values())
+        if proc_bind is not None and len(proc_bind) != per:
+            raise ValueError(
+                f"proc_bind length ({len(proc_bind)}) must equal procs_per_host ({per})"
+            )
         hosts = [self._hosts[rank] for rank in self._shape.ndslice]
         labels = [*self._shape.labels, *per_host]
         sizes = [*self._shape.ndslice.sizes, *per_host.values()]
         shape = Shape(labels, NDSlice.new_row_major(sizes))
-        per = math.prod(per_host.values())
         runtime = self._runtime
         # Procs may share OS processes (procs_per_process): `together` ranks per process.
         together = min(current_config().procs_per_process, per)
         processes = -(-per // together)
+        launches = _launches(shape, len(hosts), per, together, proc_bind, bootstrap_command)
         # Made here, not on the loop: spawn_procs must not block (an async actor's
         # __init__ runs on the loop itself).
         group = _ProcGroup(runtime, len(hosts) * processes)
+        python = self._python
 
         async def start() -> list[str]:
             started = await _start_procs(
-                runtime, hosts, processes, name or "procs", bootstrap, group, self._python
+                runtime, hosts, processes, name or "procs", bootstrap, group, python, launches
             )
             return [
                 started[host * processes + local // together]
@@ -387,8 +496,11 @@ class HostMesh(ShapedMesh):
                 for local in range(per)
             ]
 
-        addresses = run_on(runtime, start())._cf
-        mesh = ProcMesh(addresses, shape, runtime, group)
+        addresses = ProcsRef.spawning(runtime.address)
+        addresses.follow(run_on(runtime, start())._cf)
+        by_rank = [hosts[rank // per] for rank in range(len(hosts) * per)]
+        mesh = ProcMesh(addresses, shape, runtime, group, hosts=by_rank, python=python)
+        self._proc_meshes.append(mesh)
         owner = current_owner.get()
         if owner is not None:
             owner.owned.append(mesh)  # it dies with the actor that made it
@@ -396,11 +508,32 @@ class HostMesh(ShapedMesh):
             _owned.append(mesh)
         return mesh
 
+    def stop(self) -> Future[None]:
+        """Stop the procs spawned through this mesh; the hosts stay, for new meshes (as
+        upstream's). Only the owned mesh can."""
+        if not self._owned:
+            refusal = "cannot stop `HostMesh` that is a reference instead of owned"
+            return _refused(RuntimeError(refusal))
+        meshes = [mesh for mesh in self._proc_meshes if not mesh._stopped]
+        self._proc_meshes.clear()
+        stops = [mesh.stop("host mesh stopped") for mesh in meshes]
+
+        async def wait_all() -> None:
+            for stop in stops:
+                await wait_outcome(stop._cf)
+
+        return run_on(self._runtime, wait_all())
+
     def shutdown(self) -> Future[None]:
-        """Stop the host agents of this mesh (workers exit, their procs with them).
+        """Stop the host agents of this mesh (workers exit, their procs with them). Only
+        the owned mesh can (as upstream's).
 
         The client's own machine is not stopped: its agent is the client itself.
         """
+        if not self._owned:
+            return _refused(
+                RuntimeError("cannot shut down `HostMesh` that is a reference instead of owned")
+            )
         runtime = self._runtime
         hosts = [self._hosts[rank] for rank in self._shape.ndslice]
         remote = sorted({host for host in hosts if host != runtime.address})
@@ -415,9 +548,6 @@ class HostMesh(ShapedMesh):
                 await asyncio.wait_for(asyncio.gather(*gone), current_config().process_exit_timeout)
 
         return run_on(runtime, stop())
-
-    def stop(self) -> Future[None]:
-        return self.shutdown()
 
     async def __aenter__(self) -> HostMesh:
         return self
@@ -444,6 +574,39 @@ def _rebuild_host_mesh(hosts: list[str], shape: Shape, python: str = "") -> Host
     return HostMesh(hosts, shape, current_runtime(), python)
 
 
+def _refused(error: BaseException) -> Future[None]:
+    """A Future that failed at once, as upstream's refusals fail (when observed)."""
+    refused: Future[None] = Future._new()
+    refused.set_exception(error)
+    return refused
+
+
+def _launches(
+    shape: Shape,
+    hosts: int,
+    per: int,
+    together: int,
+    proc_bind: list[dict[str, str]] | None,
+    command: BootstrapCommand | Callable[[Point], BootstrapCommand] | None,
+) -> list[list[Launch]]:
+    """How each host starts each of its processes (none given: the default way)."""
+    if proc_bind is None and command is None:
+        return []
+    launches = []
+    for host in range(hosts):
+        mine = []
+        for local in range(0, per, together):  # a process's first rank speaks for it
+            point = Point(host * per + local, shape.extent)
+            chosen = command(point) if callable(command) else command
+            bind = proc_bind[local] if proc_bind is not None else None
+            if chosen is None:  # the default way, bound
+                mine.append(Launch(bind=dict(bind or {})))
+            else:
+                mine.append(chosen.launch(bind))
+        launches.append(mine)
+    return launches
+
+
 _owned: list[ProcMesh] = []
 """Proc meshes this process spawned, for shutdown_context."""
 
@@ -468,10 +631,15 @@ def shutdown_context(host_timeout: float | None = None) -> Future[None]:
     return run_on(meshes[0]._runtime, wait_all())
 
 
+host_python = [""]
+"""The Python this process's procs run by default (set in a proc started with one, see
+``with_python_executable``)."""
+
+
 def this_host() -> HostMesh:
     """The machine this process runs on, as a mesh of one host (extent ``{}``)."""
     runtime = current_runtime()
-    return HostMesh([runtime.address], _UNITY, runtime)
+    return HostMesh([runtime.address], _UNITY, runtime, host_python[0])
 
 
 def this_proc() -> ProcMesh:

@@ -21,6 +21,9 @@ class Owner(Protocol):
     owned: list[Any]
     """Meshes it spawned: stopped before it, and dying with it."""
 
+    actor_name: str
+    """Its name in supervision texts, ``<root>.<module.Class mesh{coords}>`` (``_reports``)."""
+
     def supervise(self, failure: MeshFailure) -> None:
         """A mesh it owns failed: ``__supervise__`` runs between its messages."""
 

@@ -121,6 +121,11 @@ def dumps_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Buffe
     return dumps((args, kwargs))
 
 
+def size_of(parts: Sequence[Buffer]) -> int:
+    """The bytes of a pickle and its buffers (what ``codec_max_frame_length`` bounds)."""
+    return sum(len(part) if type(part) is bytes else memoryview(part).nbytes for part in parts)
+
+
 def dumps(obj: object) -> list[Buffer]:
     """Pickle ``obj``; the first part is the pickle, the rest its out-of-band buffers."""
     if _is_plain(obj):

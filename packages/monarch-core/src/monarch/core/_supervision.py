@@ -10,9 +10,12 @@ goes to ``monarch.actor.unhandled_fault_hook`` (by default: report and end the c
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 import sys
 import threading
+from datetime import datetime
 
 from ._errors import MeshFailure
 
@@ -20,22 +23,27 @@ log = logging.getLogger("monarch.actor")
 
 
 def default_unhandled_fault_hook(failure: MeshFailure) -> None:
-    """Report the failure and end the client, as upstream does (exit code 130)."""
-    print(
-        f"Unhandled monarch error on the root actor, the client will exit: {failure.report()}",
-        file=sys.stderr,
-        flush=True,
-    )
-    # A real SIGINT to the main thread: it interrupts a blocking wait there too, and an
-    # uncaught KeyboardInterrupt ends the process with status 130.
-    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+    """Leave the failure unhandled, as upstream's does (``sys.exit(1)``): the client ends."""
+    sys.exit(1)
 
 
 def call_fault_hook(failure: MeshFailure) -> None:
-    """Call ``monarch.actor.unhandled_fault_hook`` as it is now (users reassign it)."""
+    """Call ``monarch.actor.unhandled_fault_hook`` as it is now (users reassign it).
+
+    As upstream's: a hook that returns drops the failure; one that raises (the default
+    exits) leaves it unhandled, which is reported on stderr and ends the client: a real
+    SIGINT to the main thread, which interrupts a blocking wait there too, and ends the
+    process with status 130 (an uncaught KeyboardInterrupt).
+    """
     actor_module = sys.modules.get("monarch.actor")
     hook = getattr(actor_module, "unhandled_fault_hook", default_unhandled_fault_hook)
     try:
         hook(failure)
-    except Exception:
-        log.exception("unhandled_fault_hook raised while handling %s", failure)
+    except BaseException:
+        sys.stderr.write(
+            f"Unhandled monarch error on the root actor, hostname={socket.gethostname()}, "
+            f"PID={os.getpid()} at time {datetime.now()}:\n{failure.report()}\n"
+        )
+        sys.stderr.flush()
+        log.debug("unhandled_fault_hook raised", exc_info=True)
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)

@@ -34,12 +34,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from monarch.transport import Address, TransportError
+from monarch.transport import TransportError
 
 from ._bootstrap import SECRET_ENV, WorkerRuntime, decode_secret, whole_lines
 from ._errors import WorkerConfigError
 from ._future import Future
-from ._netaddr import split_alias
+from ._netaddr import scheme_of, split_alias
 from ._tls import CA, TRUST_ALL, PrivateKey, identity_from, use_identity
 
 log = logging.getLogger("monarch.core")
@@ -55,9 +55,7 @@ def secure(*, ca: CA, private_key: PrivateKey, addresses: Sequence[str] = ()) ->
     ``"trust_all_connections"``. With ``tcp://`` addresses certificates have no use: a
     CA certificate there is refused rather than silently ignored.
     """
-    tls = any(
-        Address.parse(url).scheme == "tls" for address in addresses for url in split_alias(address)
-    )
+    tls = any(scheme_of(url) == "tls" for address in addresses for url in split_alias(address))
     if not tls:
         if private_key is not None or ca not in (None, TRUST_ALL):
             raise ValueError(

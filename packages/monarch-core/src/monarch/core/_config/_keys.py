@@ -488,7 +488,7 @@ class Config:
     codec_max_frame_length: Bytes = key(
         10 * 1024**3,
         "HYPERACTOR_CODEC_MAX_FRAME_LENGTH",
-        doc="Largest message accepted on a connection, in bytes; larger frames close it.",
+        doc="Largest message sent, in bytes; a call or reply larger fails (SupervisionError).",
         upstream="hyperactor::config::codec_max_frame_length",
     )
     default_encoding: Annotated[Encoding, ENCODING] = key(

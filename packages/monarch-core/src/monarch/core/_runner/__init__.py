@@ -8,7 +8,14 @@ spawn and hands a mesh's calls to them in order.
 
 from ._actor_runner import ActorRunner
 from ._async import AsyncRunner
-from ._local import LocalGather, LocalMesh, handle_spawn_actor, refuse_undeliverable, start_actor
+from ._local import (
+    LocalGather,
+    LocalMesh,
+    handle_spawn_actor,
+    refuse_undeliverable,
+    release_actors,
+    start_actor,
+)
 from ._sync import SyncRunner
 
 __all__ = [
@@ -19,5 +26,6 @@ __all__ = [
     "SyncRunner",
     "handle_spawn_actor",
     "refuse_undeliverable",
+    "release_actors",
     "start_actor",
 ]

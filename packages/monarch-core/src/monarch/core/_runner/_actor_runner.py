@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from monarch.core._config import current_config
 from monarch.core._context import Context, Instance
 from monarch.core._endpoint import EndpointProperty, endpoints_of
 from monarch.core._errors import MeshFailure, RemoteFailure, SupervisionError
@@ -30,8 +31,20 @@ from monarch.core._messages import (
     shape_of,
 )
 from monarch.core._port import Port
+from monarch.core._reports import (
+    aborted,
+    aborted_by,
+    actor_call_failed,
+    actor_name,
+    endpoint,
+    failed_event,
+    failed_report,
+    oversize,
+    status_event,
+    unhandled_event,
+)
 from monarch.core._runtime import Runtime
-from monarch.core._serialize import dumps, loads_arguments
+from monarch.core._serialize import dumps, loads_arguments, size_of
 from monarch.core._shape import Point
 from monarch.transport import Buffer
 
@@ -40,8 +53,9 @@ log = logging.getLogger("monarch.actor")
 STOP = "stop"
 CALL = "call"
 SUPERVISE = "supervise"
+EXIT = "exit"
 Item = tuple[str, Any, Sequence[Buffer]]
-"""A message for the actor: its kind (``CALL``, ``STOP``, ``SUPERVISE``) and content."""
+"""A message for the actor: its kind (``CALL``, ``STOP``, ``SUPERVISE``, ``EXIT``) and content."""
 
 
 class ActorRunner:
@@ -67,6 +81,10 @@ class ActorRunner:
             class_name = f"{cls.__module__}.{cls.__name__}"
             self.info = dataclasses.replace(self.info, class_name=class_name)
             self.endpoints = endpoints_of(cls)
+        self.actor_name = actor_name(spawn.owner, cls, spawn.name, self.rank)
+        """Its name in supervision texts, as upstream's (see ``_reports``)."""
+        self.failure_report = ""
+        """Once failed: what calls to it are told (``MeshFailure.report()``)."""
         self._contexts: dict[ShapeSpec, Context] = {}
         self.owned: list[Any] = []
         """Meshes this actor spawned: they are stopped before it, and die with it."""
@@ -96,6 +114,16 @@ class ActorRunner:
         else:
             self.runtime.call_soon(self._put, stop)
 
+    def release(self) -> None:
+        """The proc is stopping cleanly: after the messages queued so far, the actor's
+        code stops running and its object is let go (from the loop). Nothing here then
+        holds its class, so its module's globals are finalized at exit (their ``__del__``
+        runs, as upstream's do)."""
+        self._put((EXIT, None, ()))
+
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for a released actor's code to have stopped."""
+
     def enqueue(self, call: Call, payload: Sequence[Buffer]) -> None:
         """A call for this actor, in order (see ``_local``)."""
         # A stop is queued like any message: it drains what came before it.
@@ -107,7 +135,7 @@ class ActorRunner:
 
     def request_abort(self, reason: str) -> None:
         """Fail now (from any thread): as if an endpoint had raised with nobody to tell."""
-        self._fail(RuntimeError(reason), reason)
+        self._fail(RuntimeError(reason), aborted(reason))
 
     def _context_for(self, call: Call) -> Context:
         """The context of a message: this actor's rank within the shape it was cast to
@@ -158,31 +186,28 @@ class ActorRunner:
         rank = context.message_rank.rank
         if exc is None:
             if reply is not None and result is not _NO_RESULT:
-                self._reply(reply, result, rank=rank, batch=batch)
+                self._reply(reply, result, rank=rank, batch=batch, method=call.method)
             return
-        if not isinstance(exc, Exception):  # SystemExit and the like fail the actor
-            self._fail(exc, f"endpoint {call.method} raised {type(exc).__name__}")
-            if reply is not None:
-                self._refuse(call, batch)
+        if reply is not None and isinstance(exc, Exception) and not call.explicit:
+            self._reply(reply, exc, error=True, rank=rank, batch=batch, method=call.method)
             return
-        prop = self._endpoint(call)
-        explicit = prop is not None and prop._explicit_response_port
-        if reply is not None and not (explicit and prop is not None and prop._concurrent):
-            self._reply(reply, exc, error=True, rank=rank, batch=batch)
-        else:
-            self._fail(exc, f"endpoint {call.method} raised with nobody to tell")
+        # As upstream's, the actor fails: a BaseException (SystemExit...), an exception
+        # with nobody to tell (broadcast), or one that an endpoint answering through its
+        # own port let escape. Its caller, if any, is told so.
+        self._fail(exc, aborted_by(exc))
+        if reply is not None:
+            self._refuse(call, batch)
 
     def _refuse(self, call: Call, batch: list[Any] | None = None) -> None:
         if call.reply is None:
             return
         if self.stopped is not None:
-            why = f"actor {self.info.actor_id} was stopped: {self.stopped}"
+            why = status_event(self.actor_name, self.stopped)
         else:
-            why = (
-                f"actor {self.info.actor_id} and all its descendants have failed: {self.failure!r}"
-            )
+            why = self.failure_report
+        error = SupervisionError(why, endpoint(self.spawn.name, call.method))
         rank = self._context_for(call).message_rank.rank
-        self._reply(call.reply, SupervisionError(why), error=True, rank=rank, batch=batch)
+        self._reply(call.reply, error, error=True, rank=rank, batch=batch)
 
     def _supervise_handler(
         self, failure: MeshFailure
@@ -191,26 +216,36 @@ class ActorRunner:
             raise NoHandler
         handler = getattr(type(self.instance), "__supervise__", None)
         if handler is None:
-            self._fail(failure, "it owns a failed mesh and has no __supervise__")
+            self._fail_unhandled(failure)
             raise NoHandler
         return handler, (self.instance, failure), {}
 
     def _supervised(self, failure: MeshFailure, handled: Any) -> None:
         """What ``__supervise__`` returned (or raised): a falsy value fails the actor."""
-        if isinstance(handled, Exception):
-            self._fail(handled, f"__supervise__ raised while handling {failure}")
+        if isinstance(handled, BaseException):
+            self._fail(handled, aborted_by(handled))
         elif not handled:
-            self._fail(failure, "__supervise__ did not handle a failure")
+            self._fail_unhandled(failure)
 
-    def _fail(self, exc: BaseException, why: str) -> None:
-        """The actor has failed (from any thread): it answers every later call with a
-        SupervisionError, its owner hears of it, and the meshes it owns die with it."""
+    def _fail(self, exc: BaseException, reason: str) -> None:
+        """The actor has failed (from any thread) for ``reason`` (see ``_reports``)."""
+        name = self.actor_name
+        self._failed(exc, failed_event(name, reason), failed_report(name, reason))
+
+    def _fail_unhandled(self, failure: MeshFailure) -> None:
+        """The actor has failed: a mesh it owns failed, and it did not handle that."""
+        event = unhandled_event(self.actor_name, failure.event)
+        self._failed(failure, event, failure.report())
+
+    def _failed(self, exc: BaseException, event: str, report: str) -> None:
+        """The actor has failed: it answers every later call with a SupervisionError
+        (``report``), its owner hears of it (``event``), and its meshes die with it."""
         if self.failure is not None:
             return
         self.failure = exc
-        log.error("actor %s failed: %s", self.info.actor_id, why, exc_info=exc)
-        reason = f"actor {self.info.actor_id} failed: {why}: {exc!r}"
-        failed = ActorFailed(self.spawn.mesh, self.spawn.rank, reason)
+        self.failure_report = report
+        log.error("%s", event)  # the event holds the traceback
+        failed = ActorFailed(self.spawn.mesh, self.spawn.rank, event, report)
         self.runtime.post(self.spawn.reply.proc, TO_PROC, "", failed)
         if self.owned:
             self.runtime.call_soon(
@@ -237,16 +272,29 @@ class ActorRunner:
         error: bool = False,
         rank: int = 0,
         batch: list[Any] | None = None,
+        method: str = "",
     ) -> None:
-        """Send a value or an error to a port (from any thread; see ``Runtime.post``)."""
+        """Send a value or an error to a port (from any thread; see ``Runtime.post``);
+        ``method``: the endpoint whose call raised the error."""
         if error:
-            value = RemoteFailure.of(value, f"A remote actor call failed on {self.info.actor_id}")
+            value = RemoteFailure.of(value, actor_call_failed(self.spawn.name, method))
         try:
             payload = dumps(value)
         except Exception as exc:  # noqa: BLE001 - an unpicklable result fails the call
             problem = TypeError(f"cannot pickle the result of {self.info.actor_id}: {exc}")
-            payload = dumps(RemoteFailure.of(problem, "A remote actor call failed"))
+            payload = dumps(RemoteFailure.of(problem, actor_call_failed(self.spawn.name, method)))
             error = True
+        limit = current_config().codec_max_frame_length
+        first = payload[0]
+        if not (len(payload) == 1 and type(first) is bytes and len(first) <= limit):
+            size = size_of(payload)
+            if size > limit:  # not sent: the actor fails, as upstream's does
+                reason = oversize(size, limit)
+                self._fail(RuntimeError(reason), reason)
+                refusal = SupervisionError(self.failure_report, endpoint(self.spawn.name, method))
+                message = actor_call_failed(self.spawn.name, method)
+                payload = dumps(RemoteFailure.of(refusal, message))
+                error = True
         self.runtime.send_to_port(port, PortValue(rank, error), payload, batch)
 
 

@@ -18,13 +18,14 @@ from monarch.core._config import current_config
 from monarch.core._context import Context
 from monarch.core._errors import MeshFailure
 from monarch.core._messages import Call, SpawnActor
+from monarch.core._reports import aborted_by
 from monarch.core._runtime import Runtime
 from monarch.core._scope import current_context, current_owner
 from monarch.core._serialize import loads
 from monarch.core._shape import Point
 from monarch.transport import Buffer
 
-from ._actor_runner import STOP, SUPERVISE, ActorRunner, Item, NoHandler
+from ._actor_runner import EXIT, STOP, SUPERVISE, ActorRunner, Item, NoHandler
 from ._off_loop import construct_off_loop
 
 log = logging.getLogger("monarch.actor")
@@ -61,12 +62,15 @@ class AsyncRunner(ActorRunner):
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - any failure in __init__ fails the actor
-            self._reply(spawn.reply, exc, error=True)
-            self._fail(exc, "__init__ raised")
+            self._reply(spawn.reply, exc, error=True, method="__init__")
+            self._fail(exc, aborted_by(exc))
         else:
             self._reply(spawn.reply, None)
         while True:
             kind, message, parts = await self.queue.get()
+            if kind == EXIT:
+                self.instance = self.cls = None  # see release()
+                return
             if kind == STOP:
                 await self._stop_async(message, parts)
             elif kind == SUPERVISE:
@@ -93,7 +97,10 @@ class AsyncRunner(ActorRunner):
         ctx.run(current_context.set, Context(self.info, message_rank))
         ctx.run(current_owner.set, self)
         if inspect.iscoroutinefunction(fn):
-            return await ctx.run(asyncio.ensure_future, fn(*args, **kwargs))
+            try:
+                return await ctx.run(asyncio.ensure_future, _contained(fn(*args, **kwargs)))
+            except _Escaped as escaped:  # here it is caught like any other failure
+                raise escaped.exc from None
         return ctx.run(fn, *args, **kwargs)
 
     async def _handle_async(self, call: Call, parts: Sequence[Buffer]) -> None:
@@ -126,7 +133,9 @@ class AsyncRunner(ActorRunner):
             handled = await self._invoke(self.rank, fn, *args)
         except NoHandler:
             return
-        except Exception as exc:  # noqa: BLE001 - a raising handler fails its actor
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a raising handler fails its actor
             handled = exc
         self._supervised(failure, handled)
 
@@ -139,11 +148,34 @@ class AsyncRunner(ActorRunner):
             cleanup = getattr(self.instance, "__cleanup__", None)
             if cleanup is not None and self.failure is None:
                 try:
-                    await asyncio.wait_for(
-                        self._invoke(self.rank, cleanup, None), current_config().cleanup_timeout
-                    )
+                    await asyncio.wait_for(self._cleanup(cleanup), current_config().cleanup_timeout)
                 except TimeoutError:
                     log.warning("__cleanup__ of %s timed out", self.info.actor_id)
-                except Exception:
-                    log.exception("__cleanup__ of %s failed", self.info.actor_id)
         self._reply_stopped(stop)
+
+    async def _cleanup(self, cleanup: Callable[..., Any]) -> None:
+        """Run ``__cleanup__``; whatever it raises is logged (in this task: a KeyboardInterrupt
+        ending a task would end the proc's loop)."""
+        try:
+            await self._invoke(self.rank, cleanup, None)
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            log.exception("__cleanup__ of %s failed", self.info.actor_id)
+
+
+class _Escaped(Exception):
+    """A KeyboardInterrupt or SystemExit raised by actor code, carried out of its task."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+async def _contained(coro: Any) -> Any:
+    """Run ``coro``; a KeyboardInterrupt or SystemExit comes out as ``_Escaped``: an
+    asyncio task ending with one re-raises it out of the event loop, ending the proc,
+    where upstream fails only the actor."""
+    try:
+        return await coro
+    except (KeyboardInterrupt, SystemExit) as exc:
+        raise _Escaped(exc) from None

@@ -7,6 +7,7 @@ local actors its shape covers; ``LocalGather`` sends their replies back together
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -62,6 +63,22 @@ def handle_spawn_actor(
     for runner in runners:
         running[runner.info.actor_id] = runner
     runtime.add_actor(body.mesh, LocalMesh(runtime, runners).deliver)
+
+
+RELEASE_WAIT = 1.0
+"""Seconds a stopping proc waits for its actors' threads to end (see ``release_actors``)."""
+
+
+def release_actors(runtime: Runtime) -> None:
+    """The proc stops cleanly: let go of every actor here (see ``ActorRunner.release``)."""
+    runners = list(running.values())
+    running.clear()
+    runtime.actors.clear()
+    for runner in runners:
+        runner.release()
+    deadline = time.monotonic() + RELEASE_WAIT
+    for runner in runners:
+        runner.join(max(0.0, deadline - time.monotonic()))
 
 
 def refuse_undeliverable(runtime: Runtime, body: Body, dest: str) -> None:

@@ -22,12 +22,13 @@ from monarch.core._context import Context
 from monarch.core._errors import MeshFailure
 from monarch.core._future import run_on
 from monarch.core._messages import Call, SpawnActor
+from monarch.core._reports import aborted_by
 from monarch.core._runtime import Runtime, spin, spin_seconds
 from monarch.core._scope import current_context, current_owner
 from monarch.core._serialize import loads, loads_arguments
 from monarch.transport import Buffer
 
-from ._actor_runner import CALL, STOP, ActorRunner, Item, NoHandler
+from ._actor_runner import CALL, EXIT, STOP, ActorRunner, Item, NoHandler
 
 HELD_REPLIES = 32
 """Most replies a sync actor's thread holds back while more messages wait."""
@@ -49,14 +50,20 @@ class SyncRunner(ActorRunner):
         calls them directly, without ``_prepare``."""
         self.thread_id: int | None = None
         """The actor's thread (``threading.get_ident``)."""
+        self.thread: threading.Thread | None = None
 
     def start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        threading.Thread(
+        self.thread = threading.Thread(
             target=self._run_sync,
             args=(args, kwargs),
             name=f"actor-{self.spawn.name}",
             daemon=True,
-        ).start()
+        )
+        self.thread.start()
+
+    def join(self, timeout: float) -> None:
+        if self.thread is not None:
+            self.thread.join(timeout)
 
     def _put(self, item: Item) -> None:
         self.calls.put(item)
@@ -73,8 +80,8 @@ class SyncRunner(ActorRunner):
         try:
             self.instance = cls(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - any failure in __init__ fails the actor
-            self._reply(self.spawn.reply, exc, error=True)
-            self._fail(exc, "__init__ raised")
+            self._reply(self.spawn.reply, exc, error=True, method="__init__")
+            self._fail(exc, aborted_by(exc))
         else:
             self._reply(self.spawn.reply, None)
         calls = self.calls
@@ -91,11 +98,15 @@ class SyncRunner(ActorRunner):
             if calls.empty():
                 _await_message(calls)
             kind, message, parts = calls.get()
+            if kind == EXIT:
+                flush_writes(held)
+                self.instance = self.cls = None  # see release()
+                return
             if kind == CALL:
                 pending += 1
             try:
                 self._serve_sync(kind, message, parts, held)
-            except Exception:
+            except BaseException:
                 log.exception("actor %s could not handle a message", self.info.actor_id)
             # Nothing of a message outlives its handling here (its arguments and result
             # were locals of _serve_sync): a large one's memory is then free for the next
@@ -173,7 +184,7 @@ class SyncRunner(ActorRunner):
         self.runtime.call_soon(self.runtime.loop.call_later, timeout, expire)
         try:
             self._call_sync(cleanup, (None,), {})
-        except Exception:
+        except BaseException:
             log.exception("__cleanup__ of %s failed", self.info.actor_id)
         reply()
 
@@ -183,7 +194,7 @@ class SyncRunner(ActorRunner):
             handled = self._call_sync(*self._supervise_handler(failure))
         except NoHandler:
             return
-        except Exception as exc:  # noqa: BLE001 - a raising handler fails its actor
+        except BaseException as exc:  # noqa: BLE001 - a raising handler fails its actor
             handled = exc
         self._supervised(failure, handled)
 

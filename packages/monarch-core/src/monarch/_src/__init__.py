@@ -1,0 +1,1 @@
+"""Upstream's private package, for the few names user code reaches into (``monarch._src``)."""

@@ -1,0 +1,1 @@
+"""Upstream's ``monarch._src.actor``: only ``bootstrap_main``, the module procs run."""

@@ -1,0 +1,106 @@
+"""Upstream's words for failures: users grep logs and match error texts, so ours are
+upstream's (torchmonarch 0.7.0), assembled here from the same parts.
+
+An actor is named by its place in the ownership tree: ``<root>.<module.Class name{coords}>``
+(its owner's name, then its class, mesh name and rank in the mesh it was spawned on). A
+failure has a *reason* (``the process this actor was running on exited with non-zero code
+3``, ``actor explicitly aborted due to: <traceback>``), told three ways: a supervision
+*event* (``MeshFailure`` and its ``str``), a *report* (``MeshFailure.report()``), and the
+``SupervisionError`` of a call (``Endpoint call mesh.method() failed, <report>``).
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from textwrap import indent
+
+ROOT = "<root>"
+"""The root client, first in every actor's name."""
+
+ACTOR_MESH_STOPPED = "ActorMeshController received explicit stop request"
+"""The status of an actor of a mesh stopped with ``ActorMesh.stop()``, as upstream words it."""
+
+EXITED_CLEANLY = "process exited cleanly"
+"""The status of an actor whose process exited with code 0: stopped, not failed."""
+
+
+def actor_name(owner: str, cls: type | None, mesh_name: str, point: object) -> str:
+    """``<owner>.<module.Class name{coords}>``; ``point`` is the actor's rank (a Point)."""
+    qualname = f"{cls.__module__}.{cls.__qualname__}" if cls is not None else "?"
+    return f"{owner}.<{qualname} {mesh_name}{point!r}>"
+
+
+def aborted(why: str) -> str:
+    """The reason of an actor that failed in Python (a ``BaseException``, a failed
+    ``__init__``, an exception with nobody to tell, ``Instance.abort``)."""
+    return f"actor explicitly aborted due to: {why}"
+
+
+def aborted_by(exc: BaseException) -> str:
+    """:func:`aborted`, with the exception's traceback as the why."""
+    return aborted("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+
+
+_EXIT = re.compile(r"exited with code (-?\d+)")
+_SIGNAL = re.compile(r"killed by signal (\d+)")
+
+
+def process_ended(how: str) -> tuple[str, bool]:
+    """The reason for an actor whose process ended as ``how`` says (a host agent's report:
+    ``exited with code N``, ``was killed by signal N``, or why the connection was lost),
+    and whether that is a clean exit (code 0: the actor stopped, it did not fail)."""
+    if (code := _EXIT.search(how)) is not None:
+        if int(code.group(1)) == 0:
+            return EXITED_CLEANLY, True
+        return f"the process this actor was running on exited with non-zero code {code[1]}", False
+    if (sig := _SIGNAL.search(how)) is not None:
+        return f"the process this actor was running on failed: Killed(sig={sig[1]})", False
+    return f"the process this actor was running on failed: {how}", False
+
+
+def failed_event(actor: str, reason: str) -> str:
+    """A supervision event: the actor failed."""
+    return f"Supervision event: actor {actor} failed:\n{indent(reason, '  ')}"
+
+
+def unhandled_event(actor: str, child_event: str) -> str:
+    """A supervision event: the actor failed because a failure of a mesh it owns was not
+    handled (no ``__supervise__``, or it returned falsy)."""
+    return (
+        f"Supervision event: actor {actor} failed because it did not handle a supervision "
+        f"event from its child. The child's event was:\n{indent(child_event, '  ')}"
+    )
+
+
+def status_event(actor: str, status: str) -> str:
+    """A supervision event: the actor stopped (``status`` says why)."""
+    return f"Supervision event: actor {actor} has status:\n  stopped: {status}"
+
+
+def failed_report(actor: str, reason: str) -> str:
+    """``MeshFailure.report()``, and what a call to the failed actor is told."""
+    return f"The actor {actor} and all its descendants have failed:\n{indent(reason, '  ')}"
+
+
+def endpoint(mesh_name: str, method: str) -> str:
+    """How a SupervisionError names the call that failed (``SupervisionError.endpoint``)."""
+    return f"{mesh_name}.{method}()"
+
+
+def oversize(size: int, limit: int) -> str:
+    """Why a message larger than ``codec_max_frame_length`` was not sent (upstream's words)."""
+    return (
+        f"rejecting oversize frame: len={size} > max={limit}; increase CODEC_MAX_FRAME_LENGTH "
+        "to allow."
+    )
+
+
+def undeliverable(mesh_name: str, method: str, adverb: str, why: str) -> str:
+    """A call that could not be delivered."""
+    return f"undeliverable message for {mesh_name}.{method}() ({adverb}): {why}"
+
+
+def actor_call_failed(mesh_name: str, method: str) -> str:
+    """``ActorError.message`` of an endpoint that raised."""
+    return f"Actor call {mesh_name}.{method} failed."
