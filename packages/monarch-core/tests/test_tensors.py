@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 
 from monarch.actor import Actor, ProcMesh, endpoint, this_host  # noqa: E402
+from monarch.config import configured  # noqa: E402
 from monarch.core._lending import LEND_MIN  # noqa: E402
 from monarch.core._serialize import OUT_OF_BAND_MIN, dumps, loads  # noqa: E402
 
@@ -131,9 +132,13 @@ class Tensors(Actor):
 
 @pytest.fixture(scope="module")
 def procs() -> Iterator[ProcMesh]:
-    mesh = this_host().spawn_procs(per_host={"gpus": 1})
-    yield mesh
-    mesh.stop().get(timeout=30)
+    # A proc imports this module (and torch with it) on its loop to unpickle Tensors: under
+    # load that takes seconds, which a network peer's heartbeat deadline would call a death
+    # (the runtime of this test process may be on tcp after other files of its worker).
+    with configured(heartbeat_timeout="120s"):
+        mesh = this_host().spawn_procs(per_host={"gpus": 1})
+        yield mesh
+        mesh.stop().get(timeout=30)
 
 
 @pytest.mark.parametrize("size", [16, OUT_OF_BAND_MIN, 4 * LEND_MIN])
