@@ -7,7 +7,7 @@ every frame after it (``_mac``)::
     client -> server   MAGIC, ClientHello(min_version, max_version, nonce_c)
     server -> client   ServerHello(version, nonce_s)
     client -> server   Proof(HMAC(secret, "client" | transcript), features offered)
-    server -> client   Proof(HMAC(secret, "server" | transcript), features agreed)
+    server -> client   Proof(HMAC(secret, "server" | features | transcript), features agreed)
                        (or Reject(reason) instead of any of these, and the end)
 
     th  = SHA-256(transcript, both proofs included)
@@ -251,7 +251,7 @@ class Handshake:
                 raise AuthenticationError("client failed to prove the shared secret")
             self._transcript += self._last_raw
             self.features = proof.features & self._features
-            self._send(Proof(self._mac(_SERVER_LABEL), self.features))
+            self._send(Proof(self._mac(_SERVER_LABEL, self.features), self.features))
             self._finish()
 
     def _client_step(self, message: HandshakeMessage) -> None:
@@ -269,13 +269,13 @@ class Handshake:
             self._step = 1
         else:
             proof = self._expect(message, Proof, record=False)
-            if not hmac.compare_digest(proof.mac, self._mac(_SERVER_LABEL)):
+            if proof.features & ~self._features:
+                raise HandshakeError(f"server chose features {proof.features:#x} not offered")
+            if not hmac.compare_digest(proof.mac, self._mac(_SERVER_LABEL, proof.features)):
                 # No Reject: the server is done and reads frames now; closing tells it.
                 raise AuthenticationError(
                     "secret mismatch: the server's proof does not match our secret"
                 )
-            if proof.features & ~self._features:
-                raise HandshakeError(f"server chose features {proof.features:#x} not offered")
             self._transcript += self._last_raw
             self.features = proof.features
             self._finish()
@@ -329,8 +329,11 @@ class Handshake:
             self._transcript += self._last_raw
         return message
 
-    def _mac(self, label: bytes) -> bytes:
-        return hmac.digest(self._secret, label + self._transcript, "sha256")
+    def _mac(self, label: bytes, features: int | None = None) -> bytes:
+        """The proof: over the transcript, and for the server the features it agreed (they
+        follow the proof in its message, so a flipped bit there fails the proof itself)."""
+        agreed = b"" if features is None else features.to_bytes(8, "big")
+        return hmac.digest(self._secret, label + agreed + self._transcript, "sha256")
 
 
 def _rejection(reject: Reject) -> HandshakeError:
