@@ -157,6 +157,14 @@ class MonarchSide:
         return {**latency("mesh4_gather", samples), **cpu.per_call("mesh4_gather", n)}
 
     def payload(self, mib: int, data: bytes, count: int) -> dict[str, float]:
+        return self._oneway_and_echo(
+            "payload", mib, data, count, lambda back: check_echo(back, len(data))
+        )
+
+    def _oneway_and_echo(
+        self, prefix: str, mib: int, data: Any, count: int, check: Any
+    ) -> dict[str, float]:
+        """``count`` calls of ``data`` to a sink, then ``count`` echoed back (each ``check``ed)."""
         one, timeout, clock = self.one, self.timeout, time.perf_counter
         t0 = clock()
         for _ in range(count):
@@ -165,11 +173,11 @@ class MonarchSide:
         oneway = clock() - t0
         t0 = clock()
         for _ in range(count):
-            check_echo(one.echo.call_one(data).get(timeout), len(data))
+            check(one.echo.call_one(data).get(timeout))
         echo = clock() - t0
         return {
-            f"payload_{mib}MiB_oneway_MiBps": mib * count / oneway,
-            f"payload_{mib}MiB_echo_MiBps": 2 * mib * count / echo,
+            f"{prefix}_{mib}MiB_oneway_MiBps": mib * count / oneway,
+            f"{prefix}_{mib}MiB_echo_MiBps": 2 * mib * count / echo,
         }
 
     def tensor_payload(self, mib: int, count: int) -> dict[str, float]:
@@ -179,22 +187,12 @@ class MonarchSide:
         if self._tensor is None or self._tensor.numel() * 4 != mib * MIB:
             self._tensor = torch.arange(mib * MIB // 4, dtype=torch.float32)
         data = self._tensor
-        one, timeout, clock = self.one, self.timeout, time.perf_counter
-        t0 = clock()
-        for _ in range(count):
-            if one.sink.call_one(data).get(timeout) is not None:
-                raise AssertionError("sink returned a value")
-        oneway = clock() - t0
-        t0 = clock()
-        for _ in range(count):
-            back = one.echo.call_one(data).get(timeout)
+
+        def check(back: Any) -> None:
             if back.shape != data.shape or back[-1].item() != data[-1].item():
                 raise AssertionError("echo returned a different tensor")
-        echo = clock() - t0
-        return {
-            f"tensor_{mib}MiB_oneway_MiBps": mib * count / oneway,
-            f"tensor_{mib}MiB_echo_MiBps": 2 * mib * count / echo,
-        }
+
+        return self._oneway_and_echo("tensor", mib, data, count, check)
 
     def cold_start(self, timeout: float) -> dict[str, float]:
         return cold_figures(run_cold([str(HERE / "_core_cold_start.py")], timeout))

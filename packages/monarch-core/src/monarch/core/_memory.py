@@ -199,5 +199,5 @@ def copy_to_bytes(view: memoryview) -> bytes:
     if _api is None or size < 2 * HUGE_PAGE:
         return bytes(view)
     data = fresh_bytes(size)
-    ctypes.memmove(address_of(data), address_of(view), size)
+    copy_into(data, view)
     return data

@@ -115,7 +115,7 @@ def rebuild_tensor(
     if view.nbytes == 0:
         tensor = torch.empty_strided(shape, stride, dtype=kind)
     else:
-        itemsize = torch.empty((), dtype=kind).element_size()
+        itemsize = kind.itemsize
         if not _owned(view, itemsize, sender):
             own = memory.fresh_bytearray(view.nbytes)
             memory.copy_into(own, view)

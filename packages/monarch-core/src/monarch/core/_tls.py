@@ -155,9 +155,11 @@ def from_environment() -> TlsIdentity | None:
 
 def current_identity() -> TlsIdentity:
     """This process's identity: installed, inherited, or a job CA made now."""
-    if not _installed:
-        _installed.append(from_environment() or job_identity())
-    return _installed[0]
+    identity = installed_identity()
+    if identity is None:
+        identity = job_identity()
+        _installed.append(identity)
+    return identity
 
 
 def installed_identity() -> TlsIdentity | None:
