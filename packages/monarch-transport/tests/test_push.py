@@ -214,6 +214,73 @@ async def test_a_thread_failing_a_send_ends_push_mode(endpoint: Endpoint) -> Non
         assert failed.is_set()
 
 
+# -- pausing (backpressure): a paused receiver leaves frames in the kernel's buffers ----
+
+FLOOD = 64 * 1024 * 1024
+"""More than any socket buffers hold: a sender to a paused receiver must fill them."""
+
+
+def queue_flood(client: Connection, count: int) -> list[list[bytes]]:
+    sent = [[str(i).encode(), b"x" * (FLOOD // count)] for i in range(count)]
+    for parts in sent:
+        client.send_nowait(parts)
+    return sent
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_paused_receiver_stalls_its_sender_and_resumes_in_order(
+    endpoint: Endpoint,
+) -> None:
+    async with serving(endpoint) as server:
+        client, peer, pushed = await pushing(endpoint, server)
+        peer.pause_receiving()
+        peer.pause_receiving()  # idempotent
+        sent = queue_flood(client, 64)
+        assert client.unsent > 0
+        assert not client.flush_nowait()  # the buffers are full: nobody reads them
+        assert 0 < client.unsent < FLOOD
+        assert len(pushed.frames) < len(sent)
+        peer.resume_receiving()
+        await client.flush()
+        assert client.unsent == 0
+        await pushed.wait_for(frames=len(sent))
+        assert pushed.frames == sent
+        await client.aclose()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_paused_receiver_still_learns_that_we_closed(endpoint: Endpoint) -> None:
+    async with serving(endpoint) as server:
+        client, peer, pushed = await pushing(endpoint, server)
+        peer.pause_receiving()
+        await peer.aclose()
+        await pushed.wait_for(error=True)
+        assert isinstance(pushed.error, ConnectionClosed)
+        await client.aclose()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_flush_for_writes_within_its_time_or_says_it_could_not(
+    endpoint: Endpoint,
+) -> None:
+    """A sender that cannot await (backpressure on the loop's own thread) blocks in
+    ``flush_for``: bounded while the peer does not read, done once it does."""
+    async with serving(endpoint) as server:
+        client, peer, pushed = await pushing(endpoint, server)
+        peer.pause_receiving()
+        sent = queue_flood(client, 16)
+        assert not client.flush_for(0.01)  # nobody reads: it gives up in time
+        left = client.unsent
+        assert left > 0
+        assert not client.flush_for(0.01, keep=left - 1)
+        peer.resume_receiving()
+        assert await anyio.to_thread.run_sync(client.flush_for, 60.0)
+        assert client.unsent == 0
+        await pushed.wait_for(frames=len(sent))
+        assert pushed.frames == sent
+        await client.aclose()
+
+
 # -- any chunking (hypothesis): bytes written in arbitrary pieces by a raw peer ----------
 
 frames_st = st.lists(

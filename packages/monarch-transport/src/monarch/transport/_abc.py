@@ -120,6 +120,33 @@ class Connection(TypedAttributeProvider, ABC):
         """
         return False
 
+    def pause_receiving(self) -> None:
+        """Push mode: stop reading the socket until :meth:`resume_receiving` (on the loop).
+
+        Frames already read stay available to :meth:`receive_nowait`; the peer's next
+        frames wait in the kernel's buffers, and its writes stall once those are full:
+        how a receiver that cannot keep up slows its sender down. Outside push mode it
+        does nothing (a receiver pauses by not calling :meth:`receive`).
+        """
+
+    def resume_receiving(self) -> None:
+        """Push mode: read the socket again after :meth:`pause_receiving` (on the loop)."""
+
+    @property
+    def unsent(self) -> int:
+        """Bytes queued and not written yet (0 where the transport does not know)."""
+        return 0
+
+    def flush_for(self, seconds: float, keep: int = 0) -> bool:
+        """Write, blocking the calling thread up to ``seconds``, until at most ``keep``
+        bytes remain queued; returns whether it got there.
+
+        For a sender that must slow down to its peer's pace where it cannot await (a
+        synchronous ``send`` on the event loop's own thread). The default only writes
+        what the socket takes now.
+        """
+        return self.flush_nowait() or self.unsent <= keep
+
     @abstractmethod
     async def aclose(self) -> None:
         """Flush (bounded by ``close_timeout``) and close. Idempotent."""

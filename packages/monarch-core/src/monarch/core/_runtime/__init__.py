@@ -22,8 +22,9 @@ Which thread does what:
 - **Waiting**: every waiter (a thread blocked on a Future, an idle actor thread, the loop
   after messages) first yields the CPU for ``wait_spin``, then sleeps (``_spin``).
 
-Modules: ``_spin`` (the wait rule), ``_loop`` (the event loop), ``_peers`` (a peer's
-writer), ``_router`` (``Runtime``), ``_current`` (this process's runtime).
+Modules: ``_spin`` (the wait rule), ``_loop`` (the event loop), ``_flow`` (fair turns and
+backpressure), ``_peers`` (a peer's writer), ``_router`` (``Runtime``), ``_current`` (this
+process's runtime).
 """
 
 from ._current import (
@@ -33,16 +34,20 @@ from ._current import (
     running_runtime,
     set_starter,
 )
+from ._flow import CONSUMER_TURN, MESSAGE_COST, Flow
 from ._loop import new_event_loop
 from ._peers import DEFER, PeerWriter
 from ._router import ActorSink, ControlHandler, PeerWatcher, PortHandler, Runtime
 from ._spin import USABLE_CPUS, spin, spin_seconds
 
 __all__ = [
+    "CONSUMER_TURN",
     "DEFER",
+    "MESSAGE_COST",
     "USABLE_CPUS",
     "ActorSink",
     "ControlHandler",
+    "Flow",
     "PeerWatcher",
     "PeerWriter",
     "PortHandler",
