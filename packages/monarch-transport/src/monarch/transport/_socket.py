@@ -304,6 +304,8 @@ class SocketConnection(Connection):
     def flush_for(self, seconds: float, keep: int = 0) -> bool:
         deadline = time.monotonic() + seconds
         poll: select.poll | None = None
+        with self._send_lock:
+            self._seal()  # the peer hands out none of a run's frames before its seal
         while self._queued - self._written > keep:
             with self._send_lock:
                 if self._failure is not None:
