@@ -31,7 +31,8 @@ from monarch.config import configured
 from monarch.core import current_runtime
 
 MIB = 1024 * 1024
-torch: Any = importlib.import_module("torch") if importlib.util.find_spec("torch") else None
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+"""Imported only where tensors are made: every proc imports this module (its actors)."""
 RECEIVER_GROWTH = 256 * MIB
 """What a flooded receiver's RSS may grow by: its lanes' high-water marks (4 MiB each,
 counted as received) with the objects that hold them, its read buffers, and much slack.
@@ -284,9 +285,15 @@ def test_two_actors_each_sending_all_before_receiving_both_finish(event_loop_kin
 # -- the pipeline soak ---------------------------------------------------------------------
 
 
+def tensor(size: int) -> Any:
+    """A torch tensor of ``size`` floats if torch is importable, else as many bytes."""
+    if HAS_TORCH:
+        return importlib.import_module("torch").randn(size)
+    return os.urandom(4 * size)
+
+
 def rollout(generator: int, version: int) -> Any:
-    tokens = torch.randn(256) if torch is not None else os.urandom(1024)
-    return {"generator": generator, "weights": version, "tokens": tokens}
+    return {"generator": generator, "weights": version, "tokens": tensor(256)}
 
 
 class Generator(Actor):
@@ -369,7 +376,7 @@ class Trainer(Actor):
                 item = await self.inbox.recv()
                 assert item["scored"]
             self.version += 1
-            weights = torch.ones(1024) if torch is not None else os.urandom(4096)
+            weights = tensor(1024)
             send(self.generators.update_weights, (weights, self.version), {}, selection="choose")
             if step % 100 == 0:
                 _, scorer_growth = await scorer.stats.call_one()

@@ -10,6 +10,7 @@ peer on this machine) or its heartbeats stop (one elsewhere).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections import deque
@@ -27,6 +28,10 @@ from monarch.transport.wire import Envelope, decode_envelope, encode
 
 from ._flow import MESSAGE_COST, PATIENCE, SEND_HIGH, SEND_LOW, STALL
 
+log = logging.getLogger("monarch.core")
+
+LANE_TRIES: Final = 3
+"""Attempts at a lane's connection while the main one is up (see ``PeerWriter._connect``)."""
 DEFER: Final[list[Any]] = []
 """A ``batch`` for ``post`` off the loop: the writer task flushes (see ``Runtime.cast``)."""
 
@@ -73,12 +78,17 @@ class PeerWriter:
     ``busy``; while ``busy``, only the writer task touches the connection.
     """
 
-    def __init__(self, runtime: WriterOwner, address: str, lane: bool = False) -> None:
+    def __init__(
+        self, runtime: WriterOwner, address: str, lane: bool = False, main: PeerWriter | None = None
+    ) -> None:
         self.runtime = runtime
         self.address = address
         self.lane = lane
         """The peer's lane (values for its inboxes, see ``_flow``), not its main connection:
         its senders slow down when it does not keep up (``throttle``)."""
+        self.main = main
+        """A lane's main writer: connected first (see ``_connect``)."""
+        self.connected = asyncio.Event()
         self.queued = 0
         """Bytes of a lane's messages in ``pending`` (not yet handed to the connection)."""
         self.room = threading.Event()
@@ -298,8 +308,7 @@ class PeerWriter:
         settings = None if self.lane else heartbeat_settings(self.address)
         beat = None if settings is None else loop.create_task(self._heartbeat(*settings))
         try:
-            tls = tls_options(self.address, server=False)
-            conn = await open_connection(self.address, secret=self.runtime.secret, **tls)
+            conn = await self._connect()
             self.heard = loop.time()
             # The hello: who we are (this process's incarnation, which outlives an address
             # change and tells a restarted process from its predecessor), and how often
@@ -312,6 +321,7 @@ class PeerWriter:
             watch = loop.create_task(self._watch(conn))
             with self.lock:
                 self.conn = conn
+            self.connected.set()
             try:
                 while True:
                     with self.lock:
@@ -338,6 +348,27 @@ class PeerWriter:
                 beat.cancel()
             if conn is not None:
                 await conn.aclose()
+
+    async def _connect(self) -> Connection:
+        """Open the connection. A lane waits for the main one, and tries again while that
+        one is up: the peer may be busy (importing torch for what the first connection
+        brought, say) past a handshake's deadline without being gone, and two handshakes
+        at once would leave whatever the first brings in the way of the second."""
+        main = self.main
+        if main is not None:
+            await main.connected.wait()
+        tls = tls_options(self.address, server=False)
+        tries = 0
+        while True:
+            try:
+                return await open_connection(self.address, secret=self.runtime.secret, **tls)
+            except (TransportError, OSError) as exc:
+                tries += 1
+                if main is None or main.conn is None or main.failure is not None:
+                    raise
+                if tries >= LANE_TRIES:
+                    raise
+                log.warning("lane to %s: %s; trying again", self.address, exc)
 
     async def _watch(self, conn: Connection) -> None:
         """Heartbeats are all a peer sends back; a read fails when the connection dies."""

@@ -548,18 +548,17 @@ class Runtime:
 
     def _writer(self, address: str, on_loop: bool = True, lane: bool = False) -> PeerWriter:
         """The writer to ``address`` (its lane's if ``lane``), made (and, on the loop or
-        soon, started) if new. A lane comes with the main connection, which watches the
+        soon, started) if new. A lane comes after the main connection, which watches the
         peer's health."""
         writers = self._lanes if lane else self._writers
         writer = writers.get(address)
         if writer is None:
-            writer = writers.setdefault(address, PeerWriter(self, address, lane))
+            main = self._writer(address, on_loop) if lane else None
+            writer = writers.setdefault(address, PeerWriter(self, address, lane, main))
             if on_loop:
                 writer.start()
             else:
                 self.call_soon(writer.start)
-            if lane:
-                self._writer(address, on_loop)
         return writer
 
     def cast(
