@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import subprocess
@@ -407,3 +408,36 @@ def test_blocking_get_inside_a_running_event_loop_warns(procs: ProcMesh) -> None
         return value
 
     assert asyncio.run(main()) == 0
+
+
+def _gate_imports_at(path: str) -> None:
+    os.environ["MONARCH_TEST_IMPORT_GATE"] = path
+
+
+def test_an_actor_module_slow_to_import_holds_up_nothing_else_in_its_proc(
+    tmp_path: Any,
+) -> None:
+    """Reading a spawn may import the actor's module (torch: seconds, tens on a busy
+    machine): meanwhile the proc's loop serves its other actors (and, between machines,
+    sends the heartbeats without which its peers would declare it dead)."""
+    gate = str(tmp_path / "gate")
+    os.mkfifo(gate)
+    procs = this_host().spawn_procs(
+        per_host={"gpus": 1}, bootstrap=functools.partial(_gate_imports_at, gate)
+    )
+    opened = -1
+    try:
+        from gated_import import Gated  # here only: the procs import it when told to wait
+
+        gated = procs.spawn("gated", Gated)
+        counter = procs.spawn("counter", Counter, 7)
+        assert counter.get.call_one().get(timeout=60) == 7  # while Gated's import waits
+        opened = os.open(gate, os.O_RDWR)  # never blocks; the byte lets the import go on
+        os.write(opened, b"x")
+        assert gated.ping.call_one().get(timeout=60) == "imported"
+    finally:
+        if opened < 0:
+            opened = os.open(gate, os.O_RDWR)
+            os.write(opened, b"x")
+        procs.stop().get(timeout=30)
+        os.close(opened)

@@ -14,6 +14,7 @@ import socket
 import threading
 
 import anyio
+import anyio.lowlevel
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -278,6 +279,38 @@ async def test_flush_for_writes_within_its_time_or_says_it_could_not(
         assert client.unsent == 0
         await pushed.wait_for(frames=len(sent))
         assert pushed.frames == sent
+        await client.aclose()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_send_threadsafe_from_threads_and_the_loop_at_once(endpoint: Endpoint) -> None:
+    """Heartbeats go from a thread of their own while the loop sends on the same
+    connection: every frame arrives whole (MACs and all), each sender's in its order."""
+    async with serving(endpoint) as server:
+        client, _, pushed = await pushing(endpoint, server)
+        count = 300
+
+        def beat(name: bytes) -> None:
+            for i in range(count):
+                client.send_threadsafe([name, str(i).encode()])
+
+        threads = [threading.Thread(target=beat, args=(b"t%d" % n,)) for n in range(2)]
+        for thread in threads:
+            thread.start()
+        for i in range(count):
+            if not client.send_threadsafe([b"loop", str(i).encode(), b"x" * (i * 97)]):
+                await client.flush()
+            if i % 50 == 0:
+                await anyio.lowlevel.checkpoint()
+        for thread in threads:
+            await anyio.to_thread.run_sync(thread.join)
+        assert await anyio.to_thread.run_sync(client.flush_for, 60.0)
+        await pushed.wait_for(frames=3 * count)
+        assert pushed.error is None
+        by_sender: dict[bytes, list[int]] = {}
+        for frame in pushed.frames:
+            by_sender.setdefault(frame[0], []).append(int(frame[1]))
+        assert by_sender == {name: list(range(count)) for name in (b"loop", b"t0", b"t1")}
         await client.aclose()
 
 

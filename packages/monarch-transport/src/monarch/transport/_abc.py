@@ -94,6 +94,17 @@ class Connection(TypedAttributeProvider, ABC):
         """
         return False
 
+    def send_threadsafe(self, parts: Sequence[Buffer], timeout: float = 0.0) -> bool:
+        """Queue one frame and write, blocking the calling thread up to ``timeout``, from
+        any thread; returns whether nothing is left queued (the rest goes with the next
+        write).
+
+        For a sender whose event loop may be busy (heartbeats, sent from a thread of their
+        own so that a long callback on the loop does not make the process look dead). Only
+        safe where every other sender on the connection uses it too.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot send from other threads")
+
     @abstractmethod
     async def receive(self) -> Frame:
         """The next frame, as one memoryview per part.

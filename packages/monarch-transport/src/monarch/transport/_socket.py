@@ -264,10 +264,17 @@ class SocketConnection(Connection):
         self.send_nowait(parts)
         await self.flush()
 
+    def send_threadsafe(self, parts: Sequence[Buffer], timeout: float = 0.0) -> bool:
+        with self._send_lock:
+            self.send_nowait(parts)
+            self._seal()
+        return self.flush_for(timeout)
+
     def _seal(self) -> None:
         """Close the run of frames queued since the last flush with its seal."""
         if self._send_mac is not None:
-            self._queued += seal_into(self._queue, self._send_mac, COALESCE_LIMIT)
+            with self._send_lock:  # a run may be added to from another thread
+                self._queued += seal_into(self._queue, self._send_mac, COALESCE_LIMIT)
 
     async def flush(self) -> None:
         self._seal()
@@ -304,8 +311,7 @@ class SocketConnection(Connection):
     def flush_for(self, seconds: float, keep: int = 0) -> bool:
         deadline = time.monotonic() + seconds
         poll: select.poll | None = None
-        with self._send_lock:
-            self._seal()  # the peer hands out none of a run's frames before its seal
+        self._seal()  # the peer hands out none of a run's frames before its seal
         while self._queued - self._written > keep:
             with self._send_lock:
                 if self._failure is not None:

@@ -19,11 +19,15 @@ Which thread does what:
   still queued).
 - **A sync actor** runs on its own thread and replies from there; an async actor is a
   task on the loop (``monarch.core._runner``).
+- **The heartbeat thread** (``_beats``) beats to the peers on other machines that asked,
+  whatever the loop is doing: a loop busy for seconds (an async endpoint's computation,
+  an import) is no death. Reading a spawn (which may import the actor's module) and a
+  bootstrap function also happen off the loop.
 - **Waiting**: every waiter (a thread blocked on a Future, an idle actor thread, the loop
   after messages) first yields the CPU for ``wait_spin``, then sleeps (``_spin``).
 
 Modules: ``_spin`` (the wait rule), ``_loop`` (the event loop), ``_flow`` (fair turns and
-backpressure), ``_peers`` (a peer's writer), ``_router`` (``Runtime``), ``_current`` (this
+backpressure), ``_beats`` (heartbeats), ``_peers`` (a peer's writer), ``_router`` (``Runtime``), ``_current`` (this
 process's runtime).
 """
 

@@ -393,9 +393,16 @@ class PeerWriter:
     async def _heartbeat(self, interval: float, limit: float) -> None:
         """Declare the peer lost once it has been silent for ``limit`` s (frozen, cut off)."""
         loop = self.runtime.loop
+        step = min(interval, limit / 2)
         while True:
-            await asyncio.sleep(min(interval, limit / 2))
-            silent = loop.time() - self.heard
+            planned = loop.time() + step
+            await asyncio.sleep(step)
+            now = loop.time()
+            if now - planned > step:
+                # Our own loop was held up (a long callback): what the peer sent meanwhile
+                # waits unread; it is not the peer's silence. It has a deadline from now.
+                self.heard = max(self.heard, now)
+            silent = now - self.heard
             if silent > limit:
                 self._fail(
                     PeerLost(

@@ -60,6 +60,7 @@ from monarch.transport import (
 )
 from monarch.transport.wire import Envelope, decode_envelope, encode
 
+from ._beats import Beats
 from ._flow import TURN_BYTES, TURN_MESSAGES, Flow
 from ._peers import DEFER, PeerWriter
 from ._spin import spin_seconds
@@ -207,10 +208,7 @@ class Inbound:
         self.runtime.spawn_task(self._send_quietly(notice))
 
     async def _send_quietly(self, frame: bytes) -> None:
-        try:
-            await self.conn.send([frame])
-        except TransportError:
-            pass  # the connection is gone; its reader reports that
+        await send_back(self.conn, frame)
 
     async def wait_turn(self) -> None:
         """Pull mode: return when the connection may be read."""
@@ -239,11 +237,22 @@ class Inbound:
         self.runtime._held.discard(self)
         if self._beats is not None:
             self._beats.cancel()
+        self.runtime.beats.remove(self.conn)
         self.runtime._inbound.get(self.sender, {}).pop(self.conn, None)
         self.rings.clear()  # unmapped once no frame of this connection is being read
         self._drained.set()
         if not self.ended.done():
             self.ended.cancel()
+
+
+async def send_back(conn: Connection, frame: bytes) -> None:
+    """Send on a connection a peer opened to us: its heartbeats go from another thread
+    (see ``_beats``), so every frame we send on it is queued thread-safely."""
+    try:
+        if not conn.send_threadsafe([frame]):
+            await conn.flush()
+    except TransportError:
+        pass  # the connection is gone; its reader reports that
 
 
 class Runtime:
@@ -292,6 +301,8 @@ class Runtime:
         self.control: dict[type, ControlHandler] = {}
         """Handlers of messages to the proc itself, by body type (see ``_services``)."""
         self.stopped = asyncio.Event()
+        self.beats = Beats()
+        """Heartbeats to the peers that asked for them, sent off the loop."""
         self._tasks: set[asyncio.Task[Any]] = set()
         self.loop_thread_id: int | None = None
         self._inbox: deque[tuple[Any, ...]] = deque()
@@ -474,7 +485,7 @@ class Runtime:
     async def _send_heartbeats(self, conn: Connection, hello: Envelope, pulls: bool) -> None:
         """Answer a hello with ours, then beat at the interval the peer asked for."""
         answer = {"i": self.incarnation, "pull": "1"} if pulls else {"i": self.incarnation}
-        await conn.send([encode(Envelope(HEARTBEAT, "", self.address, 0, answer))])
+        await send_back(conn, encode(Envelope(HEARTBEAT, "", self.address, 0, answer)))
         if not hello.dest:
             return  # no heartbeats wanted (a peer on this machine)
         try:
@@ -484,13 +495,7 @@ class Runtime:
         if hello.kind != HEARTBEAT or not math.isfinite(interval):
             log.warning("bad heartbeat request from %s", hello.sender)
             return
-        beat = [encode(Envelope(HEARTBEAT, "", self.address))]
-        try:
-            while True:
-                await conn.send(beat)
-                await asyncio.sleep(max(interval, 0.01))
-        except TransportError:
-            pass  # the connection is gone; its reader reports that
+        self.beats.add(conn, max(interval, 0.01), [encode(Envelope(HEARTBEAT, "", self.address))])
 
     # -- sending -------------------------------------------------------------------
 
@@ -778,6 +783,7 @@ class Runtime:
         self._peer_failed(address, PeerLost(f"process at {address} {how}"))
 
     async def aclose(self) -> None:
+        self.beats.close()
         for writer in [*self._writers.values(), *self._lanes.values()]:
             writer.stop()
         if self.listener is not None:
