@@ -27,8 +27,8 @@ Which thread does what:
   after messages) first yields the CPU for ``wait_spin``, then sleeps (``_spin``).
 
 Modules: ``_spin`` (the wait rule), ``_loop`` (the event loop), ``_flow`` (fair turns and
-backpressure), ``_beats`` (heartbeats), ``_peers`` (a peer's writer), ``_router`` (``Runtime``), ``_current`` (this
-process's runtime).
+backpressure), ``_beats`` (heartbeats), ``_peers`` (a peer's writer), ``_router``
+(``Runtime``), ``_current`` (this process's runtime).
 """
 
 from ._current import (
