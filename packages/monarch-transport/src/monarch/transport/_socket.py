@@ -330,6 +330,8 @@ class SocketConnection(Connection):
 
     def _write_some(self) -> int:
         """One write from the queue (the send lock held): bytes written, or WANT_WRITE."""
+        if not self._queue:
+            return 0  # another thread wrote it all since the caller looked
         try:
             sent = self._io.send(self._queue)
         except OSError as exc:
