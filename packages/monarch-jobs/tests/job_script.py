@@ -1,0 +1,42 @@
+"""A user's script with a ProcessJob, run as its own process by test_process_job.py.
+
+    python job_script.py run HOSTS     state() (start or re-attach), one actor per host
+    python job_script.py kill          job_load() then kill()
+Prints one JSON line: the workers' pids (the parents of the actors' procs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from monarch.actor import Actor, endpoint
+from monarch.job import ProcessJob, job_load
+
+
+class Where(Actor):
+    @endpoint
+    def where(self) -> dict[str, int]:
+        return {"pid": os.getpid(), "worker": os.getppid()}
+
+
+def run(hosts: int) -> None:
+    state = ProcessJob({"hosts": hosts}).state()
+    procs = state.hosts.spawn_procs(per_host={"gpus": 1})
+    seen = procs.spawn("where", Where).where.call().get(timeout=60).values()
+    print(json.dumps({"workers": sorted(v["worker"] for v in seen)}), flush=True)
+    procs.stop().get(timeout=60)
+
+
+def kill() -> None:
+    job = job_load()
+    job.kill()
+    print(json.dumps({"killed": True}), flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "run":
+        run(int(sys.argv[2]))
+    else:
+        kill()
