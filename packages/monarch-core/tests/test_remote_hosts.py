@@ -185,6 +185,30 @@ def test_the_worker_command_names_the_secret_requirement(tmp_path: Path) -> None
     assert "at least 16 bytes (128 bits" in done.stderr
 
 
+def test_use_job_secret_takes_another_jobs_secret_before_the_runtime_starts() -> None:
+    """A client re-attaching to a job another process started takes its secret; once
+    this process has one of its own, another is refused."""
+    script = """if True:
+        import os
+        from monarch.core import job_secret, use_job_secret
+        first, second = os.urandom(32), os.urandom(32)
+        use_job_secret(first)
+        assert job_secret() == first and "MONARCH_JOB_SECRET" not in os.environ
+        use_job_secret(first)  # the same one again is fine
+        for bad, error in ((second, RuntimeError), (os.urandom(8), ValueError)):
+            try:
+                use_job_secret(bad)
+            except error as exc:
+                print(type(exc).__name__, exc)
+    """
+    env = {**os.environ, SECRET_ENV: secrets.token_hex(32)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("RuntimeError this process already has another job secret")
+    assert lines[1] == "ValueError a job secret must be at least 16 bytes"
+
+
 def test_a_secret_of_16_bytes_or_more_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
     secret = secrets.token_hex(16)
     monkeypatch.setenv(SECRET_ENV, secret)
