@@ -2,7 +2,7 @@
 # Debian packages the test suite uses beyond Python: installed when missing and we are root
 # (CI and fresh machines); otherwise the tests that need them skip and say why.
 set -euo pipefail
-needed=(iproute2 iptables)
+needed=(iproute2 iptables slurmctld slurmd slurm-client munge)
 missing=()
 for pkg in "${needed[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
@@ -14,4 +14,4 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
 fi
 echo "system-packages: installing ${missing[*]}" >&2
 apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from monarch.job import (
     JobState,
     LocalJob,
     ProcessJob,
+    SlurmJob,
     hosts_from_config,
     job_load,
     job_loads,
@@ -129,3 +132,50 @@ def test_local_job_meshes_are_this_host() -> None:
     assert hosts_from_config("trainers").extent == state.trainers.extent
     assert job.can_run(LocalJob(hosts=("trainers", "workers")))
     assert not job.can_run(LocalJob())
+
+
+# -- Slurm ---------------------------------------------------------------------------------
+
+START_SLURM = Path(__file__).parents[3] / "tools" / "slurm" / "start.sh"
+
+
+@pytest.fixture(scope="session")
+def slurm() -> None:
+    """A real one-node Slurm (tools/slurm/start.sh; its packages come from
+    tools/system-packages.sh). Where it cannot run (not root, no Slurm) the test fails
+    saying so: it is not silently skipped."""
+    if shutil.which("sbatch") is None:
+        pytest.fail("no Slurm here: tools/system-packages.sh installs it (as root)")
+    done = subprocess.run(["bash", str(START_SLURM)], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        pytest.fail(f"Slurm did not start: {done.stderr}")
+
+
+def squeue() -> str:
+    return subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True).stdout
+
+
+def test_a_slurm_job_allocates_attaches_reattaches_and_is_cancelled(
+    slurm: None, script: Script
+) -> None:
+    logs = str(script.folder / "slurm-logs")
+    first, said = script("slurm", logs)
+    assert "Saving job to cache" in said
+    assert "monarch_job RUNNING" in squeue()
+    again, said = script("slurm", logs)
+    assert "Job is running, returning current state" in said
+    assert again["workers"] == first["workers"]  # the same worker, still in its allocation
+    script("kill")
+    job = job_load(script.folder / ".monarch" / "job_state.pkl")
+    assert isinstance(job, SlurmJob)
+    deadline = time.monotonic() + 60
+    while "monarch_job" in squeue():
+        assert time.monotonic() < deadline, squeue()
+        time.sleep(0.1)
+    assert not any(map(alive, first["workers"]))
+
+
+def test_a_failing_sbatch_says_why(slurm: None, tmp_path: Path) -> None:
+    job = SlurmJob({"hosts": 1}, partition="no-such-partition", log_dir=str(tmp_path))
+    with pytest.raises(JobError, match="invalid partition"):
+        job.apply()

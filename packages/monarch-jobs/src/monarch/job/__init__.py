@@ -1,11 +1,12 @@
 """Jobs: host meshes that a script declares and a later run re-attaches to.
 
 Upstream's ``monarch.job``: ``JobTrait`` and its ``JobState``, ``LocalJob``,
-``ProcessJob``, saving and loading a job (``job_load``, ``job_loads``), the current job
-(``set_current_job``, ``load_current_job``, ``hosts_from_config``).
+``ProcessJob``, ``SlurmJob``, saving and loading a job (``job_load``, ``job_loads``), the
+current job (``set_current_job``, ``load_current_job``, ``hosts_from_config``).
 """
 
 from ._process import LocalJob, ProcessJob
+from ._slurm import SlurmJob
 from ._state import JobState
 from ._trait import (
     DEFAULT_JOB_PATH,
@@ -25,6 +26,7 @@ __all__ = [
     "JobTrait",
     "LocalJob",
     "ProcessJob",
+    "SlurmJob",
     "hosts_from_config",
     "job_load",
     "job_loads",
