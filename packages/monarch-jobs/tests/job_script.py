@@ -40,7 +40,7 @@ if __name__ == "__main__":
     if sys.argv[1] == "run":
         run(ProcessJob({"hosts": int(sys.argv[2])}))
     elif sys.argv[1] == "slurm":
-        logs = sys.argv[2]
-        run(SlurmJob({"hosts": 1}, python_exe=sys.executable, monarch_port=0, exclusive=False, log_dir=logs))
+        python, logs = sys.executable, sys.argv[2]
+        run(SlurmJob({"hosts": 1}, python_exe=python, monarch_port=0, exclusive=False, log_dir=logs))
     else:
         kill()
