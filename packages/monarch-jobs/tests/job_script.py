@@ -41,6 +41,6 @@ if __name__ == "__main__":
         run(ProcessJob({"hosts": int(sys.argv[2])}))
     elif sys.argv[1] == "slurm":
         python, logs = sys.executable, sys.argv[2]
-        run(SlurmJob({"hosts": 1}, python_exe=python, monarch_port=0, exclusive=False, log_dir=logs))
+        run(SlurmJob({"hosts": 1}, python, monarch_port=0, exclusive=False, log_dir=logs))
     else:
         kill()
