@@ -1,4 +1,4 @@
-"""ProcessJob and LocalJob with real worker processes; a script's re-runs re-attach."""
+"""Jobs with real worker processes and a real Slurm; a script's re-runs re-attach."""
 
 from __future__ import annotations
 
