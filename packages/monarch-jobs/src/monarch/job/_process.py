@@ -19,7 +19,7 @@ from monarch.actor import attach_to_workers
 from monarch.core import SECRET_ENV, HostMesh, job_secret, this_host, use_job_secret
 
 from ._state import JobState
-from ._trait import JobError, JobTrait
+from ._trait import JobError, JobTrait, checked_meshes
 
 START_TIMEOUT: Final = 60.0
 """Seconds a worker has to say it listens."""
@@ -78,12 +78,7 @@ class ProcessJob(JobTrait):
 
     def __init__(self, meshes: Mapping[str, int], env: Mapping[str, str] | None = None) -> None:
         super().__init__()
-        for name, count in meshes.items():
-            if not name.isidentifier():
-                raise ValueError(f"a mesh name must be an identifier, not {name!r}")
-            if type(count) is not int or count < 1:
-                raise ValueError(f"mesh {name!r}: the number of hosts must be >= 1, not {count!r}")
-        self._meshes = dict(meshes)
+        self._meshes = checked_meshes(meshes, "hosts")
         self._env = dict(env or {})
         self._id = secrets.token_hex(6)
         self._secret = b""

@@ -23,7 +23,7 @@ from monarch.actor import attach_to_workers
 from monarch.core import HostMesh, job_secret, use_job_secret
 
 from ._state import JobState
-from ._trait import JobError, JobTrait
+from ._trait import JobError, JobTrait, checked_meshes
 
 START_TIMEOUT: Final = 300.0
 """Seconds for an allocation to start and its workers to listen."""
@@ -50,14 +50,9 @@ class SlurmJob(JobTrait):
         mem: str | None = None,
     ) -> None:
         super().__init__()
-        for name, nodes in meshes.items():
-            if not name.isidentifier():
-                raise ValueError(f"a mesh name must be an identifier, not {name!r}")
-            if type(nodes) is not int or nodes < 1:
-                raise ValueError(f"mesh {name!r}: the number of nodes must be >= 1, not {nodes!r}")
+        self._meshes = checked_meshes(meshes, "nodes")
         if ntasks_per_node != 1:
             raise ValueError("ntasks_per_node: one worker runs per node (procs are spawned on it)")
-        self._meshes = dict(meshes)
         self._python = python_exe
         self._port = monarch_port
         self._sbatch = [f"--job-name={job_name}", "--ntasks-per-node=1", *slurm_args]

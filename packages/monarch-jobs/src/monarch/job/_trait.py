@@ -14,6 +14,7 @@ import os
 import pickle
 import sys
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Final
 
@@ -127,6 +128,17 @@ class JobTrait(ABC):
     @abstractmethod
     def _kill(self) -> None:
         """Stop the hosts."""
+
+
+def checked_meshes(meshes: Mapping[str, int], unit: str) -> dict[str, int]:
+    """A job's meshes (``{"trainers": 2}``): names that are attributes of its state, and
+    at least one host (``unit``) each."""
+    for name, count in meshes.items():
+        if not name.isidentifier():
+            raise ValueError(f"a mesh name must be an identifier, not {name!r}")
+        if type(count) is not int or count < 1:
+            raise ValueError(f"mesh {name!r}: the number of {unit} must be >= 1, not {count!r}")
+    return dict(meshes)
 
 
 def _write_private(path: Path, data: bytes) -> None:
