@@ -137,7 +137,8 @@ def main() -> None:
         theirs = medians.get((f"{run}_{key}", "upstream"))
         ratio = ours / theirs if ours and theirs else None
         rows.append([label, fmt_num(ours), fmt_num(theirs), fmt_num(ratio), "<= 0.5x"])
-    print(markdown_table(["figure (s, median)", "monarch", "upstream 0.7.0", "ratio", "target"], rows))
+    headers = ["figure (s, median)", "monarch", "upstream 0.7.0", "ratio", "target"]
+    print(markdown_table(headers, rows))
     for name, error in errors.items():
         print(f"{name}: failed: {error}")
     print(f"JSON written to {out}")
