@@ -107,8 +107,13 @@ def main() -> None:
         for run, key, label in FIGURES:
             samples = [r[run][key] for r in reps]
             figures.append(
-                {"name": f"{run}_{key}", "impl": name, "label": label, "unit": "s",
-                 **summarize(samples)}
+                {
+                    "name": f"{run}_{key}",
+                    "impl": name,
+                    "label": label,
+                    "unit": "s",
+                    **summarize(samples),
+                }
             )
     medians = {(f["name"], f["impl"]): f["median"] for f in figures}
     targets = [
