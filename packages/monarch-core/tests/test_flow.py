@@ -55,6 +55,14 @@ def rss() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def baseline_rss() -> int:
+    """The RSS that growth is measured from, once torch (which the values bring: 150 MiB
+    and more of libraries) is imported: its import is no growth of what is received."""
+    if HAS_TORCH:
+        importlib.import_module("torch")
+    return rss()
+
+
 def loop_kind() -> str:
     return "uvloop" if "uvloop" in type(asyncio.get_running_loop()).__module__ else "asyncio"
 
@@ -300,7 +308,7 @@ class Generator(Actor):
     def __init__(self) -> None:
         self.version = 0
         self.task: asyncio.Task[None] | None = None
-        self.rss = rss()
+        self.rss = baseline_rss()
 
     @endpoint
     async def start(self, scorer: Port[Any], rank: int) -> None:
@@ -329,7 +337,7 @@ class Stage(Actor):
         self.port, self.inbox = Channel[Any].open()
         self.task: asyncio.Task[None] | None = None
         self.passed = 0
-        self.rss = rss()
+        self.rss = baseline_rss()
 
     @endpoint
     async def ports(self) -> Port[Any]:

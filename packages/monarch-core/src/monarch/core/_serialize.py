@@ -101,11 +101,15 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is unt
     def __init__(self, file: io.BytesIO, tensor: type, buffer_callback: Any) -> None:
         super().__init__(file, protocol=5, buffer_callback=buffer_callback)
         self._tensor = tensor
+        self.copies: set[int] = set()
+        """The buffers of the tensors' copies (by id, alive while pickling): snapshots
+        already, not copied again (see ``dumps``)."""
 
     def reducer_override(self, obj: Any) -> Any:
         if type(obj) is self._tensor:
             reduced = reduce_tensor(obj)
             if reduced is not None:
+                self.copies.add(id(reduced[1][0].raw().obj))
                 return reduced
         return super().reducer_override(obj)
 
@@ -132,7 +136,7 @@ def dumps(obj: object) -> list[Buffer]:
     A value is taken as it is at the call, as upstream's pickle takes it: an out-of-band
     buffer its owner may still change (a bytearray, an array's memory) is copied here,
     since the message may be written, or lent to its reader, after the caller has gone
-    on and changed it. Read-only ones (bytes; a tensor's copy, see ``_tensors``) are not.
+    on and changed it. Read-only ones (bytes) and a tensor's copy (see ``_tensors``) are not.
     """
     if _is_plain(obj):
         return [pickle.dumps(obj, protocol=5)]
@@ -142,7 +146,7 @@ def dumps(obj: object) -> list[Buffer]:
         raw = buf.raw()
         if raw.nbytes < OUT_OF_BAND_MIN:
             return True  # serialize in band
-        if not raw.readonly:
+        if not raw.readonly and id(raw.obj) not in copies:
             snapshot = fresh_bytearray(raw.nbytes)
             copy_into(snapshot, raw)
             raw = memoryview(snapshot)
@@ -151,11 +155,14 @@ def dumps(obj: object) -> list[Buffer]:
 
     lifted = _lift_buffers(obj)
     tensor = tensor_type()
+    copies: set[int] = set()
     if tensor is None:
         data = cloudpickle.dumps(lifted, protocol=5, buffer_callback=keep)
     else:
         out = io.BytesIO()
-        _Pickler(out, tensor, buffer_callback=keep).dump(lifted)
+        pickler = _Pickler(out, tensor, buffer_callback=keep)
+        copies = pickler.copies
+        pickler.dump(lifted)
         data = out.getvalue()
     if not buffers:
         return [data]
