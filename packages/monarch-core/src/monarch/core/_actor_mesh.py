@@ -15,6 +15,7 @@ To add an adverb: a method of ``Endpoint``, built on ``_submit`` (gathered) or
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import random
@@ -26,7 +27,13 @@ from typing import Any, Generic, TypeVar
 from monarch.transport import Buffer
 
 from ._config import current_config
-from ._endpoint import Actor, EndpointProperty, actor_is_async, endpoints_of
+from ._endpoint import (
+    Actor,
+    EndpointProperty,
+    actor_is_async,
+    check_endpoints_callable,
+    endpoints_of,
+)
 from ._errors import MeshFailure, SupervisionError
 from ._exits import when_ended
 from ._future import Future, Outcome, run_on, submit_into, wait_outcome
@@ -669,29 +676,36 @@ class ActorMesh(ShapedMesh, Generic[R]):
 
     @property
     def initialized(self) -> Future[None]:
-        """Completes when every actor's ``__init__`` has run (raises if one failed)."""
+        """Completes (with ``None``) once the actors exist: after their ``__init__`` ran,
+        whether it raised or not, as upstream's, which leaves a failed ``__init__`` to
+        supervision and to the calls that follow (``SupervisionError``). Raises only when
+        the mesh could not be spawned at all (its procs never started)."""
+        state = self._state
 
         async def wait() -> None:
             started: asyncio.Future[None] = self._runtime.loop.create_future()
-            self._state.when_ready(
+            state.when_ready(
                 lambda ready: (
                     started.set_exception(ready)
-                    if isinstance(ready, BaseException)
+                    if isinstance(ready, BaseException) and state.stopped is None
                     else started.set_result(None)
                 )
             )
             await started
-            if self._state.spawn_gather is not None:
-                await self._state.spawn_gather.done
+            if state.spawn_gather is not None:
+                # its failures (a raising __init__, a dead proc) are supervision's to report
+                with contextlib.suppress(Exception):
+                    await state.spawn_gather.done
 
         return run_on(self._runtime, wait())
 
-    def stop(self, reason: str = "stopped by client") -> Future[None]:
+    def stop(self, reason: str = "stopped by client") -> Future[tuple[()]]:
         """Drain and stop every actor of the mesh (``__cleanup__`` runs); later calls fail
-        (told, as upstream's, that the ActorMeshController received an explicit stop)."""
+        (told, as upstream's, that the ActorMeshController received an explicit stop).
+        Resolves to ``()``, as upstream's does."""
         return submit_into(self._runtime, self._start_stop, ACTOR_MESH_STOPPED)
 
-    def _start_stop(self, reason: str, result: Future[None]) -> None:
+    def _start_stop(self, reason: str, result: Future[tuple[()]]) -> None:
         """Stop the actors; later calls are told ``reason`` (the status they stopped with)."""
 
         def finish(values: list[Any] | None, error: BaseException | None) -> None:
@@ -699,11 +713,11 @@ class ActorMesh(ShapedMesh, Generic[R]):
             if error is not None and not isinstance(error, SupervisionError):
                 result.set_exception(error)
             else:
-                result.set_result(None)
+                result.set_result(())
 
         def go(ready: list[str] | BaseException) -> None:
             if isinstance(ready, BaseException):
-                result.set_result(None)  # never started: nothing to stop
+                result.set_result(())  # never started: nothing to stop
                 return
             ranks, _, targets = self._cast_plan(ready)
             gather = Gather(self._runtime, len(ranks), targets, on_done=finish)
@@ -800,6 +814,7 @@ def spawn_actor_mesh(
     """Spawn ``cls`` on every proc; returns at once, the actors start in the background."""
     if not (isinstance(cls, type) and issubclass(cls, Actor)):
         raise ValueError(f"{cls!r} is not an Actor subclass")
+    check_endpoints_callable(cls)
     actor_is_async(cls)  # raises on mixed endpoints
     _check_endpoint_names(cls)
     payload = dumps((cls, args, kwargs))

@@ -374,10 +374,10 @@ async def _stop_actor_meshes(meshes: list[ActorMesh[Any]], reason: str) -> None:
     """Stop the actors of ``meshes`` as ``ActorMesh.stop`` does (concurrent endpoints
     cancelled, ``__cleanup__`` run), all at once, for ``stop_actor_timeout`` at most: as
     upstream's, a proc mesh stops its actors before its procs."""
-    stops: list[Future[None]] = []
+    stops: list[Future[tuple[()]]] = []
     for mesh in meshes:
         if mesh._state.stopped is None:
-            stopped: Future[None] = Future._new()
+            stopped: Future[tuple[()]] = Future._new()
             mesh._start_stop(reason, stopped)
             stops.append(stopped)
     if not stops:
