@@ -378,6 +378,52 @@ def test_an_owner_sees_upstreams_report(unhandled_failures: list[MeshFailure]) -
     procs.stop().get(timeout=60)
 
 
+class HandedOwner(Actor):
+    """Owns an actor mesh it spawned on procs it was handed: the client spawned those."""
+
+    def __init__(self, procs: ProcMesh) -> None:
+        self.workers = procs.spawn("handed", Faulty)
+        self.workers.ok.call().get()
+        self.reports: list[str] = []
+
+    @endpoint
+    def kill_one(self) -> str:
+        self.workers.slice(gpus=0).kill.broadcast(signal.SIGKILL)
+        try:
+            self.workers.ok.call().get(timeout=60)
+        except RuntimeError as error:  # a SupervisionError
+            return str(error)
+        return "no error"
+
+    @endpoint
+    def reports_seen(self) -> list[str]:
+        return self.reports
+
+    def __supervise__(self, failure: MeshFailure) -> bool:
+        if failure.mesh_name.startswith("handed-"):
+            self.reports.append(failure.report())
+        return True
+
+
+def test_an_owner_of_actors_on_procs_it_was_handed_names_the_exit(
+    unhandled_failures: list[MeshFailure],
+) -> None:
+    workers = this_host().spawn_procs(per_host={"gpus": 2})
+    home = this_host().spawn_procs(per_host={"x": 1})
+    owner = home.spawn("handed_owner", HandedOwner, workers)
+    actor = name_of(Faulty, "handed", "{'gpus': 0/2}", name_of(HandedOwner, "handed_owner", "{'x': 0/1}"))
+    reason = "the process this actor was running on failed: Killed(sig=9)"
+    assert owner.kill_one.call_one().get(timeout=60) == (
+        "Endpoint call handed.ok() failed, " + failed(actor, reason)
+    )
+    deadline = time.monotonic() + 60
+    while not (reports := owner.reports_seen.call_one().get(timeout=60)):
+        assert time.monotonic() < deadline, "no failure reached __supervise__"
+    assert reports == [failed(actor, reason)]
+    home.stop().get(timeout=60)
+    workers.stop().get(timeout=60)
+
+
 # -- codec_max_frame_length ---------------------------------------------------------------------
 
 

@@ -35,15 +35,18 @@ from ._endpoint import (
     endpoints_of,
 )
 from ._errors import MeshFailure, SupervisionError
-from ._exits import when_ended
+from ._exits import ASKED_GRACE, asking, ended, unknown, when_ended
 from ._future import Future, Outcome, run_on, submit_into, wait_outcome
 from ._gather import Gather
 from ._messages import (
     STOP_METHOD,
     TO_PROC,
     ActorFailed,
+    Body,
     Call,
+    HowEnded,
     PortRef,
+    ProcExited,
     ShapeSpec,
     SpawnActor,
     shape_of,
@@ -239,8 +242,9 @@ class CallGather(Gather):
 
     def _on_peer_lost(self, address: str, exc: BaseException) -> None:
         then = functools.partial(self._proc_ended, address, exc)
-        if connection_lost(exc):
-            when_ended(self.runtime.loop, address, then)
+        mesh = self.mesh
+        if connection_lost(exc) and isinstance(mesh, ActorMesh):
+            when_proc_ended(mesh._state, address, then)
         else:
             then(None)
 
@@ -347,6 +351,7 @@ class _MeshState:
         name: str,
         base: Shape,
         owner: str = ROOT,
+        informant: str = "",
     ) -> None:
         self.runtime = runtime
         self.procs = procs
@@ -358,6 +363,8 @@ class _MeshState:
         """The shape the mesh was spawned on (its slices share this state)."""
         self.owner = owner
         """The name of the actor that spawned it (``<root>``: the client), see ``_reports``."""
+        self.informant = informant
+        """The process that spawned its procs, which hears how they end ("": unknown)."""
         self.error: BaseException | None = None
         self.stopped: str | None = None
         self.stopped_event = ""
@@ -466,11 +473,11 @@ class _Supervised:
     def _lost(self, ranks: list[int]) -> Callable[[str, BaseException], None]:
         def lost(address: str, exc: BaseException) -> None:
             if connection_lost(exc):
-                when_ended(self.state.runtime.loop, address, lambda how: ended(how or str(exc)))
+                when_proc_ended(self.state, address, lambda how: failed(how or str(exc)))
             else:
-                ended(str(exc))
+                failed(str(exc))
 
-        def ended(how: str) -> None:
+        def failed(how: str) -> None:
             reason, clean = process_ended(how)
             if clean:  # upstream's: the actors stopped, nothing failed
                 return
@@ -507,6 +514,37 @@ def handle_actor_failed(
     supervised = _supervised.get(body.mesh)
     if supervised is not None:
         supervised.fail([body.rank], body.reason, body.report or None)
+
+
+def when_proc_ended(state: _MeshState, address: str, then: Callable[[str | None], None]) -> None:
+    """Call ``then`` with how the proc at ``address`` ended (see ``_exits``); a process
+    that did not spawn it asks the one that did, as upstream's supervisors all hear it."""
+    runtime = state.runtime
+    informant = state.informant
+    if informant and informant != runtime.address and asking(address):
+
+        def answer(body: Body, payload: Sequence[Buffer]) -> None:
+            runtime.close_port(port)
+            if isinstance(body, ProcExited) and body.how:
+                ended(address, body.how)
+            else:
+                unknown(address)
+
+        port = runtime.open_port(answer)
+        runtime.loop.call_later(ASKED_GRACE, runtime.close_port, port)
+        runtime.post(informant, TO_PROC, "", HowEnded(address, port))
+    when_ended(runtime.loop, address, then)
+
+
+def handle_how_ended(
+    runtime: Runtime, body: HowEnded, payload: Sequence[Buffer], sender: str
+) -> None:
+    """Tell another process how a proc this one spawned ended ("" if not known)."""
+    when_ended(
+        runtime.loop,
+        body.address,
+        lambda how: runtime.send_to_port(body.reply, ProcExited(-1, 0, how or "")),
+    )
 
 
 def failure_mesh_name(mesh_id: str) -> str:
@@ -733,7 +771,16 @@ class ActorMesh(ShapedMesh, Generic[R]):
         addresses = state.addresses or state.known_addresses()
         spec = shape_spec(self._shape)
         base = shape_spec(state.base)
-        args = (self._class, self._mesh_id, self._name, addresses, spec, base, state.owner)
+        args = (
+            self._class,
+            self._mesh_id,
+            self._name,
+            addresses,
+            spec,
+            base,
+            state.owner,
+            state.informant,
+        )
         return (_rebuild_actor_mesh, args)
 
     def __repr__(self) -> str:
@@ -769,12 +816,22 @@ def _rebuild_actor_mesh(
     spec: ShapeSpec,
     base: ShapeSpec | None = None,
     owner: str = ROOT,
+    informant: str = "",
 ) -> ActorMesh[Any]:
     shape = shape_of(spec)
     base_shape = shape_of(base) if base is not None else shape
     runtime = current_runtime()
     known = None if isinstance(procs, ProcsRef) else procs
-    state = _MeshState(runtime, known, procs, cls=cls, name=name, base=base_shape, owner=owner)
+    state = _MeshState(
+        runtime,
+        known,
+        procs,
+        cls=cls,
+        name=name,
+        base=base_shape,
+        owner=owner,
+        informant=informant,
+    )
     if known is None:  # its procs were starting: casts wait for their addresses
         runtime.call_soon(state.wait_for, procs, None)
     return ActorMesh(cls, mesh_id, name, shape, state)
@@ -810,8 +867,10 @@ def spawn_actor_mesh(
     shape: Shape,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    informant: str = "",
 ) -> ActorMesh[Any]:
-    """Spawn ``cls`` on every proc; returns at once, the actors start in the background."""
+    """Spawn ``cls`` on every proc; returns at once, the actors start in the background.
+    ``informant``: the process that spawned the procs (it hears how they end)."""
     if not (isinstance(cls, type) and issubclass(cls, Actor)):
         raise ValueError(f"{cls!r} is not an Actor subclass")
     check_endpoints_callable(cls)
@@ -835,7 +894,16 @@ def spawn_actor_mesh(
             runtime.post(address, TO_PROC, "", spawn, payload)
         return gather
 
-    state = _MeshState(runtime, None, procs, cls=cls, name=name, base=shape, owner=owner_name)
+    state = _MeshState(
+        runtime,
+        None,
+        procs,
+        cls=cls,
+        name=name,
+        base=shape,
+        owner=owner_name,
+        informant=informant,
+    )
     # Supervised before the spawn goes out: an actor's failure may come back at once.
     state.supervised = _Supervised(state, owner, cls, mesh_id, name, shape)
     posted = run_on(runtime, post())._cf

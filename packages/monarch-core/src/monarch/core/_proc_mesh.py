@@ -212,6 +212,7 @@ class ProcMesh(ShapedMesh):
         hosts: Sequence[str] = (),
         base: Shape | None = None,
         python: str = "",
+        informant: str = "",
     ) -> None:
         self._procs = procs
         self._shape = shape
@@ -224,6 +225,9 @@ class ProcMesh(ShapedMesh):
         """The shape ``spawn_procs`` made (slices keep it)."""
         self._python = python
         """The Python its procs run (``with_python_executable``; "" = the default)."""
+        self._informant = informant
+        """The process that spawned the procs, which hears how they end (``_exits``); ""
+        for ``this_proc()``, whose spawner is not known."""
 
     def _new_with_shape(self, shape: Shape) -> ProcMesh:
         mesh = self._copy(shape)
@@ -239,6 +243,7 @@ class ProcMesh(ShapedMesh):
             hosts=self._hosts,
             base=self._base,
             python=self._python,
+            informant=self._informant,
         )
 
     @property
@@ -271,7 +276,9 @@ class ProcMesh(ShapedMesh):
             raise SupervisionError(
                 f"Cannot spawn new actors on mesh with supervision events: {failed[0]}"
             )
-        mesh = spawn_actor_mesh(self._runtime, name, Class, self._procs, self._shape, args, kwargs)
+        mesh = spawn_actor_mesh(
+            self._runtime, name, Class, self._procs, self._shape, args, kwargs, self._informant
+        )
         if self._group is not None:
             self._group.actor_meshes.append(mesh)
         return mesh
@@ -364,7 +371,8 @@ class ProcMesh(ShapedMesh):
             procs = self._procs._wait()
         else:
             procs = list(self._procs)
-        return (_rebuild_proc_mesh, (procs, self._shape, self._hosts, self._base, self._python))
+        args = (procs, self._shape, self._hosts, self._base, self._python, self._informant)
+        return (_rebuild_proc_mesh, args)
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self._shape.extent!r}>"
@@ -395,10 +403,14 @@ def _rebuild_proc_mesh(
     hosts: Sequence[str] = (),
     base: Shape | None = None,
     python: str = "",
+    informant: str = "",
 ) -> ProcMesh:
     """A received ProcMesh can spawn actors; only its owner can stop it. Its procs may
     still be starting: it then learns their addresses from its owner (``_pending``)."""
-    return ProcMesh(procs, shape, current_runtime(), hosts=hosts, base=base, python=python)
+    runtime = current_runtime()
+    return ProcMesh(
+        procs, shape, runtime, hosts=hosts, base=base, python=python, informant=informant
+    )
 
 
 class HostMesh(ShapedMesh):
@@ -500,6 +512,7 @@ class HostMesh(ShapedMesh):
         addresses.follow(run_on(runtime, start())._cf)
         by_rank = [hosts[rank // per] for rank in range(len(hosts) * per)]
         mesh = ProcMesh(addresses, shape, runtime, group, hosts=by_rank, python=python)
+        mesh._informant = runtime.address  # this process hears how its procs end
         self._proc_meshes.append(mesh)
         owner = current_owner.get()
         if owner is not None:
