@@ -411,7 +411,8 @@ def test_an_owner_of_actors_on_procs_it_was_handed_names_the_exit(
     workers = this_host().spawn_procs(per_host={"gpus": 2})
     home = this_host().spawn_procs(per_host={"x": 1})
     owner = home.spawn("handed_owner", HandedOwner, workers)
-    actor = name_of(Faulty, "handed", "{'gpus': 0/2}", name_of(HandedOwner, "handed_owner", "{'x': 0/1}"))
+    owner_name = name_of(HandedOwner, "handed_owner", "{'x': 0/1}")
+    actor = name_of(Faulty, "handed", "{'gpus': 0/2}", owner_name)
     reason = "the process this actor was running on failed: Killed(sig=9)"
     assert owner.kill_one.call_one().get(timeout=60) == (
         "Endpoint call handed.ok() failed, " + failed(actor, reason)
