@@ -164,6 +164,19 @@ def test_client_context_is_the_root() -> None:
     instance = context().actor_instance
     assert instance.name == "root"
     assert instance.class_name is None
+    assert repr(instance) == "<root>"
+
+
+class Shown(Actor):
+    @endpoint
+    def shown(self) -> str:
+        return repr(context().actor_instance)
+
+
+def test_an_instance_shows_as_its_name_in_supervision_texts(procs: ProcMesh) -> None:
+    shown = procs.spawn("Shown_Mesh", Shown).shown.call().get(timeout=60)
+    qualname = f"{Shown.__module__}.Shown"
+    assert shown.item(gpus=1) == f"<root>.<{qualname} Shown_Mesh{{'gpus': 1/2}}>"
 
 
 class Echo(Actor):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -423,6 +424,33 @@ def test_an_owner_of_actors_on_procs_it_was_handed_names_the_exit(
     assert reports == [failed(actor, reason)]
     home.stop().get(timeout=60)
     workers.stop().get(timeout=60)
+
+
+def test_a_dead_proc_fails_its_proc_meshs_logger_for_the_spawner(
+    unhandled_failures: list[MeshFailure],
+) -> None:
+    """Upstream's per-proc log-forwarding actors (``logger-<uid>``) belong to the spawner of
+    the proc mesh: a proc that dies fails one, at the root the fault hook hears of it, even
+    with no actor of the client left there."""
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("gone_first", Faulty)
+    pid = mesh.ok.call().get(timeout=60).item(gpus=1)
+    mesh.stop().get(timeout=60)
+    os.kill(pid, signal.SIGUSR2)
+    reason = "the process this actor was running on failed: Killed(sig=12)"
+    deadline = time.monotonic() + 60
+    while not [f for f in list(unhandled_failures) if f.mesh_name.startswith("logger-")]:
+        assert time.monotonic() < deadline, "no failure of the logger reached the fault hook"
+        time.sleep(0.05)
+    (failure,) = [f for f in unhandled_failures if f.mesh_name.startswith("logger-")]
+    assert re.fullmatch(r"logger-[0-9A-Za-z]{11}", failure.mesh_name)
+    actor = f"{failure.mesh_name}{{'gpus': 1/2}}"
+    assert failure.report() == failed(actor, reason)
+    assert str(failure) == (
+        f"MeshFailure(mesh_name={failure.mesh_name}, crashed_ranks=[1], "
+        f"event=Supervision event: actor {actor} failed:\n  {reason})"
+    )
+    procs.stop().get(timeout=60)
 
 
 # -- codec_max_frame_length ---------------------------------------------------------------------
