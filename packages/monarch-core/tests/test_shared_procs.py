@@ -134,9 +134,8 @@ def test_killing_a_process_fails_every_proc_it_hosts(
     with pytest.raises(SupervisionError):
         members.slice(gpus=1).where.call_one().get(timeout=30)
     def crashed(prefix: str) -> list[int]:
-        return sorted(
-            r for f in list(unhandled_failures) if f.mesh_name.startswith(prefix) for r in f.crashed_ranks
-        )
+        failures = [f for f in list(unhandled_failures) if f.mesh_name.startswith(prefix)]
+        return sorted(rank for failure in failures for rank in failure.crashed_ranks)
 
     # The actors' mesh and the proc mesh's logger (upstream's per-proc actor) both fail.
     wait_until(lambda: bool(crashed("victims-") and crashed("logger-")), 30, "failures reported")
