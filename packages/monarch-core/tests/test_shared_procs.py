@@ -133,6 +133,7 @@ def test_killing_a_process_fails_every_proc_it_hosts(
     os.kill(pids[0], signal.SIGKILL)
     with pytest.raises(SupervisionError):
         members.slice(gpus=1).where.call_one().get(timeout=30)
+
     def crashed(prefix: str) -> list[int]:
         failures = [f for f in list(unhandled_failures) if f.mesh_name.startswith(prefix)]
         return sorted(rank for failure in failures for rank in failure.crashed_ranks)
