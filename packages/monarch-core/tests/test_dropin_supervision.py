@@ -29,7 +29,9 @@ from monarch.actor import (
     concurrent_endpoint,
     context,
     endpoint,
+    get_or_spawn_controller,
     this_host,
+    this_proc,
 )
 
 os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", "1s")
@@ -451,6 +453,68 @@ def test_a_dead_proc_fails_its_proc_meshs_logger_for_the_spawner(
         f"event=Supervision event: actor {actor} failed:\n  {reason})"
     )
     procs.stop().get(timeout=60)
+
+
+CONTROLLERS = "<root>.<monarch._src.actor.proc_mesh._ControllerController controller_controller>"
+
+
+class Controller(Actor):
+    """A job singleton (``get_or_spawn_controller``) that owns a mesh whose proc dies."""
+
+    def __init__(self) -> None:
+        self.reports: list[str] = []
+
+    @endpoint
+    def shown(self) -> str:
+        return repr(context().actor_instance)
+
+    @endpoint
+    def child_dies(self) -> str:
+        self.procs = this_host().spawn_procs(per_host={"gpus": 1})
+        self.children = self.procs.spawn("ctl_child", Faulty)
+        self.children.ok.call().get()
+        try:
+            self.children.exit.call_one(4).get(timeout=60)
+        except RuntimeError as error:  # a SupervisionError
+            return str(error)
+        return "no error"
+
+    @endpoint
+    def reports_seen(self) -> list[str]:
+        return self.reports
+
+    def __supervise__(self, failure: MeshFailure) -> bool:
+        self.reports.append(failure.report())
+        return True
+
+
+def test_a_controllers_actors_are_named_down_upstreams_controller_path(
+    unhandled_failures: list[MeshFailure],
+) -> None:
+    controller = get_or_spawn_controller("named_ctl", Controller).get(timeout=60)
+    me = f"{CONTROLLERS}.<{Controller.__module__}.Controller named_ctl>"
+    assert controller.shown.call_one().get(timeout=60) == me  # no coords: no dimensions
+    child = name_of(Faulty, "ctl_child", "{'gpus': 0/1}", me)
+    reason = "the process this actor was running on exited with non-zero code 4"
+    assert controller.child_dies.call_one().get(timeout=60) == (
+        "Endpoint call ctl_child.exit() failed, " + failed(child, reason)
+    )
+    deadline = time.monotonic() + 60
+    while len(reports := controller.reports_seen.call_one().get(timeout=60)) < 2:
+        assert time.monotonic() < deadline, "the failures did not reach __supervise__"
+    logger = [report for report in reports if report.startswith("The actor logger-")]
+    assert len(logger) == 1  # the proc mesh's logger (see the test above), then the child
+    expected = re.escape(failed("logger-@{'gpus': 0/1}", reason)).replace("@", r"\w{11}")
+    assert re.fullmatch(expected, logger[0])
+    assert sorted(reports) == sorted([*logger, failed(child, reason)])
+
+
+def test_an_actor_on_this_proc_is_named_without_coords() -> None:
+    local = this_proc().spawn("here", Controller)
+    assert local.shown.call_one().get(timeout=60) == (
+        f"<root>.<{Controller.__module__}.Controller here>"
+    )
+    local.stop().get(timeout=60)
 
 
 # -- codec_max_frame_length ---------------------------------------------------------------------

@@ -868,9 +868,11 @@ def spawn_actor_mesh(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     informant: str = "",
+    owner_path: str = "",
 ) -> ActorMesh[Any]:
     """Spawn ``cls`` on every proc; returns at once, the actors start in the background.
-    ``informant``: the process that spawned the procs (it hears how they end)."""
+    ``informant``: the process that spawned the procs (it hears how they end);
+    ``owner_path``: the owner's name in supervision texts, if not the spawning actor's."""
     if not (isinstance(cls, type) and issubclass(cls, Actor)):
         raise ValueError(f"{cls!r} is not an Actor subclass")
     check_endpoints_callable(cls)
@@ -879,7 +881,7 @@ def spawn_actor_mesh(
     payload = dumps((cls, args, kwargs))
     mesh_id = f"{id_name(name)}<{uuid.uuid4().hex[:12]}>"
     owner = current_owner.get()
-    owner_name = owner.actor_name if owner is not None else ROOT
+    owner_name = owner_path or (owner.actor_name if owner is not None else ROOT)
 
     async def post() -> Gather:
         addresses = await resolve(procs)
