@@ -232,6 +232,35 @@ def test_an_async_actor_may_block_on_a_future_in_init(procs: ProcMesh) -> None:
         assert one.spawn("blocks", BlocksInInit, answer).get.call_one().get(timeout=60) == 42
 
 
+class BlocksInEndpoint(Actor):
+    """An async actor whose endpoint blocks on a Future, as upstream's may (its own loop)."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    @endpoint
+    async def blocked(self) -> int:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # upstream warns that get() blocks a running loop
+            value: int = self.answer.value.call_one().get(timeout=60)
+        return value + 1
+
+    @endpoint
+    async def awaited(self) -> int:
+        value: int = await self.answer.value.call_one()
+        return value + 2
+
+
+def test_an_async_endpoint_may_block_on_a_future(procs: ProcMesh) -> None:
+    one = procs.slice(gpus=0)
+    answer = one.spawn("answer_blocked", Answer)  # on the same proc: it must keep serving
+    blocks = one.spawn("blocks_in_endpoint", BlocksInEndpoint, answer)
+    assert blocks.blocked.call_one().get(timeout=60) == 42
+    assert blocks.awaited.call_one().get(timeout=60) == 43  # and await still works
+    both = [blocks.blocked.call_one(), blocks.awaited.call_one(), blocks.blocked.call_one()]
+    assert [future.get(timeout=60) for future in both] == [42, 43, 42]  # in order
+
+
 def _bootstrap_blocking() -> None:
     helper = this_proc().spawn("bootstrap_helper", Answer)
     os.environ["DROPIN_BOOTSTRAP_ANSWER"] = str(helper.value.call_one().get(timeout=60))

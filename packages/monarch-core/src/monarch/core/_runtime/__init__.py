@@ -17,8 +17,9 @@ Which thread does what:
   (``_peers``); one thread's messages to one peer keep their order either way. A thread
   may cast without the loop only when ``Runtime.idle()`` (nothing it asked earlier is
   still queued).
-- **A sync actor** runs on its own thread and replies from there; an async actor is a
-  task on the loop (``monarch.core._runner``).
+- **An actor** runs on its own thread and replies from there: a sync actor's code
+  directly, an async actor's on an event loop of its own (``monarch.core._runner``); only
+  the runtime's own work runs on the runtime loop.
 - **Waiting**: every waiter (a thread blocked on a Future, an idle actor thread, the loop
   after messages) first yields the CPU for ``wait_spin``, then sleeps (``_spin``).
 
