@@ -259,6 +259,20 @@ def test_host_mesh_shutdown_stops_the_workers_and_their_procs(
     wait_until(lambda: not any(map(alive, pids)), 10, f"procs {pids} exit with their workers")
 
 
+def test_a_proc_whose_loop_is_busy_past_the_heartbeat_timeout_is_not_declared_dead(
+    start: Callable[..., Child], env: dict[str, str]
+) -> None:
+    """An async endpoint computing (or importing torch) for seconds holds its proc's loop;
+    the heartbeats go on from a thread of their own, so the peers wait for its answer."""
+    _, address = start_worker(start, env, "tcp://127.0.0.1:0")
+    seconds = 3 * HEARTBEAT_TIMEOUT
+    controller = start([sys.executable, str(CONTROLLER), "busy", address, str(seconds)], env)
+    assert "value" in controller.json(60)["warm"]
+    busy = controller.json(90)["busy"]
+    assert busy.get("value", 0) > 0, busy
+    assert busy["seconds"] >= seconds
+
+
 def test_wrong_secret_fails_fast(start: Callable[..., Child], env: dict[str, str]) -> None:
     worker, address = start_worker(
         start, {**env, SECRET_ENV: secrets.token_hex(32)}, "tcp://127.0.0.1:0"
