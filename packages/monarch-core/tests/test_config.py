@@ -33,6 +33,7 @@ from monarch.core import _config
 from monarch.core._config import (
     CONFIG_FILE_ENV,
     KEYS,
+    BindSpec,
     _keys,
     _units,
     config_version,
@@ -84,7 +85,7 @@ def test_public_module_is_a_thin_reexport() -> None:
 def test_defaults_match_upstream() -> None:
     config = get_global_config()
     assert list(config) == list(KEYS)
-    assert config["default_transport"] == "unix"
+    assert str(config["default_transport"]) == "unix"  # a BindSpec, as upstream's
     assert config["codec_max_frame_length"] == 10 * 1024**3
     assert config["default_encoding"] is Encoding.Multipart
     assert config["message_delivery_timeout"] == "30s"
@@ -265,14 +266,12 @@ class ChannelTransport(enum.Enum):
     ("value", "canonical"),
     [
         ("unix", "unix"),
-        ("ipc", "unix"),
         ("tcp", "tcp"),
-        ("TCP", "tcp"),
         ("tls", "tls"),
-        ("metatls-hostname", "tls"),
         ("tcp://127.0.0.1:0", "tcp://127.0.0.1:0"),
         ("unix:///tmp/sock", "unix:///tmp/sock"),
-        ("ChannelTransport.TcpWithLocalhost", "tcp://127.0.0.1:0"),
+        ("ipc://x", "unix://x"),
+        ("tcp(Localhost)", "tcp://127.0.0.1:0"),
         (ChannelTransport.Unix, "unix"),
         (ChannelTransport.TcpWithHostname, "tcp"),
         (ChannelTransport.TcpWithLocalhost, "tcp://127.0.0.1:0"),
@@ -282,8 +281,22 @@ class ChannelTransport(enum.Enum):
 )
 def test_default_transport(value: object, canonical: str) -> None:
     configure(default_transport=value)
-    assert get_global_config()["default_transport"] == canonical
+    assert get_global_config()["default_transport"] == BindSpec(value)
     assert current_config().default_transport == canonical
+
+
+@pytest.mark.parametrize("value", ["ipc", "TCP", "metatls-hostname", "ChannelTransport.Unix"])
+def test_configure_refuses_transport_words_upstreams_bind_spec_refuses(value: str) -> None:
+    with pytest.raises(ValueError, match="invalid bind spec"):
+        configure(default_transport=value)
+
+
+@pytest.mark.parametrize(
+    ("text", "canonical"),
+    [("ipc", "unix"), ("TCP", "tcp"), ("metatls-hostname", "tls"), ("tcp(Hostname)", "tcp")],
+)
+def test_the_environment_reads_transports_leniently(text: str, canonical: str) -> None:
+    assert KEYS["default_transport"].parse_text(text) == canonical
 
 
 def test_unsupported_transport_enum_is_a_type_error() -> None:
@@ -329,11 +342,11 @@ def test_env_aliases(fresh: pytest.MonkeyPatch) -> None:
     fresh.setenv("HYPERACTOR_DEFAULT_TRANSPORT", "tcp")
     fresh.setenv("HYPERACTOR_ENABLE_LOG_FORWARDING", "yes")  # the non-MESH spelling also works
     reload_from_environment()
-    assert get_global_config()["default_transport"] == "tcp"
+    assert current_config().default_transport == "tcp"
     assert get_global_config()["enable_log_forwarding"] is True
     fresh.setenv("HYPERACTOR_MESH_DEFAULT_TRANSPORT", "tls")  # listed first: wins
     reload_from_environment()
-    assert get_global_config()["default_transport"] == "tls"
+    assert current_config().default_transport == "tls"
 
 
 def test_invalid_env_value_is_ignored_with_a_warning(
@@ -348,7 +361,7 @@ def test_invalid_env_value_is_ignored_with_a_warning(
     config = get_global_config()
     assert config["tail_log_lines"] == 0
     assert config["message_delivery_timeout"] == "30s"
-    assert config["default_transport"] == "tcp"
+    assert current_config().default_transport == "tcp"
     for var in (
         "HYPERACTOR_MESH_TAIL_LOG_LINES",
         "HYPERACTOR_MESSAGE_DELIVERY_TIMEOUT",
@@ -492,8 +505,8 @@ def test_configured_restores_the_previous_runtime_layer() -> None:
     with configured(tail_log_lines=2, enable_log_forwarding=True) as config:
         assert config["tail_log_lines"] == 2 and config["enable_log_forwarding"] is True
         with configured(default_transport="tcp") as inner:
-            assert inner["tail_log_lines"] == 2 and inner["default_transport"] == "tcp"
-        assert get_global_config()["default_transport"] == "unix"
+            assert inner["tail_log_lines"] == 2 and inner["default_transport"] == BindSpec("tcp")
+        assert get_global_config()["default_transport"] == BindSpec("unix")
         configure(max_cast_fanout=4)  # changes inside the block are undone too
     assert get_runtime_config() == {"tail_log_lines": 1}
 
@@ -618,7 +631,7 @@ def _present_values(key: _keys.Key, info: msgspec.inspect.Type) -> st.SearchStra
     if key.spelling is _keys.ENCODING:
         return st.sampled_from(list(Encoding))
     if key.spelling is _keys.TRANSPORT:
-        return st.sampled_from(["unix", "ipc", "tcp", "tls", "local", "tcp://10.0.0.1:7"])
+        return st.sampled_from(["unix", "ipc://x", "tcp", "tls", "local", "tcp://10.0.0.1:7"])
     if key.spelling is _keys.EVENT_LOOP:
         return st.sampled_from([*_keys.EVENT_LOOPS, "UVLoop", " asyncio"])
     if isinstance(info, msgspec.inspect.IntType):

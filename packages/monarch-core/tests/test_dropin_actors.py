@@ -73,12 +73,63 @@ def test_concurrent_endpoint_misuse_is_a_value_error(wrap: Any, message: str) ->
     assert str(info.value) == message
 
 
+class StackedEndpoints(Actor):
+    @endpoint
+    @endpoint
+    def twice(self) -> int:
+        return 1
+
+
+def test_endpoint_on_an_endpoint_is_taken_then_refused_at_spawn(procs: ProcMesh) -> None:
+    assert type(vars(StackedEndpoints)["twice"]).__name__ == "EndpointProperty"
+    with pytest.raises(TypeError, match=r"EndpointProperty object at 0x\w+> is not a callable"):
+        procs.spawn("stacked", StackedEndpoints)
+    assert procs.slice(gpus=0).spawn("after_stacked", Echo).echo.call_one(3).get(timeout=60) == 3
+
+
 # -- meshes ---------------------------------------------------------------------------------------
 
 
 def test_initialized_resolves_to_true_for_procs_and_hosts(procs: ProcMesh) -> None:
     assert procs.initialized.get(timeout=60) is True
     assert this_host().initialized.get(timeout=60) is True
+
+
+class FailsInInit(Actor):
+    def __init__(self) -> None:
+        raise ValueError("no init for you")
+
+    @endpoint
+    def echo(self, value: int) -> int:
+        return value
+
+
+def test_actor_mesh_initialized_resolves_to_none_even_when_init_failed(
+    procs: ProcMesh, unhandled_failures: list[Any]
+) -> None:
+    assert procs.spawn("init_ok", Echo).initialized.get(timeout=60) is None
+    mesh = this_host().spawn_procs(per_host={"gpus": 2})  # upstream's spawns no more on it
+    try:
+        broken = mesh.spawn("init_fails", FailsInInit)
+        assert broken.initialized.get(timeout=60) is None  # upstream's: the actors exist
+        with pytest.raises(Exception, match="no init for you") as info:
+            broken.echo.call(1).get(timeout=60)  # the failure is supervision's to tell
+        assert type(info.value).__name__ == "SupervisionError"
+        assert broken.initialized.get(timeout=60) is None  # and stays so
+    finally:
+        mesh.stop().get(timeout=60)
+
+
+def test_stop_results_are_upstreams(procs: ProcMesh) -> None:
+    echo = procs.spawn("stopped_echo", Echo)
+    assert echo.echo.call(1).get(timeout=60).item(gpus=1) == 1
+    assert echo.stop().get(timeout=60) == ()
+    assert echo.stop().get(timeout=60) == ()  # again: nothing left to stop
+    mesh = this_host().spawn_procs(per_host={"gpus": 1})
+    assert mesh.spawn("stopped_with_procs", Echo).stop().get(timeout=60) == ()
+    assert mesh.stop().get(timeout=60) is None
+    with pytest.raises(RuntimeError, match="reference instead of owned"):
+        this_host().stop().get(timeout=60)
 
 
 class Named(Actor):
@@ -113,6 +164,19 @@ def test_client_context_is_the_root() -> None:
     instance = context().actor_instance
     assert instance.name == "root"
     assert instance.class_name is None
+    assert repr(instance) == "<root>"
+
+
+class Shown(Actor):
+    @endpoint
+    def shown(self) -> str:
+        return repr(context().actor_instance)
+
+
+def test_an_instance_shows_as_its_name_in_supervision_texts(procs: ProcMesh) -> None:
+    shown = procs.spawn("Shown_Mesh", Shown).shown.call().get(timeout=60)
+    qualname = f"{Shown.__module__}.Shown"
+    assert shown.item(gpus=1) == f"<root>.<{qualname} Shown_Mesh{{'gpus': 1/2}}>"
 
 
 class Echo(Actor):
@@ -166,6 +230,36 @@ def test_an_async_actor_may_block_on_a_future_in_init(procs: ProcMesh) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # upstream warns that get() blocks a running loop
         assert one.spawn("blocks", BlocksInInit, answer).get.call_one().get(timeout=60) == 42
+
+
+class BlocksInEndpoint(Actor):
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    @endpoint
+    async def blocked(self) -> str:
+        try:
+            self.answer.value.call_one().get(timeout=60)
+        except RuntimeError as exc:
+            return str(exc)
+        return "blocked"
+
+    @endpoint
+    async def awaited(self) -> int:
+        value: int = await self.answer.value.call_one()
+        return value + 2
+
+
+@pytest.mark.ours_only  # upstream's async actor has a loop of its own: there get() blocks it
+def test_get_inside_an_async_endpoint_is_refused_not_a_hang(procs: ProcMesh) -> None:
+    one = procs.slice(gpus=0)
+    blocks = one.spawn("blocks_in_endpoint", BlocksInEndpoint, one.spawn("answer_b", Answer))
+    assert (
+        blocks.blocked.call_one()
+        .get(timeout=60)
+        .startswith("Future.get() inside an async endpoint would block the actor's event loop")
+    )
+    assert blocks.awaited.call_one().get(timeout=60) == 43  # await is the way
 
 
 def _bootstrap_blocking() -> None:

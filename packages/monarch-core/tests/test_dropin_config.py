@@ -7,11 +7,13 @@ torchmonarch 0.7.0 to show the expectations are upstream's.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from monarch._rust_bindings.monarch_hyperactor.channel import BindSpec
 from monarch.actor import ChannelTransport
 from monarch.config import Encoding, clear_runtime_config, configure, get_global_config
 
@@ -344,3 +346,62 @@ def test_every_upstream_channel_transport(name: str, number: int) -> None:
     assert member == getattr(ChannelTransport, name)
     assert member != (ChannelTransport.Local if name != "Local" else ChannelTransport.Unix)
     configure(default_transport=member)  # each is a transport configure takes
+
+
+# -- default_transport: a BindSpec ----------------------------------------------------------------
+
+
+def test_default_transport_is_a_bind_spec() -> None:
+    value = get_global_config()["default_transport"]
+    assert isinstance(value, BindSpec)
+    assert type(value).__module__ == "monarch._rust_bindings.monarch_hyperactor.channel"
+    assert (repr(value), str(value)) == ("PyBindSpec(Any(Unix))", "unix")
+    assert value == get_global_config()["default_transport"] == BindSpec(ChannelTransport.Unix)
+    assert value == BindSpec("unix") and value != BindSpec("tcp")
+    assert value != "unix" and value != ChannelTransport.Unix  # equal only to a BindSpec
+    with pytest.raises(TypeError, match="unhashable type"):
+        hash(value)
+    with pytest.raises(TypeError, match=r"cannot pickle '.*BindSpec' object"):
+        pickle.dumps(value)
+    configure(default_transport=value)  # what it shows, configure takes
+    assert get_global_config()["default_transport"] == value
+
+
+@pytest.mark.parametrize(
+    ("given", "shown", "text"),
+    [
+        ("unix", "Any(Unix)", "unix"),
+        ("tcp", "Any(Tcp(Hostname))", "tcp(Hostname)"),
+        ("tcp(Hostname)", "Any(Tcp(Hostname))", "tcp(Hostname)"),
+        ("tls", "Any(Tls)", "tls"),
+        ("local", "Any(Local)", "local"),
+        (ChannelTransport.TcpWithHostname, "Any(Tcp(Hostname))", "tcp(Hostname)"),
+        (ChannelTransport.Tls, "Any(Tls)", "tls"),
+        (ChannelTransport.Local, "Any(Local)", "local"),
+        ("tcp://127.0.0.1:5555", "Addr(Tcp(127.0.0.1:5555))", "tcp:127.0.0.1:5555"),
+        ("tcp:127.0.0.1:0", "Addr(Tcp(127.0.0.1:0))", "tcp:127.0.0.1:0"),
+        ("tcp://[::1]:0", "Addr(Tcp([::1]:0))", "tcp:[::1]:0"),
+        (
+            "tls://example.org:443",
+            'Addr(Tls(TlsAddr { hostname: "example.org", port: 443 }))',
+            "tls:example.org:443",
+        ),
+        ("ipc://x", 'Addr(Unix(Bound("x" (pathname))))', "unix:x"),
+        ("unix:@sock", 'Addr(Unix(Bound("sock" (abstract))))', "unix:@sock"),
+    ],
+)
+def test_configured_transport_shows_as_upstreams(given: object, shown: str, text: str) -> None:
+    configure(default_transport=given)
+    value = get_global_config()["default_transport"]
+    assert (repr(value), str(value)) == (f"PyBindSpec({shown})", text)
+    assert value == BindSpec(given)
+
+
+@pytest.mark.parametrize(
+    "word", ["ipc", "metatls", "metatls-hostname", "Unix", " unix", "tcp://127.0.0.1", "local://1"]
+)
+def test_configure_refuses_what_upstreams_bind_spec_refuses(word: str) -> None:
+    with pytest.raises(ValueError, match="invalid bind spec") as info:
+        configure(default_transport=word)  # "ipc" is enable_transport's word, not configure's
+    assert str(info.value) == f"invalid str for BindSpec '{word}': invalid bind spec: {word}"
+    assert str(get_global_config()["default_transport"]) == "unix"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -28,7 +29,9 @@ from monarch.actor import (
     concurrent_endpoint,
     context,
     endpoint,
+    get_or_spawn_controller,
     this_host,
+    this_proc,
 )
 
 os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", "1s")
@@ -376,6 +379,142 @@ def test_an_owner_sees_upstreams_report(unhandled_failures: list[MeshFailure]) -
         assert time.monotonic() < deadline, "no failure reached __supervise__"
     assert reports == [failed(child, reason)]
     procs.stop().get(timeout=60)
+
+
+class HandedOwner(Actor):
+    """Owns an actor mesh it spawned on procs it was handed: the client spawned those."""
+
+    def __init__(self, procs: ProcMesh) -> None:
+        self.workers = procs.spawn("handed", Faulty)
+        self.workers.ok.call().get()
+        self.reports: list[str] = []
+
+    @endpoint
+    def kill_one(self) -> str:
+        self.workers.slice(gpus=0).kill.broadcast(signal.SIGKILL)
+        try:
+            self.workers.ok.call().get(timeout=60)
+        except RuntimeError as error:  # a SupervisionError
+            return str(error)
+        return "no error"
+
+    @endpoint
+    def reports_seen(self) -> list[str]:
+        return self.reports
+
+    def __supervise__(self, failure: MeshFailure) -> bool:
+        if failure.mesh_name.startswith("handed-"):
+            self.reports.append(failure.report())
+        return True
+
+
+def test_an_owner_of_actors_on_procs_it_was_handed_names_the_exit(
+    unhandled_failures: list[MeshFailure],
+) -> None:
+    workers = this_host().spawn_procs(per_host={"gpus": 2})
+    home = this_host().spawn_procs(per_host={"x": 1})
+    owner = home.spawn("handed_owner", HandedOwner, workers)
+    owner_name = name_of(HandedOwner, "handed_owner", "{'x': 0/1}")
+    actor = name_of(Faulty, "handed", "{'gpus': 0/2}", owner_name)
+    reason = "the process this actor was running on failed: Killed(sig=9)"
+    assert owner.kill_one.call_one().get(timeout=60) == (
+        "Endpoint call handed.ok() failed, " + failed(actor, reason)
+    )
+    deadline = time.monotonic() + 60
+    while not (reports := owner.reports_seen.call_one().get(timeout=60)):
+        assert time.monotonic() < deadline, "no failure reached __supervise__"
+    assert reports == [failed(actor, reason)]
+    home.stop().get(timeout=60)
+    workers.stop().get(timeout=60)
+
+
+def test_a_dead_proc_fails_its_proc_meshs_logger_for_the_spawner(
+    unhandled_failures: list[MeshFailure],
+) -> None:
+    """Upstream's per-proc log-forwarding actors (``logger-<uid>``) belong to the spawner of
+    the proc mesh: a proc that dies fails one, at the root the fault hook hears of it, even
+    with no actor of the client left there."""
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("gone_first", Faulty)
+    pid = mesh.ok.call().get(timeout=60).item(gpus=1)
+    mesh.stop().get(timeout=60)
+    os.kill(pid, signal.SIGUSR2)
+    reason = "the process this actor was running on failed: Killed(sig=12)"
+    deadline = time.monotonic() + 60
+    while not [f for f in list(unhandled_failures) if f.mesh_name.startswith("logger-")]:
+        assert time.monotonic() < deadline, "no failure of the logger reached the fault hook"
+        time.sleep(0.05)
+    (failure,) = [f for f in unhandled_failures if f.mesh_name.startswith("logger-")]
+    assert re.fullmatch(r"logger-[0-9A-Za-z]{11}", failure.mesh_name)
+    actor = f"{failure.mesh_name}{{'gpus': 1/2}}"
+    assert failure.report() == failed(actor, reason)
+    assert str(failure) == (
+        f"MeshFailure(mesh_name={failure.mesh_name}, crashed_ranks=[1], "
+        f"event=Supervision event: actor {actor} failed:\n  {reason})"
+    )
+    procs.stop().get(timeout=60)
+
+
+CONTROLLERS = "<root>.<monarch._src.actor.proc_mesh._ControllerController controller_controller>"
+
+
+class Controller(Actor):
+    """A job singleton (``get_or_spawn_controller``) that owns a mesh whose proc dies."""
+
+    def __init__(self) -> None:
+        self.reports: list[str] = []
+
+    @endpoint
+    def shown(self) -> str:
+        return repr(context().actor_instance)
+
+    @endpoint
+    def child_dies(self) -> str:
+        self.procs = this_host().spawn_procs(per_host={"gpus": 1})
+        self.children = self.procs.spawn("ctl_child", Faulty)
+        self.children.ok.call().get()
+        try:
+            self.children.exit.call_one(4).get(timeout=60)
+        except RuntimeError as error:  # a SupervisionError
+            return str(error)
+        return "no error"
+
+    @endpoint
+    def reports_seen(self) -> list[str]:
+        return self.reports
+
+    def __supervise__(self, failure: MeshFailure) -> bool:
+        self.reports.append(failure.report())
+        return True
+
+
+def test_a_controllers_actors_are_named_down_upstreams_controller_path(
+    unhandled_failures: list[MeshFailure],
+) -> None:
+    controller = get_or_spawn_controller("named_ctl", Controller).get(timeout=60)
+    me = f"{CONTROLLERS}.<{Controller.__module__}.Controller named_ctl>"
+    assert controller.shown.call_one().get(timeout=60) == me  # no coords: no dimensions
+    child = name_of(Faulty, "ctl_child", "{'gpus': 0/1}", me)
+    reason = "the process this actor was running on exited with non-zero code 4"
+    assert controller.child_dies.call_one().get(timeout=60) == (
+        "Endpoint call ctl_child.exit() failed, " + failed(child, reason)
+    )
+    deadline = time.monotonic() + 60
+    while len(reports := controller.reports_seen.call_one().get(timeout=60)) < 2:
+        assert time.monotonic() < deadline, "the failures did not reach __supervise__"
+    logger = [report for report in reports if report.startswith("The actor logger-")]
+    assert len(logger) == 1  # the proc mesh's logger (see the test above), then the child
+    expected = re.escape(failed("logger-@{'gpus': 0/1}", reason)).replace("@", r"\w{11}")
+    assert re.fullmatch(expected, logger[0])
+    assert sorted(reports) == sorted([*logger, failed(child, reason)])
+
+
+def test_an_actor_on_this_proc_is_named_without_coords() -> None:
+    local = this_proc().spawn("here", Controller)
+    assert local.shown.call_one().get(timeout=60) == (
+        f"<root>.<{Controller.__module__}.Controller here>"
+    )
+    local.stop().get(timeout=60)
 
 
 # -- codec_max_frame_length ---------------------------------------------------------------------

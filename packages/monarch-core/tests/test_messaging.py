@@ -219,8 +219,7 @@ def test_failed_init_fails_every_call(procs: ProcMesh) -> None:
     broken = procs.spawn("broken", BadInit)
     with pytest.raises(SupervisionError, match="cannot start"):
         broken.hello.call().get(timeout=30)
-    with pytest.raises(Exception, match="cannot start"):
-        broken.initialized.get(timeout=30)
+    assert broken.initialized.get(timeout=30) is None  # upstream's: the actors exist
 
 
 def test_error_without_reply_port_fails_the_actor(procs: ProcMesh) -> None:

@@ -133,9 +133,15 @@ def test_killing_a_process_fails_every_proc_it_hosts(
     os.kill(pids[0], signal.SIGKILL)
     with pytest.raises(SupervisionError):
         members.slice(gpus=1).where.call_one().get(timeout=30)
-    wait_until(lambda: bool(unhandled_failures), 30, "the failure is reported")
-    crashed = sorted(r for f in unhandled_failures for r in f.crashed_ranks)
-    assert crashed == [0, 1, 2]
+
+    def crashed(prefix: str) -> list[int]:
+        failures = [f for f in list(unhandled_failures) if f.mesh_name.startswith(prefix)]
+        return sorted(rank for failure in failures for rank in failure.crashed_ranks)
+
+    # The actors' mesh and the proc mesh's logger (upstream's per-proc actor) both fail.
+    wait_until(lambda: bool(crashed("victims-") and crashed("logger-")), 30, "failures reported")
+    assert crashed("victims-") == [0, 1, 2]
+    assert crashed("logger-") == [0, 1, 2]
     survivors = members.slice(gpus=slice(3, 6)).where.call().get(timeout=30).values()
     assert [rank for rank, _, _ in survivors] == [0, 1, 2]
     procs.stop().get(timeout=30)

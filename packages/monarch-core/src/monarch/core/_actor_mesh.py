@@ -15,6 +15,7 @@ To add an adverb: a method of ``Endpoint``, built on ``_submit`` (gathered) or
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import random
@@ -26,17 +27,26 @@ from typing import Any, Generic, TypeVar
 from monarch.transport import Buffer
 
 from ._config import current_config
-from ._endpoint import Actor, EndpointProperty, actor_is_async, endpoints_of
+from ._endpoint import (
+    Actor,
+    EndpointProperty,
+    actor_is_async,
+    check_endpoints_callable,
+    endpoints_of,
+)
 from ._errors import MeshFailure, SupervisionError
-from ._exits import when_ended
+from ._exits import ASKED_GRACE, asking, ended, unknown, when_ended
 from ._future import Future, Outcome, run_on, submit_into, wait_outcome
 from ._gather import Gather
 from ._messages import (
     STOP_METHOD,
     TO_PROC,
     ActorFailed,
+    Body,
     Call,
+    HowEnded,
     PortRef,
+    ProcExited,
     ShapeSpec,
     SpawnActor,
     shape_of,
@@ -232,8 +242,9 @@ class CallGather(Gather):
 
     def _on_peer_lost(self, address: str, exc: BaseException) -> None:
         then = functools.partial(self._proc_ended, address, exc)
-        if connection_lost(exc):
-            when_ended(self.runtime.loop, address, then)
+        mesh = self.mesh
+        if connection_lost(exc) and isinstance(mesh, ActorMesh):
+            when_proc_ended(mesh._state, address, then)
         else:
             then(None)
 
@@ -340,6 +351,7 @@ class _MeshState:
         name: str,
         base: Shape,
         owner: str = ROOT,
+        informant: str = "",
     ) -> None:
         self.runtime = runtime
         self.procs = procs
@@ -351,6 +363,8 @@ class _MeshState:
         """The shape the mesh was spawned on (its slices share this state)."""
         self.owner = owner
         """The name of the actor that spawned it (``<root>``: the client), see ``_reports``."""
+        self.informant = informant
+        """The process that spawned its procs, which hears how they end ("": unknown)."""
         self.error: BaseException | None = None
         self.stopped: str | None = None
         self.stopped_event = ""
@@ -459,11 +473,11 @@ class _Supervised:
     def _lost(self, ranks: list[int]) -> Callable[[str, BaseException], None]:
         def lost(address: str, exc: BaseException) -> None:
             if connection_lost(exc):
-                when_ended(self.state.runtime.loop, address, lambda how: ended(how or str(exc)))
+                when_proc_ended(self.state, address, lambda how: failed(how or str(exc)))
             else:
-                ended(str(exc))
+                failed(str(exc))
 
-        def ended(how: str) -> None:
+        def failed(how: str) -> None:
             reason, clean = process_ended(how)
             if clean:  # upstream's: the actors stopped, nothing failed
                 return
@@ -500,6 +514,37 @@ def handle_actor_failed(
     supervised = _supervised.get(body.mesh)
     if supervised is not None:
         supervised.fail([body.rank], body.reason, body.report or None)
+
+
+def when_proc_ended(state: _MeshState, address: str, then: Callable[[str | None], None]) -> None:
+    """Call ``then`` with how the proc at ``address`` ended (see ``_exits``); a process
+    that did not spawn it asks the one that did, as upstream's supervisors all hear it."""
+    runtime = state.runtime
+    informant = state.informant
+    if informant and informant != runtime.address and asking(address):
+
+        def answer(body: Body, payload: Sequence[Buffer]) -> None:
+            runtime.close_port(port)
+            if isinstance(body, ProcExited) and body.how:
+                ended(address, body.how)
+            else:
+                unknown(address)
+
+        port = runtime.open_port(answer)
+        runtime.loop.call_later(ASKED_GRACE, runtime.close_port, port)
+        runtime.post(informant, TO_PROC, "", HowEnded(address, port))
+    when_ended(runtime.loop, address, then)
+
+
+def handle_how_ended(
+    runtime: Runtime, body: HowEnded, payload: Sequence[Buffer], sender: str
+) -> None:
+    """Tell another process how a proc this one spawned ended ("" if not known)."""
+    when_ended(
+        runtime.loop,
+        body.address,
+        lambda how: runtime.send_to_port(body.reply, ProcExited(-1, 0, how or "")),
+    )
 
 
 def failure_mesh_name(mesh_id: str) -> str:
@@ -669,29 +714,36 @@ class ActorMesh(ShapedMesh, Generic[R]):
 
     @property
     def initialized(self) -> Future[None]:
-        """Completes when every actor's ``__init__`` has run (raises if one failed)."""
+        """Completes (with ``None``) once the actors exist: after their ``__init__`` ran,
+        whether it raised or not, as upstream's, which leaves a failed ``__init__`` to
+        supervision and to the calls that follow (``SupervisionError``). Raises only when
+        the mesh could not be spawned at all (its procs never started)."""
+        state = self._state
 
         async def wait() -> None:
             started: asyncio.Future[None] = self._runtime.loop.create_future()
-            self._state.when_ready(
+            state.when_ready(
                 lambda ready: (
                     started.set_exception(ready)
-                    if isinstance(ready, BaseException)
+                    if isinstance(ready, BaseException) and state.stopped is None
                     else started.set_result(None)
                 )
             )
             await started
-            if self._state.spawn_gather is not None:
-                await self._state.spawn_gather.done
+            if state.spawn_gather is not None:
+                # its failures (a raising __init__, a dead proc) are supervision's to report
+                with contextlib.suppress(Exception):
+                    await state.spawn_gather.done
 
         return run_on(self._runtime, wait())
 
-    def stop(self, reason: str = "stopped by client") -> Future[None]:
+    def stop(self, reason: str = "stopped by client") -> Future[tuple[()]]:
         """Drain and stop every actor of the mesh (``__cleanup__`` runs); later calls fail
-        (told, as upstream's, that the ActorMeshController received an explicit stop)."""
+        (told, as upstream's, that the ActorMeshController received an explicit stop).
+        Resolves to ``()``, as upstream's does."""
         return submit_into(self._runtime, self._start_stop, ACTOR_MESH_STOPPED)
 
-    def _start_stop(self, reason: str, result: Future[None]) -> None:
+    def _start_stop(self, reason: str, result: Future[tuple[()]]) -> None:
         """Stop the actors; later calls are told ``reason`` (the status they stopped with)."""
 
         def finish(values: list[Any] | None, error: BaseException | None) -> None:
@@ -699,11 +751,11 @@ class ActorMesh(ShapedMesh, Generic[R]):
             if error is not None and not isinstance(error, SupervisionError):
                 result.set_exception(error)
             else:
-                result.set_result(None)
+                result.set_result(())
 
         def go(ready: list[str] | BaseException) -> None:
             if isinstance(ready, BaseException):
-                result.set_result(None)  # never started: nothing to stop
+                result.set_result(())  # never started: nothing to stop
                 return
             ranks, _, targets = self._cast_plan(ready)
             gather = Gather(self._runtime, len(ranks), targets, on_done=finish)
@@ -719,7 +771,16 @@ class ActorMesh(ShapedMesh, Generic[R]):
         addresses = state.addresses or state.known_addresses()
         spec = shape_spec(self._shape)
         base = shape_spec(state.base)
-        args = (self._class, self._mesh_id, self._name, addresses, spec, base, state.owner)
+        args = (
+            self._class,
+            self._mesh_id,
+            self._name,
+            addresses,
+            spec,
+            base,
+            state.owner,
+            state.informant,
+        )
         return (_rebuild_actor_mesh, args)
 
     def __repr__(self) -> str:
@@ -755,12 +816,22 @@ def _rebuild_actor_mesh(
     spec: ShapeSpec,
     base: ShapeSpec | None = None,
     owner: str = ROOT,
+    informant: str = "",
 ) -> ActorMesh[Any]:
     shape = shape_of(spec)
     base_shape = shape_of(base) if base is not None else shape
     runtime = current_runtime()
     known = None if isinstance(procs, ProcsRef) else procs
-    state = _MeshState(runtime, known, procs, cls=cls, name=name, base=base_shape, owner=owner)
+    state = _MeshState(
+        runtime,
+        known,
+        procs,
+        cls=cls,
+        name=name,
+        base=base_shape,
+        owner=owner,
+        informant=informant,
+    )
     if known is None:  # its procs were starting: casts wait for their addresses
         runtime.call_soon(state.wait_for, procs, None)
     return ActorMesh(cls, mesh_id, name, shape, state)
@@ -796,16 +867,21 @@ def spawn_actor_mesh(
     shape: Shape,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    informant: str = "",
+    owner_path: str = "",
 ) -> ActorMesh[Any]:
-    """Spawn ``cls`` on every proc; returns at once, the actors start in the background."""
+    """Spawn ``cls`` on every proc; returns at once, the actors start in the background.
+    ``informant``: the process that spawned the procs (it hears how they end);
+    ``owner_path``: the owner's name in supervision texts, if not the spawning actor's."""
     if not (isinstance(cls, type) and issubclass(cls, Actor)):
         raise ValueError(f"{cls!r} is not an Actor subclass")
+    check_endpoints_callable(cls)
     actor_is_async(cls)  # raises on mixed endpoints
     _check_endpoint_names(cls)
     payload = dumps((cls, args, kwargs))
     mesh_id = f"{id_name(name)}<{uuid.uuid4().hex[:12]}>"
     owner = current_owner.get()
-    owner_name = owner.actor_name if owner is not None else ROOT
+    owner_name = owner_path or (owner.actor_name if owner is not None else ROOT)
 
     async def post() -> Gather:
         addresses = await resolve(procs)
@@ -820,7 +896,16 @@ def spawn_actor_mesh(
             runtime.post(address, TO_PROC, "", spawn, payload)
         return gather
 
-    state = _MeshState(runtime, None, procs, cls=cls, name=name, base=shape, owner=owner_name)
+    state = _MeshState(
+        runtime,
+        None,
+        procs,
+        cls=cls,
+        name=name,
+        base=shape,
+        owner=owner_name,
+        informant=informant,
+    )
     # Supervised before the spawn goes out: an actor's failure may come back at once.
     state.supervised = _Supervised(state, owner, cls, mesh_id, name, shape)
     posted = run_on(runtime, post())._cf

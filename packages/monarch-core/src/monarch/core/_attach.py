@@ -20,8 +20,7 @@ from typing import Any
 from monarch.transport import Address, AuthenticationError, open_listener
 
 from ._bootstrap import SECRET_ENV
-from ._config import check as check_config
-from ._config import configure, current_config
+from ._config import BindSpec, configure, current_config
 from ._future import run_on
 from ._netaddr import WILDCARD_HOSTS, route_source, split_alias
 from ._proc_mesh import HostMesh
@@ -63,11 +62,23 @@ class ChannelTransport(enum.Enum):
         return f"ChannelTransport.{self.name}"
 
 
-def _canonical_transport(transport: object) -> str:
+_SHORTCUTS: dict[str, ChannelTransport] = {
+    "tcp": ChannelTransport.TcpWithHostname,
+    "ipc": ChannelTransport.Unix,
+    "metatls": ChannelTransport.MetaTlsWithIpV6,
+    "metatls-hostname": ChannelTransport.MetaTlsWithHostname,
+    "tls": ChannelTransport.Tls,
+}
+"""``enable_transport``'s words for ChannelTransport members (upstream's; configure takes none
+of ``ipc``, ``metatls``, ``metatls-hostname``)."""
+
+
+def _bind_spec(transport: object) -> BindSpec:
     if transport is None:
         raise TypeError("enable_transport needs a transport, not None")
-    canonical: str = check_config({"default_transport": transport})["default_transport"]
-    return canonical
+    if isinstance(transport, str):
+        transport = _SHORTCUTS.get(transport, transport)
+    return BindSpec(transport)
 
 
 def enable_transport(transport: ChannelTransport | str | Any) -> None:
@@ -78,10 +89,11 @@ def enable_transport(transport: ChannelTransport | str | Any) -> None:
     configuration key, which the runtime reads when it starts. Afterwards it raises
     RuntimeError, unless the runtime already uses that very transport.
     """
-    canonical = _canonical_transport(transport)
+    spec = _bind_spec(transport)
+    canonical = spec.transport
     runtime = running_runtime()
     if runtime is None:
-        configure(default_transport=canonical)
+        configure(default_transport=spec)
         return
     scheme = Address.parse(runtime.address).scheme
     running = {"unix": "unix", "tcp": "tcp", "tls": "tls"}.get(scheme, scheme)

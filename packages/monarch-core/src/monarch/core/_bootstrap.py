@@ -32,7 +32,7 @@ from typing import Final
 
 from monarch.transport import MIN_SECRET_SIZE, Address, Buffer
 
-from ._actor_mesh import handle_actor_failed
+from ._actor_mesh import handle_actor_failed, handle_how_ended
 from ._adopt import adopt_listener
 from ._config import current_config
 from ._controller import handle_get_controller
@@ -40,6 +40,7 @@ from ._future import Future
 from ._messages import (
     ActorFailed,
     GetController,
+    HowEnded,
     KillProcs,
     Launch,
     PortRef,
@@ -144,6 +145,7 @@ def install_services(runtime: Runtime) -> None:
             ActorFailed: handle_actor_failed,
             KillProcs: handle_kill_procs,
             ProcsOf: handle_procs_of,
+            HowEnded: handle_how_ended,
         }
     )
 

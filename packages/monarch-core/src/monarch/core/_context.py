@@ -8,7 +8,7 @@ registry here, which the runner fills (see ``_runner``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from ._proc_mesh import ProcMesh, this_proc
@@ -46,6 +46,12 @@ class Instance:
     proc_id: str
     creator: str | None = None
     """The process that spawned this actor (``None`` for the root client)."""
+    shown: str = field(default="<root>", compare=False)
+    """Its name down the ownership tree, as supervision texts write it and as upstream's
+    ``repr`` shows it (``<root>.<module.Class mesh{'gpus': 0/2}>``)."""
+
+    def __repr__(self) -> str:
+        return self.shown
 
     @property
     def proc(self) -> ProcMesh:

@@ -17,6 +17,7 @@ from ._errors import RemoteFailure
 from ._future import Future, submit_into
 from ._gather import Gather
 from ._messages import TO_PROC, GetController, PortValue
+from ._reports import CONTROLLERS
 from ._runtime import Runtime, current_runtime
 from ._serialize import dumps, loads
 from ._shape import NDSlice, Shape
@@ -47,7 +48,16 @@ def handle_get_controller(
         try:
             cls, args, kwargs = loads(payload)
             unity = Shape([], NDSlice(0, [], []))
-            mesh = spawn_actor_mesh(runtime, body.name, cls, [runtime.address], unity, args, kwargs)
+            mesh = spawn_actor_mesh(
+                runtime,
+                body.name,
+                cls,
+                [runtime.address],
+                unity,
+                args,
+                kwargs,
+                owner_path=CONTROLLERS,  # upstream's path, in the names of its actors
+            )
         except Exception as exc:  # noqa: BLE001 - the requester learns why
             failure = RemoteFailure.of(exc, f"cannot spawn controller {body.name!r}")
             runtime.send_to_port(body.reply, PortValue(0, True), dumps(failure))

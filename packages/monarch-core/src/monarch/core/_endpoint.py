@@ -36,6 +36,8 @@ class EndpointProperty(Generic[R]):
         self._explicit_response_port = explicit_response_port
         self._instrument = instrument
         self._concurrent = concurrent
+        self._stacked_on: EndpointProperty[Any] | None = None
+        """The endpoint this one was applied to (``endpoint(endpoint(f))``), refused at spawn."""
         self._signature = inspect.signature(method)
         self._arity = _positional_arity(self._signature)
         functools.update_wrapper(self, method)  # type: ignore[arg-type]
@@ -69,9 +71,17 @@ def endpoint(
 ) -> Any:
     """Mark an actor method as callable through meshes (bare or with options)."""
 
-    def wrap(fn: Callable[..., Any]) -> EndpointProperty[Any]:
+    def wrap(fn: Callable[..., Any] | EndpointProperty[Any]) -> EndpointProperty[Any]:
         if isinstance(fn, EndpointProperty):
-            raise TypeError("endpoint applied twice")
+            # upstream takes it here and fails at spawn (see check_endpoints_callable)
+            stacked: EndpointProperty[Any] = EndpointProperty(
+                fn._method,
+                propagate=propagate,
+                explicit_response_port=explicit_response_port,
+                instrument=instrument,
+            )
+            stacked._stacked_on = fn
+            return stacked
         return EndpointProperty(
             fn,
             propagate=propagate,
@@ -136,6 +146,13 @@ def _positional_arity(signature: inspect.Signature) -> tuple[int, int] | None:
         if param.default is param.empty:
             fewest = most
     return fewest, most
+
+
+def check_endpoints_callable(cls: type) -> None:
+    """Upstream's TypeError for an endpoint stacked on an endpoint, raised at spawn."""
+    for prop in endpoints_of(cls).values():
+        if prop._stacked_on is not None:
+            raise TypeError(f"{prop._stacked_on!r} is not a callable object")
 
 
 def endpoints_of(cls: type) -> dict[str, EndpointProperty[Any]]:

@@ -5,7 +5,8 @@ which code, or which signal killed it. Its host agent knows (it waits on the pro
 tells the process that spawned the proc mesh (``ProcExited``), a moment after the
 connection closed. Supervision texts name the exit as upstream's do, so what reports a
 lost proc waits here for that word, for ``GRACE`` at most (an agent that died with its
-procs says nothing). Loop thread only.
+procs says nothing). Another process (one handed the mesh) asks the spawner (``asking``),
+and waits ``ASKED_GRACE`` for its answer. Loop thread only.
 """
 
 from __future__ import annotations
@@ -16,17 +17,44 @@ from collections.abc import Callable
 GRACE = 1.0
 """Seconds to wait for a host agent's report once a proc's connection closed."""
 
+ASKED_GRACE = 2 * GRACE
+"""Seconds to wait for the spawner's answer: it may itself wait ``GRACE`` for the report."""
+
 _ended: dict[str, str] = {}
 """How each proc that ended did, by address (``exited with code 3``...)."""
 
 _waiting: dict[str, list[Callable[[str | None], None]]] = {}
 """Procs whose end this process will hear of (it spawned them), and who waits for it."""
 
+_asked: set[str] = set()
+"""Procs whose end this process asked another about (``asking``): waited ``ASKED_GRACE``."""
+
+_unknown: set[str] = set()
+"""Procs whose end nobody could tell this process: not asked about again."""
+
 
 def expect(address: str) -> None:
     """This process will hear how the proc at ``address`` ends (it owns its proc mesh)."""
     if address not in _ended:
         _waiting.setdefault(address, [])
+
+
+def asking(address: str) -> bool:
+    """Whether to ask another process how the proc at ``address`` ended: ``True`` the
+    first time (its answer then goes to ``ended`` or ``unknown``), not while an answer is
+    awaited, nor once known or found unknowable."""
+    if address in _ended or address in _waiting or address in _unknown:
+        return False
+    _waiting[address] = []
+    _asked.add(address)
+    return True
+
+
+def unknown(address: str) -> None:
+    """Nobody can tell how the proc at ``address`` ended: whoever waits hears ``None``."""
+    _unknown.add(address)
+    for then in _waiting.pop(address, ()):
+        then(None)
 
 
 def ended(address: str, how: str) -> None:
@@ -50,7 +78,7 @@ def when_ended(
         then(None)
         return
     waiters.append(then)
-    loop.call_later(GRACE, _give_up, address, then)
+    loop.call_later(ASKED_GRACE if address in _asked else GRACE, _give_up, address, then)
 
 
 def _give_up(address: str, then: Callable[[str | None], None]) -> None:

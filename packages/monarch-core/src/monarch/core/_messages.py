@@ -221,6 +221,14 @@ class ProcsOf(msgspec.Struct, array_like=True, tag=31, frozen=True, gc=False):
     reply: PortRef
 
 
+class HowEnded(msgspec.Struct, array_like=True, tag=32, frozen=True, gc=False):
+    """Ask the process that spawned a proc how it ended (its host agent told that process,
+    ``ProcExited``); the reply is a ``ProcExited`` whose ``how`` is "" if it does not know."""
+
+    address: str
+    reply: PortRef
+
+
 Body = (
     Call
     | PortValue
@@ -237,6 +245,7 @@ Body = (
     | ReturnLoans
     | KillProcs
     | ProcsOf
+    | HowEnded
 )
 
 

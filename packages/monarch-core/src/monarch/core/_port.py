@@ -239,4 +239,4 @@ def _open_inbox(once: bool) -> _Inbox:
     async def make() -> _Inbox:
         return _Inbox(runtime, once)
 
-    return run_on(runtime, make()).get()
+    return run_on(runtime, make())._wait()  # a moment of the loop: no user-facing get()

@@ -8,7 +8,10 @@ keeps an events port open for the mesh's lifetime, on which the agents report ex
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
+import secrets
+import string
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
@@ -17,7 +20,7 @@ from monarch.transport import Buffer
 
 from ._actor_mesh import ActorMesh, Procs, resolve, spawn_actor_mesh
 from ._config import current_config, runtime_env
-from ._errors import RemoteFailure, SupervisionError
+from ._errors import MeshFailure, RemoteFailure, SupervisionError
 from ._exits import ended, expect
 from ._future import Future, Outcome, run_on, wait_outcome
 from ._gather import Gather
@@ -36,11 +39,15 @@ from ._messages import (
     StopProc,
 )
 from ._pending import ProcsRef
+from ._reports import failed_event, failed_report, process_ended
 from ._runtime import Runtime, current_runtime
-from ._scope import current_owner
+from ._scope import Owner, current_owner
 from ._serialize import dumps, loads
 from ._shape import NDSlice, Point, Shape, ShapedMesh
+from ._supervision import call_fault_hook
 from ._table import gpus_per_host, mesh_table
+
+log = logging.getLogger("monarch.actor")
 
 T = TypeVar("T")
 
@@ -62,6 +69,8 @@ class _ProcGroup:
         """Actor meshes spawned here on these procs: a deliberate stop is no failure."""
         self._exit_seen = asyncio.Event()
         self.events = runtime.open_port(self.on_event)
+        self.logger: _LoggerMesh | None = None
+        """Who hears of a proc that died (see ``_LoggerMesh``); set once the shape is known."""
 
     def on_ready(self, body: Body, payload: Sequence[Buffer]) -> None:
         if isinstance(body, ProcReady) and 0 <= body.rank < self.count:
@@ -86,6 +95,8 @@ class _ProcGroup:
             else:
                 ended(address, body.how)
                 self.runtime.peer_exited(address, f"(pid {body.pid}) {body.how}")
+                if self.logger is not None and not self.stopping:
+                    self.logger.proc_died(body.rank, body.how)
             self._exit_seen.set()
             self._exit_seen = asyncio.Event()
             if len(self.exited) == self.count:
@@ -106,6 +117,50 @@ class _ProcGroup:
     def _fail(self, exc: BaseException) -> None:
         if not self.ready.done():
             self.ready.set_exception(exc)
+
+
+_UID_CHARS = string.ascii_letters + string.digits
+
+
+class _LoggerMesh:
+    """Upstream's per-proc log-forwarding actors, as their failures show: each proc mesh
+    has one, ``logger-<uid>``, owned by the mesh's spawner, so a proc that dies (outside a
+    stop) is a failure of that mesh for the spawner's ``__supervise__`` (at the root, the
+    fault hook), whether or not any actor of the spawner's lived there."""
+
+    def __init__(
+        self, runtime: Runtime, owner: Owner | None, shape: Shape, per_host: int, together: int
+    ) -> None:
+        self.runtime = runtime
+        self.owner = owner
+        self.shape = shape
+        self.per_host = per_host
+        self.together = together
+        """Procs per OS process (``procs_per_process``): a group rank covers up to that many."""
+        self.name = "logger-" + "".join(secrets.choice(_UID_CHARS) for _ in range(11))
+
+    def proc_died(self, process: int, how: str) -> None:
+        """The OS process ``process`` (a rank of the group) ended as ``how`` says."""
+        reason, clean = process_ended(how)
+        if clean:  # a clean exit is a stop, as for actors
+            return
+        per, together = self.per_host, self.together
+        processes = -(-per // together)  # OS processes per host, as spawn_procs starts them
+        host, local = divmod(process, processes)
+        first = host * per + local * together
+        ranks = list(range(first, min(first + together, (host + 1) * per)))
+        if not ranks:
+            return
+        actor = f"{self.name}{Point(ranks[0], self.shape.extent)!r}"
+        event, report = failed_event(actor, reason), failed_report(actor, reason)
+        failure = MeshFailure(self.name, ranks, event, None, report)
+        if self.owner is not None:
+            self.owner.supervise(failure)
+            return
+        try:
+            self.runtime.loop.run_in_executor(None, call_fault_hook, failure)
+        except RuntimeError:  # the interpreter is exiting: nobody to tell but the log
+            log.warning("at exit: %s", failure.report())
 
 
 async def _start_procs(
@@ -208,6 +263,7 @@ class ProcMesh(ShapedMesh):
         hosts: Sequence[str] = (),
         base: Shape | None = None,
         python: str = "",
+        informant: str = "",
     ) -> None:
         self._procs = procs
         self._shape = shape
@@ -220,6 +276,9 @@ class ProcMesh(ShapedMesh):
         """The shape ``spawn_procs`` made (slices keep it)."""
         self._python = python
         """The Python its procs run (``with_python_executable``; "" = the default)."""
+        self._informant = informant
+        """The process that spawned the procs, which hears how they end (``_exits``); ""
+        for ``this_proc()``, whose spawner is not known."""
 
     def _new_with_shape(self, shape: Shape) -> ProcMesh:
         mesh = self._copy(shape)
@@ -235,6 +294,7 @@ class ProcMesh(ShapedMesh):
             hosts=self._hosts,
             base=self._base,
             python=self._python,
+            informant=self._informant,
         )
 
     @property
@@ -267,7 +327,9 @@ class ProcMesh(ShapedMesh):
             raise SupervisionError(
                 f"Cannot spawn new actors on mesh with supervision events: {failed[0]}"
             )
-        mesh = spawn_actor_mesh(self._runtime, name, Class, self._procs, self._shape, args, kwargs)
+        mesh = spawn_actor_mesh(
+            self._runtime, name, Class, self._procs, self._shape, args, kwargs, self._informant
+        )
         if self._group is not None:
             self._group.actor_meshes.append(mesh)
         return mesh
@@ -360,7 +422,8 @@ class ProcMesh(ShapedMesh):
             procs = self._procs._wait()
         else:
             procs = list(self._procs)
-        return (_rebuild_proc_mesh, (procs, self._shape, self._hosts, self._base, self._python))
+        args = (procs, self._shape, self._hosts, self._base, self._python, self._informant)
+        return (_rebuild_proc_mesh, args)
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self._shape.extent!r}>"
@@ -370,10 +433,10 @@ async def _stop_actor_meshes(meshes: list[ActorMesh[Any]], reason: str) -> None:
     """Stop the actors of ``meshes`` as ``ActorMesh.stop`` does (concurrent endpoints
     cancelled, ``__cleanup__`` run), all at once, for ``stop_actor_timeout`` at most: as
     upstream's, a proc mesh stops its actors before its procs."""
-    stops: list[Future[None]] = []
+    stops: list[Future[tuple[()]]] = []
     for mesh in meshes:
         if mesh._state.stopped is None:
-            stopped: Future[None] = Future._new()
+            stopped: Future[tuple[()]] = Future._new()
             mesh._start_stop(reason, stopped)
             stops.append(stopped)
     if not stops:
@@ -391,10 +454,14 @@ def _rebuild_proc_mesh(
     hosts: Sequence[str] = (),
     base: Shape | None = None,
     python: str = "",
+    informant: str = "",
 ) -> ProcMesh:
     """A received ProcMesh can spawn actors; only its owner can stop it. Its procs may
     still be starting: it then learns their addresses from its owner (``_pending``)."""
-    return ProcMesh(procs, shape, current_runtime(), hosts=hosts, base=base, python=python)
+    runtime = current_runtime()
+    return ProcMesh(
+        procs, shape, runtime, hosts=hosts, base=base, python=python, informant=informant
+    )
 
 
 class HostMesh(ShapedMesh):
@@ -480,6 +547,8 @@ class HostMesh(ShapedMesh):
         # Made here, not on the loop: spawn_procs must not block (an async actor's
         # __init__ runs on the loop itself).
         group = _ProcGroup(runtime, len(hosts) * processes)
+        owner = current_owner.get()
+        group.logger = _LoggerMesh(runtime, owner, shape, per, together)
         python = self._python
 
         async def start() -> list[str]:
@@ -496,8 +565,8 @@ class HostMesh(ShapedMesh):
         addresses.follow(run_on(runtime, start())._cf)
         by_rank = [hosts[rank // per] for rank in range(len(hosts) * per)]
         mesh = ProcMesh(addresses, shape, runtime, group, hosts=by_rank, python=python)
+        mesh._informant = runtime.address  # this process hears how its procs end
         self._proc_meshes.append(mesh)
-        owner = current_owner.get()
         if owner is not None:
             owner.owned.append(mesh)  # it dies with the actor that made it
         else:

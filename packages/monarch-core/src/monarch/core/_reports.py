@@ -25,10 +25,16 @@ EXITED_CLEANLY = "process exited cleanly"
 """The status of an actor whose process exited with code 0: stopped, not failed."""
 
 
+CONTROLLERS = f"{ROOT}.<monarch._src.actor.proc_mesh._ControllerController controller_controller>"
+"""The owner of the actors ``get_or_spawn_controller`` makes, as upstream's names it."""
+
+
 def actor_name(owner: str, cls: type | None, mesh_name: str, point: object) -> str:
-    """``<owner>.<module.Class name{coords}>``; ``point`` is the actor's rank (a Point)."""
+    """``<owner>.<module.Class name{coords}>``; ``point`` is the actor's rank (a Point).
+    An actor of a mesh with no dimensions (``this_proc()``, a controller) has no coords."""
     qualname = f"{cls.__module__}.{cls.__qualname__}" if cls is not None else "?"
-    return f"{owner}.<{qualname} {mesh_name}{point!r}>"
+    coords = repr(point)
+    return f"{owner}.<{qualname} {mesh_name}{'' if coords == '{}' else coords}>"
 
 
 def aborted(why: str) -> str:

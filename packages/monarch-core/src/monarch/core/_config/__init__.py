@@ -13,7 +13,7 @@ A new key is one field of ``Config`` in ``_keys.py`` (type, default, environment
 doc); nothing else changes. This module only re-exports.
 """
 
-from ._keys import KEYS, Config, Encoding, Key
+from ._keys import KEYS, BindSpec, Config, Encoding, Key
 from ._layers import (
     CONFIG_FILE_ENV,
     check,
@@ -34,6 +34,7 @@ from ._units import format_duration, parse_byte_size, parse_duration
 __all__ = [
     "CONFIG_FILE_ENV",
     "KEYS",
+    "BindSpec",
     "Config",
     "Encoding",
     "Key",

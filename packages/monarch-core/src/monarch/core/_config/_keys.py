@@ -137,10 +137,14 @@ def _read_event_loop(value: object) -> str:
 
 
 def _read_transport(value: object) -> str:
+    if isinstance(value, BindSpec):
+        return value.transport
     if not isinstance(value, str):
         name = value.name if isinstance(value, enum.Enum) else getattr(value, "name", None)
         value = name if isinstance(name, str) else repr(value)  # pyo3 enums: "ChannelTransport.X"
     word = value.strip()
+    if word in _BIND_WORDS:  # upstream's bind-spec words, as str(BindSpec) shows them
+        return _BIND_WORDS[word]
     scheme, sep, rest = word.partition("://")
     if sep:
         scheme = scheme.lower()
@@ -163,7 +167,8 @@ ENCODING: Final = Spelling(
     "an Encoding (Encoding.Bincode, Encoding.Json, Encoding.Multipart)", _read_encoding
 )
 TRANSPORT: Final = Spelling(
-    "a transport ('unix', 'ipc', 'tcp', 'tls', 'local', 'scheme://address' or a ChannelTransport)",
+    "a transport ('unix', 'tcp', 'tls', 'local', 'scheme://address', a ChannelTransport or a "
+    "BindSpec; the environment and the file also read 'ipc')",
     _read_transport,
 )
 EVENT_LOOP: Final = Spelling("'auto', 'asyncio' or 'uvloop'", _read_event_loop)
@@ -308,20 +313,123 @@ def _unsigned(value: object, ge: float | None, le: float | None) -> int:
 
 
 def _check_transport(value: object) -> str:
-    """``configure(default_transport=...)``: a ChannelTransport or a str, as upstream takes;
-    our own spellings (``"ipc"``, ``"metatls-hostname"``) are taken too."""
+    """``configure(default_transport=...)``: a ChannelTransport, a BindSpec or a str, as
+    upstream takes them (its bind-spec words and addresses; not ``enable_transport``'s
+    shortcuts such as ``"ipc"``, which upstream's configure refuses too)."""
+    if isinstance(value, BindSpec):
+        return value.transport
     if isinstance(value, str):
-        try:
-            return _read_transport(value)
-        except ValueError:
-            why = f"invalid str for BindSpec '{value}': invalid bind spec: {value}"
-            raise ValueError(why) from None
+        return _bind_spec_transport(value)
     if type(value).__name__ == "ChannelTransport" and isinstance(getattr(value, "name", None), str):
         try:
             return _read_transport(value)
         except ValueError:
             raise TypeError(f"default_transport: {value!r} is not supported here") from None
     raise TypeError("expected ChannelTransport enum, BindSpec, or str")
+
+
+_BIND_WORDS: Final[dict[str, str]] = {
+    "unix": "unix",
+    "tcp": "tcp",
+    "tls": "tls",
+    "local": "local",
+    "quic": "tls",
+    "tcp(Hostname)": "tcp",
+    "tcp(Localhost)": "tcp://127.0.0.1:0",
+    "metatls(Hostname)": "tls",
+    "metatls(IpV6)": "tls",
+    "metaquic(Hostname)": "tls",
+    "metaquic(IpV6)": "tls",
+}
+"""Upstream's bind-spec words (``str(BindSpec(ChannelTransport.X))``) and our transport for each."""
+
+_BIND_SCHEMES: Final[dict[str, str]] = {
+    "tcp": "tcp",
+    "tls": "tls",
+    "metatls": "tls",
+    "unix": "unix",
+    "ipc": "unix",
+}
+"""Schemes of upstream's bind-spec addresses (``tcp://host:port``, ``unix:path``) and ours."""
+
+_HOST_PORT_RE: Final = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):(\d{1,5})")
+
+
+def _bind_spec_transport(text: str) -> str:
+    """Our transport for a string upstream's ``BindSpec`` takes; its ValueError if it would not."""
+    word = _BIND_WORDS.get(text)
+    if word is not None:
+        return word
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, sep, rest = text.partition(":")
+    ours = _BIND_SCHEMES.get(scheme) if sep else None
+    if ours == "unix" and rest:
+        return f"unix://{rest}"
+    if ours is not None and _HOST_PORT_RE.fullmatch(rest) and int(rest.rsplit(":", 1)[1]) < 65536:
+        return f"{ours}://{rest}"
+    raise ValueError(f"invalid str for BindSpec '{text}': invalid bind spec: {text}")
+
+
+class BindSpec:
+    """Upstream's ``default_transport`` value: how a proc binds its channel server.
+
+    Built from a ``ChannelTransport``, another ``BindSpec`` or a string upstream's takes
+    (``"unix"``, ``"tcp"``, ``"tcp://127.0.0.1:0"``, ``"ipc://path"``); shown, compared and
+    refused as upstream's (equal only to an equal BindSpec, unhashable, not picklable).
+    ``transport`` is ours: what the runtime listens on. Transports ours maps onto another
+    (TcpWithLocalhost, the Meta and Quic kinds) show as the one used.
+    """
+
+    __slots__ = ("transport",)
+    __hash__ = None  # type: ignore[assignment]  # upstream's is unhashable
+
+    def __init__(self, spec: object) -> None:
+        self.transport: str = _check_transport(spec)
+
+    @classmethod
+    def of(cls, transport: str) -> BindSpec:
+        """The BindSpec of one of our transports (a layer form of ``default_transport``)."""
+        spec = cls.__new__(cls)
+        spec.transport = transport
+        return spec
+
+    def _shape(self) -> tuple[str, str]:
+        """(the inside of upstream's repr, its str)."""
+        transport = self.transport
+        kinds = {"unix": "Unix", "tcp": "Tcp(Hostname)", "tls": "Tls", "local": "Local"}
+        if transport in kinds:
+            shown = "tcp(Hostname)" if transport == "tcp" else transport
+            return f"Any({kinds[transport]})", shown
+        scheme, _, rest = transport.partition("://")
+        if scheme == "unix":
+            if rest.startswith("@"):
+                return f'Addr(Unix(Bound("{rest[1:]}" (abstract))))', f"unix:{rest}"
+            return f'Addr(Unix(Bound("{rest}" (pathname))))', f"unix:{rest}"
+        if scheme == "tcp":
+            return f"Addr(Tcp({rest}))", f"tcp:{rest}"
+        if scheme == "tls":
+            host, _, port = rest.rpartition(":")
+            return f'Addr(Tls(TlsAddr {{ hostname: "{host}", port: {port} }}))', f"tls:{rest}"
+        return f"Addr({scheme.capitalize()}({rest}))", f"{scheme}:{rest}"
+
+    def __repr__(self) -> str:
+        return f"PyBindSpec({self._shape()[0]})"
+
+    def __str__(self) -> str:
+        return self._shape()[1]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BindSpec):
+            return NotImplemented
+        return self.transport == other.transport
+
+    def __reduce__(self) -> Any:
+        raise TypeError(f"cannot pickle '{_BINDSPEC_PATH}' object")
+
+
+_BINDSPEC_PATH: Final = "monarch._rust_bindings.monarch_hyperactor.channel.BindSpec"
+BindSpec.__module__ = _BINDSPEC_PATH.rpartition(".")[0]  # where users import it from, as upstream
 
 
 @dataclasses.dataclass(frozen=True)
@@ -422,6 +530,8 @@ class Key:
 
     def public(self, value: Any) -> object:
         """What ``get_global_config`` shows; ``coerce(public(v)) == v``."""
+        if self.spelling is TRANSPORT:
+            return BindSpec.of(value)
         return format_duration_ns(value) if self.spelling is DURATION else value
 
     def snapshot(self, value: Any) -> object:

@@ -83,6 +83,7 @@ class ActorRunner:
             self.endpoints = endpoints_of(cls)
         self.actor_name = actor_name(spawn.owner, cls, spawn.name, self.rank)
         """Its name in supervision texts, as upstream's (see ``_reports``)."""
+        self.info = dataclasses.replace(self.info, shown=self.actor_name)
         self.failure_report = ""
         """Once failed: what calls to it are told (``MeshFailure.report()``)."""
         self._contexts: dict[ShapeSpec, Context] = {}
