@@ -25,7 +25,6 @@ from monarch.actor import (
     HostMesh,
     MeshFailure,
     ProcMesh,
-    attach_to_workers,
     default_bootstrap_cmd,
     endpoint,
     get_or_spawn_controller,
@@ -376,12 +375,36 @@ def worker_at() -> Iterator[Any]:
         worker.wait()
 
 
-def _spawn_through(worker: str) -> int:
-    hosts = attach_to_workers(workers=[worker], ca="trust_all_connections")
+_SPAWN_THROUGH = """if True:
+    import os, sys
+    from monarch.actor import Actor, attach_to_workers, endpoint
+
+    class Remote(Actor):
+        @endpoint
+        def pid(self) -> int:
+            return os.getpid()
+
+    hosts = attach_to_workers(workers=[sys.argv[1]], ca="trust_all_connections")
     procs = hosts.spawn_procs(per_host={"gpus": 1})
-    pid: int = procs.spawn("remote", Worker).pid.call_one().get(timeout=60)
+    print(procs.spawn("remote", Remote).pid.call_one().get(timeout=60), flush=True)
     procs.stop().get(timeout=60)
-    return pid
+    os._exit(0)
+"""
+
+
+def _spawn_through(worker: str) -> int:
+    """A client attaching to ``worker`` spawns an actor there: the pid it runs in. The
+    client is a process of its own: attaching to a TCP worker makes a client listen on
+    TCP, which would change this test process's runtime for the tests after it."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SPAWN_THROUGH, worker],
+        env={**os.environ, **_secret_env()},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.split()[-1])
 
 
 def test_a_worker_on_an_ipc_address(tmp_path: Path, worker_at: Any) -> None:
