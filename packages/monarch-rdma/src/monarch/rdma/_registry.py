@@ -2,7 +2,7 @@
 
 A reader on this host copies a buffer straight out of our memory, with no message to us,
 so it must be able to tell by itself that the buffer is still registered: each buffer has
-a *cell* in our memory holding (our token, its id), zeroed when it is dropped. The reader
+a *cell* in our memory holding (our token, its id), the id zeroed when it is dropped. The reader
 checks the cell before and after copying; a copy that a drop overlapped is refused, never
 returned as data. Ids are never reused, so a cell reused for a later buffer does not
 vouch for an earlier one. The identity cell holds (magic, our token): a peer that reads it
@@ -67,8 +67,7 @@ class Registry:
             entry = self._entries.pop(buffer_id, None)
             if entry is None:
                 return False
-            entry.cell[1] = 0
-            entry.cell[0] = 0
+            entry.cell[1] = 0  # the token stays: a reader tells a drop from a new process
             self._spare_cells.append(entry.cell)
         return True
 
