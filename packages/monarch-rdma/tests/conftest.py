@@ -2,40 +2,18 @@
 
 from __future__ import annotations
 
-import threading
-import time
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import monarch.actor
-from monarch.actor import MeshFailure
 
+# Helpers shared by test files are imported by name (importlib mode puts no test dir on the path).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-class Failures:
-    """Failures that reached the client unhandled, and a way to wait for one."""
-
-    def __init__(self) -> None:
-        self.seen: list[MeshFailure] = []
-        self._changed = threading.Condition()
-
-    def record(self, failure: MeshFailure) -> None:
-        with self._changed:
-            self.seen.append(failure)
-            self._changed.notify_all()
-
-    def wait_for(self, mesh: str, timeout: float = 60.0) -> MeshFailure:
-        """The first failure of a mesh whose name starts with ``mesh``."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while True:
-                for failure in self.seen:
-                    if failure.mesh_name.startswith(mesh):
-                        return failure
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"no failure of {mesh} within {timeout} s: {self.seen}")
-                self._changed.wait(left)
+from rdma_faults import Failures  # noqa: E402
 
 
 _failures = Failures()

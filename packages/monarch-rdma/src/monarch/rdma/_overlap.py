@@ -23,6 +23,8 @@ class Access:
     def conflicts(self, other: Access) -> bool:
         return (
             self.space == other.space
+            and self.start < self.end  # an empty range touches nothing
+            and other.start < other.end
             and self.start < other.end
             and other.start < self.end
             and (self.writes or other.writes)

@@ -30,13 +30,13 @@ from monarch.core import (
     dumps,
     job_secret,
     loads,
-    run_on,
 )
 
 from ._errors import RDMAError, RDMAOwnerDied, RDMATimeoutError
 from ._registry import registry
 from ._tcp import DataServer, Streams
 
+START_TIMEOUT: Final = 60.0
 OPS_THREADS: Final = 16
 """Operations of this process that run at once (an RDMAAction's run side by side)."""
 
@@ -176,12 +176,23 @@ def local_process() -> Process:
     runtime = current_runtime()
     if runtime.on_loop():
         made = Process(runtime)
-    else:
+    else:  # the ports are opened on the loop, which owns them
+        box: list[Process | BaseException] = []
+        ready = threading.Event()
 
-        async def make() -> Process:
-            return Process(runtime)
+        def make() -> None:
+            try:
+                box.append(Process(runtime))
+            except BaseException as error:  # noqa: BLE001 - raised on the asking thread
+                box.append(error)
+            ready.set()
 
-        made = run_on(runtime, make()).get()
+        runtime.call_soon(make)
+        if not ready.wait(START_TIMEOUT):
+            raise RDMAError("the runtime loop did not answer: cannot start RDMA here")
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        made = box[0]
     with _process_lock:  # two first uses at once: one wins, the other's ports stay unused
         if _process is None:
             _process = made
