@@ -13,8 +13,7 @@ import monarch.actor
 # Helpers shared by test files are imported by name (importlib mode puts no test dir on the path).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rdma_faults import Failures  # noqa: E402
-
+from rdma_faults import Failures
 
 _failures = Failures()
 

@@ -4,6 +4,9 @@ operations on buffers this process owns (no other process needed)."""
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
+import textwrap
 import warnings
 
 import pytest
@@ -137,7 +140,10 @@ def test_a_read_only_buffer_cannot_be_written() -> None:
     buf.drop().get(timeout=30)
 
 
-@pytest.mark.parametrize(("timeout", "error"), [(-1, OverflowError), (1 << 64, OverflowError), ("5", TypeError), (1.5, TypeError)])
+@pytest.mark.parametrize(
+    ("timeout", "error"),
+    [(-1, OverflowError), (1 << 64, OverflowError), ("5", TypeError), (1.5, TypeError)],
+)
 def test_timeouts_are_checked(timeout: object, error: type[Exception]) -> None:
     buf = RDMABuffer(bytearray(8))
     with pytest.raises(error):
@@ -219,3 +225,27 @@ def test_owner_is_the_registering_actor() -> None:
     buf = RDMABuffer(bytearray(8))
     assert buf.owner.startswith("client@")
     buf.drop().get(timeout=30)
+
+
+def test_buffers_need_no_torch() -> None:
+    """memoryview and bytearray buffers work in a process that never imports torch."""
+    script = textwrap.dedent(
+        """
+        import sys, warnings
+        warnings.simplefilter("ignore")
+        from monarch.rdma import RDMABuffer
+        data = bytearray(b"no torch here")
+        buf = RDMABuffer(data)
+        out = bytearray(len(data))
+        buf.read_into(out).get(timeout=60)
+        assert out == data, out
+        buf.drop().get(timeout=60)
+        assert "torch" not in sys.modules
+        print("ok")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "ok"

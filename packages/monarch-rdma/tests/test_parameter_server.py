@@ -15,6 +15,7 @@ pytest.importorskip("torch")
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "parameter_server.py"
 
 
+@pytest.mark.slow  # three procs import torch: 10-20 s on a loaded machine
 @pytest.mark.skipif(not EXAMPLE.exists(), reason="the examples folder is not here")
 @pytest.mark.filterwarnings("ignore::monarch.rdma.RDMATcpFallbackWarning")
 def test_the_parameter_server_matches_one_process() -> None:

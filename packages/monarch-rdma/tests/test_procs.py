@@ -8,6 +8,7 @@ import hashlib
 import os
 import signal
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -91,7 +92,7 @@ def sha(data: bytes | bytearray) -> str:
 
 
 @pytest.fixture(scope="module", params=["shm", "tcp"])
-def mesh(request: pytest.FixtureRequest) -> Iterator[tuple[str, ProcMesh, Owner]]:
+def mesh(request: pytest.FixtureRequest) -> Iterator[tuple[str, ProcMesh, Any]]:
     way = str(request.param)
     with configured(read_peer_buffers=way == "shm"):
         procs = this_host().spawn_procs(per_host={"procs": 2})
@@ -102,7 +103,7 @@ def mesh(request: pytest.FixtureRequest) -> Iterator[tuple[str, ProcMesh, Owner]
 
 @pytest.mark.parametrize("size", [1, 3 * MIB + 5, 9 * MIB + 1])
 def test_the_client_reads_and_writes_an_actors_buffer(
-    mesh: tuple[str, ProcMesh, Owner], size: int
+    mesh: tuple[str, ProcMesh, Any], size: int
 ) -> None:
     way, _, owners = mesh
     owner = owners.slice(procs=0)
@@ -118,7 +119,7 @@ def test_the_client_reads_and_writes_an_actors_buffer(
     buf.drop().get(timeout=60)
 
 
-def test_actors_read_and_write_each_others_buffers(mesh: tuple[str, ProcMesh, Owner]) -> None:
+def test_actors_read_and_write_each_others_buffers(mesh: tuple[str, ProcMesh, Any]) -> None:
     way, _, owners = mesh
     size = 5 * MIB + 17
     buf = owners.slice(procs=0).make.call_one("peer", size, 3).get(timeout=60)
@@ -130,7 +131,7 @@ def test_actors_read_and_write_each_others_buffers(mesh: tuple[str, ProcMesh, Ow
     buf.drop().get(timeout=60)
 
 
-def test_a_drop_by_anyone_fails_later_reads(mesh: tuple[str, ProcMesh, Owner]) -> None:
+def test_a_drop_by_anyone_fails_later_reads(mesh: tuple[str, ProcMesh, Any]) -> None:
     _, _, owners = mesh
     owner, other = owners.slice(procs=0), owners.slice(procs=1)
     buf = owner.make.call_one("dropped", 1024, 5).get(timeout=60)
@@ -144,7 +145,7 @@ def test_a_drop_by_anyone_fails_later_reads(mesh: tuple[str, ProcMesh, Owner]) -
         buf2.read_into(bytearray(1024)).get(timeout=60)
 
 
-def test_atomics_from_several_processes_add_up(mesh: tuple[str, ProcMesh, Owner]) -> None:
+def test_atomics_from_several_processes_add_up(mesh: tuple[str, ProcMesh, Any]) -> None:
     _, _, owners = mesh
     counter = owners.slice(procs=0).make.call_one("counter", 8, 0).get(timeout=60)
     zero = bytearray(8)
@@ -156,7 +157,7 @@ def test_atomics_from_several_processes_add_up(mesh: tuple[str, ProcMesh, Owner]
     counter.drop().get(timeout=60)
 
 
-def test_an_action_reads_from_several_owners(mesh: tuple[str, ProcMesh, Owner]) -> None:
+def test_an_action_reads_from_several_owners(mesh: tuple[str, ProcMesh, Any]) -> None:
     _, _, owners = mesh
     size = 2 * MIB
     bufs = [
@@ -176,7 +177,7 @@ def test_an_action_reads_from_several_owners(mesh: tuple[str, ProcMesh, Owner]) 
         buf.drop().get(timeout=60)
 
 
-def test_a_frozen_owner_times_out_not_hangs(mesh: tuple[str, ProcMesh, Owner]) -> None:
+def test_a_frozen_owner_times_out_not_hangs(mesh: tuple[str, ProcMesh, Any]) -> None:
     """A write needs the owner (its service pulls, or its data server takes the bytes):
     a stopped owner ends it at the timeout. Reads over TCP need it too."""
     way, _, owners = mesh

@@ -16,6 +16,7 @@ the package README); ``_bootstrap``, at the top, alone starts a runtime, and imp
 
 from ._actor_mesh import ActorMesh, spawn_actor_mesh
 from ._bootstrap import job_secret
+from ._config import current_config
 from ._context import Context, Instance, context
 from ._endpoint import Actor, endpoint
 from ._errors import (
@@ -32,7 +33,6 @@ from ._errors import (
 )
 from ._future import Future, Outcome, run_on, submit_into, wait_outcome
 from ._gather import Gather
-from ._config import current_config
 from ._lending import LEND_MIN, Lender
 from ._lending import available as lending_available
 from ._lending import read_range as read_process_memory

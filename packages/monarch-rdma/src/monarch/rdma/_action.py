@@ -63,9 +63,7 @@ class RDMAAction:
     ) -> RDMAAction:
         """Queue: if the unsigned 64-bit integer at the start of ``src`` equals
         ``compare``, make it ``swap``; its old value goes to ``dst`` (8 bytes)."""
-        return self._add(
-            transfer.atomic_op("compare_and_swap", src._handle, dst, (compare, swap))
-        )
+        return self._add(transfer.atomic_op("compare_and_swap", src._handle, dst, (compare, swap)))
 
     def submit(self, *, timeout: int = 60) -> Future[None]:
         """Run the queued operations (again, if called again); the Future ends when every

@@ -19,7 +19,7 @@ from ._registry import registry
 if TYPE_CHECKING:
     import torch
 
-    LocalMemory = torch.Tensor | memoryview | bytearray
+    LocalMemory = torch.Tensor | memoryview | bytearray | bytes
 
 FALLBACK = (
     "No ibverbs RDMA hardware detected. Falling back to TCP transport (shared memory "
@@ -116,4 +116,3 @@ class RDMABuffer:
     def __repr__(self) -> str:
         h = self._handle
         return f"<RDMABuffer {h.size} bytes of {h.owner}>"
-

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from monarch.core import (
     PortRef,
@@ -56,7 +56,7 @@ def _tcp_host(address: str) -> str:
     for scheme in ("tcp://", "tls://"):
         if address.startswith(scheme):
             host = address[len(scheme) :].rsplit(":", 1)[0].strip("[]")
-            if host and host not in ("0.0.0.0", "::"):  # noqa: S104 - compared, not bound
+            if host and host not in ("0.0.0.0", "::"):
                 return host
             return socket.gethostbyname(socket.gethostname())
     return "127.0.0.1"
@@ -90,7 +90,9 @@ class Process:
     def data_server(self) -> DataServer:
         with self._lock:
             if self._server is None:
-                self._server = DataServer(_tcp_host(self.runtime.address), self.secret, registry.get)
+                self._server = DataServer(
+                    _tcp_host(self.runtime.address), self.secret, registry.get
+                )
             return self._server
 
     def streams(self, host: str, port: int) -> Streams:
@@ -131,7 +133,9 @@ class Process:
         except Exception:  # noqa: BLE001 - a reply we cannot read answers nothing
             return
         if body.error:
-            self._settle(key, None, value if isinstance(value, BaseException) else RDMAError(str(value)))
+            self._settle(
+                key, None, value if isinstance(value, BaseException) else RDMAError(str(value))
+            )
         else:
             self._settle(key, value, None)
 
@@ -144,7 +148,7 @@ class Process:
 
     # -- answering as an owner -------------------------------------------------------------
 
-    handlers: dict[str, Callable[..., Any]] = {}
+    handlers: ClassVar[dict[str, Callable[..., Any]]] = {}
     """What the service does, by request name (filled by ``_transfer``)."""
 
     def _on_request(self, body: object, payload: Any) -> None:

@@ -97,4 +97,3 @@ def pull_into(target: Region, pid: int, identity: int, token: int, address: int,
 def own_identity() -> tuple[int, int, int]:
     """(pid, identity cell address, token) of this process, for a write request."""
     return os.getpid(), registry.identity_address, registry.token
-

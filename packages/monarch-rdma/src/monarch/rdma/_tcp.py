@@ -16,7 +16,6 @@ private as the network between the hosts; the handshake keeps out whoever lacks 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import logging
@@ -29,7 +28,6 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Final
 
-from ._chunks import plan
 from ._errors import (
     RDMABufferDropped,
     RDMAError,
@@ -56,7 +54,9 @@ DRAIN: Final = 1024 * 1024
 
 
 def _mac(secret: bytes, role: bytes, server_nonce: bytes, client_nonce: bytes) -> bytes:
-    return hmac.new(secret, b"monarch-rdma/1 " + role + server_nonce + client_nonce, hashlib.sha256).digest()
+    return hmac.new(
+        secret, b"monarch-rdma/1 " + role + server_nonce + client_nonce, hashlib.sha256
+    ).digest()
 
 
 def _recv_exact(sock: socket.socket, view: memoryview) -> None:
@@ -109,7 +109,9 @@ class DataServer:
         conn.sendall(server_nonce)
         client_nonce = _recv_bytes(conn, NONCE)
         proof = _recv_bytes(conn, hashlib.sha256().digest_size)
-        if not hmac.compare_digest(proof, _mac(self._secret, b"client", server_nonce, client_nonce)):
+        if not hmac.compare_digest(
+            proof, _mac(self._secret, b"client", server_nonce, client_nonce)
+        ):
             log.warning("refused an RDMA data connection: bad proof of the job secret")
             return False
         conn.sendall(_mac(self._secret, b"server", server_nonce, client_nonce))
@@ -132,7 +134,9 @@ class DataServer:
             except OSError as error:
                 log.debug("RDMA data connection ended: %s", error)
 
-    def _request(self, conn: socket.socket, op: int, buffer_id: int, offset: int, length: int) -> None:
+    def _request(
+        self, conn: socket.socket, op: int, buffer_id: int, offset: int, length: int
+    ) -> None:
         region = self._lookup(buffer_id)
         status = OK
         if op not in (READ, WRITE):
@@ -181,7 +185,9 @@ class Streams:
         if left <= 0:
             raise RDMATimeoutError("timed out before connecting to the buffer's owner")
         try:
-            sock = socket.create_connection((self.host, self.port), timeout=min(left, HANDSHAKE_TIMEOUT))
+            sock = socket.create_connection(
+                (self.host, self.port), timeout=min(left, HANDSHAKE_TIMEOUT)
+            )
         except ConnectionRefusedError:
             raise RDMAOwnerDied(
                 f"the owner's data server at {self.host}:{self.port} refused the connection "
@@ -202,7 +208,9 @@ class Streams:
             raise RDMATransferError(
                 f"the RDMA handshake with {self.host}:{self.port} failed: {error}"
             ) from None
-        if not hmac.compare_digest(proof, _mac(self._secret, b"server", server_nonce, client_nonce)):
+        if not hmac.compare_digest(
+            proof, _mac(self._secret, b"server", server_nonce, client_nonce)
+        ):
             sock.close()
             raise RDMATransferError(f"{self.host}:{self.port} does not hold the job's secret")
         return sock
@@ -314,13 +322,8 @@ def _explain(errors: list[BaseException], streams: Streams) -> BaseException:
     for error in errors:
         if isinstance(error, TimeoutError):
             return RDMATimeoutError("the transfer did not end in time")
-    error = errors[0]
-    with contextlib.suppress(Exception):
-        return RDMATransferError(
-            f"the transfer with {streams.host}:{streams.port} was cut: {error!r}"
-        ).with_traceback(error.__traceback__)
-    return error
-
-
-def plan_for(size: int, width: int, max_chunk: int, min_stripe: int) -> list[tuple[int, int]]:
-    return plan(size, width, max_chunk, min_stripe)
+    cut = RDMATransferError(
+        f"the transfer with {streams.host}:{streams.port} was cut: {errors[0]!r}"
+    )
+    cut.__cause__ = errors[0]
+    return cut

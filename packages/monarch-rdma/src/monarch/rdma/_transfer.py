@@ -95,7 +95,9 @@ def _writable(buffer_id: int, size: int) -> Region:
     return region
 
 
-def _over_tcp(proc: Process, handle: Handle, op: int, local: Region, size: int, deadline: float) -> None:
+def _over_tcp(
+    proc: Process, handle: Handle, op: int, local: Region, size: int, deadline: float
+) -> None:
     config = current_config()
     chunks = plan(
         size,
@@ -105,7 +107,9 @@ def _over_tcp(proc: Process, handle: Handle, op: int, local: Region, size: int, 
     )
     streams = proc.streams(handle.tcp_host, handle.tcp_port)
     try:
-        tcp.transfer(streams, op, handle.buffer_id, local, size, deadline, chunks, proc.helpers, proc.width)
+        tcp.transfer(
+            streams, op, handle.buffer_id, local, size, deadline, chunks, proc.helpers, proc.width
+        )
     except RDMATransferError as error:
         if not isinstance(error, RDMAOwnerDied) and handle.proc in proc.runtime.failed_peers:
             raise RDMAOwnerDied(f"the buffer's owner ({handle.owner}) died") from error
@@ -153,7 +157,7 @@ def serve_atomic(buffer_id: int, kind: str, first: int, second: int) -> int:
 
 def _atomic(op: Op, deadline: float) -> None:
     handle = op.handle
-    first, second = (op.args + (0, 0))[:2]
+    first, second = (*op.args, 0, 0)[:2]
     if handle.token == registry.token:
         old = serve_atomic(handle.buffer_id, op.kind, first, second)
     else:
@@ -162,7 +166,9 @@ def _atomic(op: Op, deadline: float) -> None:
     ctypes.c_uint64.from_address(op.local.address).value = old
 
 
-def serve_pull(buffer_id: int, pid: int, identity: int, token: int, address: int, size: int) -> bool:
+def serve_pull(
+    buffer_id: int, pid: int, identity: int, token: int, address: int, size: int
+) -> bool:
     """On the owner: a writer of this host asks us to read ``size`` bytes of it."""
     return shm.pull_into(_writable(buffer_id, size), pid, identity, token, address, size)
 
