@@ -16,10 +16,10 @@ import ctypes
 import operator
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from monarch.core import Future, current_config, submit_into
+from monarch.core import Future, current_config
 
 from . import _shm as shm
 from . import _tcp as tcp
@@ -35,6 +35,10 @@ ATOMIC_SIZE = 8
 """fetch_add and compare_and_swap act on the buffer's first 8 bytes (an unsigned 64-bit
 integer, native byte order, as ibverbs' atomics), and write its old value to ``dst``."""
 U64 = (1 << 64) - 1
+INLINE_MAX = 4 * 1024 * 1024
+"""A lone read from this process or another of this host, up to this size, is copied by
+the calling thread itself: handing it to another thread and waking the caller again
+costs more than the copy (each hop is a scheduling delay on a loaded machine)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,60 +190,74 @@ def drop(handle: Handle, deadline: float) -> None:
 
 _RUN = {"read": _read, "write": _write, "fetch_add": _atomic, "compare_and_swap": _atomic}
 Process.handlers.update(pull=serve_pull, drop=registry.drop, atomic=serve_atomic)
+Process.quick.append(lambda request: request[0] != "pull" or request[-1] <= INLINE_MAX)
+
+
+def _inline(op: Op) -> bool:
+    if op.size > INLINE_MAX:
+        return False
+    way = plane(op.handle)
+    return way == "local" or (way == "shm" and op.kind == "read")
+
+
+def _settle(future: Future[None], errors: list[BaseException]) -> None:
+    if errors:
+        future.set_exception(errors[0])
+    else:
+        future.set_result(None)
 
 
 def submit(ops: Sequence[Op], timeout: int) -> Future[None]:
     """Run ``ops`` side by side on RDMA threads; the Future ends when all have."""
     deadline = time.monotonic() + validate_timeout(timeout)
-    proc = local_process()
     batch = tuple(ops)
-
-    def start(future: Future[None]) -> None:
-        if not batch:
-            future.set_result(None)
-            return
-        left = [len(batch)]
+    future: Future[None] = Future._new()
+    if len(batch) <= 1 and all(map(_inline, batch)):
         errors: list[BaseException] = []
-        lock = threading.Lock()
-
-        def run(op: Op) -> None:
+        for op in batch:
             try:
                 _RUN[op.kind](op, deadline)
-            except BaseException as error:  # noqa: BLE001 - handed to the future
-                with lock:
-                    errors.append(error)
+            except Exception as error:  # noqa: BLE001 - handed to the future
+                errors.append(error)
+        _settle(future, errors)
+        return future
+    proc = local_process()
+    left = [len(batch)]
+    failed: list[BaseException] = []
+    lock = threading.Lock()
+
+    def run(op: Op) -> None:
+        try:
+            _RUN[op.kind](op, deadline)
+        except BaseException as error:  # noqa: BLE001 - handed to the future
             with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if last:
-                if errors:
-                    future.set_exception(errors[0])
-                else:
-                    future.set_result(None)
+                failed.append(error)
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            _settle(future, failed)
 
-        for op in batch:
-            proc.ops.submit(run, op)
-
-    return submit_into(proc.runtime, start)
+    for op in batch:
+        proc.ops.submit(run, op)
+    return future
 
 
-def submit_call(run: object, timeout: int) -> Future[None]:
+def submit_call(run: Callable[[float], None], timeout: int) -> Future[None]:
     """A Future of ``run(deadline)`` on an RDMA thread (a drop)."""
     deadline = time.monotonic() + validate_timeout(timeout)
-    proc = local_process()
+    future: Future[None] = Future._new()
 
-    def start(future: Future[None]) -> None:
-        def body() -> None:
-            try:
-                run(deadline)  # type: ignore[operator]
-            except BaseException as error:  # noqa: BLE001 - handed to the future
-                future.set_exception(error)
-            else:
-                future.set_result(None)
+    def body() -> None:
+        try:
+            run(deadline)
+        except BaseException as error:  # noqa: BLE001 - handed to the future
+            future.set_exception(error)
+        else:
+            future.set_result(None)
 
-        proc.ops.submit(body)
-
-    return submit_into(proc.runtime, start)
+    local_process().ops.submit(body)
+    return future
 
 
 def read_op(dst: object, handle: Handle) -> Op:
