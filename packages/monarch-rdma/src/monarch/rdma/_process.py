@@ -14,6 +14,7 @@ process and fails at once if it dies.
 from __future__ import annotations
 
 import itertools
+import os
 import socket
 import threading
 import time
@@ -79,8 +80,11 @@ class Process:
         self.serving = ThreadPoolExecutor(OPS_THREADS, thread_name_prefix="monarch-rdma-serve")
         """Requests we answer as an owner: apart from ``ops``, so two processes whose
         operations all wait on each other still answer each other."""
-        width = current_config().rdma_runtime_worker_threads
-        self.width = max(1, width)
+        # Streams per transfer: upstream's worker-thread knob, but no more than one per
+        # two CPUs (each stream is a thread here and one at the owner; on a small machine
+        # more streams only contend: measured on 2 cores, 1 stream beats 2).
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        self.width = max(1, min(current_config().rdma_runtime_worker_threads, cpus // 2))
         self.helpers = ThreadPoolExecutor(
             max(1, OPS_THREADS * (self.width - 1)), thread_name_prefix="monarch-rdma-stream"
         )

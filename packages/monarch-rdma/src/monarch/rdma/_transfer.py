@@ -193,11 +193,14 @@ Process.handlers.update(pull=serve_pull, drop=registry.drop, atomic=serve_atomic
 Process.quick.append(lambda request: request[0] != "pull" or request[-1] <= INLINE_MAX)
 
 
-def _inline(op: Op) -> bool:
-    if op.size > INLINE_MAX:
-        return False
+def _copies_here(op: Op) -> bool:
+    """Whether this thread copies the bytes itself (no owner, no socket involved)."""
     way = plane(op.handle)
     return way == "local" or (way == "shm" and op.kind == "read")
+
+
+def _inline(op: Op) -> bool:
+    return op.size <= INLINE_MAX and _copies_here(op)
 
 
 def _settle(future: Future[None], errors: list[BaseException]) -> None:
@@ -221,25 +224,31 @@ def submit(ops: Sequence[Op], timeout: int) -> Future[None]:
                 errors.append(error)
         _settle(future, errors)
         return future
+    # Copies this process makes itself run one after another in one task: each large one
+    # already uses the CPUs it can (``read_process_memory`` splits it among threads), so
+    # side by side they would only contend. Those that wait on a peer run side by side.
+    here = [op for op in batch if _copies_here(op)]
+    tasks = [[op] for op in batch if not _copies_here(op)] + ([here] if here else [])
     proc = local_process()
-    left = [len(batch)]
+    left = [len(tasks)]
     failed: list[BaseException] = []
     lock = threading.Lock()
 
-    def run(op: Op) -> None:
-        try:
-            _RUN[op.kind](op, deadline)
-        except BaseException as error:  # noqa: BLE001 - handed to the future
-            with lock:
-                failed.append(error)
+    def run(ops: list[Op]) -> None:
+        for op in ops:
+            try:
+                _RUN[op.kind](op, deadline)
+            except BaseException as error:  # noqa: BLE001 - handed to the future
+                with lock:
+                    failed.append(error)
         with lock:
             left[0] -= 1
             last = left[0] == 0
         if last:
             _settle(future, failed)
 
-    for op in batch:
-        proc.ops.submit(run, op)
+    for task in tasks:
+        proc.ops.submit(run, task)
     return future
 
 
