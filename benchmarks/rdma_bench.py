@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _results import (  # noqa: E402
+from _results import (
     RESULTS_DIR,
     fmt_num,
     machine_info,
@@ -45,7 +45,7 @@ from _results import (  # noqa: E402
     summarize,
     write_json,
 )
-from baselines import default_python  # noqa: E402
+from baselines import default_python
 
 HERE = Path(__file__).resolve().parent
 MIB = 1024 * 1024
@@ -55,7 +55,9 @@ def progress(started: float, text: str) -> None:
     print(f"[{time.perf_counter() - started:6.1f}s] {text}", flush=True)
 
 
-def run_workloads(python: str, extra: list[str], reps: int, quick: bool, timeout: float) -> dict[str, Any]:
+def run_workloads(
+    python: str, extra: list[str], reps: int, quick: bool, timeout: float
+) -> dict[str, Any]:
     """The workloads in another process (its JSON document)."""
     drop = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "MONARCH_JOB_SECRET", "MONARCH_ROOT_ADDRESS"}
     env = {k: v for k, v in os.environ.items() if k not in drop}
@@ -64,11 +66,18 @@ def run_workloads(python: str, extra: list[str], reps: int, quick: bool, timeout
         cmd = [python, str(HERE / "_rdma_workloads.py"), "--json", str(out), "--reps", str(reps)]
         cmd += extra + (["--quick"] if quick else [])
         done = subprocess.run(
-            cmd, env=env, cwd=tmp, capture_output=True, text=True, timeout=timeout,
+            cmd,
+            env=env,
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
             start_new_session=True,
         )
         if done.returncode != 0 or not out.exists():
-            raise RuntimeError(f"exited with {done.returncode}: {done.stdout[-800:]} {done.stderr[-1500:]}")
+            raise RuntimeError(
+                f"exited with {done.returncode}: {done.stdout[-800:]} {done.stderr[-1500:]}"
+            )
         doc: dict[str, Any] = json.loads(out.read_text())
         return doc
 
@@ -108,7 +117,9 @@ def mibps(size_mib: int, seconds: list[float]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="16 and 1 MiB only, 4 buffers a batch")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--upstream-python", help="torchmonarch 0.7.0's interpreter (default: its venv)")
@@ -130,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     if upstream and Path(upstream).exists():
         impls["upstream"] = (str(upstream), [])
     elif not args.no_upstream:
-        notes.append("upstream: not measured, no benchmarks/.venvs/upstream (hatch run bench:baselines)")
+        notes.append(
+            "upstream: not measured, no benchmarks/.venvs/upstream (hatch run bench:baselines)"
+        )
 
     results: dict[str, Any] = {}
     errors: dict[str, Any] = {}
@@ -186,30 +199,51 @@ def main(argv: list[str] | None = None) -> int:
     targets = []
     for op in ("read", "write"):
         targets.append(
-            ratio_entry(f"{op} {big} MiB vs memcpy", 0.5, med(f"monarch/{op}_{big}MiB"), med(f"memcpy_{big}MiB"))
-        )
-        targets.append(
-            ratio_entry(f"{op} {big} MiB vs upstream", 10.0, med(f"monarch/{op}_{big}MiB"), med(f"upstream/{op}_{big}MiB"))
+            ratio_entry(
+                f"{op} {big} MiB vs memcpy",
+                0.5,
+                med(f"monarch/{op}_{big}MiB"),
+                med(f"memcpy_{big}MiB"),
+            )
         )
         targets.append(
             ratio_entry(
-                f"{op} {big} MiB, TCP plane vs raw TCP stream", 0.7,
-                med(f"monarch-tcp/{op}_{big}MiB"), med(f"tcp_stream_{big}MiB"),
+                f"{op} {big} MiB vs upstream",
+                10.0,
+                med(f"monarch/{op}_{big}MiB"),
+                med(f"upstream/{op}_{big}MiB"),
+            )
+        )
+        targets.append(
+            ratio_entry(
+                f"{op} {big} MiB, TCP plane vs raw TCP stream",
+                0.7,
+                med(f"monarch-tcp/{op}_{big}MiB"),
+                med(f"tcp_stream_{big}MiB"),
             )
         )
     targets.append(
         ratio_entry(
-            f"RDMAAction {batch}x16 MiB vs sequential reads (time)", 1.0,
-            med(f"monarch/batch_{batch}x16MiB_action"), med(f"monarch/batch_{batch}x16MiB_sequential"),
+            f"RDMAAction {batch}x16 MiB vs sequential reads (time)",
+            1.0,
+            med(f"monarch/batch_{batch}x16MiB_action"),
+            med(f"monarch/batch_{batch}x16MiB_sequential"),
             higher_is_better=False,
         )
     )
     reg_ms = med(f"monarch/register_{register_mib}MiB")
     drop_ms = med(f"monarch/drop_{register_mib}MiB")
-    per_gib = None if reg_ms is None or drop_ms is None else (reg_ms + drop_ms) * 1024 / register_mib
+    per_gib = (
+        None if reg_ms is None or drop_ms is None else (reg_ms + drop_ms) * 1024 / register_mib
+    )
     targets.append(
-        {"name": "register+drop ms per GiB", "op": "<=", "target": 5.0, "ours": per_gib,
-         "pass": None if per_gib is None else per_gib <= 5.0}
+        {
+            "name": "register+drop ms per GiB",
+            "op": "<=",
+            "target": 5.0,
+            "ours": per_gib,
+            "pass": None if per_gib is None else per_gib <= 5.0,
+        }
     )
     doc = {
         "benchmark": "rdma",
@@ -226,15 +260,34 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for key, fig in figures.items():
         spread = fig.get("spread")
-        extra = f"{fmt_num(fig['ms_per_op'])} ms/op" if "ms_per_op" in fig else ""
-        rows.append([key, fmt_num(fig.get("median")), fig.get("unit"), "-" if spread is None else f"±{spread:.0%}", extra])
+        per_op = f"{fmt_num(fig['ms_per_op'])} ms/op" if "ms_per_op" in fig else ""
+        rows.append(
+            [
+                key,
+                fmt_num(fig.get("median")),
+                fig.get("unit"),
+                "-" if spread is None else f"±{spread:.0%}",
+                per_op,
+            ]
+        )
     print(markdown_table(["figure", "median", "unit", "spread", ""], rows))
     print()
-    print(markdown_table(
-        ["target", "ours", "baseline", "ratio", "want", "pass"],
-        [[t["name"], fmt_num(t.get("ours")), fmt_num(t.get("baseline")), fmt_num(t.get("ratio")),
-          f"{t['op']} {t['target']}", t["pass"]] for t in targets],
-    ))
+    print(
+        markdown_table(
+            ["target", "ours", "baseline", "ratio", "want", "pass"],
+            [
+                [
+                    t["name"],
+                    fmt_num(t.get("ours")),
+                    fmt_num(t.get("baseline")),
+                    fmt_num(t.get("ratio")),
+                    f"{t['op']} {t['target']}",
+                    t["pass"],
+                ]
+                for t in targets
+            ],
+        )
+    )
     for note in notes:
         print(f"note: {note}")
     if errors:
