@@ -195,4 +195,5 @@ def test_a_frozen_owner_times_out_not_hangs(mesh: tuple[str, ProcMesh, Any]) -> 
         os.kill(pid, signal.SIGCONT)
     out = bytearray(4096)
     buf.read_into(out).get(timeout=60)  # it serves again
-    assert out[:100] == pattern(4096, 6)[:100] or way == "tcp"
+    if way == "shm":  # the expired request was not served late (over TCP the bytes were sent)
+        assert out == pattern(4096, 6)

@@ -24,7 +24,13 @@ from monarch.core import Future, current_config
 from . import _shm as shm
 from . import _tcp as tcp
 from ._chunks import KIB, MIB, plan
-from ._errors import RDMABufferDropped, RDMAError, RDMAOwnerDied, RDMATransferError
+from ._errors import (
+    RDMABufferDropped,
+    RDMAError,
+    RDMAOwnerDied,
+    RDMATimeoutError,
+    RDMATransferError,
+)
 from ._handle import Handle
 from ._overlap import Access
 from ._process import Process, local_process
@@ -140,7 +146,17 @@ def _write(op: Op, deadline: float) -> None:
     proc = local_process()
     if way == "shm":
         pid, identity, token = shm.own_identity()
-        request = ("pull", handle.buffer_id, pid, identity, token, op.local.address, op.size)
+        expires = time.time() + (deadline - time.monotonic())  # one clock on one host
+        request = (
+            "pull",
+            handle.buffer_id,
+            expires,
+            pid,
+            identity,
+            token,
+            op.local.address,
+            op.size,
+        )
         if proc.ask(handle.proc, handle.service, request, deadline):
             return
     _over_tcp(proc, handle, tcp.WRITE, op.local, op.size, deadline)
@@ -171,9 +187,12 @@ def _atomic(op: Op, deadline: float) -> None:
 
 
 def serve_pull(
-    buffer_id: int, pid: int, identity: int, token: int, address: int, size: int
+    buffer_id: int, expires: float, pid: int, identity: int, token: int, address: int, size: int
 ) -> bool:
-    """On the owner: a writer of this host asks us to read ``size`` bytes of it."""
+    """On the owner: a writer of this host asks us to read ``size`` bytes of it. Not once
+    the writer has given up (a stopped owner resumed late): its memory may be reused."""
+    if time.time() > expires:
+        raise RDMATimeoutError("the write request expired before the owner could serve it")
     return shm.pull_into(_writable(buffer_id, size), pid, identity, token, address, size)
 
 
