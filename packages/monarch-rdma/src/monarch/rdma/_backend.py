@@ -2,32 +2,16 @@
 
 from __future__ import annotations
 
-import functools
-import importlib
 import warnings
 
 from monarch.core import current_config
 
-VERBS_PLANE = False
-"""Whether the ibverbs data plane is built (not yet: a device is seen, the fallback runs)."""
-
-
-@functools.cache
-def _devices() -> tuple[str, ...]:
-    """Names of the ibverbs devices pyverbs sees (none without pyverbs)."""
-    try:
-        device = importlib.import_module("pyverbs.device")
-        return tuple(
-            d.name.decode() if isinstance(d.name, bytes) else str(d.name)
-            for d in device.get_device_list()
-        )
-    except Exception:  # noqa: BLE001 - no pyverbs, no libibverbs, no device: all "none"
-        return ()
+from ._verbs import device_names
 
 
 def is_ibverbs_available() -> bool:
     """Whether ibverbs RDMA hardware (or soft-RoCE) is available on this system."""
-    return bool(_devices())
+    return bool(device_names())
 
 
 def is_rdma_available() -> bool:
@@ -50,7 +34,7 @@ def get_rdma_backend() -> str:
     """``"ibverbs"``, ``"tcp"`` (the fallback: shared memory within a host, TCP between
     hosts) or ``"none"`` (no verbs and ``rdma_allow_tcp_fallback=False``)."""
     config = current_config()
-    if VERBS_PLANE and not config.rdma_disable_ibverbs and is_ibverbs_available():
+    if not config.rdma_disable_ibverbs and is_ibverbs_available():
         return "ibverbs"
     if config.rdma_allow_tcp_fallback:
         return "tcp"

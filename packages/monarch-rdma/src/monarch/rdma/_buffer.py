@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from monarch.core import Future, context
 
 from . import _transfer as transfer
+from . import _verbs as verbs
 from ._backend import get_rdma_backend
 from ._errors import RDMATcpFallbackWarning
 from ._handle import Handle
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
     import torch
 
     LocalMemory = torch.Tensor | memoryview | bytearray | bytes
+
+log = logging.getLogger("monarch.rdma")
 
 FALLBACK = (
     "No ibverbs RDMA hardware detected. Falling back to TCP transport (shared memory "
@@ -58,6 +62,13 @@ class RDMABuffer:
         proc = local_process()
         server = proc.data_server()
         buffer_id, cell = registry.register(region)
+        rkey = 0
+        nic = verbs.device() if backend == "ibverbs" else None
+        if nic is not None:
+            try:
+                rkey = nic.register(buffer_id, region)
+            except Exception as error:  # noqa: BLE001 - served by the other planes then
+                log.warning("cannot register %d bytes with %s: %s", region.size, nic.name, error)
         self._handle = Handle(
             buffer_id=buffer_id,
             size=region.size,
@@ -72,6 +83,7 @@ class RDMABuffer:
             address=region.address,
             tcp_host=server.host,
             tcp_port=server.port,
+            rkey=rkey,
         )
 
     @classmethod

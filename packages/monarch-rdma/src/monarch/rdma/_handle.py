@@ -30,3 +30,5 @@ class Handle:
     tcp_host: str
     tcp_port: int
     """The owner's TCP data server (see ``_tcp``)."""
+    rkey: int = 0
+    """The buffer's memory region key at the owner's ibverbs device (0: not registered)."""

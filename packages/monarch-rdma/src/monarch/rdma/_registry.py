@@ -16,6 +16,7 @@ import itertools
 import secrets
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -41,6 +42,8 @@ class Registry:
         self._spare_cells: list[ctypes.Array[ctypes.c_uint64]] = []
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self.on_drop: list[Callable[[int], object]] = []
+        """Called with a buffer's id once it is dropped (the verbs plane deregisters it)."""
         self.atomics = threading.Lock()
         """Serialises this process's fetch_add/compare_and_swap (atomic among themselves)."""
 
@@ -69,6 +72,8 @@ class Registry:
                 return False
             entry.cell[1] = 0  # the token stays: a reader tells a drop from a new process
             self._spare_cells.append(entry.cell)
+        for hook in self.on_drop:
+            hook(buffer_id)
         return True
 
     def __len__(self) -> int:

@@ -23,6 +23,7 @@ from monarch.core import Future, current_config
 
 from . import _shm as shm
 from . import _tcp as tcp
+from . import _verbs as verbs
 from ._chunks import KIB, MIB, plan
 from ._errors import (
     RDMABufferDropped,
@@ -86,6 +87,8 @@ def plane(handle: Handle) -> str:
         return "local"
     if shm.usable(handle):
         return "shm"
+    if handle.rkey and verbs.device() is not None:
+        return "ibverbs"
     return "tcp"
 
 
@@ -126,6 +129,39 @@ def _over_tcp(
         raise
 
 
+def _over_verbs(handle: Handle, op: str, local: Region, size: int, deadline: float) -> None:
+    nic = verbs.device()
+    assert nic is not None
+    proc = local_process()
+
+    def ask(qpn: int, gid: str) -> tuple[int, str]:
+        request = ("verbs_connect", registry.token, qpn, gid)
+        answer: tuple[int, str] = proc.ask(handle.proc, handle.service, request, deadline)
+        return answer
+
+    conn = nic.connection(handle.token, ask)
+    try:
+        nic.transfer(conn, op, local, size, handle.address, handle.rkey, deadline)
+    except RDMATransferError as error:
+        if handle.proc in proc.runtime.failed_peers:
+            raise RDMAOwnerDied(f"the buffer's owner ({handle.owner}) died") from error
+        raise
+
+
+def _serve_connect(peer: int, qpn: int, gid: str) -> tuple[int, str]:
+    """On the owner: a queue pair for a peer's (see ``_verbs``)."""
+    nic = verbs.device()
+    if nic is None:
+        raise RDMATransferError("the owner has no ibverbs device")
+    return nic.accept(peer, qpn, gid)
+
+
+def _deregister(buffer_id: int) -> None:
+    nic = verbs.device()
+    if nic is not None:
+        nic.deregister(buffer_id)
+
+
 def _read(op: Op, deadline: float) -> None:
     handle = op.handle
     way = plane(handle)
@@ -133,6 +169,8 @@ def _read(op: Op, deadline: float) -> None:
         ctypes.memmove(op.local.address, _registered(handle.buffer_id).address, handle.size)
     elif way == "shm":
         shm.read(handle, op.local)
+    elif way == "ibverbs":
+        _over_verbs(handle, verbs.READ, op.local, handle.size, deadline)
     else:
         _over_tcp(local_process(), handle, tcp.READ, op.local, handle.size, deadline)
 
@@ -142,6 +180,9 @@ def _write(op: Op, deadline: float) -> None:
     way = plane(handle)
     if way == "local":
         ctypes.memmove(_writable(handle.buffer_id, op.size).address, op.local.address, op.size)
+        return
+    if way == "ibverbs":
+        _over_verbs(handle, verbs.WRITE, op.local, op.size, deadline)
         return
     proc = local_process()
     if way == "shm":
@@ -208,7 +249,10 @@ def drop(handle: Handle, deadline: float) -> None:
 
 
 _RUN = {"read": _read, "write": _write, "fetch_add": _atomic, "compare_and_swap": _atomic}
-Process.handlers.update(pull=serve_pull, drop=registry.drop, atomic=serve_atomic)
+Process.handlers.update(
+    pull=serve_pull, drop=registry.drop, atomic=serve_atomic, verbs_connect=_serve_connect
+)
+registry.on_drop.append(_deregister)
 Process.quick.append(lambda request: request[0] != "pull" or request[-1] <= INLINE_MAX)
 
 
