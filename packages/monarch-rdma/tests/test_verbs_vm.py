@@ -52,8 +52,8 @@ def test_buffers_move_by_rdma_read_and_write_in_a_soft_roce_vm(tmp_path: Path) -
         ["bash", str(HERE / "run-vm.sh"), str(build), str(share)],
         capture_output=True,
         text=True,
-        timeout=800,
-        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "VM_TIMEOUT": "780"},
+        timeout=840,
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "VM_TIMEOUT": "800"},
     )
     log = (share / "guest.log").read_text() if (share / "guest.log").exists() else ""
     assert "RDMA-VERBS-OK" in log, f"VM exit {vm.returncode}\n{vm.stdout[-2000:]}\n{log[-6000:]}"

@@ -13,5 +13,5 @@ rdma link add rxe0 type rxe netdev veth0
 ibv_devices
 cd /tmp/share
 export HOME=/tmp PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=/tmp/share/pyverbs-path
-timeout 500 "$(cat /tmp/share/python)" rdma_guest.py; echo "rdma_guest rc=$?"
+timeout 760 "$(cat /tmp/share/python)" rdma_guest.py; echo "rdma_guest rc=$?"
 echo "DONE"
