@@ -87,6 +87,29 @@ class Owner(Actor):
         return "ok"
 
 
+class AsyncPeer(Actor):
+    """An async actor: buffers made and awaited on the proc's event loop."""
+
+    def __init__(self) -> None:
+        self.data = bytearray(pattern(3 * MIB, 7))
+        self.buf = RDMABuffer(self.data)
+
+    @endpoint
+    async def handle(self) -> RDMABuffer:
+        return self.buf
+
+    @endpoint
+    async def fetch(self, buf: RDMABuffer) -> str:
+        out = bytearray(buf.size())
+        await buf.read_into(out)
+        await buf.write_from(out[::-1])
+        return hashlib.sha256(out).hexdigest()
+
+    @endpoint
+    async def fresh(self, size: int) -> RDMABuffer:
+        return RDMABuffer(bytearray(pattern(size, 8)))  # made on the loop itself
+
+
 def sha(data: bytes | bytearray) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -197,3 +220,23 @@ def test_a_frozen_owner_times_out_not_hangs(mesh: tuple[str, ProcMesh, Any]) -> 
     buf.read_into(out).get(timeout=60)  # it serves again
     if way == "shm":  # the expired request was not served late (over TCP the bytes were sent)
         assert out == pattern(4096, 6)
+
+
+def test_async_actors_make_and_await_buffers(mesh: tuple[str, ProcMesh, Any]) -> None:
+    _, procs, owners = mesh
+    peers = procs.spawn("async_peers", AsyncPeer)
+    mine = peers.slice(procs=1).handle.call_one().get(timeout=60)
+    theirs = owners.slice(procs=0).make.call_one("for_async", 2 * MIB + 1, 9).get(timeout=60)
+    assert peers.slice(procs=1).fetch.call_one(theirs).get(timeout=60) == sha(
+        pattern(2 * MIB + 1, 9)
+    )
+    assert owners.slice(procs=0).digest.call_one("for_async").get(timeout=60) == sha(
+        pattern(2 * MIB + 1, 9)[::-1]
+    )
+    out = bytearray(mine.size())
+    mine.read_into(out).get(timeout=60)
+    assert out == pattern(3 * MIB, 7)
+    fresh = peers.slice(procs=0).fresh.call_one(4096).get(timeout=60)
+    fresh.read_into(out).get(timeout=60)
+    assert out[:4096] == pattern(4096, 8)
+    theirs.drop().get(timeout=60)

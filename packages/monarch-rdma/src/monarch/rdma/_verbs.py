@@ -52,8 +52,9 @@ def _pyverbs() -> dict[str, ModuleType] | None:
         return None
 
 
+@functools.cache
 def device_names() -> tuple[str, ...]:
-    """The ibverbs devices pyverbs sees (none without pyverbs)."""
+    """The ibverbs devices pyverbs sees (none without pyverbs), looked up once."""
     verbs = _pyverbs()
     if verbs is None:
         return ()
