@@ -58,3 +58,4 @@ def test_buffers_move_by_rdma_read_and_write_in_a_soft_roce_vm(tmp_path: Path) -
     log = (share / "guest.log").read_text() if (share / "guest.log").exists() else ""
     assert "RDMA-VERBS-OK" in log, f"VM exit {vm.returncode}\n{vm.stdout[-2000:]}\n{log[-6000:]}"
     assert log.count("over ibverbs") == 3
+    assert "a dead owner's buffer ends in RDMAOwnerDied" in log

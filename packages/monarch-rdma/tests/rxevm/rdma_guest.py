@@ -7,11 +7,21 @@ away, so every transfer between processes goes by RDMA READ/WRITE. Prints RDMA-V
 from __future__ import annotations
 
 import hashlib
+import os
+import signal
 import sys
+import threading
 
+import monarch.actor
 from monarch.actor import Actor, endpoint, this_host
 from monarch.config import configure
-from monarch.rdma import RDMABuffer, RDMABufferDropped, get_rdma_backend, is_ibverbs_available
+from monarch.rdma import (
+    RDMABuffer,
+    RDMABufferDropped,
+    RDMATransferError,
+    get_rdma_backend,
+    is_ibverbs_available,
+)
 from monarch.rdma._transfer import plane
 
 MIB = 1024 * 1024
@@ -34,6 +44,10 @@ class Owner(Actor):
     @endpoint
     def digest(self, seed: int) -> str:
         return hashlib.sha256(self.memory[seed]).hexdigest()
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
 
 
 def main() -> int:
@@ -60,7 +74,22 @@ def main() -> int:
             print("ok: a dropped buffer refused", flush=True)
         else:
             raise AssertionError("a dropped buffer was read")
-    procs.stop().get(timeout=600)
+    # an owner that dies: the queue pair's retries run out, the read ends with an error
+    dead = threading.Event()
+    monarch.actor.unhandled_fault_hook = lambda failure: dead.set()
+    buf = owner.make.call_one(4096, 50).get(timeout=600)
+    buf.read_into(bytearray(4096), timeout=300).get(timeout=600)
+    pid = owner.pid.call_one().get(timeout=600)
+    print(f"killing the owner (pid {pid})", flush=True)
+    os.kill(pid, signal.SIGKILL)
+    assert dead.wait(300), "the owner's death was not noticed"
+    print("the owner's death was noticed", flush=True)
+    try:
+        buf.read_into(bytearray(4096), timeout=120).get(timeout=300)
+    except RDMATransferError as error:
+        print(f"ok: a dead owner's buffer ends in {type(error).__name__}: {error}", flush=True)
+    else:
+        raise AssertionError("a dead owner's buffer was read")
     print("RDMA-VERBS-OK", flush=True)
     return 0
 

@@ -133,6 +133,13 @@ def _over_verbs(handle: Handle, op: str, local: Region, size: int, deadline: flo
     nic = verbs.device()
     assert nic is not None
     proc = local_process()
+    failed = proc.runtime.failed_peers
+
+    def gone() -> bool:
+        return handle.proc in failed
+
+    if gone():
+        raise RDMAOwnerDied(f"the buffer's owner ({handle.owner}) died")
 
     def ask(qpn: int, gid: str) -> tuple[int, str]:
         request = ("verbs_connect", registry.token, qpn, gid)
@@ -141,7 +148,7 @@ def _over_verbs(handle: Handle, op: str, local: Region, size: int, deadline: flo
 
     conn = nic.connection(handle.token, ask)
     try:
-        nic.transfer(conn, op, local, size, handle.address, handle.rkey, deadline)
+        nic.transfer(conn, op, local, size, handle.address, handle.rkey, deadline, gone)
     except RDMATransferError as error:
         if handle.proc in proc.runtime.failed_peers:
             raise RDMAOwnerDied(f"the buffer's owner ({handle.owner}) died") from error

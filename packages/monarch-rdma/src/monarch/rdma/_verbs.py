@@ -20,6 +20,7 @@ import importlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Final
@@ -27,7 +28,7 @@ from typing import Any, Final
 from monarch.core import current_config
 
 from ._chunks import KIB, MIB, plan
-from ._errors import RDMABufferDropped, RDMATimeoutError, RDMATransferError
+from ._errors import RDMABufferDropped, RDMAOwnerDied, RDMATimeoutError, RDMATransferError
 from ._region import Region
 
 log = logging.getLogger("monarch.rdma")
@@ -196,9 +197,11 @@ class Device:
         remote_address: int,
         rkey: int,
         deadline: float,
+        gone: Callable[[], bool],
     ) -> None:
         """RDMA READ (``op`` read) or WRITE of ``size`` bytes between the start of ``local``
-        and the owner's memory at ``remote_address``."""
+        and the owner's memory at ``remote_address``; ``gone()`` says the owner died (its
+        queue pair may never answer: the wait ends then, not at the deadline)."""
         v, e = self.v, self.v["enums"]
         config = current_config()
         chunks = plan(
@@ -210,7 +213,7 @@ class Device:
         mr = v["mr"].MR(self.pd, max(size, 1), access, address=local.address)
         try:
             with conn.lock:
-                self._run(conn, opcode, chunks, mr, remote_address, rkey, deadline)
+                self._run(conn, opcode, chunks, mr, remote_address, rkey, deadline, gone)
         except BaseException:
             conn.broken = True  # a failed queue pair is in the error state: make a new one
             raise
@@ -226,6 +229,7 @@ class Device:
         remote_address: int,
         rkey: int,
         deadline: float,
+        gone: Callable[[], bool],
     ) -> None:
         wr_mod, e = self.v["wr"], self.v["enums"]
         pending = iter(chunks)
@@ -244,12 +248,12 @@ class Device:
                 wr.set_wr_rdma(rkey, remote_address + offset)
                 conn.qp.post_send(wr)
                 outstanding += 1
-            done = _poll(conn.cq, outstanding, deadline)
+            done = _poll(conn.cq, outstanding, deadline, gone)
             outstanding -= done
             left -= done
 
 
-def _poll(cq: Any, most: int, deadline: float) -> int:
+def _poll(cq: Any, most: int, deadline: float, gone: Callable[[], bool]) -> int:
     """Wait for at least one completion (up to ``most``); raise for a failed one."""
     pause = 0.0
     while True:
@@ -270,6 +274,8 @@ def _poll(cq: Any, most: int, deadline: float) -> int:
                         )
                     )
             return int(count)
+        if gone():
+            raise RDMAOwnerDied("the buffer's owner died during the RDMA transfer")
         if time.monotonic() > deadline:
             raise RDMATimeoutError("the RDMA transfer did not complete in time")
         time.sleep(pause)
