@@ -261,7 +261,7 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_shape _selection _scope _supervision _lending _exits",  # mesh algebra; code; loans; exits
         "_messages _endpoint _value_mesh",  # the wire; Actor/@endpoint; gathered values
         "_cast _launch",  # cast trees and FIFO order; how procs are started
-        "_runtime",  # the per-process runtime (a package: spin, loop, peers, router)
+        "_runtime",  # the per-process runtime (a package: spin, loop, flow, peers, router)
         "_future",  # Future/Outcome
         "_gather _port",  # replies on a port; user ports
         "_pending",  # procs still starting, as a value that can be sent

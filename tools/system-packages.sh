@@ -2,9 +2,10 @@
 # Debian packages the test suite uses beyond Python: installed when missing and we are root
 # (CI and fresh machines); otherwise the tests that need them skip and say why.
 set -euo pipefail
-# qemu ... python3-pyverbs: monarch-rdma's soft-RoCE VM (packages/monarch-rdma/tests/rxevm)
-needed=(iproute2 iptables qemu-system-x86 linux-image-amd64 busybox-static kmod cpio rdma-core ibverbs-utils
-  python3-pyverbs)
+# slurm*, munge: tools/slurm; qemu ... python3-pyverbs: monarch-rdma's soft-RoCE VM
+# (packages/monarch-rdma/tests/rxevm)
+needed=(iproute2 iptables slurmctld slurmd slurm-client munge qemu-system-x86 linux-image-amd64
+  busybox-static kmod cpio rdma-core ibverbs-utils python3-pyverbs)
 missing=()
 for pkg in "${needed[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
@@ -16,4 +17,4 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
 fi
 echo "system-packages: installing ${missing[*]}" >&2
 apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -9,6 +9,7 @@ test puts the controller on its own "host". Each step prints one JSON line to st
     python remote_controller.py netns ADDR_H2 ADDR_H3   (waits for a line on stdin midway)
     python remote_controller.py shutdown ADDR0 ADDR1
     python remote_controller.py tls CA KEY ADDR...   (PEM paths; or trust_all_connections -)
+    python remote_controller.py busy ADDR SECONDS
 """
 
 from __future__ import annotations
@@ -44,6 +45,17 @@ class Where(Actor):
     @endpoint
     def block(self, seconds: float) -> None:
         time.sleep(seconds)
+
+
+class Hog(Actor):
+    """An async actor whose endpoint keeps its proc's loop busy (a computation, an import)."""
+
+    @endpoint
+    async def compute(self, seconds: float) -> int:
+        end, turns = time.monotonic() + seconds, 0
+        while time.monotonic() < end:
+            turns += 1
+        return turns
 
 
 def emit(**fields: Any) -> None:
@@ -132,7 +144,15 @@ def tls(ca: str, key: str, *addrs: str) -> None:
     )
 
 
+def busy(addr: str, seconds: str) -> None:
+    hosts = attach_to_workers(workers=[addr], ca="trust_all_connections")
+    hog = hosts.spawn_procs(per_host={"gpus": 1}).spawn("hog", Hog)
+    emit(warm=outcome(hog.compute.call_one(0.0), 30))
+    emit(busy=outcome(hog.compute.call_one(float(seconds)), 60))
+
+
 SCENARIOS: dict[str, Callable[..., None]] = {
+    "busy": busy,
     "tls": tls,
     "shutdown": shutdown,
     "local": local,

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+import pickle
+import select
 import signal
 import subprocess
 import sys
@@ -407,3 +410,93 @@ def test_blocking_get_inside_a_running_event_loop_warns(procs: ProcMesh) -> None
         return value
 
     assert asyncio.run(main()) == 0
+
+
+def _gate_imports_at(path: str) -> None:
+    os.environ["MONARCH_TEST_IMPORT_GATE"] = path
+
+
+def test_an_actor_module_slow_to_import_holds_up_nothing_else_in_its_proc(
+    tmp_path: Any,
+) -> None:
+    """Reading a spawn may import the actor's module (torch: seconds, tens on a busy
+    machine): meanwhile the proc's loop serves its other actors (and, between machines,
+    sends the heartbeats without which its peers would declare it dead)."""
+    gate = str(tmp_path / "gate")
+    os.mkfifo(gate)
+    procs = this_host().spawn_procs(
+        per_host={"gpus": 1}, bootstrap=functools.partial(_gate_imports_at, gate)
+    )
+    opened = -1
+    try:
+        from gated_import import Gated  # here only: the procs import it when told to wait
+
+        gated = procs.spawn("gated", Gated)
+        counter = procs.spawn("counter", Counter, 7)
+        assert counter.get.call_one().get(timeout=60) == 7  # while Gated's import waits
+        opened = os.open(gate, os.O_RDWR)  # never blocks; the byte lets the import go on
+        os.write(opened, b"x")
+        assert gated.ping.call_one().get(timeout=60) == "imported"
+    finally:
+        if opened < 0:
+            opened = os.open(gate, os.O_RDWR)
+            os.write(opened, b"x")
+        procs.stop().get(timeout=30)
+        os.close(opened)
+
+
+class Frame:
+    """A value whose pickle hands its (writable) memory out of band, as an array's does."""
+
+    def __init__(self, data: bytearray) -> None:
+        self.data = data
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        return Frame, (pickle.PickleBuffer(self.data),)
+
+
+class Holder(Actor):
+    @endpoint
+    async def hold(self, entered: str, gate: str) -> None:
+        """Keep this proc's loop busy (nothing is read meanwhile) until told to go on."""
+        fd = os.open(entered, os.O_WRONLY)
+        os.write(fd, b"x")
+        os.close(fd)
+        fd = os.open(gate, os.O_RDONLY)
+        os.read(fd, 1)
+        os.close(fd)
+
+    @endpoint
+    async def ends(self, *values: Any) -> list[tuple[int, int]]:
+        return [(bytes(v)[0], bytes(v)[-1]) for v in (getattr(v, "data", v) for v in values)]
+
+
+def test_a_buffer_changed_after_the_call_arrives_as_it_was_at_the_call(tmp_path: Any) -> None:
+    """Upstream pickles a call's arguments at the call; ours write large buffers out of
+    band, later (a busy peer) or lent to the reader: a buffer the caller may change (a
+    bytearray, an array's memory) is copied at the call, so what arrives is what was sent."""
+    entered, gate = str(tmp_path / "entered"), str(tmp_path / "gate")
+    os.mkfifo(entered)
+    os.mkfifo(gate)
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    opened = os.open(gate, os.O_RDWR)  # never blocks; a byte written lets `hold` return
+    try:
+        holder = procs.spawn("holder", Holder)
+        listening = os.open(entered, os.O_RDONLY | os.O_NONBLOCK)
+        held = holder.hold.call_one(entered, gate)
+        try:
+            assert select.select([listening], [], [], 60)[0], "hold never started"
+        finally:
+            os.close(listening)
+        size = 64 << 20  # lent, and more than a ring carries while nobody takes it out
+        buffer, frame = bytearray(size), Frame(bytearray(size))
+        arrived = holder.ends.call_one(buffer, frame)
+        for data in (buffer, frame.data):
+            data[0] = data[-1] = 7
+        os.write(opened, b"x")
+        assert arrived.get(timeout=60) == [(0, 0), (0, 0)]
+        held.get(timeout=60)
+    finally:
+        os.write(opened, b"x")
+        procs.stop().get(timeout=30)
+        os.close(opened)

@@ -109,6 +109,7 @@ def test_every_key_has_an_env_var_and_doc() -> None:
         assert key.default_value == get_global_config()[key.name]
     ours = {k.name for k in KEYS.values() if k.ours}
     assert ours == {
+        "event_loop",
         "heartbeat_interval",
         "heartbeat_timeout",
         "procs_per_process",
@@ -618,6 +619,8 @@ def _present_values(key: _keys.Key, info: msgspec.inspect.Type) -> st.SearchStra
         return st.sampled_from(list(Encoding))
     if key.spelling is _keys.TRANSPORT:
         return st.sampled_from(["unix", "ipc", "tcp", "tls", "local", "tcp://10.0.0.1:7"])
+    if key.spelling is _keys.EVENT_LOOP:
+        return st.sampled_from([*_keys.EVENT_LOOPS, "UVLoop", " asyncio"])
     if isinstance(info, msgspec.inspect.IntType):
         assert info.ge is not None
         return st.integers(info.ge, info.le if info.le is not None else 2**40)

@@ -185,6 +185,30 @@ def test_the_worker_command_names_the_secret_requirement(tmp_path: Path) -> None
     assert "at least 16 bytes (128 bits" in done.stderr
 
 
+def test_use_job_secret_takes_another_jobs_secret_before_the_runtime_starts() -> None:
+    """A client re-attaching to a job another process started takes its secret; once
+    this process has one of its own, another is refused."""
+    script = """if True:
+        import os
+        from monarch.core import job_secret, use_job_secret
+        first, second = os.urandom(32), os.urandom(32)
+        use_job_secret(first)
+        assert job_secret() == first and "MONARCH_JOB_SECRET" not in os.environ
+        use_job_secret(first)  # the same one again is fine
+        for bad, error in ((second, RuntimeError), (os.urandom(8), ValueError)):
+            try:
+                use_job_secret(bad)
+            except error as exc:
+                print(type(exc).__name__, exc)
+    """
+    env = {**os.environ, SECRET_ENV: secrets.token_hex(32)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("RuntimeError this process already has another job secret")
+    assert lines[1] == "ValueError a job secret must be at least 16 bytes"
+
+
 def test_a_secret_of_16_bytes_or_more_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
     secret = secrets.token_hex(16)
     monkeypatch.setenv(SECRET_ENV, secret)
@@ -257,6 +281,20 @@ def test_host_mesh_shutdown_stops_the_workers_and_their_procs(
     assert w0.wait(10) == 0 and w1.wait(10) == 0
     pids = result["pids"]
     wait_until(lambda: not any(map(alive, pids)), 10, f"procs {pids} exit with their workers")
+
+
+def test_a_proc_whose_loop_is_busy_past_the_heartbeat_timeout_is_not_declared_dead(
+    start: Callable[..., Child], env: dict[str, str]
+) -> None:
+    """An async endpoint computing (or importing torch) for seconds holds its proc's loop;
+    the heartbeats go on from a thread of their own, so the peers wait for its answer."""
+    _, address = start_worker(start, env, "tcp://127.0.0.1:0")
+    seconds = 3 * HEARTBEAT_TIMEOUT
+    controller = start([sys.executable, str(CONTROLLER), "busy", address, str(seconds)], env)
+    assert "value" in controller.json(60)["warm"]
+    busy = controller.json(90)["busy"]
+    assert busy.get("value", 0) > 0, busy
+    assert busy["seconds"] >= seconds
 
 
 def test_wrong_secret_fails_fast(start: Callable[..., Child], env: dict[str, str]) -> None:

@@ -14,6 +14,7 @@ import socket
 import threading
 
 import anyio
+import anyio.lowlevel
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -212,6 +213,105 @@ async def test_a_thread_failing_a_send_ends_push_mode(endpoint: Endpoint) -> Non
         assert isinstance(pushed.error, ConnectionClosed)
         await anyio.to_thread.run_sync(writer.join, 10)
         assert failed.is_set()
+
+
+# -- pausing (backpressure): a paused receiver leaves frames in the kernel's buffers ----
+
+FLOOD = 64 * 1024 * 1024
+"""More than any socket buffers hold: a sender to a paused receiver must fill them."""
+
+
+def queue_flood(client: Connection, count: int) -> list[list[bytes]]:
+    sent = [[str(i).encode(), b"x" * (FLOOD // count)] for i in range(count)]
+    for parts in sent:
+        client.send_nowait(parts)
+    return sent
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_paused_receiver_stalls_its_sender_and_resumes_in_order(
+    endpoint: Endpoint,
+) -> None:
+    async with serving(endpoint) as server:
+        client, peer, pushed = await pushing(endpoint, server)
+        peer.pause_receiving()
+        peer.pause_receiving()  # idempotent
+        sent = queue_flood(client, 64)
+        assert client.unsent > 0
+        assert not client.flush_nowait()  # the buffers are full: nobody reads them
+        assert 0 < client.unsent < FLOOD
+        assert len(pushed.frames) < len(sent)
+        peer.resume_receiving()
+        await client.flush()
+        assert client.unsent == 0
+        await pushed.wait_for(frames=len(sent))
+        assert pushed.frames == sent
+        await client.aclose()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_paused_receiver_still_learns_that_we_closed(endpoint: Endpoint) -> None:
+    async with serving(endpoint) as server:
+        client, peer, pushed = await pushing(endpoint, server)
+        peer.pause_receiving()
+        await peer.aclose()
+        await pushed.wait_for(error=True)
+        assert isinstance(pushed.error, ConnectionClosed)
+        await client.aclose()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_flush_for_writes_within_its_time_or_says_it_could_not(
+    endpoint: Endpoint,
+) -> None:
+    """A sender that cannot await (backpressure on the loop's own thread) blocks in
+    ``flush_for``: bounded while the peer does not read, done once it does."""
+    async with serving(endpoint) as server:
+        client, peer, pushed = await pushing(endpoint, server)
+        peer.pause_receiving()
+        sent = queue_flood(client, 16)
+        assert not client.flush_for(0.01)  # nobody reads: it gives up in time
+        left = client.unsent
+        assert left > 0
+        assert not client.flush_for(0.01, keep=left - 1)
+        peer.resume_receiving()
+        assert await anyio.to_thread.run_sync(client.flush_for, 60.0)
+        assert client.unsent == 0
+        await pushed.wait_for(frames=len(sent))
+        assert pushed.frames == sent
+        await client.aclose()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_send_threadsafe_from_threads_and_the_loop_at_once(endpoint: Endpoint) -> None:
+    """Heartbeats go from a thread of their own while the loop sends on the same
+    connection: every frame arrives whole (MACs and all), each sender's in its order."""
+    async with serving(endpoint) as server:
+        client, _, pushed = await pushing(endpoint, server)
+        count = 300
+
+        def beat(name: bytes) -> None:
+            for i in range(count):
+                client.send_threadsafe([name, str(i).encode()])
+
+        threads = [threading.Thread(target=beat, args=(b"t%d" % n,)) for n in range(2)]
+        for thread in threads:
+            thread.start()
+        for i in range(count):
+            if not client.send_threadsafe([b"loop", str(i).encode(), b"x" * (i * 97)]):
+                await client.flush()
+            if i % 50 == 0:
+                await anyio.lowlevel.checkpoint()
+        for thread in threads:
+            await anyio.to_thread.run_sync(thread.join)
+        assert await anyio.to_thread.run_sync(client.flush_for, 60.0)
+        await pushed.wait_for(frames=3 * count)
+        assert pushed.error is None
+        by_sender: dict[bytes, list[int]] = {}
+        for frame in pushed.frames:
+            by_sender.setdefault(frame[0], []).append(int(frame[1]))
+        assert by_sender == {name: list(range(count)) for name in (b"loop", b"t0", b"t1")}
+        await client.aclose()
 
 
 # -- any chunking (hypothesis): bytes written in arbitrary pieces by a raw peer ----------

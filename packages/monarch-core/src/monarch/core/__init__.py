@@ -15,7 +15,7 @@ the package README); ``_bootstrap``, at the top, alone starts a runtime, and imp
 """
 
 from ._actor_mesh import ActorMesh, spawn_actor_mesh
-from ._bootstrap import job_secret
+from ._bootstrap import SECRET_ENV, job_secret, use_job_secret
 from ._config import current_config
 from ._context import Context, Instance, context
 from ._endpoint import Actor, endpoint
@@ -47,6 +47,7 @@ from ._value_mesh import ValueMesh
 
 __all__ = [
     "LEND_MIN",
+    "SECRET_ENV",
     "TO_ACTOR",
     "TO_PORT",
     "TO_PROC",
@@ -97,5 +98,6 @@ __all__ = [
     "submit_into",
     "this_host",
     "this_proc",
+    "use_job_secret",
     "wait_outcome",
 ]

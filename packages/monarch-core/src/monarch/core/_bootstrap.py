@@ -113,6 +113,25 @@ def job_secret() -> bytes:
     return secret
 
 
+def use_job_secret(secret: bytes) -> None:
+    """Make ``secret`` this process's job secret: for a client that re-attaches to the
+    workers of a job another process started (a job's saved state holds its secret).
+
+    Raises RuntimeError once this process has a different one (its runtime, or a spawn,
+    has used it: nothing already started could authenticate with the new one).
+    """
+    if len(secret) < MIN_SECRET_SIZE:
+        raise ValueError(f"a job secret must be at least {MIN_SECRET_SIZE} bytes")
+    if not _secret:
+        os.environ.pop(SECRET_ENV, None)
+        _secret.append(secret)
+    elif _secret[0] != secret:
+        raise RuntimeError(
+            "this process already has another job secret (its runtime started, or it "
+            "spawned procs): attach to this job from a fresh process"
+        )
+
+
 def install_services(runtime: Runtime) -> None:
     """The control messages every process answers besides its actors."""
     runtime.undeliverable = refuse_undeliverable

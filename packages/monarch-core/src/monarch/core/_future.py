@@ -131,10 +131,19 @@ class Outcome(Generic[R]):
         if self._state == _DONE:
             _copy_into(future, self)
         else:
-            self.add_done_callback(
-                lambda outcome: loop.call_soon_threadsafe(_copy_into, future, outcome)
-            )
+            self.add_done_callback(functools.partial(_copy_soon, loop, future))
         return future
+
+
+def _copy_soon(
+    loop: asyncio.AbstractEventLoop, future: asyncio.Future[R], outcome: Outcome[R]
+) -> None:
+    """Complete ``future`` of ``loop``: at once on that loop's own thread (no wake-up of
+    it, no turn), else through it."""
+    if asyncio._get_running_loop() is loop:
+        _copy_into(future, outcome)
+    else:
+        loop.call_soon_threadsafe(_copy_into, future, outcome)
 
 
 def _copy_into(future: asyncio.Future[R], outcome: Outcome[R]) -> None:

@@ -9,7 +9,7 @@ so it is one slotted object per call.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
 
 from monarch.transport import Buffer
@@ -35,6 +35,10 @@ class Gather:
     When done it completes ``result`` (a call's future: its one value, or a ValueMesh
     over ``mesh``) or calls ``on_done``. One object per call in flight, itself the
     port's handler: thousands may be pending at once.
+
+    Any thread may make one (a caller casting itself, see ``ActorMesh._cast_here``); from
+    then on only the loop touches it, and a peer's failure may reach it before the maker
+    has returned (see ``__init__``).
     """
 
     __slots__ = (
@@ -57,7 +61,7 @@ class Gather:
         self,
         runtime: Runtime,
         count: int,
-        procs: Iterable[str],
+        procs: Collection[str],
         *,
         stream: bool = False,
         on_done: Callable[[list[Any] | None, BaseException | None], None] | None = None,
@@ -78,10 +82,20 @@ class Gather:
         self.arrivals: list[asyncio.Future[Any]] | None = (
             [runtime.loop.create_future() for _ in range(count)] if stream else None
         )
-        self.port = runtime.open_port(self)
-        self.watches = [(proc, runtime.watch_peer(proc, self._on_peer_lost)) for proc in procs]
+        self.watches: list[tuple[str, int]] = []
         if result is not None:
-            result._answering = len(self.watches)
+            result._answering = len(procs)
+        self.port = runtime.open_port(self)
+        # Watchers last: from the first on, ``_on_peer_lost`` may run on the loop (a peer
+        # already failed, or failing now) while this thread is still here, so everything
+        # it touches is set. It unwatches what ``watches`` holds by then; what is added
+        # after it ran is unwatched below.
+        watches = self.watches
+        for proc in procs:
+            watches.append((proc, runtime.watch_peer(proc, self._on_peer_lost)))
+        if self.finished():
+            for proc, key in watches:
+                runtime.unwatch_peer(proc, key)
 
     def __call__(self, body: Body, payload: Sequence[Buffer]) -> None:
         """A value for the port, or a batch of them (each distinct value unpickled once)."""
@@ -123,6 +137,10 @@ class Gather:
         self.received += len(ranks)
         if self.received == self.count:
             self._finish(None)
+
+    def finished(self) -> bool:
+        """Whether the call is over (any thread: the loop may end it meanwhile)."""
+        return self._outcome is not None
 
     def _on_peer_lost(self, address: str, exc: BaseException) -> None:
         error = SupervisionError(

@@ -189,13 +189,19 @@ class Lender:
     """This process's buffers on loan, by key: kept alive until given back."""
 
     def __init__(self) -> None:
-        self._loans: dict[int, tuple[Buffer, str]] = {}
+        self._loans: dict[int, tuple[memoryview, str]] = {}
+        self._lent: dict[str, int] = {}
+        """Bytes on loan, by borrower: what a sender to it holds (see ``_runtime._flow``)."""
         self._keys = itertools.count(1)
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
     def __len__(self) -> int:
         return len(self._loans)
+
+    def lent_to(self, borrower: str) -> int:
+        """Bytes ``borrower`` has not given back yet."""
+        return self._lent.get(borrower, 0)
 
     def lend_parts(
         self,
@@ -225,6 +231,7 @@ class Lender:
         key = next(self._keys)
         with self._lock:
             self._loans[key] = (view, borrower)
+            self._lent[borrower] = self._lent.get(borrower, 0) + view.nbytes
         address, size = memory.address_of(view), view.nbytes
         fd, ring_id, loan = -1, 0, 0
         pushed = ring() if ring is not None and size >= RING_MIN else None
@@ -235,13 +242,16 @@ class Lender:
     def give_back(self, keys: Sequence[int]) -> None:
         with self._lock:
             for key in keys:
-                self._loans.pop(key, None)
+                loan = self._loans.pop(key, None)
+                if loan is not None:
+                    self._lent[loan[1]] -= loan[0].nbytes
 
     def forget(self, borrower: str) -> None:
         """The borrower is dead: what it had not given back is ours again."""
         with self._lock:
             for key in [k for k, (_, b) in self._loans.items() if b == borrower]:
                 del self._loans[key]
+            self._lent.pop(borrower, None)
 
 
 RingKey = tuple[int, int, int]

@@ -28,10 +28,13 @@ HEARTBEAT: Final = 4
 
 
 class PortRef(msgspec.Struct, array_like=True, frozen=True, gc=False):
-    """Where replies go: a port of a proc."""
+    """Where replies go: a port of a proc. Values for an ``inbox`` (a ``Channel``'s
+    port, whose consumer may be slower than its senders) travel on the proc's lane
+    (see ``_runtime._flow``)."""
 
     proc: str
     port: int
+    inbox: bool = False
 
 
 class ShapeSpec(msgspec.Struct, array_like=True, frozen=True, gc=False):

@@ -9,12 +9,17 @@ one sender arrive in send order.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import deque
+from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
+
+from monarch.transport import Buffer
 
 from ._errors import RemoteFailure
 from ._future import Future, run_on
 from ._messages import Body, PortRef, PortValue
-from ._runtime import Runtime, current_runtime
+from ._runtime import CONSUMER_TURN, MESSAGE_COST, Flow, Runtime, current_runtime
 from ._scope import message_rank
 from ._serialize import dumps, loads
 
@@ -57,35 +62,136 @@ class Port(Generic[R]):
 
 
 class _Inbox:
-    """The receiving end, living on the runtime loop."""
+    """The receiving end, living on the runtime loop.
+
+    Values wait here as they came, undecoded: their consumer unpickles them, so a
+    flood costs the loop no more than reading it. One that came on a lane holds it
+    until consumed (see ``_runtime._flow``).
+    """
 
     def __init__(self, runtime: Runtime, once: bool) -> None:
         self.runtime = runtime
         self.once = once
-        self.queue: asyncio.Queue[tuple[int, bool, Any]] = asyncio.Queue()
-        self.ref = runtime.open_port(self.on_value)
+        self.items: deque[tuple[int, bool, Sequence[Buffer], Flow | None, int]] = deque()
+        self.waiters: deque[asyncio.Future[None]] = deque()
+        self.sources: set[Flow] = set()
+        """The lanes that have fed this inbox."""
+        self.getting = 0
+        """``recv()`` calls not answered yet (counted on the loop): a value taken at
+        once must not overtake them."""
+        self._streak: float | None = None
+        """When the consumer began taking values at once, if the loop has not turned
+        since (see ``receive``)."""
+        self.ref = runtime.open_port(self.on_value, inbox=True)
         self.closed = False
 
-    def on_value(self, body: Body, payload: Any) -> None:
+    def on_value(self, body: Body, payload: Sequence[Buffer]) -> None:
         if not isinstance(body, PortValue) or self.closed:
             return
-        try:
-            value = loads(payload)
-        except Exception as exc:  # noqa: BLE001 - the receiver sees why it cannot read it
-            self.queue.put_nowait((body.rank, True, exc))
-        else:
-            if body.error and isinstance(value, RemoteFailure):
-                value = value.to_error()
-            self.queue.put_nowait((body.rank, body.error, value))
+        flow = self.runtime.delivering
+        size = 0
+        if flow is not None:
+            size = MESSAGE_COST + sum(memoryview(part).nbytes for part in payload)
+            flow.hold(size)
+            self.sources.add(flow)
+        self.items.append((body.rank, body.error, payload, flow, size))
+        waiters = self.waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                break
         if self.once:
             self.closed = True
             self.runtime.close_port(self.ref)
 
-    async def get(self) -> tuple[int, Any]:
-        rank, error, value = await self.queue.get()
+    def take(self) -> tuple[int, Any]:
+        """The oldest value (there is one), decoded; raises what was sent as an error."""
+        rank, error, payload, flow, size = self.items.popleft()
+        if flow is not None:
+            flow.release(size)
+        value = loads(payload)  # a value that cannot be read raises in the receiver
         if error:
-            raise value
+            raise value.to_error() if isinstance(value, RemoteFailure) else value
         return rank, value
+
+    def receive(self, ranked: bool) -> Future[Any]:
+        """The next value (with its sender's rank if ``ranked``), from any thread.
+
+        One already here, taken on the loop's own thread with nothing asked before it,
+        comes in a done future: no task, no turn of the loop (a consumer keeping up
+        with a flood never waits for one), for ``CONSUMER_TURN`` at most; then the loop
+        turns, so the consumer cannot keep it from everything else.
+        """
+        future: Future[Any] = Future._new()
+        runtime = self.runtime
+        if runtime.on_loop():
+            if self.items and not self.getting and self._in_turn():
+                self._take_into(future, ranked)
+            else:
+                self._start_get(future, ranked)
+        else:
+            runtime.call_soon(self._start_get, future, ranked)
+        return future
+
+    def _start_get(self, future: Future[Any], ranked: bool) -> None:
+        self.getting += 1
+        self.runtime.spawn_task(self._get_into(future, ranked))
+
+    async def _get_into(self, future: Future[Any], ranked: bool) -> None:
+        try:
+            if not self.items:
+                await self._wait()
+            self._take_into(future, ranked)
+        except asyncio.CancelledError:
+            if not future.done():
+                future.set_exception(asyncio.CancelledError("the runtime stopped the operation"))
+            raise
+        finally:
+            self.getting -= 1
+
+    def _take_into(self, future: Future[Any], ranked: bool) -> None:
+        try:
+            rank, value = self.take()
+        except Exception as exc:  # noqa: BLE001 - handed to the future
+            future.set_exception(exc)
+        else:
+            future.set_result((rank, value) if ranked else value)
+
+    def _in_turn(self) -> bool:
+        now = time.perf_counter()
+        if self._streak is None:
+            self._streak = now
+            self.runtime.loop.call_soon(self._turned)
+            return True
+        return now - self._streak < CONSUMER_TURN
+
+    def _turned(self) -> None:
+        self._streak = None
+
+    async def _wait(self) -> None:
+        sources = tuple(self.sources)
+        self.runtime.receiver_waiting(sources, True)
+        try:
+            while not self.items:
+                waiter = self.runtime.loop.create_future()
+                self.waiters.append(waiter)
+                try:
+                    await waiter
+                except BaseException:
+                    if waiter.done() and not waiter.cancelled():
+                        self._pass_on()  # woken, but gone: the next one takes it
+                    raise
+        finally:
+            self.runtime.receiver_waiting(sources, False)
+
+    def _pass_on(self) -> None:
+        if self.items:
+            while self.waiters:
+                waiter = self.waiters.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    return
 
 
 class PortReceiver(Generic[R]):
@@ -95,11 +201,7 @@ class PortReceiver(Generic[R]):
         self._inbox = inbox
 
     def recv(self) -> Future[R]:
-        return run_on(self._inbox.runtime, self._recv())
-
-    async def _recv(self) -> R:
-        _, value = await self._inbox.get()
-        return value  # type: ignore[no-any-return]
+        return self._inbox.receive(ranked=False)
 
     def ranked(self) -> RankedPortReceiver[R]:
         return RankedPortReceiver(self._inbox)
@@ -112,7 +214,7 @@ class RankedPortReceiver(Generic[R]):
         self._inbox = inbox
 
     def recv(self) -> Future[tuple[int, R]]:
-        return run_on(self._inbox.runtime, self._inbox.get())
+        return self._inbox.receive(ranked=True)
 
 
 class Channel(Generic[R]):

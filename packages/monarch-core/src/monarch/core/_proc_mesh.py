@@ -169,21 +169,17 @@ def handle_run_bootstrap(
     runtime: Runtime, body: RunBootstrap, payload: Sequence[Buffer], sender: str
 ) -> None:
     """Run the bootstrap function on a thread of its own, so that it may block on futures
-    (spawn an actor here and call it, as upstream's may) while the loop serves them. No
-    actor of the mesh is spawned before it is done: the spawner waits for its reply."""
-    try:
-        bootstrap = loads(payload)
-    except Exception as exc:  # noqa: BLE001 - reported to whoever spawned the procs
-        _report_bootstrap(runtime, body, exc)
-        return
+    (spawn an actor here and call it, as upstream's may) while the loop serves them, and
+    so that unpickling it (its module's imports) does not hold up the loop. No actor of
+    the mesh is spawned before it is done: the spawner waits for its reply."""
     threading.Thread(
-        target=_run_bootstrap_here, args=(runtime, body, bootstrap), name="bootstrap", daemon=True
+        target=_run_bootstrap_here, args=(runtime, body, payload), name="bootstrap", daemon=True
     ).start()
 
 
-def _run_bootstrap_here(runtime: Runtime, body: RunBootstrap, bootstrap: Any) -> None:
+def _run_bootstrap_here(runtime: Runtime, body: RunBootstrap, payload: Sequence[Buffer]) -> None:
     try:
-        bootstrap()
+        loads(payload)()
     except Exception as exc:  # noqa: BLE001 - reported to whoever spawned the procs
         _report_bootstrap(runtime, body, exc)
     else:

@@ -18,7 +18,7 @@ import cloudpickle
 
 from monarch.transport import Buffer
 
-from ._memory import copy_to_bytes
+from ._memory import copy_into, copy_to_bytes, fresh_bytearray
 from ._tensors import reduce_tensor, tensor_type
 
 OUT_OF_BAND_MIN: Final = 4096
@@ -127,15 +127,26 @@ def size_of(parts: Sequence[Buffer]) -> int:
 
 
 def dumps(obj: object) -> list[Buffer]:
-    """Pickle ``obj``; the first part is the pickle, the rest its out-of-band buffers."""
+    """Pickle ``obj``; the first part is the pickle, the rest its out-of-band buffers.
+
+    A value is taken as it is at the call, as upstream's pickle takes it: an out-of-band
+    buffer its owner may still change (a bytearray, an array's memory) is copied here,
+    since the message may be written, or lent to its reader, after the caller has gone
+    on and changed it. Read-only ones (bytes; a tensor's copy, see ``_tensors``) are not.
+    """
     if _is_plain(obj):
         return [pickle.dumps(obj, protocol=5)]
-    buffers: list[pickle.PickleBuffer] = []
+    buffers: list[memoryview] = []
 
     def keep(buf: pickle.PickleBuffer) -> bool:
-        if buf.raw().nbytes < OUT_OF_BAND_MIN:
+        raw = buf.raw()
+        if raw.nbytes < OUT_OF_BAND_MIN:
             return True  # serialize in band
-        buffers.append(buf)
+        if not raw.readonly:
+            snapshot = fresh_bytearray(raw.nbytes)
+            copy_into(snapshot, raw)
+            raw = memoryview(snapshot)
+        buffers.append(raw)
         return False
 
     lifted = _lift_buffers(obj)
@@ -148,7 +159,7 @@ def dumps(obj: object) -> list[Buffer]:
         data = out.getvalue()
     if not buffers:
         return [data]
-    return [data, *(b.raw() for b in buffers)]
+    return [data, *buffers]
 
 
 def loads(parts: Sequence[Buffer]) -> Any:

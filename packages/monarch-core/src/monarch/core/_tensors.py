@@ -89,7 +89,9 @@ def reduce_tensor(tensor: Any) -> tuple[Any, ...] | None:
         target = torch.frombuffer(data, dtype=source.dtype, count=numel)
         target.as_strided(shape, stride).copy_(source)
     dtype = str(source.dtype).removeprefix("torch.")
-    args = (pickle.PickleBuffer(data), dtype, shape, stride, requires_grad, os.getpid())
+    # Read-only: this copy is the snapshot already (see ``_serialize.dumps``).
+    view = memoryview(data).toreadonly()
+    args = (pickle.PickleBuffer(view), dtype, shape, stride, requires_grad, os.getpid())
     return rebuild_tensor, args
 
 

@@ -1,6 +1,35 @@
-"""Jobs: ``LocalJob``, ``ProcessJob``, ``SlurmJob``, ``KubernetesJob``, ``SSHJob``.
+"""Jobs: host meshes that a script declares and a later run re-attaches to.
 
-Upstream's ``monarch.job``. Not written yet.
+Upstream's ``monarch.job``: ``JobTrait`` and its ``JobState``, ``LocalJob``,
+``ProcessJob``, ``SlurmJob``, saving and loading a job (``job_load``, ``job_loads``), the
+current job (``set_current_job``, ``load_current_job``, ``hosts_from_config``).
 """
 
-__all__: list[str] = []
+from ._process import LocalJob, ProcessJob
+from ._slurm import SlurmJob
+from ._state import JobState
+from ._trait import (
+    DEFAULT_JOB_PATH,
+    JobError,
+    JobTrait,
+    hosts_from_config,
+    job_load,
+    job_loads,
+    load_current_job,
+    set_current_job,
+)
+
+__all__ = [
+    "DEFAULT_JOB_PATH",
+    "JobError",
+    "JobState",
+    "JobTrait",
+    "LocalJob",
+    "ProcessJob",
+    "SlurmJob",
+    "hosts_from_config",
+    "job_load",
+    "job_loads",
+    "load_current_job",
+    "set_current_job",
+]

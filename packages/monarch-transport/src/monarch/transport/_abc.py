@@ -94,6 +94,17 @@ class Connection(TypedAttributeProvider, ABC):
         """
         return False
 
+    def send_threadsafe(self, parts: Sequence[Buffer], timeout: float = 0.0) -> bool:
+        """Queue one frame and write, blocking the calling thread up to ``timeout``, from
+        any thread; returns whether nothing is left queued (the rest goes with the next
+        write).
+
+        For a sender whose event loop may be busy (heartbeats, sent from a thread of their
+        own so that a long callback on the loop does not make the process look dead). Only
+        safe where every other sender on the connection uses it too.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot send from other threads")
+
     @abstractmethod
     async def receive(self) -> Frame:
         """The next frame, as one memoryview per part.
@@ -119,6 +130,33 @@ class Connection(TypedAttributeProvider, ABC):
         :meth:`receive` there.
         """
         return False
+
+    def pause_receiving(self) -> None:
+        """Push mode: stop reading the socket until :meth:`resume_receiving` (on the loop).
+
+        Frames already read stay available to :meth:`receive_nowait`; the peer's next
+        frames wait in the kernel's buffers, and its writes stall once those are full:
+        how a receiver that cannot keep up slows its sender down. Outside push mode it
+        does nothing (a receiver pauses by not calling :meth:`receive`).
+        """
+
+    def resume_receiving(self) -> None:
+        """Push mode: read the socket again after :meth:`pause_receiving` (on the loop)."""
+
+    @property
+    def unsent(self) -> int:
+        """Bytes queued and not written yet (0 where the transport does not know)."""
+        return 0
+
+    def flush_for(self, seconds: float, keep: int = 0) -> bool:
+        """Write, blocking the calling thread up to ``seconds``, until at most ``keep``
+        bytes remain queued; returns whether it got there.
+
+        For a sender that must slow down to its peer's pace where it cannot await (a
+        synchronous ``send`` on the event loop's own thread). The default only writes
+        what the socket takes now.
+        """
+        return self.flush_nowait() or self.unsent <= keep
 
     @abstractmethod
     async def aclose(self) -> None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import select
 import socket
 import sys
 import threading
+import time
 from abc import abstractmethod
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -114,7 +116,7 @@ class _AsyncioReadable:
     spurious: the receiver just tries to read and waits again.
 
     In push mode (``push``) the reader stays registered and calls back on every
-    readiness, and once more when closed.
+    readiness (unless ``paused``), and once more when closed.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
@@ -125,6 +127,7 @@ class _AsyncioReadable:
         self._registered = False
         self._closed = False
         self._push: Callable[[], object] | None = None
+        self.paused = False
 
     def push(self, ready: Callable[[], object]) -> None:
         """Call ``ready()`` whenever the socket is readable (from the loop), until closed."""
@@ -133,8 +136,24 @@ class _AsyncioReadable:
         self._push = ready
         if self._registered:
             self.loop.remove_reader(self._fd)
-        self.loop.add_reader(self._fd, ready)
-        self._registered = True
+        if not self.paused:
+            self.loop.add_reader(self._fd, ready)
+        self._registered = not self.paused
+
+    def pause(self) -> None:
+        """Push mode: no callback until ``resume`` (the socket is not watched)."""
+        if not self.paused:
+            self.paused = True
+            if self._registered and self._push is not None:
+                self.loop.remove_reader(self._fd)
+                self._registered = False
+
+    def resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            if self._push is not None and not self._closed and not self._registered:
+                self.loop.add_reader(self._fd, self._push)
+                self._registered = True
 
     async def wait(self) -> None:
         if self._closed:
@@ -245,10 +264,17 @@ class SocketConnection(Connection):
         self.send_nowait(parts)
         await self.flush()
 
+    def send_threadsafe(self, parts: Sequence[Buffer], timeout: float = 0.0) -> bool:
+        with self._send_lock:
+            self.send_nowait(parts)
+            self._seal()
+        return self.flush_for(timeout)
+
     def _seal(self) -> None:
         """Close the run of frames queued since the last flush with its seal."""
         if self._send_mac is not None:
-            self._queued += seal_into(self._queue, self._send_mac, COALESCE_LIMIT)
+            with self._send_lock:  # a run may be added to from another thread
+                self._queued += seal_into(self._queue, self._send_mac, COALESCE_LIMIT)
 
     async def flush(self) -> None:
         self._seal()
@@ -278,8 +304,34 @@ class SocketConnection(Connection):
                     return False
             return True
 
+    @property
+    def unsent(self) -> int:
+        return self._queued - self._written
+
+    def flush_for(self, seconds: float, keep: int = 0) -> bool:
+        deadline = time.monotonic() + seconds
+        poll: select.poll | None = None
+        self._seal()  # the peer hands out none of a run's frames before its seal
+        while self._queued - self._written > keep:
+            with self._send_lock:
+                if self._failure is not None:
+                    raise ConnectionClosed(f"connection failed: {self._failure}")
+                sent = self._write_some()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return self._queued - self._written <= keep
+            if sent >= 0:
+                continue
+            if poll is None:
+                poll = select.poll()
+                poll.register(self._sock, select.POLLOUT if sent == WANT_WRITE else select.POLLIN)
+            poll.poll(left * 1000)
+        return True
+
     def _write_some(self) -> int:
         """One write from the queue (the send lock held): bytes written, or WANT_WRITE."""
+        if not self._queue:
+            return 0  # another thread wrote it all since the caller looked
         try:
             sent = self._io.send(self._queue)
         except OSError as exc:
@@ -356,6 +408,17 @@ class SocketConnection(Connection):
             readable.loop.call_soon(on_frames)
         return True
 
+    def pause_receiving(self) -> None:
+        if self._pushing and self._readable is not None:
+            self._readable.pause()
+
+    def resume_receiving(self) -> None:
+        readable = self._readable
+        if self._pushing and readable is not None and readable.paused:
+            readable.resume()
+            if self._io.pending():  # decrypted bytes that no readiness will announce
+                readable.loop.call_soon(self._read_pushed)
+
     def _read_pushed(self) -> None:
         """The socket is readable (push mode, on the loop): read, then tell the receiver.
 
@@ -368,6 +431,9 @@ class SocketConnection(Connection):
             self._decoder.discard()
             self._on_frames()  # receive_nowait says why
             return
+        readable = self._readable
+        if readable is not None and readable.paused:
+            return  # a late call (TLS bytes pending): resume_receiving reads on
         io = self._io
         for _ in range(PUSH_READS):
             try:
@@ -380,7 +446,6 @@ class SocketConnection(Connection):
             if n < room and not io.pending():
                 break
         else:
-            readable = self._readable
             if io.pending() and readable is not None:
                 # decrypted bytes that the socket's readiness will not announce
                 readable.loop.call_soon(self._read_pushed)

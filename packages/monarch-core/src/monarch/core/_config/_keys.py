@@ -96,6 +96,8 @@ _TRANSPORTS: Final[dict[str, str]] = {
     "metaquicwithipv6": "tls",
     "local": "local",
 }
+EVENT_LOOPS: Final = ("auto", "asyncio", "uvloop")
+"""What ``event_loop`` may say: uvloop when installed, or one of the two."""
 _SCHEME_RE: Final = re.compile(r"[a-z][a-z0-9+.\-]*")
 
 
@@ -125,6 +127,13 @@ def _read_encoding(value: object) -> object:
         return _ENCODING_NAMES[value.strip().lower().removeprefix("encoding.")]
     except KeyError:
         raise ValueError(f"unknown encoding {value!r}") from None
+
+
+def _read_event_loop(value: object) -> str:
+    word = value.strip().lower() if isinstance(value, str) else value
+    if word not in EVENT_LOOPS:
+        raise ValueError(f"unknown event loop {value!r}")
+    return str(word)
 
 
 def _read_transport(value: object) -> str:
@@ -157,6 +166,7 @@ TRANSPORT: Final = Spelling(
     "a transport ('unix', 'ipc', 'tcp', 'tls', 'local', 'scheme://address' or a ChannelTransport)",
     _read_transport,
 )
+EVENT_LOOP: Final = Spelling("'auto', 'asyncio' or 'uvloop'", _read_event_loop)
 
 # The key types. A duration's layer form is ``Nanoseconds``; ``Config`` holds float seconds.
 Count: TypeAlias = Annotated[int, msgspec.Meta(ge=0)]
@@ -699,6 +709,15 @@ class Config:
             "messages, an idle sync actor's thread (one per process), and a thread blocking "
             "on a Future when fewer processes must answer than there are CPUs (else it would "
             "take a CPU they need). 0 to sleep at once."
+        ),
+        ours=True,
+    )
+    event_loop: Annotated[str, EVENT_LOOP] = key(
+        "auto",
+        "MONARCH_EVENT_LOOP",
+        doc=(
+            "(ours) The event loop of every runtime: 'uvloop', 'asyncio', or 'auto' (uvloop "
+            "when installed). Read when a process starts its runtime."
         ),
         ours=True,
     )

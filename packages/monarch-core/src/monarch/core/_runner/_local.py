@@ -7,6 +7,7 @@ local actors its shape covers; ``LocalGather`` sends their replies back together
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -36,19 +37,28 @@ from ._actor_runner import ActorRunner
 from ._async import AsyncRunner
 from ._sync import SyncRunner
 
+Read = tuple[Any, tuple[Any, ...], dict[str, Any]] | Exception
+"""A spawn's payload unpickled: the class, its arguments; or why it could not be."""
 
-def start_actor(runtime: Runtime, spawn: SpawnActor, payload: Sequence[Buffer]) -> ActorRunner:
-    """The runner of one actor of a spawn, its ``__init__`` started (sync or async by
-    its endpoints); a class that cannot be read fails the actor at once."""
-    cls: type | None = None
+
+def read_spawn(payload: Sequence[Buffer]) -> Read:
     try:
         cls, args, kwargs = loads(payload)
-        is_async = actor_is_async(cls)
+        actor_is_async(cls)  # a non-class fails here, as the spawn's failure
     except Exception as exc:  # noqa: BLE001 - reported as the spawn's failure
-        failed = AsyncRunner(runtime, spawn, cls if isinstance(cls, type) else None)
-        failed.start((), {}, exc)
+        return exc
+    return cls, args, kwargs
+
+
+def start_actor(runtime: Runtime, spawn: SpawnActor, read: Read) -> ActorRunner:
+    """The runner of one actor of a spawn, its ``__init__`` started (sync or async by
+    its endpoints); a class that cannot be read fails the actor at once."""
+    if isinstance(read, Exception):
+        failed = AsyncRunner(runtime, spawn, None)
+        failed.start((), {}, read)
         return failed
-    runner = (AsyncRunner if is_async else SyncRunner)(runtime, spawn, cls)
+    cls, args, kwargs = read
+    runner = (AsyncRunner if actor_is_async(cls) else SyncRunner)(runtime, spawn, cls)
     runner.start(args, kwargs)
     return runner
 
@@ -56,13 +66,32 @@ def start_actor(runtime: Runtime, spawn: SpawnActor, payload: Sequence[Buffer]) 
 def handle_spawn_actor(
     runtime: Runtime, body: SpawnActor, payload: Sequence[Buffer], sender: str
 ) -> None:
-    runners = [
-        start_actor(runtime, msgspec.structs.replace(body, rank=rank, ranks=()), payload)
-        for rank in (body.ranks or (body.rank,))
-    ]
-    for runner in runners:
-        running[runner.info.actor_id] = runner
-    runtime.add_actor(body.mesh, LocalMesh(runtime, runners).deliver)
+    """Start the actors of a spawn that live here.
+
+    Their class and arguments are unpickled on a thread of their own: that may import
+    the actor's module (torch, say: seconds, tens of them on a busy machine), and the
+    loop must go on meanwhile (heartbeats, the other actors here, their calls). Calls
+    for this mesh that come first wait in the router (``Runtime.add_actor``).
+    """
+    ranks = body.ranks or (body.rank,)
+
+    def read() -> None:
+        reads = [read_spawn(payload) for _ in ranks]  # each actor its own arguments
+        try:
+            runtime.call_soon(start, reads)
+        except RuntimeError:  # the proc stopped meanwhile: its loop is closed
+            pass
+
+    def start(reads: list[Read]) -> None:
+        runners = [
+            start_actor(runtime, msgspec.structs.replace(body, rank=rank, ranks=()), one)
+            for rank, one in zip(ranks, reads, strict=True)
+        ]
+        for runner in runners:
+            running[runner.info.actor_id] = runner
+        runtime.add_actor(body.mesh, LocalMesh(runtime, runners).deliver)
+
+    threading.Thread(target=read, name=f"spawn {body.mesh}", daemon=True).start()
 
 
 RELEASE_WAIT = 1.0

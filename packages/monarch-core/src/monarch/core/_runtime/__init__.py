@@ -19,11 +19,16 @@ Which thread does what:
   still queued).
 - **A sync actor** runs on its own thread and replies from there; an async actor is a
   task on the loop (``monarch.core._runner``).
+- **The heartbeat thread** (``_beats``) beats to the peers on other machines that asked,
+  whatever the loop is doing: a loop busy for seconds (an async endpoint's computation,
+  an import) is no death. Reading a spawn (which may import the actor's module) and a
+  bootstrap function also happen off the loop.
 - **Waiting**: every waiter (a thread blocked on a Future, an idle actor thread, the loop
   after messages) first yields the CPU for ``wait_spin``, then sleeps (``_spin``).
 
-Modules: ``_spin`` (the wait rule), ``_loop`` (the event loop), ``_peers`` (a peer's
-writer), ``_router`` (``Runtime``), ``_current`` (this process's runtime).
+Modules: ``_spin`` (the wait rule), ``_loop`` (the event loop), ``_flow`` (fair turns and
+backpressure), ``_beats`` (heartbeats), ``_peers`` (a peer's writer), ``_router``
+(``Runtime``), ``_current`` (this process's runtime).
 """
 
 from ._current import (
@@ -33,16 +38,20 @@ from ._current import (
     running_runtime,
     set_starter,
 )
+from ._flow import CONSUMER_TURN, MESSAGE_COST, Flow
 from ._loop import new_event_loop
 from ._peers import DEFER, PeerWriter
 from ._router import ActorSink, ControlHandler, PeerWatcher, PortHandler, Runtime
 from ._spin import USABLE_CPUS, spin, spin_seconds
 
 __all__ = [
+    "CONSUMER_TURN",
     "DEFER",
+    "MESSAGE_COST",
     "USABLE_CPUS",
     "ActorSink",
     "ControlHandler",
+    "Flow",
     "PeerWatcher",
     "PeerWriter",
     "PortHandler",

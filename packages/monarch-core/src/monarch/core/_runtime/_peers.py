@@ -10,19 +10,28 @@ peer on this machine) or its heartbeats stop (one elsewhere).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
 from monarch.core._config import current_config
 from monarch.core._errors import PeerLost
+from monarch.core._lending import Lender
 from monarch.core._messages import BATCH_BYTES, BATCH_MAX, HEARTBEAT, Batch, Packed
 from monarch.core._ring import Ring
 from monarch.core._tls import tls_options
 from monarch.transport import Buffer, Connection, TransportError, open_connection
 from monarch.transport.wire import Envelope, decode_envelope, encode
 
+from ._flow import MESSAGE_COST, PATIENCE, SEND_HIGH, SEND_LOW, STALL
+
+log = logging.getLogger("monarch.core")
+
+LANE_TRIES: Final = 3
+"""Attempts at a lane's connection while the main one is up (see ``PeerWriter._connect``)."""
 DEFER: Final[list[Any]] = []
 """A ``batch`` for ``post`` off the loop: the writer task flushes (see ``Runtime.cast``)."""
 
@@ -35,6 +44,7 @@ class WriterOwner(Protocol):
     address: str
     hello: dict[str, str]
     incarnations: dict[str, str]
+    lender: Lender
 
     def call_soon(self, *request: Any) -> None: ...
 
@@ -68,9 +78,23 @@ class PeerWriter:
     ``busy``; while ``busy``, only the writer task touches the connection.
     """
 
-    def __init__(self, runtime: WriterOwner, address: str) -> None:
+    def __init__(
+        self, runtime: WriterOwner, address: str, lane: bool = False, main: PeerWriter | None = None
+    ) -> None:
         self.runtime = runtime
         self.address = address
+        self.lane = lane
+        """The peer's lane (values for its inboxes, see ``_flow``), not its main connection:
+        its senders slow down when it does not keep up (``throttle``)."""
+        self.main = main
+        """A lane's main writer: connected first (see ``_connect``)."""
+        self.connected = asyncio.Event()
+        self.queued = 0
+        """Bytes of a lane's messages in ``pending`` (not yet handed to the connection)."""
+        self.room = threading.Event()
+        """Set by the writer task when a lane's backlog is low (see ``throttle``)."""
+        self.progress = time.monotonic()
+        """When the peer last took something from a lane, or said its inboxes consume."""
         self.lock = threading.Lock()
         self.pending: deque[_Run | Sequence[Buffer]] = deque()
         self.wake = asyncio.Event()
@@ -132,6 +156,8 @@ class PeerWriter:
             conn, pending = self.conn, self.pending
             if conn is None or self.busy or pending or batch is not None:
                 full = False
+                if self.lane:
+                    self.queued += _size(message)
                 if type(message) is Packed:
                     run = pending[-1] if pending else None
                     if type(run) is _Run and not run.full:
@@ -201,6 +227,7 @@ class PeerWriter:
         """Move what waits into the connection's send queue (the lock held), a run of
         small messages as one ``Batch``, encoded here rather than by each sender."""
         pending = self.pending
+        self.queued = 0
         while pending:
             message = pending.popleft()
             if type(message) is _Run:
@@ -208,6 +235,58 @@ class PeerWriter:
                 conn.send_nowait([encode(Batch(items) if len(items) > 1 else items[0])])
             else:
                 conn.send_nowait(message)  # type: ignore[arg-type]
+
+    def backlog(self) -> int:
+        """Bytes sent to the peer that it has not taken yet: queued here, unwritten, or
+        lent (its buffers, which we keep alive until it reads them)."""
+        conn = self.conn
+        unsent = conn.unsent if conn is not None else 0
+        return self.queued + unsent + self.runtime.lender.lent_to(self.address)
+
+    def throttle(self, on_loop: bool) -> None:
+        """Slow the calling thread down while the peer does not keep up (see ``_flow``):
+        wait until the backlog is below ``SEND_LOW``, ``STALL`` seconds at most.
+
+        Another thread waits for the writer task to make room. On the loop, which the
+        writer task needs, this thread writes instead: it moves what is queued into the
+        connection and writes it, ``busy`` keeping other threads off the connection.
+        """
+        if self.backlog() <= SEND_HIGH or time.monotonic() - self.progress > PATIENCE:
+            return
+        if not on_loop:
+            self.room.clear()
+            if self.backlog() > SEND_LOW and self.failure is None:
+                self.room.wait(STALL)
+            return
+        with self.lock:
+            conn = self.conn
+            if conn is None or self.failure is not None:
+                return
+            busy, self.busy = self.busy, True
+        keep = max(SEND_LOW - self.runtime.lender.lent_to(self.address), 0)
+        error: TransportError | None = None
+        try:
+            with self.lock:
+                self._queue_pending(conn)
+            unsent = conn.unsent
+            conn.flush_for(STALL, keep)
+            if conn.unsent < unsent:
+                self.progress = time.monotonic()
+        except TransportError as exc:
+            error = exc
+        finally:
+            with self.lock:
+                self.busy = busy
+            self.wake.set()  # the writer task writes what is left
+        if error is not None:
+            self._fail(error)
+
+    def made_room(self) -> None:
+        """Some of the backlog is gone (written, or loans given back): wake a waiting
+        sender if it is low enough."""
+        self.progress = time.monotonic()
+        if not self.room.is_set() and self.backlog() <= SEND_LOW:
+            self.room.set()
 
     def _kick(self, on_loop: bool) -> None:
         if on_loop:
@@ -225,22 +304,24 @@ class PeerWriter:
     async def run(self) -> None:
         conn: Connection | None = None
         loop = self.runtime.loop
-        settings = heartbeat_settings(self.address)
+        # A lane's peer is watched by the main connection's heartbeats.
+        settings = None if self.lane else heartbeat_settings(self.address)
         beat = None if settings is None else loop.create_task(self._heartbeat(*settings))
         try:
-            tls = tls_options(self.address, server=False)
-            conn = await open_connection(self.address, secret=self.runtime.secret, **tls)
+            conn = await self._connect()
             self.heard = loop.time()
             # The hello: who we are (this process's incarnation, which outlives an address
             # change and tells a restarted process from its predecessor), and how often
             # the peer should beat back on this connection ("" = never).
             interval = repr(settings[0]) if settings is not None else ""
-            hello = Envelope(HEARTBEAT, interval, self.runtime.address, 0, self.runtime.hello)
+            headers = {**self.runtime.hello, "lane": "1"} if self.lane else self.runtime.hello
+            hello = Envelope(HEARTBEAT, interval, self.runtime.address, 0, headers)
             await conn.send([encode(hello)])
             # Peers send nothing but their hello and heartbeats back: see _watch.
             watch = loop.create_task(self._watch(conn))
             with self.lock:
                 self.conn = conn
+            self.connected.set()
             try:
                 while True:
                     with self.lock:
@@ -248,6 +329,8 @@ class PeerWriter:
                         self.busy = True
                         self._queue_pending(conn)
                     await conn.flush()
+                    if self.lane:
+                        self.made_room()
                     with self.lock:
                         if self.pending:
                             continue
@@ -266,6 +349,27 @@ class PeerWriter:
             if conn is not None:
                 await conn.aclose()
 
+    async def _connect(self) -> Connection:
+        """Open the connection. A lane waits for the main one, and tries again while that
+        one is up: the peer may be busy (importing torch for what the first connection
+        brought, say) past a handshake's deadline without being gone, and two handshakes
+        at once would leave whatever the first brings in the way of the second."""
+        main = self.main
+        if main is not None:
+            await main.connected.wait()
+        tls = tls_options(self.address, server=False)
+        tries = 0
+        while True:
+            try:
+                return await open_connection(self.address, secret=self.runtime.secret, **tls)
+            except (TransportError, OSError) as exc:
+                tries += 1
+                if main is None or main.conn is None or main.failure is not None:
+                    raise
+                if tries >= LANE_TRIES:
+                    raise
+                log.warning("lane to %s: %s; trying again", self.address, exc)
+
     async def _watch(self, conn: Connection) -> None:
         """Heartbeats are all a peer sends back; a read fails when the connection dies."""
         loop = self.runtime.loop
@@ -276,6 +380,8 @@ class PeerWriter:
                 incarnation = headers.get("i")
                 if incarnation is not None:
                     self.runtime.incarnations[self.address] = incarnation
+                if "consumed" in headers:
+                    self.progress = time.monotonic()  # a held lane's inboxes consume
                 if headers.get("pull") == "1":
                     self.lend = True  # the peer can read our memory: lend it large buffers
             exc: BaseException = PeerLost(f"{self.address} sent on a one-way connection")
@@ -287,9 +393,16 @@ class PeerWriter:
     async def _heartbeat(self, interval: float, limit: float) -> None:
         """Declare the peer lost once it has been silent for ``limit`` s (frozen, cut off)."""
         loop = self.runtime.loop
+        step = min(interval, limit / 2)
         while True:
-            await asyncio.sleep(min(interval, limit / 2))
-            silent = loop.time() - self.heard
+            planned = loop.time() + step
+            await asyncio.sleep(step)
+            now = loop.time()
+            if now - planned > step:
+                # Our own loop was held up (a long callback): what the peer sent meanwhile
+                # waits unread; it is not the peer's silence. It has a deadline from now.
+                self.heard = max(self.heard, now)
+            silent = now - self.heard
             if silent > limit:
                 self._fail(
                     PeerLost(
@@ -303,9 +416,17 @@ class PeerWriter:
     def _fail(self, exc: BaseException) -> None:
         if self.failure is None:
             self.failure = exc
+            self.room.set()  # a waiting sender has nothing left to wait for
             with self.lock:
                 self.pending.clear()
+                self.queued = 0
             self.runtime._peer_failed(self.address, exc)
+
+
+def _size(message: Packed | Sequence[Buffer]) -> int:
+    """The bytes a message holds, as lanes count them."""
+    parts: Sequence[Buffer] = message.payload if isinstance(message, Packed) else message
+    return MESSAGE_COST + sum(memoryview(part).nbytes for part in parts)
 
 
 def heartbeat_settings(address: str) -> tuple[float, float] | None:

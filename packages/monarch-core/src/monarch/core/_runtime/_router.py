@@ -17,7 +17,7 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Final
 
 import anyio
@@ -60,11 +60,15 @@ from monarch.transport import (
 )
 from monarch.transport.wire import Envelope, decode_envelope, encode
 
+from ._beats import Beats
+from ._flow import TURN_BYTES, TURN_MESSAGES, Flow
 from ._peers import DEFER, PeerWriter
 from ._spin import spin_seconds
 
 log = logging.getLogger("monarch.core")
 
+CONSUMED: Final = {"consumed": "1"}
+"""Headers of a held lane's notice to its sender: its inboxes consume (see ``_flow``)."""
 DRAIN_GRACE: Final = 0.25
 """Seconds a failed peer's open connections are still read, for what it sent before."""
 BURST: Final = 50e-6
@@ -77,7 +81,13 @@ PeerWatcher = Callable[[str, BaseException], None]
 
 
 class Inbound:
-    """A connection a peer opened to us: its hello, then its messages, batch by batch."""
+    """A connection a peer opened to us: its hello, then its messages, a turn at a time.
+
+    Each turn delivers at most ``TURN_MESSAGES`` (``TURN_BYTES``), then the connection
+    is not read until its next turn, so the loop runs what waits meanwhile. A *lane*
+    (values for our inboxes, see ``_flow``) is also held, not read, while its inboxes
+    have not consumed enough of what it delivered.
+    """
 
     def __init__(self, runtime: Runtime, conn: Connection) -> None:
         self.runtime = runtime
@@ -89,6 +99,15 @@ class Inbound:
         self._drained = asyncio.Event()
         self.rings: dict[RingKey, RingReader | None] = {}
         """The sender's rings we have opened (see ``_ring``)."""
+        self.flow: Flow | None = None
+        """Set for a lane (by its hello): what it delivered that is not consumed yet."""
+        self.pushed = False
+        """Read in push mode (callbacks), else by ``_serve_connection``'s loop."""
+        self.paused = False
+        """Reading is paused: the turn is over, or the lane is held."""
+        self._turn_due = False
+        self._resumed = asyncio.Event()
+        """Pull mode: set when a held lane may be read again."""
 
     def take_pushed(self) -> None:
         """Frames are ready (push mode): take them; a failure ends the connection."""
@@ -100,32 +119,105 @@ class Inbound:
             self.ended.set_exception(exc)
 
     def take(self, frame: Frame | None) -> None:
-        """Deliver ``frame`` and every frame already read, as one batch: what they
-        send in return goes out together when it ends."""
-        runtime, conn = self.runtime, self.conn
+        """Deliver ``frame`` and the frames already read, a turn's worth, as one batch:
+        what they send in return goes out together when it ends."""
+        runtime, conn, flow = self.runtime, self.conn, self.flow
+        if frame is None and flow is not None and flow.held_up:
+            if conn.closed and not self.ended.done():
+                self.ended.set_result(None)  # we closed it (its peer failed): drop the rest
+            return
         runtime._batching += 1
+        runtime.delivering = flow
+        messages = size = 0
         try:
             if frame is None:
                 frame = conn.receive_nowait()
             while True:
                 if len(frame) > 1:
                     self.sender = runtime._dispatch(frame, self.rings)
+                    messages += 1
+                    for part in frame:
+                        size += len(part)
                 else:
                     single = decode_single(frame[0])
+                    size += len(frame[0])
                     if isinstance(single, Packed):
                         self.sender = runtime._deliver(single.envelope, single.body, single.payload)
+                        messages += 1
                     elif isinstance(single, Batch):
                         deliver = runtime._deliver
                         for packed in single.items:
                             self.sender = deliver(packed.envelope, packed.body, packed.payload)
+                        messages += len(single.items)
                     elif not self._hello(single):
                         self.ended.set_result(None)
                         return
+                if flow is not None and flow.over(runtime.wanted(flow)):
+                    self._hold()
+                    return
+                if messages >= TURN_MESSAGES or size >= TURN_BYTES:
+                    self._end_turn()
+                    return
                 frame = conn.receive_nowait()
         except anyio.WouldBlock:
-            pass
+            if self.paused:  # all taken: read the socket again
+                self.paused = False
+                conn.resume_receiving()
         finally:
+            runtime.delivering = None
             runtime._end_batch()
+
+    def _pause(self) -> None:
+        if not self.paused:
+            self.paused = True
+            self.conn.pause_receiving()
+
+    def _end_turn(self) -> None:
+        """The turn is over: the rest waits for the next (push mode: a callback; pull
+        mode: ``_serve_connection`` lets the loop run first)."""
+        self._pause()
+        if self.pushed and not self._turn_due:
+            self._turn_due = True
+            self.runtime.loop.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self._turn_due = False
+        self.take_pushed()
+
+    def _hold(self) -> None:
+        """The lane's inboxes are full: not read until they have room (``read_on``)."""
+        assert self.flow is not None
+        self.flow.held_up = True
+        self.runtime._held.add(self)
+        self._resumed.clear()
+        self._pause()
+
+    def read_on(self) -> None:
+        """A held lane may be read again (its inboxes have room, or a receiver waits)."""
+        assert self.flow is not None
+        self.flow.held_up = False
+        self.runtime._held.discard(self)
+        self._resumed.set()
+        if self.pushed and not self._turn_due:
+            self._turn_due = True
+            self.runtime.loop.call_soon(self._next_turn)
+
+    def _notice(self) -> None:
+        """Tell the sender of a held lane that its inboxes consume (see ``_flow``)."""
+        notice = encode(Envelope(HEARTBEAT, "", self.runtime.address, 0, CONSUMED))
+        self.runtime.spawn_task(self._send_quietly(notice))
+
+    async def _send_quietly(self, frame: bytes) -> None:
+        await send_back(self.conn, frame)
+
+    async def wait_turn(self) -> None:
+        """Pull mode: return when the connection may be read."""
+        if self.paused:
+            self.paused = False
+            await asyncio.sleep(0)  # the loop runs what waits
+        flow = self.flow
+        while flow is not None and flow.held_up:
+            await self._resumed.wait()
 
     def _hello(self, hello: Envelope) -> bool:
         """A peer's hello (see PeerWriter.run): whether it is admitted."""
@@ -134,19 +226,33 @@ class Inbound:
         if not runtime._admit(hello.sender, hello.headers.get("i")):
             return False
         runtime._inbound.setdefault(hello.sender, {})[self.conn] = self._drained
+        if hello.headers.get("lane") == "1" and self.flow is None:
+            self.flow = Flow(self.read_on, self._notice)
         if self._beats is None:
             pulls = runtime._can_pull_from(hello)
             self._beats = runtime.spawn_task(runtime._send_heartbeats(self.conn, hello, pulls))
         return True
 
     def close(self) -> None:
+        self.runtime._held.discard(self)
         if self._beats is not None:
             self._beats.cancel()
+        self.runtime.beats.remove(self.conn)
         self.runtime._inbound.get(self.sender, {}).pop(self.conn, None)
         self.rings.clear()  # unmapped once no frame of this connection is being read
         self._drained.set()
         if not self.ended.done():
             self.ended.cancel()
+
+
+async def send_back(conn: Connection, frame: bytes) -> None:
+    """Send on a connection a peer opened to us: its heartbeats go from another thread
+    (see ``_beats``), so every frame we send on it is queued thread-safely."""
+    try:
+        if not conn.send_threadsafe([frame]):
+            await conn.flush()
+    except TransportError:
+        pass  # the connection is gone; its reader reports that
 
 
 class Runtime:
@@ -161,6 +267,8 @@ class Runtime:
         ``get_or_spawn_controller`` asks, and what procs spawned from here inherit."""
         self.listener: Listener | None = None
         self._writers: dict[str, PeerWriter] = {}
+        self._lanes: dict[str, PeerWriter] = {}
+        """Writers of the peers' lanes: values for their inboxes (see ``_flow``)."""
         self._ports: dict[int, PortHandler] = {}
         self._port_ids = itertools.count(1)
         self.actors: dict[str, ActorSink] = {}
@@ -193,6 +301,8 @@ class Runtime:
         self.control: dict[type, ControlHandler] = {}
         """Handlers of messages to the proc itself, by body type (see ``_services``)."""
         self.stopped = asyncio.Event()
+        self.beats = Beats()
+        """Heartbeats to the peers that asked for them, sent off the loop."""
         self._tasks: set[asyncio.Task[Any]] = set()
         self.loop_thread_id: int | None = None
         self._inbox: deque[tuple[Any, ...]] = deque()
@@ -205,6 +315,13 @@ class Runtime:
         self._batching = 0
         """Depth of batches running: their writes are flushed together at the end."""
         self._dirty: list[PeerWriter] = []
+        self.delivering: Flow | None = None
+        """The lane whose messages are being delivered, if any: an inbox that queues
+        one of them holds it (``Flow.hold``) until it is consumed."""
+        self._held: set[Inbound] = set()
+        """Lanes not read because their inboxes are full (see ``_flow``)."""
+        self._waiting_anywhere = 0
+        """Receivers waiting on an empty inbox that has never received from a lane."""
 
     # -- the loop's work, from any thread -------------------------------------------
 
@@ -308,9 +425,11 @@ class Runtime:
         inbound = Inbound(self, conn)
         try:
             if conn.start_receiving(inbound.take_pushed):  # asyncio: read in callbacks
+                inbound.pushed = True
                 await inbound.ended
             else:
                 while not inbound.ended.done():
+                    await inbound.wait_turn()
                     inbound.take(await conn.receive())
                 inbound.ended.result()
         except ConnectionClosed:
@@ -345,9 +464,10 @@ class Runtime:
     def forget(self, address: str) -> None:
         """Treat ``address`` as a new peer: its old failure no longer applies."""
         if self.failed_peers.pop(address, None) is not None:
-            writer = self._writers.pop(address, None)
-            if writer is not None:
-                writer.stop()
+            for writers in (self._writers, self._lanes):
+                writer = writers.pop(address, None)
+                if writer is not None:
+                    writer.stop()
 
     def _can_pull_from(self, hello: Envelope) -> bool:
         """Whether we can read the memory of the peer saying ``hello`` (same machine)."""
@@ -365,7 +485,7 @@ class Runtime:
     async def _send_heartbeats(self, conn: Connection, hello: Envelope, pulls: bool) -> None:
         """Answer a hello with ours, then beat at the interval the peer asked for."""
         answer = {"i": self.incarnation, "pull": "1"} if pulls else {"i": self.incarnation}
-        await conn.send([encode(Envelope(HEARTBEAT, "", self.address, 0, answer))])
+        await send_back(conn, encode(Envelope(HEARTBEAT, "", self.address, 0, answer)))
         if not hello.dest:
             return  # no heartbeats wanted (a peer on this machine)
         try:
@@ -375,13 +495,7 @@ class Runtime:
         if hello.kind != HEARTBEAT or not math.isfinite(interval):
             log.warning("bad heartbeat request from %s", hello.sender)
             return
-        beat = [encode(Envelope(HEARTBEAT, "", self.address))]
-        try:
-            while True:
-                await conn.send(beat)
-                await asyncio.sleep(max(interval, 0.01))
-        except TransportError:
-            pass  # the connection is gone; its reader reports that
+        self.beats.add(conn, max(interval, 0.01), [encode(Envelope(HEARTBEAT, "", self.address))])
 
     # -- sending -------------------------------------------------------------------
 
@@ -394,14 +508,17 @@ class Runtime:
         payload: Sequence[Buffer] = (),
         batch: list[Any] | None = None,
         on_loop: bool | None = None,
+        lane: bool = False,
     ) -> None:
-        """Send a message to ``address``, from any thread; never blocks.
+        """Send a message to ``address``, from any thread; never blocks for long.
 
         One thread's messages to one peer keep their order: they all go through that
         peer's writer, which the first of them creates. A thread other than the loop's
         may pass a ``batch`` (a list it keeps): the write then waits for
         ``flush_writes(batch)``, so replies to a burst go out in one system call.
-        ``on_loop``: whether the caller runs on the loop, if it knows.
+        ``on_loop``: whether the caller runs on the loop, if it knows. ``lane``: a value
+        for one of the peer's inboxes, sent on its lane; a sender that goes faster than
+        the peer consumes waits a little (see ``_flow``).
         """
         if on_loop is None:
             on_loop = self.on_loop()
@@ -413,11 +530,11 @@ class Runtime:
             else:
                 self.call_soon(self._deliver, envelope, body, payload)
             return
-        writer = self._writers.get(address)
+        writer = (self._lanes if lane else self._writers).get(address)
         if writer is None:
             if address in self.failed_peers:
                 return  # undeliverable; watchers already learned of the failure
-            writer = self._writer(address, on_loop)
+            writer = self._writer(address, on_loop, lane)
         message: Packed | Sequence[Buffer]
         if not payload or (
             len(payload) == 1 and type(payload[0]) is bytes and len(payload[0]) <= PACK_MAX
@@ -431,12 +548,18 @@ class Runtime:
             writer.post(message, True, self._dirty if self._batching else None)
         else:
             writer.post(message, False, batch)
+        if lane:
+            writer.throttle(on_loop)
 
-    def _writer(self, address: str, on_loop: bool = True) -> PeerWriter:
-        """The writer to ``address``, made (and, on the loop or soon, started) if new."""
-        writer = self._writers.get(address)
+    def _writer(self, address: str, on_loop: bool = True, lane: bool = False) -> PeerWriter:
+        """The writer to ``address`` (its lane's if ``lane``), made (and, on the loop or
+        soon, started) if new. A lane comes after the main connection, which watches the
+        peer's health."""
+        writers = self._lanes if lane else self._writers
+        writer = writers.get(address)
         if writer is None:
-            writer = self._writers.setdefault(address, PeerWriter(self, address))
+            main = self._writer(address, on_loop) if lane else None
+            writer = writers.setdefault(address, PeerWriter(self, address, lane, main))
             if on_loop:
                 writer.start()
             else:
@@ -473,7 +596,7 @@ class Runtime:
         payload: Sequence[Buffer] = (),
         batch: list[Any] | None = None,
     ) -> None:
-        self.post(port.proc, TO_PORT, str(port.port), body, payload, batch)
+        self.post(port.proc, TO_PORT, str(port.port), body, payload, batch, lane=port.inbox)
 
     # -- receiving -----------------------------------------------------------------
 
@@ -518,6 +641,9 @@ class Runtime:
                 return envelope.sender
             if isinstance(body, ReturnLoans):
                 self.lender.give_back(body.keys)
+                lane = self._lanes.get(envelope.sender)
+                if lane is not None:
+                    lane.made_room()
                 return envelope.sender
             control = self.control.get(type(body))
             if control is None:
@@ -551,10 +677,34 @@ class Runtime:
         for body, payload, sender in self._early.pop(dest, ()):
             sink(body, payload, sender)
 
-    def open_port(self, handler: PortHandler) -> PortRef:
+    def open_port(self, handler: PortHandler, inbox: bool = False) -> PortRef:
+        """A port whose values go to ``handler`` (on the loop). An ``inbox`` queues them
+        for a consumer that may be slower than its senders: they come on lanes, and it
+        holds each until consumed (see ``_flow``)."""
         port = next(self._port_ids)
         self._ports[port] = handler
-        return PortRef(self.address, port)
+        return PortRef(self.address, port, inbox)
+
+    def wanted(self, flow: Flow) -> bool:
+        """Whether a receiver waits on an empty inbox that ``flow`` may feed."""
+        return flow.wanted > 0 or self._waiting_anywhere > 0
+
+    def receiver_waiting(self, sources: Collection[Flow], waiting: bool) -> None:
+        """A ``recv()`` starts (``waiting``) or stops waiting on an empty inbox that
+        ``sources`` have fed before (the same ones both times). Its value may be behind
+        a lane held for another inbox, so while it waits those lanes (any lane if it
+        knows none) are read on, up to ``HARD_LIMIT``."""
+        step = 1 if waiting else -1
+        if sources:
+            for flow in sources:
+                flow.wanted += step
+        else:
+            self._waiting_anywhere += step
+        if waiting:
+            for inbound in list(self._held):
+                held = inbound.flow
+                if held is not None and (not sources or held in sources) and not held.over(True):
+                    inbound.read_on()
 
     def close_port(self, port: PortRef) -> None:
         self._ports.pop(port.port, None)
@@ -589,10 +739,12 @@ class Runtime:
         if address in self.failed_peers:
             return
         self.failed_peers[address] = exc
-        writer = self._writers.get(address)
-        if writer is not None:
-            writer.failure = writer.failure or exc
-            writer.stop()
+        for writers in (self._writers, self._lanes):
+            writer = writers.get(address)
+            if writer is not None:
+                writer.failure = writer.failure or exc
+                writer.room.set()
+                writer.stop()
         inbound = self._inbound.pop(address, {})
         if inbound:
             self.spawn_task(self._drain_then_notify(address, exc, inbound))
@@ -631,7 +783,8 @@ class Runtime:
         self._peer_failed(address, PeerLost(f"process at {address} {how}"))
 
     async def aclose(self) -> None:
-        for writer in list(self._writers.values()):
+        self.beats.close()
+        for writer in [*self._writers.values(), *self._lanes.values()]:
             writer.stop()
         if self.listener is not None:
             await self.listener.aclose()

@@ -1,0 +1,77 @@
+"""Heartbeats, sent from a thread of their own.
+
+A peer on another machine that hears nothing from us for ``heartbeat_timeout`` declares
+us dead. On the loop, heartbeats would stop whenever the loop is busy: an async endpoint
+computing for seconds, or importing torch (seconds; tens of them on a busy machine), is
+no death. This thread beats whatever the loop is doing (except while a single call holds
+the GIL throughout: a C extension's import, say).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Sequence
+
+from monarch.transport import Buffer, Connection, TransportError
+
+log = logging.getLogger("monarch.core.runtime")
+
+
+class Beats:
+    """The connections we beat on, each at the interval its peer asked for."""
+
+    def __init__(self) -> None:
+        self._due: list[tuple[float, int, Connection]] = []
+        self._beats: dict[Connection, tuple[float, Sequence[Buffer]]] = {}
+        self._order = itertools.count()
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def add(self, conn: Connection, interval: float, beat: Sequence[Buffer]) -> None:
+        """Send ``beat`` on ``conn`` every ``interval`` s from now on, until :meth:`remove`."""
+        with self._changed:
+            if self._closed:
+                return
+            self._beats[conn] = (interval, beat)
+            heapq.heappush(self._due, (time.monotonic() + interval, next(self._order), conn))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)
+                self._thread.start()
+            self._changed.notify()
+
+    def remove(self, conn: Connection) -> None:
+        with self._changed:
+            self._beats.pop(conn, None)  # its entry in _due is dropped when due
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._beats.clear()
+            self._changed.notify()
+
+    def _run(self) -> None:
+        due = self._due
+        while True:
+            with self._changed:
+                while not self._closed and (not due or due[0][0] > time.monotonic()):
+                    self._changed.wait(due[0][0] - time.monotonic() if due else None)
+                if self._closed:
+                    return
+                _, order, conn = heapq.heappop(due)
+                entry = self._beats.get(conn)
+                if entry is None:
+                    continue  # removed
+                interval, beat = entry
+                heapq.heappush(due, (time.monotonic() + interval, order, conn))
+            try:
+                conn.send_threadsafe(beat)  # what the socket does not take goes next time
+            except TransportError:
+                self.remove(conn)  # the connection is gone; its reader reports that
+            except Exception:
+                log.exception("heartbeat on %r failed", conn)
+                self.remove(conn)

@@ -1,0 +1,195 @@
+"""``LocalJob`` (every mesh is this machine) and ``ProcessJob`` (local worker processes
+acting as hosts, which outlive the script that started them, so that its next run
+re-attaches to them)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Final
+
+from monarch.actor import attach_to_workers
+from monarch.core import SECRET_ENV, HostMesh, job_secret, this_host, use_job_secret
+
+from ._state import JobState
+from ._trait import JobError, JobTrait, checked_meshes
+
+START_TIMEOUT: Final = 60.0
+"""Seconds a worker has to say it listens."""
+WORKER: Final = (sys.executable, "-m", "monarch.core._cli", "worker")
+KILL_GRACE: Final = 10.0
+"""Seconds a worker's process group has to end after SIGTERM before SIGKILL."""
+
+
+class LocalJob(JobTrait):
+    """Each named mesh is this machine (``this_host()``): a script's own procs."""
+
+    def __init__(self, hosts: Sequence[str] = ("hosts",)) -> None:
+        super().__init__()
+        if isinstance(hosts, str):
+            hosts = (hosts,)
+        self._names = tuple(hosts)
+
+    def _spec(self) -> object:
+        return self._names
+
+    def _create(self, client_script: str | None) -> None:
+        pass
+
+    def _state(self) -> JobState:
+        host = this_host()
+        return JobState(dict.fromkeys(self._names, host))
+
+    def _is_running(self) -> bool:
+        return False  # this machine's procs belong to the script that spawned them
+
+    def _kill(self) -> None:
+        pass
+
+
+class _Worker:
+    """One worker process of a ProcessJob: where it listens, its pid, its log."""
+
+    def __init__(self, address: str, pid: int, log: str) -> None:
+        self.address = address
+        self.pid = pid
+        self.log = log
+
+    def running(self) -> bool:
+        """Alive (not a zombie) and still the worker we started (pids are reused)."""
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+        return stat.rpartition(")")[2].split()[0] != "Z" and self.address.encode() in cmdline
+
+
+class ProcessJob(JobTrait):
+    """``meshes``: hosts per mesh name (``{"hosts": 2}``); each host is a ``monarch worker``
+    process on this machine, in a session of its own, logging to a file (``logs``)."""
+
+    def __init__(self, meshes: Mapping[str, int], env: Mapping[str, str] | None = None) -> None:
+        super().__init__()
+        self._meshes = checked_meshes(meshes, "hosts")
+        self._env = dict(env or {})
+        self._id = secrets.token_hex(6)
+        self._secret = b""
+        self._workers: dict[str, list[_Worker]] = {}
+
+    @property
+    def logs(self) -> Path:
+        """The folder of the workers' logs (their output and their procs')."""
+        return Path(tempfile.gettempdir()) / f"monarch-job-{self._id}"
+
+    def _spec(self) -> object:
+        return self._meshes, self._env
+
+    def _create(self, client_script: str | None) -> None:
+        self._secret = job_secret()
+        self.logs.mkdir(mode=0o700, parents=True, exist_ok=True)
+        env = {**os.environ, **self._env, SECRET_ENV: self._secret.hex()}
+        started: list[tuple[subprocess.Popen[bytes], _Worker]] = []
+        try:
+            for name, count in self._meshes.items():
+                for rank in range(count):
+                    address = f"unix://@monarch-job-{self._id}-{name}-{rank}"
+                    log = str(self.logs / f"{name}-{rank}.log")
+                    with open(log, "wb") as out:
+                        popen = subprocess.Popen(
+                            [*WORKER, "--listen", address],
+                            env=env,
+                            stdin=subprocess.DEVNULL,
+                            stdout=out,
+                            stderr=subprocess.STDOUT,
+                            start_new_session=True,  # outlives this script
+                        )
+                    started.append((popen, _Worker(address, popen.pid, log)))
+            for popen, worker in started:
+                _wait_listening(popen, worker)
+        except BaseException:
+            for popen, _ in started:
+                _end_group(popen.pid)
+            raise
+        self._workers = {name: [] for name in self._meshes}
+        names = [name for name, count in self._meshes.items() for _ in range(count)]
+        for name, (popen, worker) in zip(names, started, strict=True):
+            # It outlives this script: no "still running" warning when the Popen goes.
+            popen.returncode = 0
+            self._workers[name].append(worker)
+
+    def _state(self) -> JobState:
+        use_job_secret(self._secret)
+        hosts: dict[str, HostMesh] = {}
+        for name, workers in self._workers.items():
+            hosts[name] = attach_to_workers(workers=[w.address for w in workers], name=name)
+        return JobState(hosts)
+
+    def _is_running(self) -> bool:
+        workers = [w for ws in self._workers.values() for w in ws]
+        return bool(workers) and all(w.running() for w in workers)
+
+    def _kill(self) -> None:
+        for workers in self._workers.values():
+            for worker in workers:
+                if worker.running():
+                    _end_group(worker.pid)
+
+
+def _wait_listening(popen: subprocess.Popen[bytes], worker: _Worker) -> None:
+    """Return once the worker printed its address (the first line of its log)."""
+    deadline = time.monotonic() + START_TIMEOUT
+    expected = worker.address.encode() + b"\n"
+    while True:
+        with open(worker.log, "rb") as log:
+            if log.readline() == expected:
+                return
+        if popen.poll() is not None:
+            raise JobError(
+                f"worker {worker.address} exited with {popen.returncode} before it listened: "
+                f"{_tail(worker.log)}"
+            )
+        if time.monotonic() > deadline:
+            raise JobError(f"worker {worker.address} did not listen within {START_TIMEOUT:g}s")
+        time.sleep(0.01)
+
+
+def _tail(path: str, size: int = 2000) -> str:
+    with open(path, "rb") as log:
+        return log.read()[-size:].decode(errors="replace").strip()
+
+
+def _end_group(pid: int) -> None:
+    """SIGTERM the worker's process group (the worker and its procs), then SIGKILL what
+    is left after ``KILL_GRACE``."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + KILL_GRACE
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return
+        _reap(pid)
+        time.sleep(0.02)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    _reap(pid)
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass  # not our child (started by an earlier run of the script)

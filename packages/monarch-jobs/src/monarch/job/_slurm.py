@@ -1,0 +1,181 @@
+"""``SlurmJob``: host meshes allocated by Slurm, one batch job per mesh.
+
+Each mesh is an ``sbatch`` job of that many nodes whose one step runs ``monarch worker``
+on every node (``srun``). The workers read the job secret from a file (mode 0600) in the
+job's folder, which the nodes share with the client (the submit directory, as usual on a
+cluster), and print their addresses into it, one file per node; the client attaches to
+them. Slurm's own commands are driven as a user would (sbatch, squeue, scancel): a failing
+one's stderr is the error.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Final
+
+from monarch.actor import attach_to_workers
+from monarch.core import HostMesh, job_secret, use_job_secret
+
+from ._state import JobState
+from ._trait import JobError, JobTrait, checked_meshes
+
+START_TIMEOUT: Final = 300.0
+"""Seconds for an allocation to start and its workers to listen."""
+
+
+class SlurmJob(JobTrait):
+    """``meshes``: nodes per mesh name. The keyword arguments are upstream's; ``slurm_args``
+    are passed to sbatch as they are."""
+
+    def __init__(
+        self,
+        meshes: Mapping[str, int],
+        python_exe: str = "python",
+        slurm_args: Sequence[str] = (),
+        monarch_port: int = 22222,
+        job_name: str = "monarch_job",
+        ntasks_per_node: int = 1,
+        time_limit: str | None = None,
+        partition: str | None = None,
+        log_dir: str | None = None,
+        exclusive: bool = True,
+        gpus_per_node: int | None = None,
+        cpus_per_task: int | None = None,
+        mem: str | None = None,
+    ) -> None:
+        super().__init__()
+        self._meshes = checked_meshes(meshes, "nodes")
+        if ntasks_per_node != 1:
+            raise ValueError("ntasks_per_node: one worker runs per node (procs are spawned on it)")
+        self._python = python_exe
+        self._port = monarch_port
+        self._sbatch = [f"--job-name={job_name}", "--ntasks-per-node=1", *slurm_args]
+        for flag, value in (
+            ("--time", time_limit),
+            ("--partition", partition),
+            ("--gpus-per-node", gpus_per_node),
+            ("--cpus-per-task", cpus_per_task),
+            ("--mem", mem),
+        ):
+            if value is not None:
+                self._sbatch.append(f"{flag}={value}")
+        if exclusive:
+            self._sbatch.append("--exclusive")
+        self._id = secrets.token_hex(6)
+        self._folder = Path(log_dir or ".monarch").absolute() / f"slurm-{self._id}"
+        self._secret = b""
+        self._jobs: dict[str, str] = {}
+        """Slurm job ids by mesh name."""
+
+    def _spec(self) -> object:
+        return self._meshes, self._python, self._port, self._sbatch
+
+    def _create(self, client_script: str | None) -> None:
+        self._secret = job_secret()
+        self._folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        secret_file = self._folder / "secret"
+        fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as file:
+            file.write(self._secret.hex())
+        try:
+            for name, nodes in self._meshes.items():
+                self._jobs[name] = self._submit(name, nodes, secret_file)
+        except BaseException:
+            self._kill()
+            raise
+
+    def _submit(self, name: str, nodes: int, secret_file: Path) -> str:
+        worker = shlex.join(
+            [
+                self._python,
+                "-m",
+                "monarch.core._cli",
+                "worker",
+                "--listen",
+                f"tcp://*:{self._port}",
+                "--secret-file",
+                str(secret_file),
+            ]
+        )
+        out = self._folder / f"{name}-%t.out"  # one per node (task), first line its address
+        script = f"#!/bin/sh\nexec srun --output={shlex.quote(str(out))} {worker}\n"
+        argv = [
+            "sbatch",
+            "--parsable",
+            f"--nodes={nodes}",
+            f"--output={self._folder / f'{name}-batch.out'}",
+            *self._sbatch,
+        ]
+        done = _run(argv, script)
+        return done.split(";")[0]
+
+    def _addresses(self, name: str, deadline: float) -> list[str]:
+        """The addresses the mesh's workers printed, once every node's worker has."""
+        job = self._jobs[name]
+        files = [self._folder / f"{name}-{task}.out" for task in range(self._meshes[name])]
+        while True:
+            found = []
+            for path in files:
+                try:
+                    with open(path) as out:
+                        line = out.readline()
+                except FileNotFoundError:
+                    break
+                if not line.endswith("\n"):
+                    break
+                found.append(line.strip())
+            if len(found) == len(files):
+                return found
+            state = _job_state(job)
+            if state not in ("PENDING", "CONFIGURING", "RUNNING"):
+                log = self._folder / f"{name}-batch.out"
+                text = log.read_text()[-2000:] if log.exists() else ""
+                raise JobError(f"Slurm job {job} (mesh {name!r}) is {state or 'gone'}: {text}")
+            if time.monotonic() > deadline:
+                raise JobError(
+                    f"Slurm job {job} (mesh {name!r}): its workers did not start within "
+                    f"{START_TIMEOUT:g}s (state {state})"
+                )
+            time.sleep(0.1)
+
+    def _state(self) -> JobState:
+        use_job_secret(self._secret)
+        deadline = time.monotonic() + START_TIMEOUT
+        hosts: dict[str, HostMesh] = {}
+        for name in self._meshes:
+            hosts[name] = attach_to_workers(workers=self._addresses(name, deadline), name=name)
+        return JobState(hosts)
+
+    def _is_running(self) -> bool:
+        return bool(self._jobs) and all(_job_state(j) == "RUNNING" for j in self._jobs.values())
+
+    def _kill(self) -> None:
+        if self._jobs:
+            _run(["scancel", *self._jobs.values()])
+
+
+def _run(argv: list[str], stdin: str | None = None) -> str:
+    """A Slurm command's output; its stderr as the error when it fails."""
+    try:
+        done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise JobError(f"{argv[0]} not found: is this a Slurm login node?") from None
+    if done.returncode != 0:
+        raise JobError(f"{shlex.join(argv)} failed ({done.returncode}): {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def _job_state(job: str) -> str:
+    """The job's state as squeue says it ('' once Slurm has forgotten it)."""
+    try:
+        return _run(["squeue", "-h", "-j", job, "-o", "%T"])
+    except JobError as exc:
+        if "Invalid job id" in str(exc):
+            return ""
+        raise

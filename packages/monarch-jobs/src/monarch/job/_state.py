@@ -1,0 +1,28 @@
+"""``JobState``: a job's host meshes by name, as attributes (``state.trainers``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from monarch.core import HostMesh
+
+
+class JobState:
+    """One ``HostMesh`` attribute per mesh the job asked for."""
+
+    def __init__(self, hosts: Mapping[str, HostMesh]) -> None:
+        self._hosts = dict(hosts)
+
+    def __getattr__(self, name: str) -> HostMesh:
+        hosts: dict[str, HostMesh] = self.__dict__.get("_hosts", {})
+        if name in hosts:
+            return hosts[name]
+        raise AttributeError(
+            f"this job has no mesh {name!r} (its meshes: {', '.join(sorted(hosts)) or 'none'})"
+        )
+
+    def __dir__(self) -> list[str]:
+        return [*super().__dir__(), *self._hosts]
+
+    def __repr__(self) -> str:
+        return f"JobState({', '.join(sorted(self._hosts))})"

@@ -1,0 +1,210 @@
+"""``JobTrait``: a declarative job whose state a later run of the same script re-attaches to.
+
+A job says which host meshes it wants (``{"trainers": 2}``); ``apply()`` makes them
+exist (starts workers, submits to a scheduler); ``state()`` returns a ``JobState`` with one
+``HostMesh`` per name. ``state(cached_path=...)`` first looks for the same job saved by an
+earlier run: if its hosts still run, it attaches to them instead of starting new ones,
+and otherwise starts afresh (saying why). The saved job is a pickle of the job object; it
+holds the job secret, so it is written with mode 0600.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Final
+
+from monarch.core import HostMesh
+
+from ._state import JobState
+
+DEFAULT_JOB_PATH: Final = ".monarch/job_state.pkl"
+FORMAT: Final = 1
+"""The saved job's format: one saved by another version is not loaded (a fresh start)."""
+
+
+class JobError(RuntimeError):
+    """A job that cannot be started, reached or loaded (the message says why)."""
+
+
+class JobTrait(ABC):
+    """What every job (local, processes, Slurm...) offers; a subclass says how its hosts
+    come to be (``_create``), are reached (``_state``), checked and ended."""
+
+    def __init__(self) -> None:
+        self._running = False
+
+    # -- the user's API ------------------------------------------------------------------
+
+    def apply(self, client_script: str | None = None) -> None:
+        """Make the job's hosts exist. ``client_script`` is upstream's batch mode (the
+        script itself run on the job); only the interactive mode is offered here."""
+        if client_script is not None:
+            raise NotImplementedError(
+                "apply(client_script=...) runs the client on the job's hosts, which this "
+                "release does not offer: run the script where it attaches (apply())"
+            )
+        self._create(client_script)
+        self._running = True
+
+    def state(self, cached_path: str | None = DEFAULT_JOB_PATH) -> JobState:
+        """The job's host meshes, started if need be (see the module docstring)."""
+        if cached_path is not None:
+            cached = _load_cached(cached_path)
+            running = cached is not None and cached._is_running()
+            if cached is not None and running and cached.can_run(self):
+                print("Job is running, returning current state", file=sys.stderr)
+                return cached._state()
+            if cached is None:
+                print(f"No cached job found at path: {cached_path}", file=sys.stderr)
+            elif running:
+                print(
+                    f"The cached job at {cached_path} is another job (its hosts still run: "
+                    f"job_load({cached_path!r}).kill() ends them); starting anew",
+                    file=sys.stderr,
+                )
+            else:
+                print(
+                    f"The cached job at {cached_path} no longer runs; starting anew",
+                    file=sys.stderr,
+                )
+        if not self._running:
+            print("Applying current job", file=sys.stderr)
+            self.apply()
+        print("Job has started, connecting to current state", file=sys.stderr)
+        state = self._state()
+        if cached_path is not None:
+            print(f"Saving job to cache at {cached_path}", file=sys.stderr)
+            self._save(cached_path)
+        return state
+
+    def kill(self) -> None:
+        """End the job: its hosts and everything on them."""
+        self._kill()
+        self._running = False
+
+    @property
+    def active(self) -> bool:
+        return self._running
+
+    def can_run(self, spec: JobTrait) -> bool:
+        """Whether this (saved) job provides what ``spec`` asks for (the same meshes)."""
+        return type(spec) is type(self) and spec._spec() == self._spec()
+
+    def dumps(self) -> bytes:
+        return pickle.dumps((FORMAT, self))
+
+    def dump(self, filename: str | os.PathLike[str] | IO[bytes]) -> None:
+        if isinstance(filename, str | os.PathLike):
+            _write_private(Path(filename), self.dumps())
+        else:
+            filename.write(self.dumps())
+
+    def _save(self, path: str) -> None:
+        _write_private(Path(path), self.dumps())
+
+    # -- what a kind of job provides ---------------------------------------------------
+
+    @abstractmethod
+    def _spec(self) -> object:
+        """What the job asks for, comparable between a saved job and a new one."""
+
+    @abstractmethod
+    def _create(self, client_script: str | None) -> None:
+        """Start the hosts."""
+
+    @abstractmethod
+    def _state(self) -> JobState:
+        """Reach the running hosts."""
+
+    @abstractmethod
+    def _is_running(self) -> bool:
+        """Whether the hosts still run (a saved job may outlive them)."""
+
+    @abstractmethod
+    def _kill(self) -> None:
+        """Stop the hosts."""
+
+
+def checked_meshes(meshes: Mapping[str, int], unit: str) -> dict[str, int]:
+    """A job's meshes (``{"trainers": 2}``): names that are attributes of its state, and
+    at least one host (``unit``) each."""
+    for name, count in meshes.items():
+        if not name.isidentifier():
+            raise ValueError(f"a mesh name must be an identifier, not {name!r}")
+        if type(count) is not int or count < 1:
+            raise ValueError(f"mesh {name!r}: the number of {unit} must be >= 1, not {count!r}")
+    return dict(meshes)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` (mode 0600: it holds the job secret), atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as file:
+        file.write(data)
+    os.replace(partial, path)
+
+
+def job_loads(data: bytes) -> JobTrait:
+    """The job ``dumps`` returned. Raises JobError for data that is not a saved job of
+    this version."""
+    try:
+        loaded = pickle.loads(data)
+    except Exception as exc:
+        raise JobError(f"not a saved job ({type(exc).__name__}: {exc})") from exc
+    if not (isinstance(loaded, tuple) and len(loaded) == 2 and isinstance(loaded[1], JobTrait)):
+        raise JobError("not a saved job")
+    if loaded[0] != FORMAT:
+        raise JobError(f"a job saved in format {loaded[0]!r}; this version reads {FORMAT}")
+    return loaded[1]
+
+
+def job_load(filename: str | os.PathLike[str] = DEFAULT_JOB_PATH) -> JobTrait:
+    """The job saved at ``filename`` (``state()`` saves it there by default)."""
+    try:
+        data = Path(filename).read_bytes()
+    except OSError as exc:
+        raise JobError(f"cannot read a saved job at {filename}: {exc.strerror}") from None
+    return job_loads(data)
+
+
+def _load_cached(path: str) -> JobTrait | None:
+    """The job saved at ``path``; None (saying why) if there is none or it is unusable."""
+    if not os.path.exists(path):
+        return None
+    try:
+        return job_load(path)
+    except JobError as exc:
+        print(f"Ignoring the cached job at {path}: {exc}", file=sys.stderr)
+        return None
+
+
+_current: list[JobTrait] = []
+
+
+def set_current_job(job: JobTrait) -> None:
+    """Make ``job`` the one ``load_current_job`` and ``hosts_from_config`` use."""
+    _current[:] = [job]
+
+
+def load_current_job(cached_path: str | None = DEFAULT_JOB_PATH) -> JobState:
+    """The state of the current job (``set_current_job``), or of the one saved at
+    ``cached_path``."""
+    if _current:
+        return _current[0].state(cached_path)
+    if cached_path is None:
+        raise JobError("no current job: call set_current_job(job) first")
+    job = job_load(cached_path)
+    return job.state(cached_path)
+
+
+def hosts_from_config(name: str) -> HostMesh:
+    """The host mesh ``name`` of the current job."""
+    mesh: HostMesh = getattr(load_current_job(), name)
+    return mesh

@@ -1,0 +1,46 @@
+"""A user's script with a ProcessJob, run as its own process by test_process_job.py.
+
+    python job_script.py run HOSTS     state() (start or re-attach), one actor per host
+    python job_script.py slurm LOGS    the same with a SlurmJob of one node
+    python job_script.py kill          job_load() then kill()
+Prints one JSON line: the workers' pids (the parents of the actors' procs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from monarch.actor import Actor, endpoint
+from monarch.job import JobTrait, ProcessJob, SlurmJob, job_load
+
+
+class Where(Actor):
+    @endpoint
+    def where(self) -> dict[str, int]:
+        return {"pid": os.getpid(), "worker": os.getppid()}
+
+
+def run(job: JobTrait) -> None:
+    state = job.state()
+    procs = state.hosts.spawn_procs(per_host={"gpus": 1})
+    seen = procs.spawn("where", Where).where.call().get(timeout=60).values()
+    print(json.dumps({"workers": sorted(v["worker"] for v in seen)}), flush=True)
+    procs.stop().get(timeout=60)
+
+
+def kill() -> None:
+    job = job_load()
+    job.kill()
+    print(json.dumps({"killed": True}), flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "run":
+        run(ProcessJob({"hosts": int(sys.argv[2])}))
+    elif sys.argv[1] == "slurm":
+        python, logs = sys.executable, sys.argv[2]
+        run(SlurmJob({"hosts": 1}, python, monarch_port=0, exclusive=False, log_dir=logs))
+    else:
+        kill()

@@ -1,0 +1,181 @@
+"""Jobs with real worker processes and a real Slurm; a script's re-runs re-attach."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monarch.job import (
+    JobError,
+    JobState,
+    LocalJob,
+    ProcessJob,
+    SlurmJob,
+    hosts_from_config,
+    job_load,
+    job_loads,
+    set_current_job,
+)
+
+SCRIPT = Path(__file__).with_name("job_script.py")
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+class Script:
+    """Runs job_script.py in one folder (where the job's state is saved), as a user would."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def __call__(self, *args: str) -> tuple[dict[str, Any], str]:
+        done = subprocess.run(
+            [sys.executable, str(SCRIPT), *args],
+            cwd=self.folder,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Iterator[Script]:
+    runner = Script(tmp_path)
+    try:
+        yield runner
+    finally:
+        saved = tmp_path / ".monarch" / "job_state.pkl"
+        if saved.exists():  # whatever the test left running
+            job_load(saved).kill()
+
+
+def test_a_second_run_reattaches_to_the_workers_the_first_started(script: Script) -> None:
+    first, said = script("run", "2")
+    assert "No cached job found at path: .monarch/job_state.pkl" in said
+    assert "Saving job to cache" in said
+    workers = first["workers"]
+    assert len(set(workers)) == 2 and all(map(alive, workers))  # they outlive the script
+    saved = script.folder / ".monarch" / "job_state.pkl"
+    assert saved.stat().st_mode & 0o777 == 0o600  # it holds the job secret
+    again, said = script("run", "2")
+    assert "Job is running, returning current state" in said
+    assert again["workers"] == workers
+    assert script("kill")[0] == {"killed": True}
+    assert not any(map(alive, workers))
+
+
+def test_a_saved_job_whose_workers_are_gone_or_that_asks_for_other_hosts_starts_anew(
+    script: Script,
+) -> None:
+    workers = script("run", "1")[0]["workers"]
+    other, said = script("run", "2")  # another job: the saved one is not it
+    assert "is another job (its hosts still run" in said
+    assert len(other["workers"]) == 2 and not set(other["workers"]) & set(workers)
+    job_load(script.folder / ".monarch" / "job_state.pkl").kill()
+    assert not any(map(alive, other["workers"]))
+    fresh, said = script("run", "2")  # same job, workers gone
+    assert "no longer runs; starting anew" in said
+    assert not set(fresh["workers"]) & set(other["workers"])
+    for pid in workers:  # the first job's workers: saved over, so killed here
+        if alive(pid):
+            os.killpg(pid, 9)
+
+
+def test_a_corrupt_saved_job_is_said_and_replaced(script: Script) -> None:
+    saved = script.folder / ".monarch" / "job_state.pkl"
+    saved.parent.mkdir()
+    saved.write_bytes(b"not a pickle")
+    result, said = script("run", "1")
+    assert "Ignoring the cached job at .monarch/job_state.pkl: not a saved job" in said
+    assert len(result["workers"]) == 1
+    assert isinstance(job_load(saved), ProcessJob)
+
+
+def test_bad_input_is_refused_clearly(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="number of hosts must be >= 1"):
+        ProcessJob({"hosts": 0})
+    with pytest.raises(ValueError, match="identifier"):
+        ProcessJob({"my hosts": 1})
+    with pytest.raises(JobError, match="not a saved job"):
+        job_loads(b"junk")
+    with pytest.raises(JobError, match="cannot read a saved job"):
+        job_load(tmp_path / "missing.pkl")
+    with pytest.raises(NotImplementedError, match="client_script"):
+        LocalJob().apply(client_script="train.py")
+
+
+def test_local_job_meshes_are_this_host() -> None:
+    job = LocalJob(hosts=("trainers", "workers"))
+    state = job.state(cached_path=None)
+    assert isinstance(state, JobState)
+    assert state.trainers.extent == state.workers.extent
+    with pytest.raises(AttributeError, match=r"no mesh 'other' \(its meshes: trainers, workers\)"):
+        _ = state.other
+    set_current_job(job)
+    assert hosts_from_config("trainers").extent == state.trainers.extent
+    assert job.can_run(LocalJob(hosts=("trainers", "workers")))
+    assert not job.can_run(LocalJob())
+
+
+# -- Slurm ---------------------------------------------------------------------------------
+
+START_SLURM = Path(__file__).parents[3] / "tools" / "slurm" / "start.sh"
+
+
+@pytest.fixture(scope="session")
+def slurm() -> None:
+    """A real one-node Slurm (tools/slurm/start.sh; its packages come from
+    tools/system-packages.sh). Where it cannot run (not root, no Slurm) the test fails
+    saying so: it is not silently skipped."""
+    if shutil.which("sbatch") is None:
+        pytest.fail("no Slurm here: tools/system-packages.sh installs it (as root)")
+    done = subprocess.run(["bash", str(START_SLURM)], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        pytest.fail(f"Slurm did not start: {done.stderr}")
+
+
+def squeue() -> str:
+    return subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True).stdout
+
+
+def test_a_slurm_job_allocates_attaches_reattaches_and_is_cancelled(
+    slurm: None, script: Script
+) -> None:
+    logs = str(script.folder / "slurm-logs")
+    first, said = script("slurm", logs)
+    assert "Saving job to cache" in said
+    assert "monarch_job RUNNING" in squeue()
+    again, said = script("slurm", logs)
+    assert "Job is running, returning current state" in said
+    assert again["workers"] == first["workers"]  # the same worker, still in its allocation
+    script("kill")
+    job = job_load(script.folder / ".monarch" / "job_state.pkl")
+    assert isinstance(job, SlurmJob)
+    deadline = time.monotonic() + 60
+    while "monarch_job" in squeue():
+        assert time.monotonic() < deadline, squeue()
+        time.sleep(0.1)
+    assert not any(map(alive, first["workers"]))
+
+
+def test_a_failing_sbatch_says_why(slurm: None, tmp_path: Path) -> None:
+    job = SlurmJob({"hosts": 1}, partition="no-such-partition", log_dir=str(tmp_path))
+    with pytest.raises(JobError, match="invalid partition"):
+        job.apply()
