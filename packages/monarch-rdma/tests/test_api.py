@@ -249,3 +249,14 @@ def test_buffers_need_no_torch() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "ok"
+
+
+def test_an_action_names_a_wrong_argument() -> None:
+    buf = RDMABuffer(bytearray(8))
+    with pytest.raises(TypeError, match="src must be an RDMABuffer"):
+        RDMAAction().read_remote(bytearray(8), bytearray(8))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="dst must be an RDMABuffer"):
+        RDMAAction().write_remote(bytearray(8), buf)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="buffer protocol"):
+        buf.read_into(None)  # type: ignore[arg-type]
+    buf.drop().get(timeout=30)
