@@ -78,18 +78,14 @@ def _recv_exact(sock: socket.socket, view: memoryview) -> None:
         got += n
 
 
-def _set_deadline(sock: socket.socket, deadline: float | None) -> None:
-    """Make the kernel end a blocked send or receive at ``deadline`` (None: never)."""
-    if deadline is None:
-        left = 0.0
-    else:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the deadline has passed")
+def _set_deadline(sock: socket.socket, deadline: float) -> None:
+    """Make the kernel end a blocked send or receive at ``deadline``."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the deadline has passed")
     whole = int(left)
-    value = _TIMEVAL.pack(
-        whole, max(1 if deadline is not None and not whole else 0, int((left - whole) * 1e6))
-    )
+    micros = max(1, int((left - whole) * 1e6)) if whole == 0 else int((left - whole) * 1e6)
+    value = _TIMEVAL.pack(whole, micros)  # (0, 0) would mean no timeout at all
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
 
