@@ -3,11 +3,13 @@
 - the owner's own process: a memmove;
 - another process of this host that we may read (``_shm``): read straight from it; a
   write is pulled by the owner from us;
+- a process elsewhere, both with an ibverbs device (``_verbs``): RDMA READ/WRITE;
 - anywhere else (``_tcp``): the owner's data server, in chunks over several streams.
 
-Every operation runs on an RDMA thread of this process; a batch (``RDMAAction``) runs its
-operations side by side and its Future ends when the last one has (so no transfer still
-writes into memory the caller was told it may reuse), with the first error.
+A small read this process copies itself runs on the calling thread; every other operation
+on an RDMA thread of this process. A batch (``RDMAAction``) runs its operations side by
+side and its Future ends when the last one has (so no transfer still writes into memory
+the caller was told it may reuse), with the first error.
 """
 
 from __future__ import annotations
