@@ -29,6 +29,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
             ["caught SupervisionError", "client fault hook", "(restarts: 1)"],
         ),
         ("transport_demo.py", ["unix://@", "tcp://127.0.0.1:", "tls://127.0.0.1:", "wrong secret"]),
+        ("parameter_server.py", ["final weights match the single-process run: True"]),
     ],
 )
 def test_example_runs(script: str, expected: list[str]) -> None:

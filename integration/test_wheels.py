@@ -233,3 +233,45 @@ def test_transport_wheel_alone(wheels: dict[str, Path], tmp_path: Path) -> None:
     assert found["file"] is None, "without monarch-core, monarch is a namespace package"
     assert [os.path.dirname(p) for p in found["modules"]["monarch.transport"]] == found["path"]
     assert {d for d in found["dists"] if d.startswith("monarch")} == {"monarch-transport"}
+
+
+RDMA_SCRIPT = r"""
+from monarch.actor import Actor, endpoint, this_host
+from monarch.rdma import RDMABuffer, get_rdma_backend
+
+
+class Owner(Actor):
+    def __init__(self) -> None:
+        self.data = bytearray(b"one-sided" * 100_000)
+        self.buf = RDMABuffer(memoryview(self.data))
+
+    @endpoint
+    def handle(self) -> RDMABuffer:
+        return self.buf
+
+
+procs = this_host().spawn_procs(per_host={"procs": 2})
+owners = procs.spawn("owners", Owner)
+bufs = owners.handle.call().get(timeout=60).values()
+for buf in bufs:
+    out = bytearray(buf.size())
+    buf.read_into(out).get(timeout=60)
+    assert out == b"one-sided" * 100_000
+    buf.write_from(b"written").get(timeout=60)
+print(get_rdma_backend(), len(bufs))
+procs.stop().get(timeout=60)
+"""
+
+
+def test_rdma_wheel_alone_needs_no_device_and_no_torch(
+    wheels: dict[str, Path], tmp_path: Path
+) -> None:
+    """``pip install monarch-rdma`` on a machine without an RDMA device: buffers work over
+    shared memory, each owning process warns once that it falls back."""
+    venv = Venv(tmp_path / "venv")
+    venv.install(*(wheels[d] for d in ("monarch-transport", "monarch-core", "monarch-rdma")))
+    done = run(venv.python, "-I", "-c", RDMA_SCRIPT, cwd=venv.path)
+    assert done.stdout.strip().splitlines()[-1] == "tcp 2"
+    assert done.stderr.count("RDMATcpFallbackWarning") == 2, done.stderr  # one per owner
+    found = venv.probe(["monarch.rdma"])
+    assert "torch" not in found["dists"]

@@ -2,7 +2,10 @@
 # Debian packages the test suite uses beyond Python: installed when missing and we are root
 # (CI and fresh machines); otherwise the tests that need them skip and say why.
 set -euo pipefail
-needed=(iproute2 iptables slurmctld slurmd slurm-client munge)
+# slurm*, munge: tools/slurm; qemu ... python3-pyverbs: monarch-rdma's soft-RoCE VM
+# (packages/monarch-rdma/tests/rxevm)
+needed=(iproute2 iptables slurmctld slurmd slurm-client munge qemu-system-x86 linux-image-amd64
+  busybox-static kmod cpio rdma-core ibverbs-utils python3-pyverbs)
 missing=()
 for pkg in "${needed[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

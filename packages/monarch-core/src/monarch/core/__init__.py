@@ -5,7 +5,9 @@
 module: this process's ``Runtime`` (its address, the job's secret and root, posting a
 message to a proc or a port, watching a peer), the ``Future`` that every operation
 returns and how to complete one from the runtime loop, the wire messages, pickling with
-out-of-band buffers, and lending large buffers between processes of one machine.
+out-of-band buffers, lending large buffers between processes of one machine and
+reading another process's memory (``read_process_memory``, ``buffer_address``), and the
+configuration snapshot (``current_config``).
 
 The modules behind this face stand on floors, each importing only those below it (see
 the package README); ``_bootstrap``, at the top, alone starts a runtime, and importing
@@ -14,6 +16,7 @@ the package README); ``_bootstrap``, at the top, alone starts a runtime, and imp
 
 from ._actor_mesh import ActorMesh, spawn_actor_mesh
 from ._bootstrap import SECRET_ENV, job_secret, use_job_secret
+from ._config import current_config
 from ._context import Context, Instance, context
 from ._endpoint import Actor, endpoint
 from ._errors import (
@@ -32,6 +35,8 @@ from ._future import Future, Outcome, run_on, submit_into, wait_outcome
 from ._gather import Gather
 from ._lending import LEND_MIN, Lender
 from ._lending import available as lending_available
+from ._lending import read_range as read_process_memory
+from ._memory import address_of as buffer_address
 from ._messages import TO_ACTOR, TO_PORT, TO_PROC, Body, PortRef, PortValue
 from ._port import Channel, Port
 from ._proc_mesh import HostMesh, ProcMesh, this_host, this_proc
@@ -77,13 +82,16 @@ __all__ = [
     "SupervisionError",
     "ValueMesh",
     "WorkerConfigError",
+    "buffer_address",
     "context",
+    "current_config",
     "current_runtime",
     "dumps",
     "endpoint",
     "job_secret",
     "lending_available",
     "loads",
+    "read_process_memory",
     "run_on",
     "running_runtime",
     "spawn_actor_mesh",

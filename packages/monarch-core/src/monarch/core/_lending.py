@@ -96,12 +96,16 @@ def pull(
     base = memory.address_of(into)
     done = ring.take(loan, base, size) if ring is not None else 0
     if done < size:
-        _read_range(pid, base + done, address + done, size - done)
+        read_range(pid, base + done, address + done, size - done)
     return into
 
 
-def _read_range(pid: int, base: int, address: int, size: int) -> None:
-    """Read ``size`` bytes at ``address`` in process ``pid`` into ``base``."""
+def read_range(pid: int, base: int, address: int, size: int) -> None:
+    """Read ``size`` bytes at ``address`` in process ``pid`` into ``base`` (an address of
+    ours); ``PullError`` if that process is gone or its memory there cannot be read.
+
+    Public (``monarch.core.read_process_memory``): monarch-rdma's shared-memory plane reads
+    a buffer's owner with it, the one implementation of reading another process."""
     readers = _readers_for(size)
     if readers == 1:
         _read(pid, base, address, size)

@@ -1,0 +1,130 @@
+"""``RDMABuffer``: registered memory as a small handle that any actor can read or write."""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from monarch.core import Future, context
+
+from . import _transfer as transfer
+from . import _verbs as verbs
+from ._backend import get_rdma_backend
+from ._errors import RDMATcpFallbackWarning
+from ._handle import Handle
+from ._process import local_process
+from ._region import region_of
+from ._registry import registry
+
+if TYPE_CHECKING:
+    import torch
+
+    LocalMemory = torch.Tensor | memoryview | bytearray | bytes
+
+log = logging.getLogger("monarch.rdma")
+
+FALLBACK = (
+    "No ibverbs RDMA hardware detected. Falling back to TCP transport (shared memory "
+    "between processes of one host), which has lower throughput and higher latency than "
+    "native RDMA between hosts. To disable this fallback and fail explicitly, call "
+    "monarch.configure(rdma_allow_tcp_fallback=False)."
+)
+
+
+class RDMABuffer:
+    """Memory registered for one-sided reads and writes by other processes.
+
+    ``data`` is a 1-D contiguous CPU tensor (``tensor.view(torch.uint8).flatten()`` for
+    any other shape) or a contiguous buffer (memoryview, bytearray). Registering copies
+    nothing: readers and writers reach this very memory until ``drop()``; until then the
+    buffer keeps ``data`` alive. The object is a small handle: pickle it, send it to any
+    actor or the client, and call its methods there.
+    """
+
+    __slots__ = ("_handle",)
+
+    def __init__(self, data: LocalMemory) -> None:
+        backend = get_rdma_backend()
+        if backend == "none":
+            raise RuntimeError(
+                "Tried to create an RDMABuffer, but RDMA is not available on this "
+                "platform. To enable TCP fallback transport, call "
+                "monarch.configure(rdma_allow_tcp_fallback=True) before creating "
+                "buffers."
+            )
+        if backend == "tcp":
+            warnings.warn(FALLBACK, RDMATcpFallbackWarning, stacklevel=2)
+        region = region_of(data)
+        if region.size == 0:
+            raise ValueError("Cannot create RDMABuffer with size 0.")
+        proc = local_process()
+        server = proc.data_server()
+        buffer_id, cell = registry.register(region)
+        rkey = 0
+        nic = verbs.device() if backend == "ibverbs" else None
+        if nic is not None:
+            try:
+                rkey = nic.register(buffer_id, region)
+            except Exception as error:  # noqa: BLE001 - served by the other planes then
+                log.warning("cannot register %d bytes with %s: %s", region.size, nic.name, error)
+        self._handle = Handle(
+            buffer_id=buffer_id,
+            size=region.size,
+            writable=region.writable,
+            owner=context().actor_instance.actor_id,
+            proc=proc.runtime.address,
+            service=proc.service,
+            pid=os.getpid(),
+            token=registry.token,
+            identity=registry.identity_address,
+            cell=cell,
+            address=region.address,
+            tcp_host=server.host,
+            tcp_port=server.port,
+            rkey=rkey,
+        )
+
+    @classmethod
+    def _of(cls, handle: Handle) -> RDMABuffer:
+        buffer: RDMABuffer = object.__new__(cls)
+        buffer._handle = handle
+        return buffer
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RDMABuffer._of, (self._handle,))
+
+    @property
+    def backend(self) -> str:
+        """The RDMA backend in use (``get_rdma_backend()``, as upstream)."""
+        return get_rdma_backend()
+
+    @property
+    def owner(self) -> str:
+        """The id of the actor (or client) that registered the buffer."""
+        return self._handle.owner
+
+    def size(self) -> int:
+        """The buffer's size in bytes."""
+        return self._handle.size
+
+    def read_into(self, dst: LocalMemory, *, timeout: int = 60) -> Future[None]:
+        """Copy the whole buffer into the start of ``dst`` (1-D contiguous, at least
+        ``size()`` bytes: ValueError otherwise, raised here)."""
+        return transfer.submit([transfer.read_op(dst, self._handle)], timeout)
+
+    def write_from(self, src: LocalMemory, *, timeout: int = 60) -> Future[None]:
+        """Copy all of ``src`` (at most ``size()`` bytes: ValueError otherwise) to the
+        start of the buffer."""
+        return transfer.submit([transfer.write_op(self._handle, src)], timeout)
+
+    def drop(self) -> Future[None]:
+        """Unregister the buffer at its owner: later reads and writes, from anyone, fail
+        with ``RDMABufferDropped``; the owner's memory is no longer kept alive by it."""
+        handle = self._handle
+        return transfer.submit_call(lambda deadline: transfer.drop(handle, deadline), 60)
+
+    def __repr__(self) -> str:
+        h = self._handle
+        return f"<RDMABuffer {h.size} bytes of {h.owner}>"

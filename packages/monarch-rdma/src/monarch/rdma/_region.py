@@ -1,0 +1,66 @@
+"""Local memory as (address, size): what a buffer registers and a transfer reads or fills.
+
+Everything the planes do is in terms of addresses: a torch tensor offers no buffer
+protocol without numpy, and the shared-memory plane copies between processes by address
+anyway. A ``Region`` keeps the object that owns the memory alive (for a memoryview, the
+view itself, which also stops a bytearray from being resized under it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from dataclasses import dataclass
+
+from monarch.core import buffer_address
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    address: int
+    size: int
+    writable: bool
+    keep: object
+    """The object whose memory this is, held so it stays where ``address`` says."""
+
+    def view(self, offset: int = 0, size: int | None = None) -> memoryview:
+        """A writable (if the memory is) byte view of ``size`` bytes at ``offset``."""
+        length = self.size - offset if size is None else size
+        if length == 0:
+            return memoryview(b"")
+        return memoryview((ctypes.c_char * length).from_address(self.address + offset)).cast("B")
+
+
+def _torch_tensor(data: object) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(data, torch.Tensor)
+
+
+def region_of(data: object, what: str = "data") -> Region:
+    """The memory of a 1-D contiguous CPU tensor or a contiguous buffer (memoryview,
+    bytearray, bytes, anything with the buffer protocol); ValueError/TypeError otherwise."""
+    if _torch_tensor(data):
+        tensor = data
+        if tensor.device.type != "cpu":  # type: ignore[attr-defined]
+            raise ValueError(
+                f"{what}: only CPU tensors are supported without an ibverbs device "
+                f"(got a tensor on {tensor.device})"  # type: ignore[attr-defined]
+            )
+        if tensor.dim() != 1 or not tensor.is_contiguous():  # type: ignore[attr-defined]
+            raise ValueError(
+                f"{what}: the tensor must be 1-D and contiguous "
+                f"(got shape {tuple(tensor.shape)}); use tensor.view(torch.uint8).flatten()"  # type: ignore[attr-defined]
+            )
+        size = tensor.numel() * tensor.element_size()  # type: ignore[attr-defined]
+        return Region(tensor.data_ptr(), size, True, tensor)  # type: ignore[attr-defined]
+    try:
+        view = memoryview(data)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(
+            f"{what} must be a torch.Tensor or support the buffer protocol "
+            f"(memoryview, bytearray), not {type(data).__name__}"
+        ) from None
+    if view.ndim != 1 or not view.c_contiguous:
+        raise ValueError(f"{what}: the buffer must be 1-D and contiguous (ndim {view.ndim})")
+    address = buffer_address(view) if view.nbytes else 0
+    return Region(address, view.nbytes, not view.readonly, view)

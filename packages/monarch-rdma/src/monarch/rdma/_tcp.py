@@ -1,0 +1,354 @@
+"""The TCP plane: buffers between hosts without ibverbs, over several streams at once.
+
+Each process that registers a buffer runs a data server (a listening socket and a thread
+per connection). A peer connects, both prove they hold the job's secret (HMAC challenge
+and response, each way: the server lets the peer read and write its memory, the peer
+trusts the bytes it gets), then sends requests on the connection: read or write so many
+bytes at an offset of a buffer. Bytes go from the buffer's memory to the socket and from
+the socket to the destination's memory with no copy in between (``sendall``/``recv_into``
+on views of the memory). A transfer is cut into chunks (``_chunks``) that a few streams
+take in turn, each stream its own connection and thread; connections are kept for the
+next transfer.
+
+The bytes themselves are not MACed (an HMAC costs more than the copy): the plane is as
+private as the network between the hosts; the handshake keeps out whoever lacks the secret.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Final
+
+from ._errors import (
+    RDMABufferDropped,
+    RDMAError,
+    RDMAOwnerDied,
+    RDMATimeoutError,
+    RDMATransferError,
+)
+from ._region import Region
+
+Buffer = bytes | bytearray | memoryview
+
+log = logging.getLogger("monarch.rdma")
+
+READ: Final = 1
+WRITE: Final = 2
+HEADER: Final = struct.Struct("<BQQQ")
+"""A request: op, buffer id, offset, length."""
+OK: Final = 0
+DROPPED: Final = 1
+OUT_OF_RANGE: Final = 2
+READ_ONLY: Final = 3
+BAD_OP: Final = 4
+NONCE: Final = 16
+HANDSHAKE_TIMEOUT: Final = 30.0
+DRAIN: Final = 1024 * 1024
+_TIMEVAL: Final = struct.Struct("@ll")
+
+
+def _mac(secret: bytes, role: bytes, server_nonce: bytes, client_nonce: bytes) -> bytes:
+    return hmac.new(
+        secret, b"monarch-rdma/1 " + role + server_nonce + client_nonce, hashlib.sha256
+    ).digest()
+
+
+def _recv_exact(sock: socket.socket, view: memoryview) -> None:
+    """Fill ``view``. The sockets are in blocking mode (their deadline is the kernel's
+    ``SO_RCVTIMEO``), so MSG_WAITALL takes a whole chunk in one call: one release of the
+    GIL per chunk rather than one per 64 KiB that a polling socket would cost."""
+    got = 0
+    size = view.nbytes
+    while got < size:
+        try:
+            n = sock.recv_into(view[got:], size - got, socket.MSG_WAITALL)
+        except BlockingIOError:
+            raise TimeoutError("timed out receiving") from None
+        if n == 0:
+            raise ConnectionResetError("the peer closed the connection")
+        got += n
+
+
+def _set_deadline(sock: socket.socket, deadline: float) -> None:
+    """Make the kernel end a blocked send or receive at ``deadline``."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the deadline has passed")
+    whole = int(left)
+    micros = max(1, int((left - whole) * 1e6)) if whole == 0 else int((left - whole) * 1e6)
+    value = _TIMEVAL.pack(whole, micros)  # (0, 0) would mean no timeout at all
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+
+
+def _send(sock: socket.socket, data: Buffer) -> None:
+    try:
+        sock.sendall(data)
+    except BlockingIOError:
+        raise TimeoutError("timed out sending") from None
+
+
+def _recv_bytes(sock: socket.socket, size: int) -> bytes:
+    into = bytearray(size)
+    _recv_exact(sock, memoryview(into))
+    return bytes(into)
+
+
+class DataServer:
+    """This process's TCP data server: serves the buffers ``lookup`` finds."""
+
+    def __init__(self, host: str, secret: bytes, lookup: Callable[[int], Region | None]) -> None:
+        self._secret = secret
+        self._lookup = lookup
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.create_server((host, 0), family=family, backlog=64)
+        self.host = host
+        self.port: int = self._sock.getsockname()[1]
+        self._closed = False
+        threading.Thread(target=self._accept, name="monarch-rdma-tcp", daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            threading.Thread(
+                target=self._serve, args=(conn,), name="monarch-rdma-tcp-conn", daemon=True
+            ).start()
+
+    def close(self) -> None:
+        self._closed = True
+        self._sock.close()
+
+    def _handshake(self, conn: socket.socket) -> bool:
+        conn.settimeout(HANDSHAKE_TIMEOUT)
+        server_nonce = os.urandom(NONCE)
+        conn.sendall(server_nonce)
+        client_nonce = _recv_bytes(conn, NONCE)
+        proof = _recv_bytes(conn, hashlib.sha256().digest_size)
+        if not hmac.compare_digest(
+            proof, _mac(self._secret, b"client", server_nonce, client_nonce)
+        ):
+            log.warning("refused an RDMA data connection: bad proof of the job secret")
+            return False
+        conn.sendall(_mac(self._secret, b"server", server_nonce, client_nonce))
+        conn.settimeout(None)  # blocking: see _recv_exact
+        return True
+
+    def _serve(self, conn: socket.socket) -> None:
+        header = bytearray(HEADER.size)
+        with conn:
+            try:
+                if not self._handshake(conn):
+                    return
+                while True:
+                    try:
+                        _recv_exact(conn, memoryview(header))
+                    except ConnectionResetError:
+                        return  # the peer is done with this stream
+                    op, buffer_id, offset, length = HEADER.unpack(header)
+                    self._request(conn, op, buffer_id, offset, length)
+            except OSError as error:
+                log.debug("RDMA data connection ended: %s", error)
+
+    def _request(
+        self, conn: socket.socket, op: int, buffer_id: int, offset: int, length: int
+    ) -> None:
+        region = self._lookup(buffer_id)
+        status = OK
+        if op not in (READ, WRITE):
+            status = BAD_OP
+        elif region is None:
+            status = DROPPED
+        elif offset + length > region.size:
+            status = OUT_OF_RANGE
+        elif op == WRITE and not region.writable:
+            status = READ_ONLY
+        if op == READ or status == BAD_OP:
+            _send(conn, bytes([status]))
+            if status == OK and region is not None and length:
+                _send(conn, region.view(offset, length))
+            if status == BAD_OP:
+                raise OSError(f"bad RDMA op {op}")
+            return
+        if status == OK and region is not None:
+            if length:
+                _recv_exact(conn, region.view(offset, length))
+        else:
+            sink = memoryview(bytearray(min(length, DRAIN) or 1))
+            left = length
+            while left:
+                n = min(left, sink.nbytes)
+                _recv_exact(conn, sink[:n])
+                left -= n
+        _send(conn, bytes([status]))
+
+
+class Streams:
+    """Authenticated connections to one data server, kept between transfers."""
+
+    def __init__(self, host: str, port: int, secret: bytes) -> None:
+        self.host = host
+        self.port = port
+        self._secret = secret
+        self._idle: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def take(self, deadline: float) -> socket.socket:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RDMATimeoutError("timed out before connecting to the buffer's owner")
+        try:
+            sock = socket.create_connection(
+                (self.host, self.port), timeout=min(left, HANDSHAKE_TIMEOUT)
+            )
+        except ConnectionRefusedError:
+            raise RDMAOwnerDied(
+                f"the owner's data server at {self.host}:{self.port} refused the connection "
+                "(its process is gone)"
+            ) from None
+        except TimeoutError:
+            raise RDMATimeoutError(f"timed out connecting to {self.host}:{self.port}") from None
+        except OSError as error:
+            raise RDMATransferError(f"cannot connect to {self.host}:{self.port}: {error}") from None
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            server_nonce = _recv_bytes(sock, NONCE)
+            client_nonce = os.urandom(NONCE)
+            sock.sendall(client_nonce + _mac(self._secret, b"client", server_nonce, client_nonce))
+            proof = _recv_bytes(sock, hashlib.sha256().digest_size)
+            sock.settimeout(None)  # blocking: see _recv_exact
+        except OSError as error:
+            sock.close()
+            raise RDMATransferError(
+                f"the RDMA handshake with {self.host}:{self.port} failed: {error}"
+            ) from None
+        if not hmac.compare_digest(
+            proof, _mac(self._secret, b"server", server_nonce, client_nonce)
+        ):
+            sock.close()
+            raise RDMATransferError(f"{self.host}:{self.port} does not hold the job's secret")
+        return sock
+
+    def give(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._idle.append(sock)
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for sock in idle:
+            sock.close()
+
+
+def _chunk(
+    sock: socket.socket,
+    op: int,
+    buffer_id: int,
+    offset: int,
+    local: Region,
+    local_offset: int,
+    length: int,
+    deadline: float,
+) -> None:
+    _set_deadline(sock, deadline)
+    status = bytearray(1)
+    _send(sock, HEADER.pack(op, buffer_id, offset, length))
+    if op == READ:
+        _recv_exact(sock, memoryview(status))
+        if status[0] == OK and length:
+            _recv_exact(sock, local.view(local_offset, length))
+    else:
+        if length:
+            _send(sock, local.view(local_offset, length))
+        _recv_exact(sock, memoryview(status))
+    _raise_for(status[0])
+
+
+def _raise_for(status: int) -> None:
+    if status == OK:
+        return
+    if status == DROPPED:
+        raise RDMABufferDropped("the buffer was dropped")
+    if status == READ_ONLY:
+        raise RDMAError("the buffer is read-only: it cannot be written")
+    raise RDMATransferError(f"the owner refused the request (status {status})")
+
+
+def transfer(
+    streams: Streams,
+    op: int,
+    buffer_id: int,
+    local: Region,
+    size: int,
+    deadline: float,
+    chunks: list[tuple[int, int]],
+    helpers: Executor,
+    width: int,
+) -> None:
+    """Move ``size`` bytes between the buffer (from its start) and ``local`` (from its
+    start), ``op`` saying which way, in ``chunks`` taken by up to ``width`` streams (this
+    thread and helpers from ``helpers``). Every stream has ended when this returns."""
+    pieces = iter(chunks)
+    stop = threading.Event()
+
+    def run() -> None:
+        sock: socket.socket | None = None
+        try:
+            for offset, length in pieces:
+                if stop.is_set():
+                    break
+                if sock is None:
+                    sock = streams.take(deadline)
+                _chunk(sock, op, buffer_id, offset, local, offset, length, deadline)
+        except BaseException:
+            stop.set()
+            if sock is not None:
+                sock.close()
+            raise
+        if sock is not None:
+            streams.give(sock)
+
+    width = max(1, min(width, len(chunks)))
+    futures = [helpers.submit(run) for _ in range(width - 1)]
+    errors: list[BaseException] = []
+    try:
+        run()
+    except BaseException as error:  # noqa: BLE001 - reported once every stream ended
+        errors.append(error)
+    for future in futures:
+        failure = future.exception()
+        if failure is not None:
+            errors.append(failure)
+    if errors:
+        raise _explain(errors, streams)
+
+
+def _explain(errors: list[BaseException], streams: Streams) -> BaseException:
+    """The error to report of those the streams met: ours first, then a timeout, then
+    the rest as a cut transfer."""
+    for error in errors:
+        if isinstance(error, RDMAError):
+            return error
+    for error in errors:
+        if isinstance(error, TimeoutError):
+            return RDMATimeoutError("the transfer did not end in time")
+    cut = RDMATransferError(
+        f"the transfer with {streams.host}:{streams.port} was cut: {errors[0]!r}"
+    )
+    cut.__cause__ = errors[0]
+    return cut

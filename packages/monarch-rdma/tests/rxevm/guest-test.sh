@@ -1,0 +1,17 @@
+#!/bin/bash
+# Runs inside the VM (chrooted onto the host's root fs, read-only). Makes rxe0 on a veth pair,
+# then runs monarch-rdma's own API over it: rdma_guest.py with the interpreter named in
+# /tmp/share/python (the test's own), pyverbs from Debian's python3-pyverbs.
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+set -x
+uname -r
+ip link set lo up
+ip link add veth0 type veth peer name veth1
+ip addr add 10.9.0.1/24 dev veth0
+ip link set veth0 up; ip link set veth1 up
+rdma link add rxe0 type rxe netdev veth0
+ibv_devices
+cd /tmp/share
+export HOME=/tmp PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=/tmp/share/pyverbs-path
+timeout 760 "$(cat /tmp/share/python)" rdma_guest.py; echo "rdma_guest rc=$?"
+echo "DONE"
