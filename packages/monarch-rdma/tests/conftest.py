@@ -18,8 +18,10 @@ from rdma_faults import Failures
 _failures = Failures()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _record_unhandled_failures() -> Iterator[None]:
+@pytest.fixture(scope="module", autouse=True)
+def _record_rdma_failures() -> Iterator[None]:
+    """Per module, and put back after it: a session-wide hook would replace the one
+    monarch-core's tests record with when both run in one process (an xdist worker)."""
     default = monarch.actor.unhandled_fault_hook
     monarch.actor.unhandled_fault_hook = _failures.record
     yield

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+import monarch
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 HERE = Path(__file__).resolve().parent / "rxevm"
@@ -47,6 +49,16 @@ def test_buffers_move_by_rdma_read_and_write_in_a_soft_roce_vm(tmp_path: Path) -
     for name in ("guest-test.sh", "rdma_guest.py"):
         shutil.copy(HERE / name, share / name)
     (share / "python").write_text(sys.executable)
+    # The guest sees this machine's root file system but a /tmp of its own: an editable
+    # install from a checkout under /tmp (CI's clean one) would be missing there, so the
+    # monarch packages travel in the share.
+    for portion in monarch.__path__:
+        shutil.copytree(
+            portion,
+            share / "monarch-src" / "monarch",
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
     subprocess.run(["bash", str(HERE / "build-initramfs.sh"), str(build)], check=True, timeout=120)
     vm = subprocess.run(
         ["bash", str(HERE / "run-vm.sh"), str(build), str(share)],

@@ -12,6 +12,6 @@ ip link set veth0 up; ip link set veth1 up
 rdma link add rxe0 type rxe netdev veth0
 ibv_devices
 cd /tmp/share
-export HOME=/tmp PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=/tmp/share/pyverbs-path
+export HOME=/tmp PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=/tmp/share/monarch-src:/tmp/share/pyverbs-path
 timeout 760 "$(cat /tmp/share/python)" rdma_guest.py; echo "rdma_guest rc=$?"
 echo "DONE"
