@@ -1,0 +1,233 @@
+"""The worker: one actor per proc holding one local shard per tensor id.
+
+It runs the controller's commands in the order they were recorded. A failing command never
+raises out of the endpoint (a broadcast's failure has nobody to tell): its outputs become
+``_Poison``, and every later command reading a poisoned id poisons its own outputs, so
+exactly the dependents fail, at the fetch that asks for them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import traceback
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils._pytree import tree_flatten, tree_map
+
+from monarch.core import Actor, Point, context, endpoint
+
+from ._commands import DELETE, OP, REDUCE, Ref, op_name
+from ._errors import RemoteException
+
+COLLECTIVE_TIMEOUT = timedelta(seconds=120)
+"""A peer that never joins a collective fails it (then its outputs are poisoned)."""
+
+
+class _Poison:
+    """What a failed id holds: the exception its fetch raises."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: RemoteException) -> None:
+        self.error = error
+
+
+class _Failed(Exception):
+    """An input of a command is poisoned: its outputs get the same poison."""
+
+    def __init__(self, poison: _Poison) -> None:
+        self.poison = poison
+
+
+class TensorWorker(Actor):
+    """The tensor engine of one proc (spawned by the controller on first use of a mesh)."""
+
+    def __init__(self) -> None:
+        self._env: dict[int, Any] = {}
+        self._point: Point | None = None
+        self._groups: dict[tuple[int, ...], Any] = {}
+
+    @property
+    def _rank(self) -> int:
+        return self._here().rank
+
+    def _here(self) -> Point:
+        if self._point is None:
+            self._point = context().message_rank
+        return self._point
+
+    @endpoint
+    def run(self, commands: list[tuple[Any, ...]]) -> None:
+        """Run a batch of commands (fire and forget: failures poison, never raise)."""
+        self._here()
+        for command in commands:
+            tag = command[0]
+            if tag == OP:
+                self._op(command[1], command[2], command[3], command[4])
+            elif tag == DELETE:
+                for ref in command[1]:
+                    self._env.pop(ref, None)
+            elif tag == REDUCE:
+                self._reduce(*command[1:])
+
+    @endpoint
+    def fetch(self, ids: list[int], rank: int) -> Any:
+        """The values of ``ids`` on ``rank`` (None elsewhere), or the exception that one of
+        them holds, returned (not raised) so the controller can raise it as is."""
+        if self._here().rank != rank:
+            return None
+        values = []
+        for ref in ids:
+            value = self._env.get(ref, _MISSING)
+            if value is _MISSING:
+                return RemoteException("fetch", rank, f"no tensor with id {ref} on this worker")
+            if isinstance(value, _Poison):
+                return value.error
+            values.append(_portable(value))
+        return values
+
+    def _resolve(self, obj: Any) -> Any:
+        def one(leaf: Any) -> Any:
+            if isinstance(leaf, Ref):
+                value = self._env.get(leaf.id, _MISSING)
+                if value is _MISSING:
+                    raise _Failed(_Poison(RemoteException("lookup", self._rank, f"no tensor {leaf.id}")))
+                if isinstance(value, _Poison):
+                    raise _Failed(value)
+                return value
+            return leaf
+
+        return tree_map(one, obj)
+
+    def _op(self, out: tuple[int, ...], func: Any, args: Any, kwargs: Any) -> None:
+        try:
+            args, kwargs = self._resolve((args, kwargs))
+            result = func(*args, **kwargs)
+            tensors = [x for x in tree_flatten(result)[0] if isinstance(x, torch.Tensor)]
+            if len(tensors) != len(out):
+                raise TypeError(
+                    f"returned {len(tensors)} tensors where the controller expected {len(out)}"
+                )
+        except _Failed as failed:
+            for ref in out:
+                self._env[ref] = failed.poison
+            return
+        except Exception as exc:  # noqa: BLE001 - poisons the outputs, raised at their fetch
+            self._poison(out, op_name(func), exc)
+            return
+        for ref, tensor in zip(out, tensors, strict=True):
+            self._env[ref] = tensor
+
+    def _poison(self, out: tuple[int, ...], op: str, exc: BaseException) -> None:
+        tb = "".join(traceback.format_exception(exc))
+        poison = _Poison(RemoteException(op, self._rank, f"{type(exc).__name__}: {exc}", tb))
+        for ref in out:
+            self._env[ref] = poison
+
+    # -- collectives ---------------------------------------------------------------------
+
+    def _group(self, dims: tuple[int, ...], store: tuple[str, int]) -> Any:
+        """The process group of the ranks that differ from this one only along ``dims``
+        (made on first use; every worker makes every group in the same order)."""
+        here = self._here()
+        sizes = here.extent.sizes
+        if not dist.is_initialized():
+            host, port = store
+            world = len(list(itertools.product(*map(range, sizes))))
+            tcp = dist.TCPStore(host, port, world, is_master=False, timeout=COLLECTIVE_TIMEOUT)
+            dist.init_process_group(
+                "gloo", store=tcp, rank=here.rank, world_size=world, timeout=COLLECTIVE_TIMEOUT
+            )
+        if len(dims) == len(sizes):
+            return dist.group.WORLD
+        if dims not in self._groups:
+            kept = [d for d in range(len(sizes)) if d not in dims]
+            mine = None
+            coords = [here[label] for label in here.extent.labels]
+            for fixed in itertools.product(*(range(sizes[d]) for d in kept)):
+                ranks = []
+                for varied in itertools.product(*(range(sizes[d]) for d in dims)):
+                    point = list(coords)
+                    for d, c in zip(kept, fixed, strict=True):
+                        point[d] = c
+                    for d, c in zip(dims, varied, strict=True):
+                        point[d] = c
+                    ranks.append(_linear(point, sizes))
+                group = dist.new_group(sorted(ranks))
+                if here.rank in ranks:
+                    mine = group
+            self._groups[dims] = mine
+        return self._groups[dims]
+
+    def _reduce(
+        self,
+        out: int,
+        source: int,
+        dims: tuple[int, ...],
+        reduction: str,
+        scatter: bool,
+        store: tuple[str, int],
+        shape: tuple[int, ...],
+        dtype: torch.dtype,
+    ) -> None:
+        op = f"reduce({reduction})"
+        try:
+            group = self._group(dims, store)
+            value = self._env.get(source, _MISSING)
+            failed = value is _MISSING or isinstance(value, _Poison)
+            # Every rank takes part even with a failed input, or its peers would wait forever.
+            flag = torch.tensor([1 if failed else 0])
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+            if failed or flag.item():
+                own = value.error if isinstance(value, _Poison) else None
+                self._env[out] = _Poison(
+                    own or RemoteException(op, self._rank, "an input of the reduction failed")
+                )
+                return
+            self._env[out] = _collective(value, group, reduction, scatter, out == source)
+        except Exception as exc:  # noqa: BLE001 - poisons the output, raised at its fetch
+            self._poison((out,), op, exc)
+
+
+def _collective(value: torch.Tensor, group: Any, reduction: str, scatter: bool, inplace: bool) -> Any:
+    size = dist.get_world_size(group)
+    if reduction == "stack":
+        parts = [torch.empty_like(value) for _ in range(size)]
+        dist.all_gather(parts, value.contiguous(), group=group)
+        return torch.stack(parts)
+    target = value if inplace else value.detach().clone()
+    ops = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
+           "min": dist.ReduceOp.MIN}
+    with torch.no_grad():
+        dist.all_reduce(target, op=ops[reduction], group=group)
+        if reduction == "avg":
+            if inplace:
+                target.div_(size)
+            else:
+                target = target / size
+    if scatter:
+        index = dist.get_group_rank(group, dist.get_rank()) if group is not dist.group.WORLD else dist.get_rank()
+        return target.chunk(size)[index].clone()
+    return target
+
+
+def _linear(coords: list[int], sizes: list[int]) -> int:
+    rank = 0
+    for c, s in zip(coords, sizes, strict=True):
+        rank = rank * s + c
+    return rank
+
+
+def _portable(value: Any) -> Any:
+    """A shard as it should travel: no autograd history, no storage beyond its own."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach()
+        if value.untyped_storage().nbytes() != value.numel() * value.element_size():
+            value = value.clone()
+    return value
+
+
+_MISSING = object()
