@@ -89,6 +89,11 @@ class TensorWorker(Actor):
             values.append(_portable(value))
         return values
 
+    @endpoint
+    def live_ids(self) -> list[int]:
+        """The ids this worker holds (what the controller has not freed)."""
+        return sorted(self._env)
+
     def _resolve(self, obj: Any) -> Any:
         def one(leaf: Any) -> Any:
             if isinstance(leaf, Ref):
