@@ -14,7 +14,7 @@ from monarch.actor import MeshFailure, ProcMesh, this_host
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import programs  # noqa: E402 - found through the path above
+import programs
 
 # The workers cannot import this folder's modules: its functions travel by value.
 cloudpickle.register_pickle_by_value(programs)

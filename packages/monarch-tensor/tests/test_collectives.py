@@ -7,9 +7,15 @@ import pytest
 import torch
 
 from monarch.actor import ProcMesh
-from monarch.tensor import RemoteException, inspect, rank_tensor, reduce, remote
+from monarch.tensor import RemoteException, Tensor, inspect, rank_tensor, reduce, remote
 
 WAIT = 60.0
+
+
+def mesh(t: torch.Tensor) -> Tensor:
+    """``t`` as the monarch Tensor it is (torch's annotations say torch.Tensor)."""
+    assert isinstance(t, Tensor)
+    return t
 
 
 def shard(rank: int) -> torch.Tensor:
@@ -29,7 +35,7 @@ def shard(rank: int) -> torch.Tensor:
 )
 def test_reduce_over_two_procs(procs: ProcMesh, reduction: str, combine: object) -> None:
     with procs.activate():
-        t = torch.arange(4.0) * (rank_tensor("gpus") + 1)
+        t = mesh(torch.arange(4.0) * (rank_tensor("gpus") + 1))
         r = t.reduce("gpus", reduction)
     expected = combine(shard(0), shard(1))  # type: ignore[operator]
     assert r.shape == expected.shape
@@ -40,7 +46,7 @@ def test_reduce_over_two_procs(procs: ProcMesh, reduction: str, combine: object)
 
 def test_scatter_gives_each_rank_its_part(procs: ProcMesh) -> None:
     with procs.activate():
-        t = torch.arange(4.0) * (rank_tensor("gpus") + 1)
+        t = mesh(torch.arange(4.0) * (rank_tensor("gpus") + 1))
         r = reduce(t, "gpus", "sum", scatter=True)
     total = shard(0) + shard(1)
     assert r.shape == (2,)
@@ -50,7 +56,7 @@ def test_scatter_gives_each_rank_its_part(procs: ProcMesh) -> None:
 
 def test_reduce_in_place(procs: ProcMesh) -> None:
     with procs.activate():
-        t = torch.arange(4.0) * (rank_tensor("gpus") + 1)
+        t = mesh(torch.arange(4.0) * (rank_tensor("gpus") + 1))
         view = t[1:]
         same = t.reduce_("gpus", "avg")
         assert same is t
@@ -62,21 +68,21 @@ def test_reduce_in_place(procs: ProcMesh) -> None:
 def test_reduce_along_one_dimension_of_two(grid: ProcMesh) -> None:
     with grid.activate():
         h, g = rank_tensor("hosts"), rank_tensor("gpus")
-        t = torch.ones(3) * (10 * h + g)
+        t = mesh(torch.ones(3) * (10 * h + g))
         over_gpus = t.reduce("gpus")
         over_hosts = t.reduce("hosts")
         over_all = t.reduce(("hosts", "gpus"))
     for host in (0, 1):
         for gpu in (0, 1):
             at = {"hosts": host, "gpus": gpu}
-            assert torch.equal(inspect(over_gpus, **at), torch.full((3,), 20.0 * host + 1))
-            assert torch.equal(inspect(over_hosts, **at), torch.full((3,), 10.0 + 2 * gpu))
-            assert torch.equal(inspect(over_all, **at), torch.full((3,), 22.0))
+            assert torch.equal(inspect(over_gpus, at), torch.full((3,), 20.0 * host + 1))
+            assert torch.equal(inspect(over_hosts, at), torch.full((3,), 10.0 + 2 * gpu))
+            assert torch.equal(inspect(over_all, at), torch.full((3,), 22.0))
 
 
 def test_bad_arguments_raise_at_the_call(procs: ProcMesh) -> None:
     with procs.activate():
-        t = torch.ones(3)
+        t = mesh(torch.ones(3))
         with pytest.raises(ValueError, match="dimensions"):
             t.reduce("hosts")
         with pytest.raises(ValueError, match="reduction must be"):
@@ -86,15 +92,15 @@ def test_bad_arguments_raise_at_the_call(procs: ProcMesh) -> None:
         with pytest.raises(ValueError, match="reduce_"):
             t.reduce_("gpus", scatter=True)
         with pytest.raises(TypeError, match="floating point"):
-            torch.ones(3, dtype=torch.int64).reduce("gpus", "avg")
+            mesh(torch.ones(3, dtype=torch.int64)).reduce("gpus", "avg")
 
 
 def test_a_failed_input_poisons_the_reduction_on_every_rank(procs: ProcMesh) -> None:
     fail = remote(programs.fail_on_rank)
     with procs.activate():
-        t = torch.ones(2)
-        r = fail(t, 1).reduce("gpus")
-        after = (t * 2).reduce("gpus")  # the group is still usable
+        t = mesh(torch.ones(2))
+        r = mesh(fail(t, 1)).reduce("gpus")
+        after = mesh(t * 2).reduce("gpus")  # the group is still usable
     with pytest.raises(RemoteException, match="refused on rank 1"):
         inspect(r, gpus=1)
     with pytest.raises(RemoteException, match="reduce"):

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from monarch.actor import ProcMesh
-from monarch.tensor import fetch_shard, rank_tensor
+from monarch.tensor import Tensor, fetch_shard, rank_tensor
 
 WAIT = 60.0
 
@@ -67,7 +67,9 @@ def test_sharded_programs_match_local_runs(
 
     with procs.activate():
         values = run(data(rank_tensor("gpus")), ops)
-        total = values[-1].reduce("gpus") if mesh_reduce else values[-1]
+        last = values[-1]
+        assert isinstance(last, Tensor)
+        total = last.reduce("gpus") if mesh_reduce else last
     local = [run(data(rank), ops) for rank in (0, 1)]
     for rank in (0, 1):
         got = fetch_shard(values, gpus=rank).get(timeout=WAIT)
@@ -75,4 +77,5 @@ def test_sharded_programs_match_local_runs(
         for a, b in zip(got, local[rank], strict=True):
             torch.testing.assert_close(a, b, equal_nan=True)
     expected = local[0][-1] + local[1][-1] if mesh_reduce else local[1][-1]
-    torch.testing.assert_close(fetch_shard(total, gpus=1).get(timeout=WAIT), expected, equal_nan=True)
+    got_total = fetch_shard(total, gpus=1).get(timeout=WAIT)
+    torch.testing.assert_close(got_total, expected, equal_nan=True)

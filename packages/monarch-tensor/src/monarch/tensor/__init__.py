@@ -14,7 +14,6 @@ from ._mesh import activate, get_active_mesh, no_mesh
 from ._remote import Remote, rank_tensor, rank_tensors, remote
 from ._tensor import Tensor, reduce, reduce_
 
-
 __all__ = [
     "Future",
     "Remote",

@@ -79,11 +79,13 @@ class MeshClient:
         """The row-major rank of ``coords`` (missing dimensions are 0)."""
         unknown = set(coords) - set(self.labels)
         if unknown:
-            raise ValueError(f"unknown mesh dimensions {sorted(unknown)}; the mesh has {self.labels}")
+            raise ValueError(
+                f"unknown mesh dimensions {sorted(unknown)}; the mesh has {self.labels}"
+            )
         rank = 0
         for label, size in zip(self.labels, self.sizes, strict=True):
             c = coords.get(label, 0)
-            if not isinstance(c, int) or not 0 <= c < size:
+            if not 0 <= c < size:
                 raise IndexError(f"{label}={c!r} is out of range for a dimension of size {size}")
             rank = rank * size + c
         return rank
@@ -98,13 +100,14 @@ class MeshClient:
             assert isinstance(value, list)
             return value
 
-        return self.workers().fetch.call(ids, rank).then(pick)
+        future: Future[list[Any]] = self.workers().fetch.call(ids, rank).then(pick)
+        return future
 
     def store(self) -> tuple[str, int]:
         """Where the workers meet to form their gloo process group: a TCPStore that this
         controller serves (the workers reach the controller already)."""
         if self._store is None:
-            self._store = torch.distributed.TCPStore(
+            self._store = torch.distributed.TCPStore(  # type: ignore[attr-defined]
                 "0.0.0.0", 0, None, is_master=True, wait_for_workers=False
             )
         return (_reachable_host(), int(self._store.port))

@@ -42,7 +42,7 @@ class Attr(NamedTuple):
 
 def wire_func(func: Any) -> Any:
     """``func`` as it can be pickled: attribute descriptors become ``Attr``."""
-    owner = getattr(func, "__self__", None)
+    owner: Any = getattr(func, "__self__", None)
     if type(owner).__name__ == "getset_descriptor" and func.__name__ in ("__get__", "__set__"):
         return Attr(owner.__name__, func.__name__ == "__set__")
     return func
@@ -52,12 +52,13 @@ def op_name(func: Any) -> str:
     """How a failure names the operation: ``torch.add``, ``Tensor.add_``, ``my_fn``."""
     if isinstance(func, Attr):
         return f"Tensor.{func.name}"
-    owner = getattr(func, "__self__", None)
+    owner: Any = getattr(func, "__self__", None)
     if type(owner).__name__ == "getset_descriptor":
         return f"Tensor.{owner.__name__}"
-    qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
-    qualname = qualname.replace("_VariableFunctionsClass.", "torch.").replace("TensorBase.", "Tensor.")
-    return str(qualname)
+    qualname = str(getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func)))
+    qualname = qualname.replace("_VariableFunctionsClass.", "torch.")
+    qualname = qualname.replace("TensorBase.", "Tensor.")
+    return qualname
 
 
 # Command tags (first element of each command tuple).

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -23,9 +23,23 @@ from ._commands import OP, REDUCE, Ref, wire_func
 
 _PURE_METHODS = frozenset(
     {
-        "size", "dim", "stride", "numel", "nelement", "element_size", "is_contiguous",
-        "is_floating_point", "is_complex", "__len__", "storage_offset", "ndimension",
-        "get_device", "__format__", "__repr__", "__str__", "__dir__",
+        "size",
+        "dim",
+        "stride",
+        "numel",
+        "nelement",
+        "element_size",
+        "is_contiguous",
+        "is_floating_point",
+        "is_complex",
+        "__len__",
+        "storage_offset",
+        "ndimension",
+        "get_device",
+        "__format__",
+        "__repr__",
+        "__str__",
+        "__dir__",
     }
 )
 
@@ -37,11 +51,10 @@ class Tensor(torch.Tensor):
     _meta: torch.Tensor
     _ref: int
     _client: MeshClient
-    __torch_function__: ClassVar[Any]
 
     @staticmethod
     def _wrap(meta: torch.Tensor, client: MeshClient) -> Tensor:
-        tensor: Tensor = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined]
+        tensor: Tensor = torch.Tensor._make_wrapper_subclass(
             Tensor,
             meta.size(),
             strides=meta.stride(),
@@ -56,7 +69,7 @@ class Tensor(torch.Tensor):
         return tensor
 
     @classmethod
-    def __torch_function__(  # type: ignore[override]
+    def __torch_function__(
         cls,
         func: Callable[..., Any],
         types: Any,
@@ -78,29 +91,21 @@ class Tensor(torch.Tensor):
             f"mesh={dict(zip(self._client.labels, self._client.sizes, strict=True))})"
         )
 
-    def reduce(
-        self, dims: str | Any, reduction: str = "sum", scatter: bool = False
-    ) -> Tensor:
+    def reduce(self, dims: str | Any, reduction: str = "sum", scatter: bool = False) -> Tensor:
         """Reduce across the procs along mesh dimension(s) ``dims`` (torch.distributed)."""
         return _reduce(self, dims, reduction, scatter, inplace=False)
 
-    def reduce_(
-        self, dims: str | Any, reduction: str = "sum", scatter: bool = False
-    ) -> Tensor:
+    def reduce_(self, dims: str | Any, reduction: str = "sum", scatter: bool = False) -> Tensor:
         """``reduce`` in place: every proc's shard becomes the reduced value."""
         return _reduce(self, dims, reduction, scatter, inplace=True)
 
 
-def reduce(
-    tensor: Tensor, dims: object, reduction: str = "sum", scatter: bool = False
-) -> Tensor:
+def reduce(tensor: Tensor, dims: object, reduction: str = "sum", scatter: bool = False) -> Tensor:
     """``tensor.reduce(dims, reduction, scatter)`` (upstream's ``monarch.reduce``)."""
     return tensor.reduce(dims, reduction, scatter)
 
 
-def reduce_(
-    tensor: Tensor, dims: object, reduction: str = "sum", scatter: bool = False
-) -> Tensor:
+def reduce_(tensor: Tensor, dims: object, reduction: str = "sum", scatter: bool = False) -> Tensor:
     """``tensor.reduce_(dims, reduction, scatter)``."""
     return tensor.reduce_(dims, reduction, scatter)
 
@@ -225,11 +230,21 @@ def _reduce(tensor: Tensor, dims: Any, reduction: str, scatter: bool, inplace: b
                 raise ValueError(
                     f"scatter needs dimension 0 ({tuple(meta.shape)}) divisible by {size}"
                 )
-            result = torch.empty((meta.shape[0] // size, *meta.shape[1:]), dtype=meta.dtype,
-                                 device="meta")
+            result = torch.empty(
+                (meta.shape[0] // size, *meta.shape[1:]), dtype=meta.dtype, device="meta"
+            )
     out = tensor if inplace else Tensor._wrap(result, client)
     client.record(
-        (REDUCE, out._ref, tensor._ref, axes, reduction, scatter, client.store(),
-         tuple(meta.shape), meta.dtype)
+        (
+            REDUCE,
+            out._ref,
+            tensor._ref,
+            axes,
+            reduction,
+            scatter,
+            client.store(),
+            tuple(meta.shape),
+            meta.dtype,
+        )
     )
     return out

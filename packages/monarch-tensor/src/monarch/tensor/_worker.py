@@ -99,7 +99,8 @@ class TensorWorker(Actor):
             if isinstance(leaf, Ref):
                 value = self._env.get(leaf.id, _MISSING)
                 if value is _MISSING:
-                    raise _Failed(_Poison(RemoteException("lookup", self._rank, f"no tensor {leaf.id}")))
+                    missing = RemoteException("lookup", self._rank, f"no tensor {leaf.id}")
+                    raise _Failed(_Poison(missing))
                 if isinstance(value, _Poison):
                     raise _Failed(value)
                 return value
@@ -141,8 +142,10 @@ class TensorWorker(Actor):
         sizes = here.extent.sizes
         if not dist.is_initialized():
             host, port = store
-            world = len(list(itertools.product(*map(range, sizes))))
-            tcp = dist.TCPStore(host, port, world, is_master=False, timeout=COLLECTIVE_TIMEOUT)
+            world = here.extent.nelements
+            tcp = dist.TCPStore(  # type: ignore[attr-defined]
+                host, port, world, is_master=False, timeout=COLLECTIVE_TIMEOUT
+            )
             dist.init_process_group(
                 "gloo", store=tcp, rank=here.rank, world_size=world, timeout=COLLECTIVE_TIMEOUT
             )
@@ -197,15 +200,21 @@ class TensorWorker(Actor):
             self._poison((out,), op, exc)
 
 
-def _collective(value: torch.Tensor, group: Any, reduction: str, scatter: bool, inplace: bool) -> Any:
+def _collective(
+    value: torch.Tensor, group: Any, reduction: str, scatter: bool, inplace: bool
+) -> Any:
     size = dist.get_world_size(group)
     if reduction == "stack":
         parts = [torch.empty_like(value) for _ in range(size)]
         dist.all_gather(parts, value.contiguous(), group=group)
         return torch.stack(parts)
     target = value if inplace else value.detach().clone()
-    ops = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
-           "min": dist.ReduceOp.MIN}
+    ops = {
+        "sum": dist.ReduceOp.SUM,
+        "avg": dist.ReduceOp.SUM,
+        "max": dist.ReduceOp.MAX,
+        "min": dist.ReduceOp.MIN,
+    }
     with torch.no_grad():
         dist.all_reduce(target, op=ops[reduction], group=group)
         if reduction == "avg":
@@ -214,7 +223,7 @@ def _collective(value: torch.Tensor, group: Any, reduction: str, scatter: bool, 
             else:
                 target = target / size
     if scatter:
-        index = dist.get_group_rank(group, dist.get_rank()) if group is not dist.group.WORLD else dist.get_rank()
+        index = dist.get_rank(group)
         return target.chunk(size)[index].clone()
     return target
 
