@@ -62,6 +62,6 @@ def op_name(func: Any) -> str:
 
 
 # Command tags (first element of each command tuple).
-OP = 0  # (OP, out_ids, func, args, kwargs)
+OP = 0  # (OP, out_ids, func, args, kwargs, grad enabled)
 DELETE = 1  # (DELETE, ids)
 REDUCE = 2  # (REDUCE, out_id, in_id, dims, reduction, scatter, store, meta)

@@ -149,7 +149,8 @@ def dispatch(
             out.append(leaf)
     if ids or not _pure(func):
         wire_args, wire_kwargs = tree_unflatten([_to_wire(x) for x in flat], spec)
-        client.record((OP, tuple(ids), wire_func(func), wire_args, wire_kwargs))
+        grad = torch.is_grad_enabled()
+        client.record((OP, tuple(ids), wire_func(func), wire_args, wire_kwargs, grad))
     return tree_unflatten(out, out_spec)
 
 

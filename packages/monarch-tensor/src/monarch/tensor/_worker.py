@@ -66,7 +66,7 @@ class TensorWorker(Actor):
         for command in commands:
             tag = command[0]
             if tag == OP:
-                self._op(command[1], command[2], command[3], command[4])
+                self._op(*command[1:])
             elif tag == DELETE:
                 for ref in command[1]:
                     self._env.pop(ref, None)
@@ -108,10 +108,11 @@ class TensorWorker(Actor):
 
         return tree_map(one, obj)
 
-    def _op(self, out: tuple[int, ...], func: Any, args: Any, kwargs: Any) -> None:
+    def _op(self, out: tuple[int, ...], func: Any, args: Any, kwargs: Any, grad: bool) -> None:
         try:
             args, kwargs = self._resolve((args, kwargs))
-            result = func(*args, **kwargs)
+            with torch.set_grad_enabled(grad):
+                result = func(*args, **kwargs)
             tensors = [x for x in tree_flatten(result)[0] if isinstance(x, torch.Tensor)]
             if len(tensors) != len(out):
                 raise TypeError(
