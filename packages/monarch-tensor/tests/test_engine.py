@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import gc
+import importlib.machinery
+import pickle
+import sys
+import types
 from typing import Any
 
 import programs
@@ -163,6 +167,40 @@ def test_a_failure_poisons_exactly_its_dependents(procs: ProcMesh) -> None:
     assert torch.equal(inspect(later, gpus=1), torch.full((2,), 5.0))
     with pytest.raises(RemoteException):
         inspect(still, gpus=1)
+
+
+def test_a_function_the_workers_cannot_import_poisons_only_its_outputs(
+    procs: ProcMesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = "only_on_the_controller"
+    module = types.ModuleType(name)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None, origin=f"/nonexistent/{name}.py")
+    module.__file__ = f"/nonexistent/{name}.py"
+    exec("def twice(t):\n    return t * 2\n", module.__dict__)
+    monkeypatch.setitem(sys.modules, name, module)
+    with procs.activate():
+        t = torch.ones(2)
+        u = remote(module.twice)(t)
+        v = t + 1
+    with pytest.raises(RemoteException, match=f"No module named '{name}'") as raised:
+        inspect(u, gpus=1)
+    assert raised.value.op == "twice" and raised.value.rank == 1
+    assert torch.equal(inspect(v, gpus=1), torch.full((2,), 2.0))
+
+
+def test_bad_input_is_a_clear_error(procs: ProcMesh) -> None:
+    with procs.activate():
+        t = torch.ones(2)
+        with pytest.raises(TypeError, match="cannot be pickled"):
+            pickle.dumps(t)
+        with pytest.raises(RuntimeError, match="needs an active mesh"), no_mesh.activate():
+            rank_tensor("gpus")
+        with pytest.raises(ValueError, match="not a dimension"):
+            rank_tensor("hosts")
+    with pytest.raises(IndexError, match="out of range"):
+        fetch_shard(t, gpus="1")  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="no active mesh"):
+        remote(programs.scaled)(torch.ones(1), 2.0)
 
 
 def test_dropped_tensors_are_freed_on_the_workers(procs: ProcMesh) -> None:

@@ -75,7 +75,7 @@ class MeshClient:
             self._workers = self.proc_mesh.spawn("tensor_engine", TensorWorker)
         return self._workers
 
-    def rank_of(self, coords: Mapping[str, int]) -> int:
+    def rank_of(self, coords: Mapping[str, Any]) -> int:
         """The row-major rank of ``coords`` (missing dimensions are 0)."""
         unknown = set(coords) - set(self.labels)
         if unknown:
@@ -85,7 +85,7 @@ class MeshClient:
         rank = 0
         for label, size in zip(self.labels, self.sizes, strict=True):
             c = coords.get(label, 0)
-            if not 0 <= c < size:
+            if not isinstance(c, int) or not 0 <= c < size:
                 raise IndexError(f"{label}={c!r} is out of range for a dimension of size {size}")
             rank = rank * size + c
         return rank

@@ -40,6 +40,21 @@ class Attr(NamedTuple):
         return getattr(obj, self.name)
 
 
+class Pickled:
+    """A user's function pickled at the controller and unpickled by the worker inside the
+    op, so that one it cannot import (a module missing there) poisons that op's outputs
+    instead of failing the whole batch."""
+
+    __slots__ = ("name", "parts")
+
+    def __init__(self, name: str, parts: list[bytes]) -> None:
+        self.name = name
+        self.parts = parts
+
+    def __reduce__(self) -> tuple[type[Pickled], tuple[str, list[bytes]]]:
+        return (Pickled, (self.name, self.parts))
+
+
 def wire_func(func: Any) -> Any:
     """``func`` as it can be pickled: attribute descriptors become ``Attr``."""
     owner: Any = getattr(func, "__self__", None)
@@ -52,6 +67,8 @@ def op_name(func: Any) -> str:
     """How a failure names the operation: ``torch.add``, ``Tensor.add_``, ``my_fn``."""
     if isinstance(func, Attr):
         return f"Tensor.{func.name}"
+    if isinstance(func, Pickled):
+        return func.name
     owner: Any = getattr(func, "__self__", None)
     if type(owner).__name__ == "getset_descriptor":
         return f"Tensor.{owner.__name__}"

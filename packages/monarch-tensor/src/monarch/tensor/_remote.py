@@ -8,9 +8,10 @@ from typing import Any, Generic, TypeVar, overload
 
 import torch
 
-from monarch.core import context
+from monarch.core import context, dumps
 
 from ._active import current_client
+from ._commands import Pickled
 from ._tensor import dispatch
 
 R = TypeVar("R")
@@ -27,10 +28,17 @@ class Remote(Generic[R]):
     def __init__(self, fn: Callable[..., R], propagate: Callable[..., Any] | None) -> None:
         self._fn = fn
         self._propagate = propagate
+        self._wire: Pickled | None = None
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
-        return dispatch(self._fn, args, kwargs, current_client(), self._propagate)  # type: ignore[no-any-return]
+        if self._wire is None:
+            name = str(getattr(self._fn, "__qualname__", self._fn))
+            self._wire = Pickled(name, [bytes(part) for part in dumps(self._fn)])
+        result = dispatch(
+            self._fn, args, kwargs, current_client(), self._propagate, wire=self._wire
+        )
+        return result  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         return f"remote({getattr(self._fn, '__qualname__', self._fn)!r})"

@@ -91,6 +91,12 @@ class Tensor(torch.Tensor):
             f"mesh={dict(zip(self._client.labels, self._client.sizes, strict=True))})"
         )
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(
+            "a monarch.Tensor cannot be pickled (not yet passed to actor endpoints): "
+            "fetch_shard it for its value"
+        )
+
     def reduce(self, dims: str | Any, reduction: str = "sum", scatter: bool = False) -> Tensor:
         """Reduce across the procs along mesh dimension(s) ``dims`` (torch.distributed)."""
         return _reduce(self, dims, reduction, scatter, inplace=False)
@@ -116,6 +122,7 @@ def dispatch(
     kwargs: dict[str, Any],
     client: MeshClient | None,
     meta_func: Callable[..., Any] | None = None,
+    wire: Any = None,
 ) -> Any:
     """Record ``func(*args, **kwargs)`` on the mesh of its monarch Tensors (or ``client``,
     for a factory) and return its result as monarch Tensors, computed without data."""
@@ -150,7 +157,8 @@ def dispatch(
     if ids or not _pure(func):
         wire_args, wire_kwargs = tree_unflatten([_to_wire(x) for x in flat], spec)
         grad = torch.is_grad_enabled()
-        client.record((OP, tuple(ids), wire_func(func), wire_args, wire_kwargs, grad))
+        sent = wire_func(func) if wire is None else wire
+        client.record((OP, tuple(ids), sent, wire_args, wire_kwargs, grad))
     return tree_unflatten(out, out_spec)
 
 

@@ -17,9 +17,9 @@ import torch
 import torch.distributed as dist
 from torch.utils._pytree import tree_flatten, tree_map
 
-from monarch.core import Actor, Point, context, endpoint
+from monarch.core import Actor, Point, context, endpoint, loads
 
-from ._commands import DELETE, OP, REDUCE, Ref, op_name
+from ._commands import DELETE, OP, REDUCE, Pickled, Ref, op_name
 from ._errors import RemoteException
 
 COLLECTIVE_TIMEOUT = timedelta(seconds=120)
@@ -49,6 +49,7 @@ class TensorWorker(Actor):
         self._env: dict[int, Any] = {}
         self._point: Point | None = None
         self._groups: dict[tuple[int, ...], Any] = {}
+        self._functions: dict[tuple[bytes, ...], Any] = {}
 
     @property
     def _rank(self) -> int:
@@ -65,13 +66,16 @@ class TensorWorker(Actor):
         self._here()
         for command in commands:
             tag = command[0]
-            if tag == OP:
-                self._op(*command[1:])
-            elif tag == DELETE:
-                for ref in command[1]:
-                    self._env.pop(ref, None)
-            elif tag == REDUCE:
-                self._reduce(*command[1:])
+            try:
+                if tag == OP:
+                    self._op(*command[1:])
+                elif tag == DELETE:
+                    for ref in command[1]:
+                        self._env.pop(ref, None)
+                elif tag == REDUCE:
+                    self._reduce(*command[1:])
+            except Exception as exc:  # noqa: BLE001 - a bug here must not fail the actor
+                self._poison(_outputs(command), f"command {tag}", exc)
 
     @endpoint
     def fetch(self, ids: list[int], rank: int) -> Any:
@@ -110,6 +114,11 @@ class TensorWorker(Actor):
 
     def _op(self, out: tuple[int, ...], func: Any, args: Any, kwargs: Any, grad: bool) -> None:
         try:
+            if isinstance(func, Pickled):
+                key = tuple(func.parts)
+                if key not in self._functions:
+                    self._functions[key] = loads(func.parts)
+                func = self._functions[key]
             args, kwargs = self._resolve((args, kwargs))
             with torch.set_grad_enabled(grad):
                 result = func(*args, **kwargs)
@@ -227,6 +236,15 @@ def _collective(
         index = dist.get_rank(group)
         return target.chunk(size)[index].clone()
     return target
+
+
+def _outputs(command: tuple[Any, ...]) -> tuple[int, ...]:
+    """The ids a command writes (what a failure of it poisons)."""
+    if command[0] == OP:
+        return tuple(command[1])
+    if command[0] == REDUCE:
+        return (command[1],)
+    return ()
 
 
 def _linear(coords: list[int], sizes: list[int]) -> int:
