@@ -19,6 +19,7 @@ from monarch.actor import ProcMesh
 from monarch.tensor import (
     RemoteException,
     Tensor,
+    call_on_shard_and_fetch,
     fetch_shard,
     get_active_mesh,
     inspect,
@@ -73,6 +74,8 @@ def test_shapes_and_errors_are_known_at_the_call_without_waiting(procs: ProcMesh
     with procs.activate():
         t = torch.zeros(2, 3)
         assert t.shape == (2, 3) and t.dim() == 2 and t.numel() == 6
+        described = "monarch.Tensor(shape=(2, 3), dtype=torch.float32, mesh={'gpus': 2})"
+        assert str(t) == repr(t) == described
         assert t.dtype == torch.float32 and t.device == torch.device("cpu")
         assert (t @ torch.zeros(3, 5)).shape == (2, 5)
         with pytest.raises(RuntimeError, match="same reduction dim"):
@@ -144,6 +147,8 @@ def test_remote_functions_run_on_every_proc(procs: ProcMesh) -> None:
     assert torch.equal(inspect(s, gpus=1), (torch.arange(4.0) + 1) * 2)
     assert torch.equal(inspect(hi, gpus=0), torch.tensor([2.0, 3.0]))
     assert torch.equal(inspect(n, gpus=1), -(torch.arange(4.0) + 1))
+    fetched = call_on_shard_and_fetch(scale, t, 3.0, shard={"gpus": 1}).get(timeout=WAIT)
+    assert torch.equal(fetched, (torch.arange(4.0) + 1) * 3)
 
 
 def test_a_failure_poisons_exactly_its_dependents(procs: ProcMesh) -> None:
@@ -234,6 +239,8 @@ def test_top_level_names_are_upstreams() -> None:
         "no_mesh": no_mesh,
         "get_active_mesh": get_active_mesh,
         "RemoteException": RemoteException,
+        "call_on_shard_and_fetch": call_on_shard_and_fetch,
+        "show": monarch.tensor.show,
         "reduce": monarch.tensor.reduce,
         "reduce_": monarch.tensor.reduce_,
     }

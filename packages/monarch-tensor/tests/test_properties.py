@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import programs
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from monarch.actor import ProcMesh
-from monarch.tensor import Tensor, fetch_shard, rank_tensor
+from monarch.tensor import RemoteException, Tensor, fetch_shard, rank_tensor, remote
 
 WAIT = 60.0
 
@@ -79,3 +81,55 @@ def test_sharded_programs_match_local_runs(
     expected = local[0][-1] + local[1][-1] if mesh_reduce else local[1][-1]
     got_total = fetch_shard(total, gpus=1).get(timeout=WAIT)
     torch.testing.assert_close(got_total, expected, equal_nan=True)
+
+
+node = st.one_of(
+    st.tuples(st.just("fail"), st.integers(0, 30), st.sampled_from([-1, 0, 1])),
+    st.tuples(st.just("add"), st.integers(0, 30), st.integers(0, 30)),
+    st.tuples(st.just("reduce"), st.integers(0, 30), st.just(0)),
+)
+
+
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(nodes=st.lists(node, min_size=1, max_size=6))
+def test_a_failure_poisons_exactly_its_dependents(
+    procs: ProcMesh, nodes: list[tuple[str, int, int]]
+) -> None:
+    """Random graphs of ops, some failing on one rank: a fetch fails exactly when the value
+    depends on a failure on that rank (or, through a reduction, on any rank)."""
+    fail = remote(programs.fail_on_rank)
+    with procs.activate():
+        values: list[Any] = [torch.ones(3) + rank_tensor("gpus")]
+        for kind, a, b in nodes:
+            x = values[a % len(values)]
+            if kind == "fail":
+                values.append(fail(x, b))
+            elif kind == "add":
+                values.append(x + values[b % len(values)])
+            else:
+                values.append(x.reduce("gpus"))
+    # the local model: each node's value and whether it is poisoned, per rank
+    local: list[list[torch.Tensor]] = [[torch.ones(3) + r] for r in (0, 1)]
+    bad: list[list[bool]] = [[False], [False]]
+    for kind, a, b in nodes:
+        i, j = a % len(bad[0]), b % len(bad[0])
+        for r in (0, 1):
+            if kind == "fail":
+                bad[r].append(bad[r][i] or b == r)
+                local[r].append(local[r][i])
+            elif kind == "add":
+                bad[r].append(bad[r][i] or bad[r][j])
+                local[r].append(local[r][i] + local[r][j])
+            else:
+                bad[r].append(bad[0][i] or bad[1][i])
+                local[r].append(local[0][i] + local[1][i])
+    for r in (0, 1):
+        for n, value in enumerate(values):
+            future = fetch_shard(value, gpus=r)
+            if bad[r][n]:
+                with pytest.raises(RemoteException):
+                    future.get(timeout=WAIT)
+            else:
+                torch.testing.assert_close(future.get(timeout=WAIT), local[r][n])

@@ -9,7 +9,7 @@ top-level names (``monarch.Tensor``, ``monarch.fetch_shard``, ...) resolve here.
 from monarch.core import Future
 
 from ._errors import RemoteException
-from ._fetch import fetch_shard, inspect, show
+from ._fetch import call_on_shard_and_fetch, fetch_shard, inspect, show
 from ._mesh import activate, get_active_mesh, no_mesh
 from ._remote import Remote, rank_tensor, rank_tensors, remote
 from ._tensor import Tensor, reduce, reduce_
@@ -20,6 +20,7 @@ __all__ = [
     "RemoteException",
     "Tensor",
     "activate",
+    "call_on_shard_and_fetch",
     "fetch_shard",
     "get_active_mesh",
     "inspect",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from torch.utils._pytree import tree_flatten, tree_unflatten
@@ -30,6 +31,13 @@ def fetch_shard(obj: Any, shard: dict[str, int] | None = None, **coords: int) ->
         return tree_unflatten([next(it) if isinstance(x, Tensor) else x for x in leaves], spec)
 
     return client.fetch([t._ref for t in tensors], rank).then(rebuild)
+
+
+def call_on_shard_and_fetch(
+    fn: Callable[..., Any], *args: Any, shard: dict[str, int] | None = None, **kwargs: Any
+) -> Future[Any]:
+    """Run remote function ``fn`` on the mesh and fetch its result from ``shard``."""
+    return fetch_shard(fn(*args, **kwargs), shard)
 
 
 def inspect(obj: Any, shard: dict[str, int] | None = None, **coords: int) -> Any:

@@ -91,6 +91,9 @@ class Tensor(torch.Tensor):
             f"mesh={dict(zip(self._client.labels, self._client.sizes, strict=True))})"
         )
 
+    def __str__(self) -> str:
+        return self.__repr__()
+
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise TypeError(
             "a monarch.Tensor cannot be pickled (not yet passed to actor endpoints): "
