@@ -80,6 +80,24 @@ def test_reduce_along_one_dimension_of_two(grid: ProcMesh) -> None:
             assert torch.equal(inspect(over_all, at), torch.full((3,), 22.0))
 
 
+def test_a_slice_of_a_mesh_reduces_among_its_own_procs(grid: ProcMesh) -> None:
+    """A slice gets workers and process groups of its own, beside the whole mesh's (the same
+    OS processes, which torch.distributed's one global group could not serve)."""
+    with grid.activate():
+        whole = mesh(torch.ones(2) * (rank_tensor("hosts") * 2 + rank_tensor("gpus"))).reduce(
+            ("hosts", "gpus")
+        )
+    row = grid.slice(hosts=1)
+    with row.activate():
+        t = mesh(torch.ones(2) * (rank_tensor("gpus") + 5))
+        r = t.reduce("gpus", "max")
+        non_contiguous = mesh((torch.ones(3, 2) * (rank_tensor("gpus") + 1)).t())
+        non_contiguous.reduce_("gpus")
+    assert torch.equal(inspect(r, gpus=0), torch.full((2,), 6.0))
+    assert torch.equal(inspect(non_contiguous, gpus=1), torch.full((2, 3), 3.0))
+    assert torch.equal(inspect(whole, hosts=1, gpus=1), torch.full((2,), 6.0))
+
+
 def test_bad_arguments_raise_at_the_call(procs: ProcMesh) -> None:
     with procs.activate():
         t = mesh(torch.ones(3))

@@ -48,7 +48,8 @@ class TensorWorker(Actor):
     def __init__(self) -> None:
         self._env: dict[int, Any] = {}
         self._point: Point | None = None
-        self._groups: dict[tuple[int, ...], Any] = {}
+        self._groups: dict[tuple[int, ...], tuple[Any, int, int]] = {}
+        self._store: Any = None
         self._functions: dict[tuple[bytes, ...], Any] = {}
 
     @property
@@ -145,39 +146,35 @@ class TensorWorker(Actor):
 
     # -- collectives ---------------------------------------------------------------------
 
-    def _group(self, dims: tuple[int, ...], store: tuple[str, int]) -> Any:
-        """The process group of the ranks that differ from this one only along ``dims``
-        (made on first use; every worker makes every group in the same order)."""
-        here = self._here()
-        sizes = here.extent.sizes
-        if not dist.is_initialized():
-            host, port = store
-            world = here.extent.nelements
-            tcp = dist.TCPStore(  # type: ignore[attr-defined]
-                host, port, world, is_master=False, timeout=COLLECTIVE_TIMEOUT
-            )
-            dist.init_process_group(
-                "gloo", store=tcp, rank=here.rank, world_size=world, timeout=COLLECTIVE_TIMEOUT
-            )
-        if len(dims) == len(sizes):
-            return dist.group.WORLD
+    def _group(self, dims: tuple[int, ...], store: tuple[str, int]) -> tuple[Any, int, int]:
+        """This rank's gloo group along ``dims`` (the ranks that differ from it only there),
+        with its rank in the group and the group's size. The groups are this worker's own,
+        not torch.distributed's global one: meshes and their slices may share a process."""
         if dims not in self._groups:
-            kept = [d for d in range(len(sizes)) if d not in dims]
-            mine = None
+            here = self._here()
+            sizes = here.extent.sizes
+            if self._store is None:
+                host, port = store
+                self._store = dist.TCPStore(  # type: ignore[attr-defined]
+                    host, port, here.extent.nelements, is_master=False, timeout=COLLECTIVE_TIMEOUT
+                )
             coords = [here[label] for label in here.extent.labels]
-            for fixed in itertools.product(*(range(sizes[d]) for d in kept)):
-                ranks = []
-                for varied in itertools.product(*(range(sizes[d]) for d in dims)):
-                    point = list(coords)
-                    for d, c in zip(kept, fixed, strict=True):
-                        point[d] = c
-                    for d, c in zip(dims, varied, strict=True):
-                        point[d] = c
-                    ranks.append(_linear(point, sizes))
-                group = dist.new_group(sorted(ranks))
-                if here.rank in ranks:
-                    mine = group
-            self._groups[dims] = mine
+            ranks = []
+            for varied in itertools.product(*(range(sizes[d]) for d in dims)):
+                point = list(coords)
+                for d, c in zip(dims, varied, strict=True):
+                    point[d] = c
+                ranks.append(_linear(point, sizes))
+            ranks.sort()
+            kept = ",".join(str(c) for d, c in enumerate(coords) if d not in dims)
+            prefix = f"reduce/{','.join(map(str, dims))}/{kept}"
+            group = dist.ProcessGroupGloo(
+                dist.PrefixStore(prefix, self._store),  # type: ignore[attr-defined]
+                ranks.index(here.rank),
+                len(ranks),
+                COLLECTIVE_TIMEOUT,
+            )
+            self._groups[dims] = (group, ranks.index(here.rank), len(ranks))
         return self._groups[dims]
 
     def _reduce(
@@ -193,30 +190,42 @@ class TensorWorker(Actor):
     ) -> None:
         op = f"reduce({reduction})"
         try:
-            group = self._group(dims, store)
+            group, index, size = self._group(dims, store)
             value = self._env.get(source, _MISSING)
             failed = value is _MISSING or isinstance(value, _Poison)
             # Every rank takes part even with a failed input, or its peers would wait forever.
             flag = torch.tensor([1 if failed else 0])
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+            _all_reduce(group, flag, dist.ReduceOp.MAX)
             if failed or flag.item():
                 own = value.error if isinstance(value, _Poison) else None
                 self._env[out] = _Poison(
                     own or RemoteException(op, self._rank, "an input of the reduction failed")
                 )
                 return
-            self._env[out] = _collective(value, group, reduction, scatter, out == source)
+            inplace = out == source
+            self._env[out] = _collective(value, group, index, size, reduction, scatter, inplace)
         except Exception as exc:  # noqa: BLE001 - poisons the output, raised at its fetch
             self._poison((out,), op, exc)
 
 
+def _all_reduce(group: Any, tensor: torch.Tensor, op: Any) -> None:
+    options = dist.AllreduceOptions()
+    options.reduceOp = op
+    group.allreduce([tensor], options).wait()
+
+
 def _collective(
-    value: torch.Tensor, group: Any, reduction: str, scatter: bool, inplace: bool
+    value: torch.Tensor,
+    group: Any,
+    index: int,
+    size: int,
+    reduction: str,
+    scatter: bool,
+    inplace: bool,
 ) -> Any:
-    size = dist.get_world_size(group)
     if reduction == "stack":
         parts = [torch.empty_like(value) for _ in range(size)]
-        dist.all_gather(parts, value.contiguous(), group=group)
+        group.allgather([parts], [value.detach().contiguous()]).wait()
         return torch.stack(parts)
     target = value if inplace else value.detach().clone()
     ops = {
@@ -226,14 +235,18 @@ def _collective(
         "min": dist.ReduceOp.MIN,
     }
     with torch.no_grad():
-        dist.all_reduce(target, op=ops[reduction], group=group)
+        if not target.is_contiguous():  # gloo reduces contiguous memory: reduce a copy
+            dense = target.contiguous()
+            _all_reduce(group, dense, ops[reduction])
+            target.copy_(dense)
+        else:
+            _all_reduce(group, target, ops[reduction])
         if reduction == "avg":
             if inplace:
                 target.div_(size)
             else:
                 target = target / size
     if scatter:
-        index = dist.get_rank(group)
         return target.chunk(size)[index].clone()
     return target
 
