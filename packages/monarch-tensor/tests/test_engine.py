@@ -151,6 +151,26 @@ def test_remote_functions_run_on_every_proc(procs: ProcMesh) -> None:
     assert torch.equal(fetched, (torch.arange(4.0) + 1) * 3)
 
 
+def test_metadata_from_the_cache_is_what_torch_gives(procs: ProcMesh) -> None:
+    """The second op of a signature takes its results' metadata from a cache: the same
+    answers, fresh meta tensors, aliases still aliases, autograd still recorded."""
+    double = remote(programs.scaled)
+    with procs.activate():
+        t = torch.ones(2, 3)
+        made = [double(t, 2.0), double(t, 2.0), t + 1, t + 1, t.t(), t.t(), t[1:], t[1:]]
+        assert t.contiguous() is t and t.contiguous() is t
+        w = torch.ones(3, requires_grad=True)
+        losses = [(w * 2).sum(), (w * 2).sum()]
+    metas = [u._meta for u in made if isinstance(u, Tensor)]
+    assert len(metas) == len(made) and len({id(m) for m in metas}) == len(metas)
+    assert all(type(m) is torch.Tensor and m.device.type == "meta" for m in metas)
+    assert [tuple(m.shape) for m in metas[4:]] == [(3, 2), (3, 2), (1, 3), (1, 3)]
+    assert metas[4].stride() == (1, 3)
+    assert all(loss.grad_fn is not None for loss in losses)
+    assert torch.equal(inspect(made[1], gpus=1), torch.full((2, 3), 2.0))
+    assert torch.equal(inspect(made[7], gpus=1), torch.ones(1, 3))
+
+
 def test_a_failure_poisons_exactly_its_dependents(procs: ProcMesh) -> None:
     fail = remote(programs.fail_on_rank)
     with procs.activate():

@@ -20,6 +20,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from ._active import current_client, pushed
 from ._client import MeshClient
 from ._commands import OP, REDUCE, Ref, wire_func
+from ._metacache import key_of, lookup, store
 
 _PURE_METHODS = frozenset(
     {
@@ -126,6 +127,7 @@ def dispatch(
     client: MeshClient | None,
     meta_func: Callable[..., Any] | None = None,
     wire: Any = None,
+    factory: bool = False,
 ) -> Any:
     """Record ``func(*args, **kwargs)`` on the mesh of its monarch Tensors (or ``client``,
     for a factory) and return its result as monarch Tensors, computed without data."""
@@ -138,12 +140,22 @@ def dispatch(
     if client is None:
         raise RuntimeError("no active mesh: use `with proc_mesh.activate():`")
     inputs = {id(x._meta): x for x in flat if isinstance(x, Tensor)}
-    meta_args, meta_kwargs = tree_unflatten([_to_meta(x) for x in flat], spec)
-    if "device" in meta_kwargs:
-        meta_kwargs["device"] = "meta"
-    with pushed(None), torch.device("meta"):
-        result = (meta_func or func)(*meta_args, **meta_kwargs)
-    leaves, out_spec = tree_flatten(result)
+    key = None if meta_func is not None else key_of(func, args, kwargs, flat)
+    with pushed(None):  # fresh meta tensors, even where a remote call leaves the mode on
+        cached = None if key is None else lookup(key)
+    if cached is not None:
+        out_spec, leaves = cached
+    else:
+        meta_args, meta_kwargs = tree_unflatten([_to_meta(x) for x in flat], spec)
+        if "device" in meta_kwargs:
+            meta_kwargs["device"] = "meta"
+        with pushed(None), torch.device("meta"):
+            result = (meta_func or func)(*meta_args, **meta_kwargs)
+        leaves, out_spec = tree_flatten(result)
+        if key is not None:
+            store(key, out_spec, leaves, set(inputs))
+    if factory and not any(isinstance(leaf, torch.Tensor) for leaf in leaves):
+        return func(*args, **kwargs)  # no tensor made: not a factory, run it here
     out: list[Any] = []
     ids: list[int] = []
     for leaf in leaves:
@@ -202,11 +214,7 @@ class ActiveMode(TorchFunctionMode):
             return dispatch(func, args, kwargs, client)
         if client is None or any(isinstance(x, torch.Tensor) for x in flat):
             return func(*args, **kwargs)  # local tensors stay local
-        with pushed(None), torch.device("meta"):
-            probe = func(*args, **{**kwargs, **({"device": "meta"} if "device" in kwargs else {})})
-        if not any(isinstance(x, torch.Tensor) for x in tree_flatten(probe)[0]):
-            return func(*args, **kwargs)
-        return dispatch(func, args, kwargs, client)
+        return dispatch(func, args, kwargs, client, factory=True)
 
 
 REDUCTIONS = ("sum", "avg", "max", "min", "stack")
