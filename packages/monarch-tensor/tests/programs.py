@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from monarch.actor import current_rank
+from monarch.actor import Actor, current_rank, endpoint
 
 
 def fail_on_rank(t: torch.Tensor, rank: int) -> torch.Tensor:
@@ -30,3 +30,11 @@ def exit_on_rank(t: torch.Tensor, rank: int) -> torch.Tensor:
     if t.device.type != "meta" and current_rank().rank == rank:
         os._exit(3)
     return t + 0
+
+
+class Maker(Actor):
+    """An actor whose class travels by value: unpickling it imports torch on the proc."""
+
+    @endpoint
+    def make(self, n: int) -> torch.Tensor:
+        return torch.arange(float(n))

@@ -6,6 +6,12 @@
 top-level names (``monarch.Tensor``, ``monarch.fetch_shard``, ...) resolve here.
 """
 
+# torch itself first, before any torch submodule: a proc may be importing torch on another
+# thread (an actor's unpickling) when this wheel's worker arrives, and importing a submodule
+# of a half-imported torch takes that submodule's import lock ahead of torch's own import,
+# a deadlock Python breaks by failing one of the two imports.
+import torch  # noqa: F401
+
 from monarch.core import Future
 
 from ._errors import RemoteException
