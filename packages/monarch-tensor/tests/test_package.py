@@ -22,3 +22,13 @@ def test_pins_torch_and_core() -> None:
     assert "torch==2.13.0" in declared
     assert f"monarch-core=={version('monarch-tensor')}" in declared
     assert version("torch").split("+")[0] == "2.13.0"
+
+
+def test_registers_proc_mesh_activate() -> None:
+    """The core finds ``ProcMesh.activate`` through this entry point (it never imports torch)."""
+    from importlib.metadata import entry_points
+
+    from monarch.tensor import activate
+
+    (found,) = entry_points(group="monarch.tensor_engine", name="activate")
+    assert found.load() is activate

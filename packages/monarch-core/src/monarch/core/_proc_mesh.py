@@ -246,6 +246,10 @@ def _report_bootstrap(runtime: Runtime, body: RunBootstrap, exc: Exception) -> N
     runtime.send_to_port(body.reply, PortValue(0, True), dumps(failure))
 
 
+TENSOR_ENGINE_GROUP = "monarch.tensor_engine"
+"""Entry-point group whose ``activate(proc_mesh)`` makes ``ProcMesh.activate()``."""
+
+
 class ProcMesh(ShapedMesh):
     """Processes laid out on a shape; ``spawn`` puts one actor on each.
 
@@ -407,6 +411,21 @@ class ProcMesh(ShapedMesh):
                 f"procs {left} (pids {[group.pids[r] for r in left]}) did not exit after "
                 f"stop, nor when their host agents were asked to kill them"
             ) from None
+
+    def activate(self) -> Any:
+        """A context manager in which torch operations run on this mesh (upstream's
+        ``with procs.activate(): ...``). The tensor engine is monarch-tensor's, reached
+        through the ``monarch.tensor_engine`` entry point so that the core never imports
+        torch; without that wheel this raises an ImportError that names it."""
+        from importlib.metadata import entry_points  # slow to import: only when needed
+
+        found = entry_points(group=TENSOR_ENGINE_GROUP, name="activate")
+        if not found:
+            raise ImportError(
+                "ProcMesh.activate() needs the monarch-tensor wheel: pip install monarch-tensor",
+                name="monarch.tensor",
+            )
+        return next(iter(found)).load()(self)
 
     async def __aenter__(self) -> ProcMesh:
         return self

@@ -1,7 +1,40 @@
-"""Distributed tensors: ``Tensor``, ``remote``, ``fetch_shard``, ``reduce``, ``Stream``, ...
+"""Distributed tensors: inside ``with proc_mesh.activate():`` torch operations make
+``Tensor``s (one shard per proc) recorded here and run by a worker on every proc.
 
-Provides upstream's top-level tensor names (``monarch.Tensor`` and friends resolve here).
-Not written yet.
+``fetch_shard``/``inspect`` bring a shard back, ``remote`` runs a function on every proc,
+``Tensor.reduce`` moves data between procs with torch.distributed (gloo on CPU). Upstream's
+top-level names (``monarch.Tensor``, ``monarch.fetch_shard``, ...) resolve here.
 """
 
-__all__: list[str] = []
+# torch itself first, before any torch submodule: a proc may be importing torch on another
+# thread (an actor's unpickling) when this wheel's worker arrives, and importing a submodule
+# of a half-imported torch takes that submodule's import lock ahead of torch's own import,
+# a deadlock Python breaks by failing one of the two imports.
+import torch  # noqa: F401
+
+from monarch.core import Future
+
+from ._errors import RemoteException
+from ._fetch import call_on_shard_and_fetch, fetch_shard, inspect, show
+from ._mesh import activate, get_active_mesh, no_mesh
+from ._remote import Remote, rank_tensor, rank_tensors, remote
+from ._tensor import Tensor, reduce, reduce_
+
+__all__ = [
+    "Future",
+    "Remote",
+    "RemoteException",
+    "Tensor",
+    "activate",
+    "call_on_shard_and_fetch",
+    "fetch_shard",
+    "get_active_mesh",
+    "inspect",
+    "no_mesh",
+    "rank_tensor",
+    "rank_tensors",
+    "reduce",
+    "reduce_",
+    "remote",
+    "show",
+]

@@ -1,0 +1,19 @@
+"""``ProcMesh.activate()`` is monarch-tensor's, found through an entry point: without that
+wheel it is an ImportError that names it (the core itself never imports torch)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from monarch.actor import this_proc
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("monarch.tensor") is not None,
+    reason="monarch-tensor is installed here (its own tests cover activate())",
+)
+def test_activate_without_the_tensor_wheel_names_it() -> None:
+    with pytest.raises(ImportError, match="pip install monarch-tensor"):
+        this_proc().activate()

@@ -1,0 +1,133 @@
+"""The controller's side of one proc mesh: ids, the command stream, the workers.
+
+Commands are buffered and sent as one fire-and-forget broadcast per batch (the core keeps
+a sender's messages in order, so a later fetch, a gathered call on the same actor mesh,
+sees every command before it). Freed ids ride along with the next batch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from monarch.core import ActorMesh, Future, ProcMesh, current_runtime
+
+from ._commands import DELETE
+from ._errors import RemoteException
+from ._worker import TensorWorker
+
+BATCH = 512
+"""Commands buffered before they are sent without waiting for a fetch or the end of
+``activate()``: large enough to amortize a message, small enough to keep workers busy."""
+
+_ATTRIBUTE = "_monarch_tensor_client"
+
+
+class MeshClient:
+    """Everything the controller knows about the tensors of one proc mesh."""
+
+    def __init__(self, proc_mesh: ProcMesh) -> None:
+        self.proc_mesh = proc_mesh
+        extent = proc_mesh.extent
+        self.labels: list[str] = list(extent.labels)
+        self.sizes: list[int] = list(extent.sizes)
+        self.device = torch.device("cpu")
+        self._ids = itertools.count()
+        self._commands: list[tuple[Any, ...]] = []
+        self._freed: deque[int] = deque()
+        self._lock = threading.Lock()
+        self._workers: ActorMesh[TensorWorker] | None = None
+        self._store: Any = None
+
+    def new_id(self) -> int:
+        return next(self._ids)
+
+    def record(self, command: tuple[Any, ...]) -> None:
+        with self._lock:
+            self._commands.append(command)
+            full = len(self._commands) >= BATCH
+        if full:
+            self.flush()
+
+    def free(self, ref: int) -> None:
+        """Called when a controller Tensor dies (any thread, GC included): never blocks."""
+        self._freed.append(ref)
+
+    def flush(self) -> None:
+        """Send what is buffered, as one message to every worker."""
+        freed = []
+        while self._freed:
+            freed.append(self._freed.popleft())
+        with self._lock:
+            commands, self._commands = self._commands, []
+        if freed:
+            commands.append((DELETE, tuple(freed)))
+        if commands:
+            self.workers().run.broadcast(commands)
+
+    def workers(self) -> ActorMesh[TensorWorker]:
+        if self._workers is None:
+            self._workers = self.proc_mesh.spawn("tensor_engine", TensorWorker)
+        return self._workers
+
+    def rank_of(self, coords: Mapping[str, Any]) -> int:
+        """The row-major rank of ``coords`` (missing dimensions are 0)."""
+        unknown = set(coords) - set(self.labels)
+        if unknown:
+            raise ValueError(
+                f"unknown mesh dimensions {sorted(unknown)}; the mesh has {self.labels}"
+            )
+        rank = 0
+        for label, size in zip(self.labels, self.sizes, strict=True):
+            c = coords.get(label, 0)
+            if not isinstance(c, int) or not 0 <= c < size:
+                raise IndexError(f"{label}={c!r} is out of range for a dimension of size {size}")
+            rank = rank * size + c
+        return rank
+
+    def fetch(self, ids: list[int], rank: int) -> Future[list[Any]]:
+        self.flush()
+
+        def pick(values: Any) -> list[Any]:
+            value = values.get(rank)
+            if isinstance(value, RemoteException):
+                raise value
+            assert isinstance(value, list)
+            return value
+
+        future: Future[list[Any]] = self.workers().fetch.call(ids, rank).then(pick)
+        return future
+
+    def store(self) -> tuple[str, int]:
+        """Where the workers meet to form their gloo process group: a TCPStore that this
+        controller serves (the workers reach the controller already)."""
+        if self._store is None:
+            self._store = torch.distributed.TCPStore(  # type: ignore[attr-defined]
+                "0.0.0.0", 0, None, is_master=True, wait_for_workers=False
+            )
+        return (_reachable_host(), int(self._store.port))
+
+
+def client_for(proc_mesh: ProcMesh) -> MeshClient:
+    """The one client of ``proc_mesh`` (made on first use, kept on the mesh object)."""
+    client = proc_mesh.__dict__.get(_ATTRIBUTE)
+    if client is None:
+        client = MeshClient(proc_mesh)
+        proc_mesh.__dict__[_ATTRIBUTE] = client
+    assert isinstance(client, MeshClient)
+    return client
+
+
+def _reachable_host() -> str:
+    """The controller's host as its procs see it: the host of a tcp address, else loopback."""
+    address = current_runtime().address
+    if address.startswith(("tcp://", "tls://")):
+        host = address.split("://", 1)[1].rsplit(":", 1)[0].strip("[]")
+        if host not in ("", "0.0.0.0", "::"):
+            return host
+    return "127.0.0.1"

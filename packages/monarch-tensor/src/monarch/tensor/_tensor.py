@@ -1,0 +1,270 @@
+"""``monarch.Tensor``: a handle to one shard per proc, with only its metadata here.
+
+Every torch function on it (and every factory inside ``activate()``, through a
+``TorchFunctionMode``) is run twice: here on meta tensors, which gives the result's shape,
+dtype and aliasing without data (and raises a shape error at the line that made it), and on
+each worker, recorded as a command. An in-place op returns its input, as torch's do; a
+pure metadata query (``t.shape``, ``t.dim()``) is answered here and sends nothing.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from ._active import current_client, pushed
+from ._client import MeshClient
+from ._commands import OP, REDUCE, Ref, wire_func
+from ._metacache import key_of, lookup, store
+
+_PURE_METHODS = frozenset(
+    {
+        "size",
+        "dim",
+        "stride",
+        "numel",
+        "nelement",
+        "element_size",
+        "is_contiguous",
+        "is_floating_point",
+        "is_complex",
+        "__len__",
+        "storage_offset",
+        "ndimension",
+        "get_device",
+        "__format__",
+        "__repr__",
+        "__str__",
+        "__dir__",
+    }
+)
+
+
+class Tensor(torch.Tensor):
+    """A tensor of a mesh: one local shard on every proc, created by torch ops inside
+    ``mesh.activate()``; ``fetch_shard`` brings a shard's value here."""
+
+    _meta: torch.Tensor
+    _ref: int
+    _client: MeshClient
+
+    @staticmethod
+    def _wrap(meta: torch.Tensor, client: MeshClient) -> Tensor:
+        tensor: Tensor = torch.Tensor._make_wrapper_subclass(
+            Tensor,
+            meta.size(),
+            strides=meta.stride(),
+            storage_offset=meta.storage_offset(),
+            dtype=meta.dtype,
+            device=client.device,
+        )
+        tensor._meta = meta
+        tensor._ref = client.new_id()
+        tensor._client = client
+        weakref.finalize(tensor, client.free, tensor._ref)
+        return tensor
+
+    @classmethod
+    def __torch_function__(
+        cls,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        return dispatch(func, args, kwargs or {}, None)
+
+    @classmethod
+    def __torch_dispatch__(  # type: ignore[override]
+        cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
+    ) -> Any:
+        raise RuntimeError(f"monarch.Tensor reached torch's dispatcher with {func}: not supported")
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
+        meta = self._meta
+        return (
+            f"monarch.Tensor(shape={tuple(meta.shape)}, dtype={meta.dtype}, "
+            f"mesh={dict(zip(self._client.labels, self._client.sizes, strict=True))})"
+        )
+
+    def __str__(self) -> str:
+        return self.__repr__()
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(
+            "a monarch.Tensor cannot be pickled (not yet passed to actor endpoints): "
+            "fetch_shard it for its value"
+        )
+
+    def reduce(self, dims: str | Any, reduction: str = "sum", scatter: bool = False) -> Tensor:
+        """Reduce across the procs along mesh dimension(s) ``dims`` (torch.distributed)."""
+        return _reduce(self, dims, reduction, scatter, inplace=False)
+
+    def reduce_(self, dims: str | Any, reduction: str = "sum", scatter: bool = False) -> Tensor:
+        """``reduce`` in place: every proc's shard becomes the reduced value."""
+        return _reduce(self, dims, reduction, scatter, inplace=True)
+
+
+def reduce(tensor: Tensor, dims: object, reduction: str = "sum", scatter: bool = False) -> Tensor:
+    """``tensor.reduce(dims, reduction, scatter)`` (upstream's ``monarch.reduce``)."""
+    return tensor.reduce(dims, reduction, scatter)
+
+
+def reduce_(tensor: Tensor, dims: object, reduction: str = "sum", scatter: bool = False) -> Tensor:
+    """``tensor.reduce_(dims, reduction, scatter)``."""
+    return tensor.reduce_(dims, reduction, scatter)
+
+
+def dispatch(
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    client: MeshClient | None,
+    meta_func: Callable[..., Any] | None = None,
+    wire: Any = None,
+    factory: bool = False,
+) -> Any:
+    """Record ``func(*args, **kwargs)`` on the mesh of its monarch Tensors (or ``client``,
+    for a factory) and return its result as monarch Tensors, computed without data."""
+    flat, spec = tree_flatten((args, kwargs))
+    clients = {x._client for x in flat if isinstance(x, Tensor)}
+    if len(clients) > 1:
+        raise ValueError("an operation mixes monarch Tensors of different meshes")
+    if clients:
+        client = clients.pop()
+    if client is None:
+        raise RuntimeError("no active mesh: use `with proc_mesh.activate():`")
+    inputs = {id(x._meta): x for x in flat if isinstance(x, Tensor)}
+    key = None if meta_func is not None else key_of(func, args, kwargs, flat)
+    with pushed(None):  # fresh meta tensors, even where a remote call leaves the mode on
+        cached = None if key is None else lookup(key)
+    if cached is not None:
+        out_spec, leaves = cached
+    else:
+        meta_args, meta_kwargs = tree_unflatten([_to_meta(x) for x in flat], spec)
+        if "device" in meta_kwargs:
+            meta_kwargs["device"] = "meta"
+        with pushed(None), torch.device("meta"):
+            result = (meta_func or func)(*meta_args, **meta_kwargs)
+        leaves, out_spec = tree_flatten(result)
+        if key is not None:
+            store(key, out_spec, leaves, set(inputs))
+    if factory and not any(isinstance(leaf, torch.Tensor) for leaf in leaves):
+        return func(*args, **kwargs)  # no tensor made: not a factory, run it here
+    out: list[Any] = []
+    ids: list[int] = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            tensor = inputs.get(id(leaf))
+            if tensor is None:
+                tensor = Tensor._wrap(leaf, client)
+            out.append(tensor)
+            ids.append(tensor._ref)
+        elif isinstance(leaf, torch.device) and leaf.type == "meta":
+            out.append(client.device)
+        else:
+            out.append(leaf)
+    if ids or not _pure(func):
+        wire_args, wire_kwargs = tree_unflatten([_to_wire(x) for x in flat], spec)
+        grad = torch.is_grad_enabled()
+        sent = wire_func(func) if wire is None else wire
+        client.record((OP, tuple(ids), sent, wire_args, wire_kwargs, grad))
+    return tree_unflatten(out, out_spec)
+
+
+def _to_meta(x: Any) -> Any:
+    if isinstance(x, Tensor):
+        return x._meta
+    if isinstance(x, torch.Tensor):
+        return x.to("meta")
+    return x
+
+
+def _to_wire(x: Any) -> Any:
+    return Ref(x._ref) if isinstance(x, Tensor) else x
+
+
+def _pure(func: Any) -> bool:
+    """Whether ``func`` only reads metadata (so the workers need not run it)."""
+    owner = getattr(func, "__self__", None)
+    if type(owner).__name__ == "getset_descriptor":
+        return bool(func.__name__ == "__get__")
+    return getattr(func, "__name__", None) in _PURE_METHODS
+
+
+class ActiveMode(TorchFunctionMode):
+    """Inside ``activate()``: factories (no tensor argument) make monarch Tensors too."""
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        client = current_client()
+        flat = tree_flatten((args, kwargs))[0]
+        if any(isinstance(x, Tensor) for x in flat):
+            return dispatch(func, args, kwargs, client)
+        if client is None or any(isinstance(x, torch.Tensor) for x in flat):
+            return func(*args, **kwargs)  # local tensors stay local
+        return dispatch(func, args, kwargs, client, factory=True)
+
+
+REDUCTIONS = ("sum", "avg", "max", "min", "stack")
+
+
+def _reduce(tensor: Tensor, dims: Any, reduction: str, scatter: bool, inplace: bool) -> Tensor:
+    """Record a collective: every worker runs it with its peers along ``dims`` (gloo)."""
+    client = tensor._client
+    names = [dims] if isinstance(dims, str) else list(dims)
+    unknown = [d for d in names if d not in client.labels]
+    if unknown or not names:
+        raise ValueError(f"reduce over {names!r}: the mesh has dimensions {client.labels}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, not {reduction!r}")
+    axes = tuple(sorted({client.labels.index(d) for d in names}))
+    size = 1
+    for axis in axes:
+        size *= client.sizes[axis]
+    meta = tensor._meta
+    with pushed(None):
+        if reduction == "stack":
+            if inplace or scatter:
+                raise ValueError("reduction='stack' makes a new tensor: no reduce_ nor scatter")
+            result = torch.empty((size, *meta.shape), dtype=meta.dtype, device="meta")
+        elif reduction == "avg" and not (meta.is_floating_point() or meta.is_complex()):
+            raise TypeError(f"reduction='avg' needs a floating point tensor, not {meta.dtype}")
+        else:
+            result = torch.empty_like(meta)
+        if scatter:
+            if inplace:
+                raise ValueError("scatter=True changes the shape: use reduce, not reduce_")
+            if meta.dim() == 0 or meta.shape[0] % size:
+                raise ValueError(
+                    f"scatter needs dimension 0 ({tuple(meta.shape)}) divisible by {size}"
+                )
+            result = torch.empty(
+                (meta.shape[0] // size, *meta.shape[1:]), dtype=meta.dtype, device="meta"
+            )
+    out = tensor if inplace else Tensor._wrap(result, client)
+    client.record(
+        (
+            REDUCE,
+            out._ref,
+            tensor._ref,
+            axes,
+            reduction,
+            scatter,
+            client.store(),
+            tuple(meta.shape),
+            meta.dtype,
+        )
+    )
+    return out

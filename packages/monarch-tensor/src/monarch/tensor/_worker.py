@@ -1,0 +1,279 @@
+"""The worker: one actor per proc holding one local shard per tensor id.
+
+It runs the controller's commands in the order they were recorded. A failing command never
+raises out of the endpoint (a broadcast's failure has nobody to tell): its outputs become
+``_Poison``, and every later command reading a poisoned id poisons its own outputs, so
+exactly the dependents fail, at the fetch that asks for them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import traceback
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils._pytree import tree_flatten, tree_map
+
+from monarch.core import Actor, Point, context, endpoint, loads
+
+from ._commands import DELETE, OP, REDUCE, Pickled, Ref, op_name
+from ._errors import RemoteException
+
+COLLECTIVE_TIMEOUT = timedelta(seconds=120)
+"""A peer that never joins a collective fails it (then its outputs are poisoned)."""
+
+
+class _Poison:
+    """What a failed id holds: the exception its fetch raises."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: RemoteException) -> None:
+        self.error = error
+
+
+class _Failed(Exception):
+    """An input of a command is poisoned: its outputs get the same poison."""
+
+    def __init__(self, poison: _Poison) -> None:
+        self.poison = poison
+
+
+class TensorWorker(Actor):
+    """The tensor engine of one proc (spawned by the controller on first use of a mesh)."""
+
+    def __init__(self) -> None:
+        self._env: dict[int, Any] = {}
+        self._point: Point | None = None
+        self._groups: dict[tuple[int, ...], tuple[Any, int, int]] = {}
+        self._store: Any = None
+        self._functions: dict[tuple[bytes, ...], Any] = {}
+
+    @property
+    def _rank(self) -> int:
+        return self._here().rank
+
+    def _here(self) -> Point:
+        if self._point is None:
+            self._point = context().message_rank
+        return self._point
+
+    @endpoint
+    def run(self, commands: list[tuple[Any, ...]]) -> None:
+        """Run a batch of commands (fire and forget: failures poison, never raise)."""
+        self._here()
+        for command in commands:
+            tag = command[0]
+            try:
+                if tag == OP:
+                    self._op(*command[1:])
+                elif tag == DELETE:
+                    for ref in command[1]:
+                        self._env.pop(ref, None)
+                elif tag == REDUCE:
+                    self._reduce(*command[1:])
+            except Exception as exc:  # noqa: BLE001 - a bug here must not fail the actor
+                self._poison(_outputs(command), f"command {tag}", exc)
+
+    @endpoint
+    def fetch(self, ids: list[int], rank: int) -> Any:
+        """The values of ``ids`` on ``rank`` (None elsewhere), or the exception that one of
+        them holds, returned (not raised) so the controller can raise it as is."""
+        if self._here().rank != rank:
+            return None
+        values = []
+        for ref in ids:
+            value = self._env.get(ref, _MISSING)
+            if value is _MISSING:
+                return RemoteException("fetch", rank, f"no tensor with id {ref} on this worker")
+            if isinstance(value, _Poison):
+                return value.error
+            values.append(_portable(value))
+        return values
+
+    @endpoint
+    def live_ids(self) -> list[int]:
+        """The ids this worker holds (what the controller has not freed)."""
+        return sorted(self._env)
+
+    def _resolve(self, obj: Any) -> Any:
+        def one(leaf: Any) -> Any:
+            if isinstance(leaf, Ref):
+                value = self._env.get(leaf.id, _MISSING)
+                if value is _MISSING:
+                    missing = RemoteException("lookup", self._rank, f"no tensor {leaf.id}")
+                    raise _Failed(_Poison(missing))
+                if isinstance(value, _Poison):
+                    raise _Failed(value)
+                return value
+            return leaf
+
+        return tree_map(one, obj)
+
+    def _op(self, out: tuple[int, ...], func: Any, args: Any, kwargs: Any, grad: bool) -> None:
+        try:
+            if isinstance(func, Pickled):
+                key = tuple(func.parts)
+                if key not in self._functions:
+                    self._functions[key] = loads(func.parts)
+                func = self._functions[key]
+            args, kwargs = self._resolve((args, kwargs))
+            with torch.set_grad_enabled(grad):
+                result = func(*args, **kwargs)
+            tensors = [x for x in tree_flatten(result)[0] if isinstance(x, torch.Tensor)]
+            if len(tensors) != len(out):
+                raise TypeError(
+                    f"returned {len(tensors)} tensors where the controller expected {len(out)}"
+                )
+        except _Failed as failed:
+            for ref in out:
+                self._env[ref] = failed.poison
+            return
+        except Exception as exc:  # noqa: BLE001 - poisons the outputs, raised at their fetch
+            self._poison(out, op_name(func), exc)
+            return
+        for ref, tensor in zip(out, tensors, strict=True):
+            self._env[ref] = tensor
+
+    def _poison(self, out: tuple[int, ...], op: str, exc: BaseException) -> None:
+        tb = "".join(traceback.format_exception(exc))
+        poison = _Poison(RemoteException(op, self._rank, f"{type(exc).__name__}: {exc}", tb))
+        for ref in out:
+            self._env[ref] = poison
+
+    # -- collectives ---------------------------------------------------------------------
+
+    def _group(self, dims: tuple[int, ...], store: tuple[str, int]) -> tuple[Any, int, int]:
+        """This rank's gloo group along ``dims`` (the ranks that differ from it only there),
+        with its rank in the group and the group's size. The groups are this worker's own,
+        not torch.distributed's global one: meshes and their slices may share a process."""
+        if dims not in self._groups:
+            here = self._here()
+            sizes = here.extent.sizes
+            if self._store is None:
+                host, port = store
+                self._store = dist.TCPStore(  # type: ignore[attr-defined]
+                    host, port, here.extent.nelements, is_master=False, timeout=COLLECTIVE_TIMEOUT
+                )
+            coords = [here[label] for label in here.extent.labels]
+            ranks = []
+            for varied in itertools.product(*(range(sizes[d]) for d in dims)):
+                point = list(coords)
+                for d, c in zip(dims, varied, strict=True):
+                    point[d] = c
+                ranks.append(_linear(point, sizes))
+            ranks.sort()
+            kept = ",".join(str(c) for d, c in enumerate(coords) if d not in dims)
+            prefix = f"reduce/{','.join(map(str, dims))}/{kept}"
+            group = dist.ProcessGroupGloo(
+                dist.PrefixStore(prefix, self._store),  # type: ignore[attr-defined]
+                ranks.index(here.rank),
+                len(ranks),
+                COLLECTIVE_TIMEOUT,
+            )
+            self._groups[dims] = (group, ranks.index(here.rank), len(ranks))
+        return self._groups[dims]
+
+    def _reduce(
+        self,
+        out: int,
+        source: int,
+        dims: tuple[int, ...],
+        reduction: str,
+        scatter: bool,
+        store: tuple[str, int],
+        shape: tuple[int, ...],
+        dtype: torch.dtype,
+    ) -> None:
+        op = f"reduce({reduction})"
+        try:
+            group, index, size = self._group(dims, store)
+            value = self._env.get(source, _MISSING)
+            failed = value is _MISSING or isinstance(value, _Poison)
+            # Every rank takes part even with a failed input, or its peers would wait forever.
+            flag = torch.tensor([1 if failed else 0])
+            _all_reduce(group, flag, dist.ReduceOp.MAX)
+            if failed or flag.item():
+                own = value.error if isinstance(value, _Poison) else None
+                self._env[out] = _Poison(
+                    own or RemoteException(op, self._rank, "an input of the reduction failed")
+                )
+                return
+            inplace = out == source
+            self._env[out] = _collective(value, group, index, size, reduction, scatter, inplace)
+        except Exception as exc:  # noqa: BLE001 - poisons the output, raised at its fetch
+            self._poison((out,), op, exc)
+
+
+def _all_reduce(group: Any, tensor: torch.Tensor, op: Any) -> None:
+    options = dist.AllreduceOptions()
+    options.reduceOp = op
+    group.allreduce([tensor], options).wait()
+
+
+def _collective(
+    value: torch.Tensor,
+    group: Any,
+    index: int,
+    size: int,
+    reduction: str,
+    scatter: bool,
+    inplace: bool,
+) -> Any:
+    if reduction == "stack":
+        parts = [torch.empty_like(value) for _ in range(size)]
+        group.allgather([parts], [value.detach().contiguous()]).wait()
+        return torch.stack(parts)
+    target = value if inplace else value.detach().clone()
+    ops = {
+        "sum": dist.ReduceOp.SUM,
+        "avg": dist.ReduceOp.SUM,
+        "max": dist.ReduceOp.MAX,
+        "min": dist.ReduceOp.MIN,
+    }
+    with torch.no_grad():
+        if not target.is_contiguous():  # gloo reduces contiguous memory: reduce a copy
+            dense = target.contiguous()
+            _all_reduce(group, dense, ops[reduction])
+            target.copy_(dense)
+        else:
+            _all_reduce(group, target, ops[reduction])
+        if reduction == "avg":
+            if inplace:
+                target.div_(size)
+            else:
+                target = target / size
+    if scatter:
+        return target.chunk(size)[index].clone()
+    return target
+
+
+def _outputs(command: tuple[Any, ...]) -> tuple[int, ...]:
+    """The ids a command writes (what a failure of it poisons)."""
+    if command[0] == OP:
+        return tuple(command[1])
+    if command[0] == REDUCE:
+        return (command[1],)
+    return ()
+
+
+def _linear(coords: list[int], sizes: list[int]) -> int:
+    rank = 0
+    for c, s in zip(coords, sizes, strict=True):
+        rank = rank * s + c
+    return rank
+
+
+def _portable(value: Any) -> Any:
+    """A shard as it should travel: no autograd history, no storage beyond its own."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach()
+        if value.untyped_storage().nbytes() != value.numel() * value.element_size():
+            value = value.clone()
+    return value
+
+
+_MISSING = object()

@@ -1,0 +1,40 @@
+"""Functions the tests run on workers (sent by value: see conftest)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from monarch.actor import Actor, current_rank, endpoint
+
+
+def fail_on_rank(t: torch.Tensor, rank: int) -> torch.Tensor:
+    """``t + 0``, except that it raises on proc ``rank`` (a data-dependent failure)."""
+    if t.device.type != "meta" and current_rank().rank == rank:
+        raise ValueError(f"refused on rank {rank}")
+    return t + 0
+
+
+def scaled(t: torch.Tensor, by: float) -> torch.Tensor:
+    return t * by
+
+
+def split_halves(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    half = t.shape[0] // 2
+    return t[:half].clone(), t[half:].clone()
+
+
+def exit_on_rank(t: torch.Tensor, rank: int) -> torch.Tensor:
+    """Ends proc ``rank`` at once (a crash, as far as the mesh can tell)."""
+    if t.device.type != "meta" and current_rank().rank == rank:
+        os._exit(3)
+    return t + 0
+
+
+class Maker(Actor):
+    """An actor whose class travels by value: unpickling it imports torch on the proc."""
+
+    @endpoint
+    def make(self, n: int) -> torch.Tensor:
+        return torch.arange(float(n))
