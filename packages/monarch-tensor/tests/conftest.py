@@ -26,8 +26,10 @@ def _record(failure: MeshFailure) -> None:
     _sink[0].append(failure)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _record_unhandled_failures() -> Iterator[None]:
+@pytest.fixture(scope="module", autouse=True)
+def _record_tensor_failures() -> Iterator[None]:
+    """Per module, and put back after it: a session-wide hook would replace the one
+    another package's tests record with when both run in one process (an xdist worker)."""
     default = monarch.actor.unhandled_fault_hook
     monarch.actor.unhandled_fault_hook = _record
     yield
