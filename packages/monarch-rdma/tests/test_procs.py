@@ -7,7 +7,9 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -200,6 +202,11 @@ def test_an_action_reads_from_several_owners(mesh: tuple[str, ProcMesh, Any]) ->
         buf.drop().get(timeout=60)
 
 
+def _stopped(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rpartition(")")[2].split()[0] in ("T", "t")
+
+
 def test_a_frozen_owner_times_out_not_hangs(mesh: tuple[str, ProcMesh, Any]) -> None:
     """A write needs the owner (its service pulls, or its data server takes the bytes):
     a stopped owner ends it at the timeout. Reads over TCP need it too."""
@@ -209,6 +216,12 @@ def test_a_frozen_owner_times_out_not_hangs(mesh: tuple[str, ProcMesh, Any]) -> 
     pid = owner.pid.call_one().get(timeout=60)
     os.kill(pid, signal.SIGSTOP)
     try:
+        # A signal is delivered when the process next runs: until it is seen stopped, it
+        # may still serve the request (seen under load).
+        deadline = time.monotonic() + 30
+        while not _stopped(pid):
+            assert time.monotonic() < deadline, "the owner never stopped"
+            time.sleep(0.01)
         with pytest.raises(RDMATimeoutError):
             buf.write_from(bytearray(4096), timeout=1).get(timeout=60)
         if way == "tcp":

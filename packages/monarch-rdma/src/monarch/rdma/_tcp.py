@@ -232,6 +232,12 @@ class Streams:
             sock.sendall(client_nonce + _mac(self._secret, b"client", server_nonce, client_nonce))
             proof = _recv_bytes(sock, hashlib.sha256().digest_size)
             sock.settimeout(None)  # blocking: see _recv_exact
+        except TimeoutError:
+            sock.close()
+            raise RDMATimeoutError(
+                f"timed out in the RDMA handshake with {self.host}:{self.port} (is its owner "
+                "stopped or busy?)"
+            ) from None
         except OSError as error:
             sock.close()
             raise RDMATransferError(
