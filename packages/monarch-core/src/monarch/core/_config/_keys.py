@@ -150,6 +150,8 @@ def _read_transport(value: object) -> str:
         scheme = scheme.lower()
         if not _SCHEME_RE.fullmatch(scheme) or not rest:
             raise ValueError(f"invalid transport address {value!r}")
+        if scheme == "ipc":
+            scheme = "unix"  # upstream's name of the same address
         return f"{scheme}://{rest}"
     alias = word.rsplit(".", 1)[-1].lower().replace("_", "").replace("-", "")
     try:
