@@ -10,7 +10,6 @@ one's stderr is the error.
 
 from __future__ import annotations
 
-import os
 import secrets
 import shlex
 import subprocess
@@ -23,7 +22,7 @@ from monarch.actor import attach_to_workers
 from monarch.core import HostMesh, job_secret, use_job_secret
 
 from ._state import JobState
-from ._trait import JobError, JobTrait, checked_meshes
+from ._trait import JobError, JobTrait, checked_meshes, write_private
 
 START_TIMEOUT: Final = 300.0
 """Seconds for an allocation to start and its workers to listen."""
@@ -80,9 +79,7 @@ class SlurmJob(JobTrait):
         self._secret = job_secret()
         self._folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         secret_file = self._folder / "secret"
-        fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as file:
-            file.write(self._secret.hex())
+        write_private(secret_file, self._secret.hex().encode())
         try:
             for name, nodes in self._meshes.items():
                 self._jobs[name] = self._submit(name, nodes, secret_file)

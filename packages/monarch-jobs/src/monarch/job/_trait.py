@@ -79,7 +79,7 @@ class JobTrait(ABC):
         state = self._state()
         if cached_path is not None:
             print(f"Saving job to cache at {cached_path}", file=sys.stderr)
-            self._save(cached_path)
+            self.dump(cached_path)
         return state
 
     def kill(self) -> None:
@@ -100,12 +100,9 @@ class JobTrait(ABC):
 
     def dump(self, filename: str | os.PathLike[str] | IO[bytes]) -> None:
         if isinstance(filename, str | os.PathLike):
-            _write_private(Path(filename), self.dumps())
+            write_private(Path(filename), self.dumps())
         else:
             filename.write(self.dumps())
-
-    def _save(self, path: str) -> None:
-        _write_private(Path(path), self.dumps())
 
     # -- what a kind of job provides ---------------------------------------------------
 
@@ -141,8 +138,8 @@ def checked_meshes(meshes: Mapping[str, int], unit: str) -> dict[str, int]:
     return dict(meshes)
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` (mode 0600: it holds the job secret), atomically."""
+def write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` with mode 0600 (it holds the job secret), atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -37,17 +37,18 @@ from ._actor_runner import ActorRunner
 from ._async import AsyncRunner
 from ._sync import SyncRunner
 
-Read = tuple[Any, tuple[Any, ...], dict[str, Any]] | Exception
-"""A spawn's payload unpickled: the class, its arguments; or why it could not be."""
+Read = tuple[Any, bool, tuple[Any, ...], dict[str, Any]] | Exception
+"""A spawn's payload unpickled: the class, whether it is async, its arguments; or why
+it could not be."""
 
 
 def read_spawn(payload: Sequence[Buffer]) -> Read:
     try:
         cls, args, kwargs = loads(payload)
-        actor_is_async(cls)  # a non-class fails here, as the spawn's failure
+        is_async = actor_is_async(cls)  # a non-class fails here, as the spawn's failure
     except Exception as exc:  # noqa: BLE001 - reported as the spawn's failure
         return exc
-    return cls, args, kwargs
+    return cls, is_async, args, kwargs
 
 
 def start_actor(runtime: Runtime, spawn: SpawnActor, read: Read) -> ActorRunner:
@@ -57,8 +58,8 @@ def start_actor(runtime: Runtime, spawn: SpawnActor, read: Read) -> ActorRunner:
         failed = AsyncRunner(runtime, spawn, None)
         failed.start((), {}, read)
         return failed
-    cls, args, kwargs = read
-    runner = (AsyncRunner if actor_is_async(cls) else SyncRunner)(runtime, spawn, cls)
+    cls, is_async, args, kwargs = read
+    runner = (AsyncRunner if is_async else SyncRunner)(runtime, spawn, cls)
     runner.start(args, kwargs)
     return runner
 
