@@ -271,7 +271,7 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_runner",  # the callee side: actor runners, sync and async apart
         "_bootstrap",  # starts runtimes (controller, proc, worker); owns MONARCH_* env names
         "__init__ _proc _worker",  # the face (low-level API); entry points of a proc and a worker
-        "_attach",  # attach_to_workers, enable_transport
+        "_attach _gateway",  # attach_to_workers, attach, enable_transport; monarch gateway
     )
 )
 

@@ -107,6 +107,10 @@ def worker_argv(listen: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "monarch.core._cli", "worker", "--listen", listen, *extra]
 
 
+def gateway_argv(listen: str) -> list[str]:
+    return [sys.executable, "-m", "monarch.core._cli", "gateway", "--listen", listen]
+
+
 def start_worker(
     start: Callable[..., Child], env: dict[str, str], listen: str, netns: str | None = None
 ) -> tuple[Child, str]:

@@ -10,6 +10,7 @@ test puts the controller on its own "host". Each step prints one JSON line to st
     python remote_controller.py shutdown ADDR0 ADDR1
     python remote_controller.py tls CA KEY ADDR...   (PEM paths; or trust_all_connections -)
     python remote_controller.py busy ADDR SECONDS
+    python remote_controller.py gateway GATEWAY ADDR   (waits for a line on stdin midway)
 """
 
 from __future__ import annotations
@@ -151,7 +152,29 @@ def busy(addr: str, seconds: str) -> None:
     emit(busy=outcome(hog.compute.call_one(float(seconds)), 60))
 
 
+def gateway(gateway_addr: str, addr: str) -> None:
+    from monarch.actor import attach
+    from monarch.core import current_runtime
+
+    attach(gateway_addr)
+    hosts = attach_to_workers(workers=[addr])
+    actors = hosts.spawn_procs(per_host={"gpus": 2}).spawn("where", Where)
+    values = actors.where.call().get(timeout=60).values()
+    emit(
+        controller=current_runtime().address,
+        procs=actors.runtime_address.call().get(timeout=30).values(),
+        hosts=[v["host"] for v in values],
+        pids=[v["pid"] for v in values],
+    )
+    sys.stdin.readline()  # the test has killed the first proc
+    emit(
+        killed=outcome(actors.slice(gpus=0).where.call_one(), 30),
+        survivor=outcome(actors.slice(gpus=1).where.call_one().then(lambda v: v["host"]), 30),
+    )
+
+
 SCENARIOS: dict[str, Callable[..., None]] = {
+    "gateway": gateway,
     "busy": busy,
     "tls": tls,
     "shutdown": shutdown,

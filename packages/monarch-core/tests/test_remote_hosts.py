@@ -28,6 +28,7 @@ from hostkit import (
     NetnsUnavailable,
     alive,
     children,
+    gateway_argv,
     ip,
     network_namespaces,
     start_worker,
@@ -370,6 +371,64 @@ def test_hosts_in_network_namespaces_and_a_partition(
     assert "heartbeat" in cut["message"] and "10.0.0.3" in cut["message"]
     assert cut["seconds"] <= HEARTBEAT_TIMEOUT + 2.5, cut
     assert [v["host"] for v in second["survivor"]["value"]] == ["10.0.0.2", "10.0.0.2"]
+
+
+def test_a_controller_outside_the_network_attaches_through_a_gateway(
+    netns_hosts: list[str], start: Callable[..., Child], env: dict[str, str]
+) -> None:
+    """h1 (the controller) and h3 (a worker) cannot reach each other; both reach h2, where
+    ``monarch gateway`` runs. Everything between them goes through it, faults included."""
+    h1, h2, h3 = netns_hosts
+    for host, other in ((h1, "10.0.0.3"), (h3, "10.0.0.1")):
+        rules = (["OUTPUT", "-d", other, "-j", "REJECT"], ["INPUT", "-s", other, "-j", "DROP"])
+        for rule in rules:
+            argv = ["ip", "netns", "exec", host, "iptables", "-A", *rule]
+            done = subprocess.run(argv, capture_output=True, text=True)
+            if done.returncode != 0:
+                pytest.skip(f"iptables does not work in a network namespace here: {done.stderr}")
+    gateway = start(["ip", "netns", "exec", h2, *gateway_argv("tcp://0.0.0.0:0")], env)
+    via = gateway.line(30)
+    assert via.startswith("gateway://10.0.0.2:"), via
+    _, a3 = start_worker(start, env, "tcp://10.0.0.3:0", netns=h3)
+    port = a3.rpartition(":")[2]
+    probe = f"</dev/tcp/10.0.0.3/{port}"
+    blocked = subprocess.run(["ip", "netns", "exec", h1, "bash", "-c", probe])
+    assert blocked.returncode != 0  # the controller's host cannot reach the worker's
+
+    argv = ["ip", "netns", "exec", h1, sys.executable, str(CONTROLLER), "gateway", via, a3]
+    controller = start(argv, env, stdin=True)
+    first = controller.json(90)
+    assert first["controller"].startswith("gateway://") and first["controller"].endswith(
+        via.removeprefix("gateway://")
+    )
+    assert first["hosts"] == ["10.0.0.3", "10.0.0.3"]
+    assert all(address.startswith("tcp://10.0.0.3:") for address in first["procs"])
+
+    os.kill(first["pids"][0], signal.SIGKILL)  # its death reaches the controller through h2
+    controller.send_line("killed")
+    second = controller.json(60)
+    assert second["killed"]["error"] == "SupervisionError", second
+    assert second["survivor"]["value"] == "10.0.0.3", second
+
+
+def test_the_gateway_command_needs_the_secret_and_a_listen_address() -> None:
+    found = {ep.name: ep.value for ep in entry_points(group="monarch.commands")}
+    assert found.get("gateway") == "monarch.core._gateway:register"
+    no_secret = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
+    argv = gateway_argv("tcp://127.0.0.1:0")
+    done = subprocess.run(argv, env=no_secret, capture_output=True, text=True)
+    assert done.returncode == 2 and "no job secret" in done.stderr
+    env = {**os.environ, SECRET_ENV: secrets.token_hex(32)}
+    done = subprocess.run(gateway_argv("unix:///tmp/x"), env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and "tcp://host:port" in done.stderr
+
+
+def test_attach_refuses_a_gateway_address_with_a_route() -> None:
+    from monarch.core._attach import _gateway_address
+
+    with pytest.raises(ValueError, match="gateway://HOST:PORT"):
+        _gateway_address("gateway://abc@10.0.0.2:7")
+    assert _gateway_address("gateway://10.0.0.2:7") == "gateway://10.0.0.2:7"
 
 
 # -- TLS between machines ------------------------------------------------------------------

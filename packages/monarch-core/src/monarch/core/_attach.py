@@ -7,6 +7,10 @@ on TCP, at its address on the route to the workers. If the controller's runtime 
 running it starts there; if it already runs (on Unix sockets, or on TCP at another
 address), it also listens there and becomes known by that address: what was sent to its
 old address still arrives, as that listener stays open.
+
+A controller the workers cannot reach (nor it them) attaches through a gateway that both
+can reach (``attach("gateway://HOST:PORT")``, ``monarch gateway``): it is then known at
+that gateway and reaches the workers through it.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from monarch.transport import Address, AuthenticationError, open_listener
+from monarch.transport import Address, AuthenticationError, TransportError, open_listener
 
 from ._bootstrap import SECRET_ENV
 from ._config import BindSpec, configure, current_config
@@ -136,7 +140,11 @@ def _dial_address(url: str) -> str:
 
 
 def _reachable_runtime(workers: Sequence[str]) -> Runtime:
-    """The controller's runtime, listening where ``workers`` can reach it."""
+    """The controller's runtime, listening where ``workers`` can reach it (through its
+    gateway, if attached through one)."""
+    running = running_runtime()
+    if running is not None and running.via is not None:
+        return running
     network = [a for a in map(Address.parse, workers) if a.scheme != "unix"]
     if not network:
         return current_runtime()
@@ -187,13 +195,15 @@ _attached: list[str] = []
 
 
 def attach(addr: str) -> None:
-    """Bootstrap this process's client toward the host at ``addr`` (upstream's, for a client
-    outside the network of its procs): call it before the first ``context()``,
-    ``this_host()`` or ``this_proc()``; the same ``addr`` again does nothing.
+    """Bootstrap this process's client toward ``addr`` (upstream's, for a client outside
+    the network of its procs): call it before the first ``context()``, ``this_host()`` or
+    ``this_proc()``; the same ``addr`` again does nothing.
 
-    Ours has no gateway that relays: the client's runtime starts listening on the route
-    to ``addr`` (its address there is what procs reply to), so they must be able to reach
-    it. Raises RuntimeError, in upstream's words, after a local start or another ``addr``.
+    ``gateway://HOST:PORT`` (what ``monarch gateway`` prints) routes the client through
+    that gateway: it connects to every worker and proc through it, and they reach it there
+    (see ``_gateway``). Any other address is a worker's: the client then listens on its
+    route to that worker, which procs must be able to reach. Raises RuntimeError, in
+    upstream's words, after a local start or another ``addr``.
     """
     if _attached:
         if _attached[0] == addr:
@@ -207,8 +217,24 @@ def attach(addr: str) -> None:
             "client was initialized without a remote attachment; call attach(addr) before "
             "the first context()/this_host()/this_proc()"
         )
-    _reachable_runtime([_dial_address(addr)])
+    if Address.parse(addr).scheme == "gateway":
+        gateway = _gateway_address(addr)
+        try:
+            runtime = current_runtime(listen=gateway)  # registered there (our address)
+        except (OSError, TransportError) as exc:
+            raise ConnectionError(f"cannot attach through gateway {gateway}: {exc}") from exc
+        runtime.via = gateway
+        log.info("client attached through gateway %s as %s", gateway, runtime.address)
+    else:
+        _reachable_runtime([_dial_address(addr)])
     _attached.append(addr)
+
+
+def _gateway_address(url: str) -> str:
+    address = Address.parse(url)
+    if "@" in address.host or not address.port:
+        raise ValueError(f"attach({url!r}): a gateway's address is gateway://HOST:PORT")
+    return str(address)
 
 
 def attach_to_workers(

@@ -1,7 +1,9 @@
 """monarch.transport: authenticated multipart-frame connections over unix, tcp and tls.
 
 The bottom layer of Monarch: it moves length-prefixed multipart frames between
-addresses (``unix:///path``, ``unix://@name``, ``tcp://host:port``, ``tls://host:port``),
+addresses (``unix:///path``, ``unix://@name``, ``tcp://host:port``, ``tls://host:port``,
+``gateway://host:port`` through a gateway that splices connections for a client outside
+its peers' network),
 after a handshake that agrees on a protocol version and proves both ends know the
 job's secret; every frame after it carries a MAC under keys the handshake derived.
 Transports are plug-ins under the ``monarch.transports`` entry points.
@@ -30,6 +32,7 @@ from ._errors import (
     UnknownTransportError,
 )
 from ._framing import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_PARTS, Buffer, Frame
+from ._gateway import Gateway, open_gateway
 from ._handshake import MIN_SECRET_SIZE
 from ._registry import (
     ENTRY_POINT_GROUP,
@@ -57,6 +60,7 @@ __all__ = [
     "Frame",
     "FrameAuthenticationError",
     "FrameTooLarge",
+    "Gateway",
     "HandshakeError",
     "Listener",
     "ProtocolError",
@@ -68,6 +72,7 @@ __all__ = [
     "available_transports",
     "get_transport",
     "open_connection",
+    "open_gateway",
     "open_listener",
     "register_transport",
 ]

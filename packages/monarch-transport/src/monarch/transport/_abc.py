@@ -43,6 +43,10 @@ class TransportOptions:
     """For ``tls``: a server context on listeners, a client context on connect."""
     server_hostname: str | None = None
     """For ``tls`` connect: the name to verify (default: the address host)."""
+    via: str | None = None
+    """For ``tcp``/``tls`` connect: a gateway (``gateway://host:port``, see ``_gateway``)
+    that dials the peer for us, for a client outside the peers' network. The handshake
+    still runs with the peer, end to end."""
 
     def __post_init__(self) -> None:
         if self.max_pending_handshakes < 1:

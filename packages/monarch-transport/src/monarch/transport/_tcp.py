@@ -8,7 +8,7 @@ import anyio
 
 from ._abc import TransportOptions
 from ._address import Address
-from ._connect import connect_socket
+from ._connect import connect_tcp, connect_through
 from ._errors import AddressError
 from ._socket import SocketTransport
 
@@ -32,20 +32,9 @@ class TcpTransport(SocketTransport):
         assert address.port is not None
         if address.port == 0:
             raise AddressError(f"cannot connect to port 0: {address}")
-        infos = await anyio.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM)
-        if not infos:
-            raise OSError(f"{address.host!r} does not resolve")
-        error: OSError | None = None
-        for family, _, _, _, sockaddr in infos:
-            try:
-                sock = await connect_socket(family, sockaddr)
-            except OSError as exc:
-                error = exc
-                continue
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            return sock
-        assert error is not None
-        raise error
+        if options.via is not None:
+            return await connect_through(options.via, address, options.secret)
+        return await connect_tcp(address.host, address.port)
 
     async def bind_socket(
         self, address: Address, options: TransportOptions

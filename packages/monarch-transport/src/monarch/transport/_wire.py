@@ -111,7 +111,58 @@ class Envelope(msgspec.Struct, array_like=True, tag=16, frozen=True, gc=False):
     """Extension point for metadata that needs no schema change (tracing, ...)."""
 
 
+GATEWAY_GREETING: Final = b"\x89monarch-gateway/1\n"
+"""First bytes a gateway sends on every connection, before its nonce (``_gateway``)."""
+
+
+class GatewayOpen(msgspec.Struct, array_like=True, tag=48, frozen=True, gc=False):
+    """To a gateway: connect me to ``target`` (a ``tcp://``/``tls://`` address) and splice."""
+
+    target: str
+
+
+class GatewayRegister(msgspec.Struct, array_like=True, tag=49, frozen=True, gc=False):
+    """To a gateway: make me reachable through you; this connection carries the
+    ``GatewayIncoming`` notices."""
+
+
+class GatewayReach(msgspec.Struct, array_like=True, tag=50, frozen=True, gc=False):
+    """To a gateway: connect me to the registered client ``route`` and splice."""
+
+    route: str
+
+
+class GatewayAccept(msgspec.Struct, array_like=True, tag=51, frozen=True, gc=False):
+    """To a gateway, from a registered client: this connection is the one ``token`` waits for."""
+
+    token: str
+
+
+class GatewayGranted(msgspec.Struct, array_like=True, tag=52, frozen=True, gc=False):
+    """From a gateway: done (``route``: a registration's); raw bytes follow, except on a
+    registration's connection."""
+
+    route: str = ""
+
+
+class GatewayRefused(msgspec.Struct, array_like=True, tag=53, frozen=True, gc=False):
+    """From a gateway: the request failed, with the reason; the connection closes."""
+
+    reason: str
+
+
+class GatewayIncoming(msgspec.Struct, array_like=True, tag=54, frozen=True, gc=False):
+    """From a gateway to a registered client: a peer waits; answer with ``GatewayAccept``."""
+
+    token: str
+
+
+GatewayRequest = GatewayOpen | GatewayRegister | GatewayReach | GatewayAccept
+GatewayReply = GatewayGranted | GatewayRefused | GatewayIncoming
+
 _handshake_decoder: Final = msgspec.msgpack.Decoder(HandshakeMessage)
+_gateway_request_decoder: Final = msgspec.msgpack.Decoder(GatewayRequest)
+_gateway_reply_decoder: Final = msgspec.msgpack.Decoder(GatewayReply)
 _envelope_decoder: Final = msgspec.msgpack.Decoder(Envelope)
 _encoder: Final = msgspec.msgpack.Encoder()
 
@@ -130,3 +181,15 @@ def decode_handshake(data: bytes | memoryview) -> HandshakeMessage:
 def decode_envelope(data: bytes | memoryview) -> Envelope:
     """Decode an Envelope; raises ``msgspec.DecodeError`` on garbage."""
     return _envelope_decoder.decode(data)
+
+
+def decode_gateway_request(data: bytes | memoryview) -> GatewayRequest:
+    """Decode a request to a gateway; raises ``msgspec.DecodeError`` on garbage."""
+    request: GatewayRequest = _gateway_request_decoder.decode(data)
+    return request
+
+
+def decode_gateway_reply(data: bytes | memoryview) -> GatewayReply:
+    """Decode what a gateway sends; raises ``msgspec.DecodeError`` on garbage."""
+    reply: GatewayReply = _gateway_reply_decoder.decode(data)
+    return reply

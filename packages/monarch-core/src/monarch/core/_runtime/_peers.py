@@ -36,12 +36,17 @@ DEFER: Final[list[Any]] = []
 """A ``batch`` for ``post`` off the loop: the writer task flushes (see ``Runtime.cast``)."""
 
 
+NETWORK_SCHEMES: Final = ("tcp://", "tls://")
+"""The peers a runtime attached through a gateway reaches through it (not ``unix://``)."""
+
+
 class WriterOwner(Protocol):
     """What a writer needs of its runtime."""
 
     loop: asyncio.AbstractEventLoop
     secret: bytes
     address: str
+    via: str | None
     hello: dict[str, str]
     incarnations: dict[str, str]
     lender: Lender
@@ -357,11 +362,14 @@ class PeerWriter:
         main = self.main
         if main is not None:
             await main.connected.wait()
-        tls = tls_options(self.address, server=False)
+        options = tls_options(self.address, server=False)
+        via = self.runtime.via
+        if via is not None and self.address.startswith(NETWORK_SCHEMES):
+            options["via"] = via  # attached through a gateway (see _attach)
         tries = 0
         while True:
             try:
-                return await open_connection(self.address, secret=self.runtime.secret, **tls)
+                return await open_connection(self.address, secret=self.runtime.secret, **options)
             except (TransportError, OSError) as exc:
                 tries += 1
                 if main is None or main.conn is None or main.failure is not None:

@@ -266,6 +266,9 @@ class Runtime:
         """The address of the job's root client (set by ``_bootstrap``): where
         ``get_or_spawn_controller`` asks, and what procs spawned from here inherit."""
         self.listener: Listener | None = None
+        self.via: str | None = None
+        """A gateway (``gateway://host:port``) through which network peers are reached:
+        set by ``attach`` for a client outside its workers' network."""
         self._writers: dict[str, PeerWriter] = {}
         self._lanes: dict[str, PeerWriter] = {}
         """Writers of the peers' lanes: values for their inboxes (see ``_flow``)."""
