@@ -262,7 +262,7 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_messages _endpoint _value_mesh",  # the wire; Actor/@endpoint; gathered values
         "_cast _launch",  # cast trees and FIFO order; how procs are started
         "_runtime",  # the per-process runtime (a package: spin, loop, flow, peers, router)
-        "_future",  # Future/Outcome
+        "_future _logs",  # Future/Outcome; procs' output read by their agent, shown by spawner
         "_gather _port",  # replies on a port; user ports
         "_pending",  # procs still starting, as a value that can be sent
         "_actor_mesh",  # the caller side: actor meshes and adverbs

@@ -37,6 +37,7 @@ from ._adopt import adopt_listener
 from ._config import current_config
 from ._controller import handle_get_controller
 from ._future import Future
+from ._logs import drain, forward_output, handle_set_log_level
 from ._messages import (
     ActorFailed,
     GetController,
@@ -48,6 +49,7 @@ from ._messages import (
     ProcReady,
     ProcsOf,
     RunBootstrap,
+    SetLogLevel,
     SpawnActor,
     SpawnFailed,
     SpawnProcs,
@@ -146,6 +148,7 @@ def install_services(runtime: Runtime) -> None:
             KillProcs: handle_kill_procs,
             ProcsOf: handle_procs_of,
             HowEnded: handle_how_ended,
+            SetLogLevel: handle_set_log_level,
         }
     )
 
@@ -303,7 +306,15 @@ def handle_spawn_procs(
         try:
             argv, program = proc_command(launch, body.python)
             env = proc_environment(launch, {**ours, RANK_ENV: str(rank)})
-            child = subprocess.Popen(argv, executable=program, env=env, stdin=subprocess.DEVNULL)
+            piped = subprocess.PIPE if body.forward_output else None
+            child = subprocess.Popen(
+                argv,
+                executable=program,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=piped,
+                stderr=piped,
+            )
         except (OSError, ValueError) as exc:
             runtime.send_to_port(body.events, SpawnFailed(rank, f"cannot start a proc: {exc}"))
             continue
@@ -314,7 +325,8 @@ def handle_spawn_procs(
                 os.sched_setaffinity(child.pid, cpu_list(cpus))  # before its threads start
             except (OSError, ValueError) as exc:
                 log.warning("proc_bind %r for proc %d: %s", cpus, rank, exc)
-        _watch(runtime, child, rank, body.events)
+        output = forward_output(runtime, child, rank, body.events) if body.forward_output else []
+        _watch(runtime, child, rank, body.events, output)
 
 
 def proc_command(launch: Launch, python: str) -> tuple[list[str], str | None]:
@@ -357,11 +369,19 @@ def cpu_list(text: str) -> set[int]:
     return cpus
 
 
-def _watch(runtime: Runtime, child: subprocess.Popen[bytes], rank: int, events: PortRef) -> None:
-    """Report the child's exit the moment it happens (a thread blocked in wait)."""
+def _watch(
+    runtime: Runtime,
+    child: subprocess.Popen[bytes],
+    rank: int,
+    events: PortRef,
+    output: list[threading.Thread],
+) -> None:
+    """Report the child's exit the moment it happens (a thread blocked in wait), after the
+    last of its output (``output``: the threads reading it, see ``_logs``)."""
 
     def wait() -> None:
         code = child.wait()
+        drain(output)
         how = f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
         exited = ProcExited(rank, child.pid, how)
         if not runtime.loop.is_closed():

@@ -158,6 +158,9 @@ class SpawnProcs(msgspec.Struct, array_like=True, tag=14, frozen=True, gc=False)
     ("" = the agent's own root)."""
     launches: tuple[Launch, ...] = ()
     """How to start each of the ``count`` procs (none: each the default way)."""
+    forward_output: bool = False
+    """Read the procs' stdout and stderr (passing them on to the agent's own) and send
+    them to ``events`` as ``LogLines`` (``enable_log_forwarding``)."""
 
 
 class ProcExited(msgspec.Struct, array_like=True, tag=15, frozen=True, gc=False):
@@ -229,6 +232,24 @@ class HowEnded(msgspec.Struct, array_like=True, tag=32, frozen=True, gc=False):
     reply: PortRef
 
 
+class LogLines(msgspec.Struct, array_like=True, tag=33, frozen=True, gc=False):
+    """Whole lines a proc wrote, from its host agent to its spawner (see ``_logs``)."""
+
+    rank: int
+    stream: int
+    """1: stdout, 2: stderr."""
+    text: str
+    """One or more lines, without the last newline."""
+    host: str = ""
+    """The agent's host name."""
+
+
+class SetLogLevel(msgspec.Struct, array_like=True, tag=34, frozen=True, gc=False):
+    """Set the root Python logger's level of a proc (``ProcMesh.logging_option``)."""
+
+    level: int
+
+
 Body = (
     Call
     | PortValue
@@ -246,6 +267,8 @@ Body = (
     | KillProcs
     | ProcsOf
     | HowEnded
+    | LogLines
+    | SetLogLevel
 )
 
 

@@ -13,6 +13,7 @@ import math
 import secrets
 import string
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -25,15 +26,18 @@ from ._exits import ended, expect
 from ._future import Future, Outcome, run_on, wait_outcome
 from ._gather import Gather
 from ._launch import BootstrapCommand
+from ._logs import LogSink
 from ._messages import (
     TO_PROC,
     Body,
     KillProcs,
     Launch,
+    LogLines,
     PortValue,
     ProcExited,
     ProcReady,
     RunBootstrap,
+    SetLogLevel,
     SpawnFailed,
     SpawnProcs,
     StopProc,
@@ -71,6 +75,8 @@ class _ProcGroup:
         self.events = runtime.open_port(self.on_event)
         self.logger: _LoggerMesh | None = None
         """Who hears of a proc that died (see ``_LoggerMesh``); set once the shape is known."""
+        self.logs: LogSink | None = None
+        """The procs' output, when forwarded (``enable_log_forwarding`` at spawn)."""
 
     def on_ready(self, body: Body, payload: Sequence[Buffer]) -> None:
         if isinstance(body, ProcReady) and 0 <= body.rank < self.count:
@@ -81,7 +87,10 @@ class _ProcGroup:
                 self.ready.set_result(None)
 
     def on_event(self, body: Body, payload: Sequence[Buffer]) -> None:
-        if isinstance(body, SpawnFailed):
+        if isinstance(body, LogLines):
+            if self.logs is not None:
+                self.logs.receive(body)
+        elif isinstance(body, SpawnFailed):
             self._fail(RuntimeError(f"proc {body.rank}: {body.reason}"))
         elif isinstance(body, ProcExited):
             self.exited[body.rank] = body.how
@@ -101,6 +110,8 @@ class _ProcGroup:
             self._exit_seen = asyncio.Event()
             if len(self.exited) == self.count:
                 self.runtime.close_port(self.events)
+                if self.logs is not None:
+                    self.logs.flush()
 
     def started(self) -> dict[int, str]:
         """The procs that reported an address, by rank."""
@@ -183,7 +194,16 @@ async def _start_procs(
             group.hosts[i * per_host : (i + 1) * per_host] = [host] * per_host
             launch = tuple(launches[i]) if launches else ()
             spawn = SpawnProcs(
-                per_host, i * per_host, ready_port, group.events, name, env, python, root, launch
+                per_host,
+                i * per_host,
+                ready_port,
+                group.events,
+                name,
+                env,
+                python,
+                root,
+                launch,
+                forward_output=group.logs is not None,
             )
             runtime.post(host, TO_PROC, "", spawn)
         await asyncio.wait_for(group.ready, current_config().host_spawn_ready_timeout)
@@ -412,6 +432,44 @@ class ProcMesh(ShapedMesh):
                 f"stop, nor when their host agents were asked to kill them"
             ) from None
 
+    async def logging_option(
+        self,
+        stream_to_client: bool = False,
+        aggregate_window_sec: int | None = None,
+        level: int = logging.INFO,
+    ) -> None:
+        """Where the procs' output goes (upstream's): with ``stream_to_client`` their lines
+        are printed here, each with its origin, or every ``aggregate_window_sec`` seconds,
+        similar lines of all ranks as one with their count; ``level`` is the level of the
+        procs' root Python logger. Streaming needs ``configure(enable_log_forwarding=True)``
+        before the procs were spawned (else this warns, as upstream's, and only sets the
+        level)."""
+        if aggregate_window_sec is not None and not stream_to_client:
+            raise RuntimeError("cannot set aggregate window without streaming to client")
+        if isinstance(level, bool) or not isinstance(level, int):
+            raise TypeError(f"level is a logging level (an int), not {level!r}")
+        if aggregate_window_sec is not None and aggregate_window_sec <= 0:
+            raise ValueError(f"aggregate_window_sec must be positive, not {aggregate_window_sec}")
+        group = self._group
+        sink = group.logs if group is not None else None
+        if stream_to_client and sink is None:
+            warnings.warn(
+                "logging_option(stream_to_client=True) has no effect: log forwarding was "
+                "disabled when this ProcMesh was spawned, so no output of its procs reaches "
+                "this process. Call configure(enable_log_forwarding=True) before creating "
+                "the ProcMesh, or set HYPERACTOR_MESH_ENABLE_LOG_FORWARDING=true",
+                UserWarning,
+                stacklevel=2,
+            )
+
+        async def apply() -> None:
+            if sink is not None:
+                sink.configure(stream_to_client, aggregate_window_sec)
+            for address in set(await resolve(self._procs)):
+                self._runtime.post(address, TO_PROC, "", SetLogLevel(level))
+
+        await run_on(self._runtime, apply())
+
     def activate(self) -> Any:
         """A context manager in which torch operations run on this mesh (upstream's
         ``with procs.activate(): ...``). The tensor engine is monarch-tensor's, reached
@@ -568,6 +626,8 @@ class HostMesh(ShapedMesh):
         group = _ProcGroup(runtime, len(hosts) * processes)
         owner = current_owner.get()
         group.logger = _LoggerMesh(runtime, owner, shape, per, together)
+        if current_config().enable_log_forwarding:
+            group.logs = LogSink(name or "procs", group.hosts, runtime.loop.call_later)
         python = self._python
 
         async def start() -> list[str]:

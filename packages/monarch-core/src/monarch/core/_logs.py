@@ -1,0 +1,278 @@
+"""Procs' output at their spawner: upstream's log forwarding, as its users see it.
+
+With ``configure(enable_log_forwarding=True)`` when procs are spawned, their host agent
+reads each proc's stdout and stderr from pipes (as the parent, it reads to the end: the
+last lines of a proc that crashed, its traceback included, are not lost), passes the bytes
+on to its own stdout and stderr (on the client's host these are the client's, as without
+forwarding), and sends whole lines to the spawner (``LogLines``), before it reports the
+proc's exit. The spawner's ``LogSink`` of that proc mesh drops them until
+``logging_option(stream_to_client=True)``; then prints each line with where it came from,
+or, with an ``aggregate_window_sec``, once per window, similar lines of all ranks together
+as one line with their count (a 64-rank mesh printing one line gives one line).
+
+Printing is done by a thread of its own: a client whose stdout is a pipe nobody drains
+must not stall the runtime's loop.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Final, TextIO
+
+from monarch.transport import Buffer
+
+from ._messages import LogLines, PortRef, SetLogLevel
+from ._runtime import Runtime
+
+READ_SIZE: Final = 65536
+LONGEST_LINE: Final = 65536
+"""Bytes of a line without a newline after which it is sent as it is."""
+DRAIN_AFTER_EXIT: Final = 2.0
+"""Seconds an agent reads a proc's pipes after it exited (a child of the proc may hold
+them open)."""
+SIMILARITY: Final = 0.15
+"""Lines differing in at most this fraction of their length (edits) are similar."""
+MOST_GROUPS: Final = 256
+"""Groups of similar lines one window compares a line against (then: a new group)."""
+CYAN: Final = "\x1b[36m"
+YELLOW: Final = "\x1b[33m"
+RESET: Final = "\x1b[0m"
+
+_HOST: Final = socket.gethostname()
+
+
+# -- the agent: reading a proc's output --------------------------------------------------------
+
+
+def forward_output(
+    runtime: Runtime, child: subprocess.Popen[bytes], rank: int, events: PortRef
+) -> list[threading.Thread]:
+    """Start reading ``child``'s stdout and stderr pipes (see the module docstring)."""
+    threads = []
+    for stream, pipe in ((1, child.stdout), (2, child.stderr)):
+        assert pipe is not None
+        thread = threading.Thread(
+            target=_pump,
+            args=(runtime, pipe.fileno(), stream, rank, events),
+            name=f"monarch-output-{child.pid}-{stream}",
+            daemon=True,
+        )
+        thread.start()
+        threads.append(thread)
+    return threads
+
+
+def _pump(runtime: Runtime, fd: int, stream: int, rank: int, events: PortRef) -> None:
+    pending = b""
+
+    def send(data: bytes) -> None:
+        text = data.decode(errors="replace")
+        with contextlib.suppress(RuntimeError):  # the agent's loop is closed: it is exiting
+            runtime.send_to_port(events, LogLines(rank, stream, text, _HOST))
+
+    try:
+        while data := os.read(fd, READ_SIZE):
+            _write_all(stream, data)
+            pending += data
+            end = pending.rfind(b"\n")
+            if end >= 0:
+                send(pending[:end])
+                pending = pending[end + 1 :]
+            elif len(pending) >= LONGEST_LINE:
+                send(pending)
+                pending = b""
+    except OSError:
+        pass
+    finally:
+        if pending:
+            send(pending)
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Pass ``data`` on to this process's own ``fd``; a closed one is given up on."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        pass
+
+
+def handle_set_log_level(
+    runtime: Runtime, body: SetLogLevel, payload: Sequence[Buffer], sender: str
+) -> None:
+    """``logging_option(level=...)``: the level of this proc's root Python logger."""
+    logging.getLogger().setLevel(body.level)
+
+
+def drain(threads: list[threading.Thread]) -> None:
+    """Wait (a little) for a proc's pipes to be read to their end: its exit is reported
+    after its last lines."""
+    deadline = time.monotonic() + DRAIN_AFTER_EXIT
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+
+
+# -- the spawner: printing it ----------------------------------------------------------------
+
+
+class LogSink:
+    """One proc mesh's forwarded output at its spawner (see the module docstring)."""
+
+    def __init__(self, name: str, hosts: list[str], call_later: Callable[..., object]) -> None:
+        self.name = name
+        self.hosts = hosts
+        """Each rank's host agent."""
+        self.call_later = call_later
+        self.stream = False
+        self.window: float | None = None
+        self._windows: dict[int, _Window] = {}
+        _sinks.add(self)
+
+    def configure(self, stream: bool, window: float | None) -> None:
+        self.flush()
+        self.stream, self.window = stream, window
+
+    def receive(self, lines: LogLines) -> None:
+        """Lines of one proc arrived (on the loop)."""
+        if not self.stream:
+            return
+        if self.window is None:
+            agent = self.hosts[lines.rank] if 0 <= lines.rank < len(self.hosts) else "?"
+            where = f"[{lines.host} {self.name}-{lines.rank}@{agent}] [{lines.rank}] "
+            out = "".join(f"{where}{line}\n" for line in lines.text.split("\n"))
+            _print(lines.stream, out)
+            return
+        window = self._windows.get(lines.stream)
+        if window is None:
+            window = self._windows[lines.stream] = _Window()
+            self.call_later(self.window, self._close_window, lines.stream, window)
+        for line in lines.text.split("\n"):
+            window.add(lines.rank, line)
+
+    def _close_window(self, stream: int, window: _Window) -> None:
+        if self._windows.get(stream) is window:
+            del self._windows[stream]
+            _print(stream, window.block())
+
+    def flush(self) -> None:
+        """Print what the open windows hold (a stop, a new option, the end)."""
+        windows, self._windows = self._windows, {}
+        for stream, window in windows.items():
+            _print(stream, window.block())
+
+
+class _Group:
+    """Similar lines of one window: the first, its rank, how many."""
+
+    __slots__ = ("count", "rank", "text")
+
+    def __init__(self, text: str, rank: int) -> None:
+        self.text, self.rank, self.count = text, rank, 1
+
+
+class _Window:
+    """The lines of one aggregation window: groups of similar lines, in arrival order."""
+
+    def __init__(self) -> None:
+        self.opened = time.time()
+        self.groups: list[_Group] = []
+
+    def add(self, rank: int, line: str) -> None:
+        for group in self.groups[:MOST_GROUPS]:
+            if similar(group.text, line):
+                group.count += 1
+                return
+        self.groups.append(_Group(line, rank))
+
+    def block(self) -> str:
+        def stamp(when: float) -> str:
+            return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
+
+        lines = [f"{CYAN}>>> Aggregated Logs ({stamp(self.opened)}) >>>{RESET}\n"]
+        lines += [
+            f"{YELLOW}[{g.count} similar log lines]{RESET} [{g.rank}] {g.text}\n"
+            for g in self.groups
+        ]
+        lines.append(f"{CYAN}<<< Aggregated Logs ({stamp(time.time())}) <<<{RESET}\n\n")
+        return "".join(lines)
+
+
+def similar(a: str, b: str) -> bool:
+    """Whether ``b`` is ``a`` with at most ``SIMILARITY`` of its length edited (Levenshtein,
+    computed in a band: a line compared with many groups costs length x limit)."""
+    if a == b:
+        return True
+    limit = int(SIMILARITY * max(len(a), len(b)))
+    if abs(len(a) - len(b)) > limit:
+        return False
+    if limit == 0:
+        return False
+    big = limit + 1
+    previous = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        low, high = max(1, i - limit), min(len(b), i + limit)
+        current = [big] * (len(b) + 1)
+        current[0] = i if i <= limit else big
+        best = current[0]
+        ai = a[i - 1]
+        for j in range(low, high + 1):
+            cost = previous[j - 1] + (ai != b[j - 1])
+            cost = min(cost, previous[j] + 1, current[j - 1] + 1)
+            current[j] = cost
+            best = min(best, cost)
+        if best > limit:
+            return False
+        previous = current
+    return previous[len(b)] <= limit
+
+
+# -- one printer per process -------------------------------------------------------------------
+
+_sinks: weakref.WeakSet[LogSink] = weakref.WeakSet()
+_queue: queue.SimpleQueue[tuple[int, str] | None] = queue.SimpleQueue()
+_printer: list[threading.Thread] = []
+_printer_lock = threading.Lock()
+
+
+def _print(stream: int, text: str) -> None:
+    if not _printer:
+        with _printer_lock:
+            if not _printer:
+                thread = threading.Thread(target=_run_printer, name="monarch-logs", daemon=True)
+                thread.start()
+                _printer.append(thread)
+                atexit.register(_finish_printing)
+    _queue.put((stream, text))
+
+
+def _run_printer() -> None:
+    while (item := _queue.get()) is not None:
+        stream, text = item
+        out: TextIO = sys.stdout if stream == 1 else sys.stderr
+        with contextlib.suppress(Exception):  # a closed or broken stream: nothing to do
+            out.write(text)
+            out.flush()
+
+
+def _finish_printing() -> None:
+    """At exit: what the sinks' windows hold and what is queued is printed (a second or so
+    at most)."""
+    for sink in list(_sinks):
+        sink.flush()
+    _queue.put(None)
+    for thread in _printer:
+        thread.join(1.0)

@@ -1,0 +1,120 @@
+"""Clients for test_logs.py, each run as its own process (the test reads its stdout and
+stderr, where forwarded lines are printed).
+
+    python log_client.py stream            3 procs print; lines streamed, one by one
+    python log_client.py aggregate         4 procs print alike; one aggregated block
+    python log_client.py crash             a proc prints, then dies by SIGSEGV
+    python log_client.py off               forwarding off at spawn: the warning
+    python log_client.py remote ADDR       procs on a worker at ADDR (TCP)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import faulthandler
+import logging
+import os
+import sys
+
+import monarch.actor
+from monarch.actor import Actor, current_rank, endpoint, this_host
+from monarch.config import configure
+from monarch.core._attach import attach_to_workers
+
+
+class Talker(Actor):
+    @endpoint
+    def talk(self, text: str) -> int:
+        rank = current_rank().rank
+        print(f"{text} from rank {rank}", flush=True)
+        print(f"complaint of rank {rank}", file=sys.stderr, flush=True)
+        return rank
+
+    @endpoint
+    def same(self) -> None:
+        print("every rank says this", flush=True)
+
+    @endpoint
+    def root_level(self) -> int:
+        return logging.getLogger().level
+
+    @endpoint
+    def crash(self) -> None:
+        print("last words", flush=True)
+        faulthandler.enable()
+        ctypes.string_at(0)  # SIGSEGV: faulthandler writes the traceback to stderr
+
+
+def marker(text: str) -> None:
+    print(f"CLIENT: {text}", flush=True)
+
+
+async def stream() -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 3})
+    await procs.logging_option(stream_to_client=True, level=logging.DEBUG)
+    talker = procs.spawn("talker", Talker)
+    await talker.talk.call("hello")
+    marker(f"root level {set((await talker.root_level.call()).values())}")
+    await procs.stop()
+    marker("stopped")
+
+
+async def aggregate() -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 4})
+    await procs.logging_option(stream_to_client=True, aggregate_window_sec=1)
+    talker = procs.spawn("talker", Talker)
+    await talker.same.call()
+    await talker.talk.call("hello")
+    await procs.stop()  # the open window is printed at the stop, not lost
+    marker("stopped")
+
+
+async def crash() -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    await procs.logging_option(stream_to_client=True)
+    talker = procs.spawn("talker", Talker)
+    try:
+        await talker.crash.call_one()
+    except Exception as exc:  # noqa: BLE001 - the test reads what it was
+        marker(f"crash raised {type(exc).__name__}")
+    await procs.stop()
+    marker("stopped")
+
+
+async def off() -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        await procs.logging_option(stream_to_client=False, aggregate_window_sec=1)
+    except RuntimeError as exc:
+        marker(f"RuntimeError {exc}")
+    try:
+        await procs.logging_option(stream_to_client=True, level="x")  # type: ignore[arg-type]
+    except TypeError as exc:
+        marker(f"TypeError {exc}")
+    await procs.logging_option(stream_to_client=True)  # warns: forwarding was off
+    await procs.stop()
+    marker("stopped")
+
+
+async def remote(address: str) -> None:
+    hosts = attach_to_workers(workers=[address])
+    procs = hosts.spawn_procs(per_host={"gpus": 2})
+    await procs.logging_option(stream_to_client=True)
+    talker = procs.spawn("talker", Talker)
+    await talker.talk.call("far")
+    await procs.stop()
+    marker("stopped")
+
+
+if __name__ == "__main__":
+    monarch.actor.unhandled_fault_hook = lambda failure: marker(f"fault {failure.mesh_name}")
+    scenario = sys.argv[1]
+    if scenario != "off":
+        configure(enable_log_forwarding=True)
+    os.environ.pop("PYTHONFAULTHANDLER", None)
+    main = {"stream": stream, "aggregate": aggregate, "crash": crash, "off": off}
+    if scenario == "remote":
+        asyncio.run(remote(sys.argv[2]))
+    else:
+        asyncio.run(main[scenario]())

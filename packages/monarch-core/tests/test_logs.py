@@ -1,0 +1,134 @@
+"""Log forwarding: procs' output at their spawner, one by one or aggregated, from this host
+and from a worker's, the last lines of a crashed proc, and upstream's errors and warning.
+
+Clients run as processes of their own (``log_client.py``): what is checked is what they
+print. The grouping of similar lines is checked against a plain Levenshtein (hypothesis).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hostkit import SECRET_ENV, children, start_worker
+from hypothesis import given
+from hypothesis import strategies as st
+
+from monarch.core._logs import SIMILARITY, _Window, similar
+
+CLIENT = Path(__file__).with_name("log_client.py")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def run_client(*args: str, env: dict[str, str] | None = None) -> tuple[str, str]:
+    done = subprocess.run(
+        [sys.executable, str(CLIENT), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return ANSI.sub("", done.stdout), ANSI.sub("", done.stderr)
+
+
+def forwarded(text: str) -> list[str]:
+    """The forwarded lines of ``text`` (``[host name-rank@agent] [rank] line``), bare."""
+    return [m.group(1) for m in re.finditer(r"^\[\S+ \S+-\d+@\S+\] \[\d+\] (.*)$", text, re.M)]
+
+
+def test_lines_are_streamed_with_their_origin_and_the_level_is_set() -> None:
+    out, err = run_client("stream")
+    # Local procs still print straight to the client's streams, as without forwarding...
+    assert "hello from rank 1\n" in out
+    # ...and each line comes again, forwarded, with where it came from, on its stream.
+    assert sorted(forwarded(out)) == [f"hello from rank {r}" for r in range(3)]
+    assert sorted(forwarded(err)) == [f"complaint of rank {r}" for r in range(3)]
+    assert re.search(r"^\[\S+ procs-2@unix://\S+\] \[2\] hello from rank 2$", out, re.M)
+    assert "CLIENT: root level {10}" in out
+
+
+def test_alike_lines_of_all_ranks_are_one_aggregated_line() -> None:
+    out, _ = run_client("aggregate")
+    blocks = re.findall(r">>> Aggregated Logs \(.*?\) >>>\n(.*?)<<< Aggregated Logs", out, re.S)
+    lines = [line for block in blocks for line in block.splitlines()]
+    assert "[4 similar log lines] [" in "".join(lines)
+    said = [line for line in lines if line.endswith("every rank says this")]
+    assert len(said) == 1 and said[0].startswith("[4 similar log lines]"), lines
+    hello = [line for line in lines if "hello from rank" in line]
+    assert len(hello) == 1 and hello[0].startswith("[4 similar log lines]"), lines
+    assert "CLIENT: stopped" in out  # the window open at the stop was printed, not lost
+
+
+def test_a_crashed_procs_last_lines_and_traceback_reach_the_client() -> None:
+    out, err = run_client("crash")
+    assert "last words" in forwarded(out)
+    traceback = forwarded(err)
+    assert any("Fatal Python error: Segmentation fault" in line for line in traceback), err
+    assert any("in crash" in line for line in traceback), err
+    assert "CLIENT: crash raised SupervisionError" in out
+
+
+def test_without_forwarding_at_spawn_streaming_warns_and_bad_options_raise() -> None:
+    out, err = run_client("off")
+    assert "CLIENT: RuntimeError cannot set aggregate window without streaming to client" in out
+    assert "CLIENT: TypeError level is a logging level" in out
+    assert "UserWarning: logging_option(stream_to_client=True) has no effect" in err
+    assert "enable_log_forwarding=True" in err
+    assert forwarded(out) == []
+
+
+@pytest.fixture
+def secret_env() -> dict[str, str]:
+    return {**os.environ, SECRET_ENV: secrets.token_hex(32)}
+
+
+def test_lines_of_procs_on_another_host_reach_the_client(secret_env: dict[str, str]) -> None:
+    with children() as start:
+        worker, address = start_worker(start, secret_env, "tcp://127.0.0.1:0")
+        out, err = run_client("remote", address, env=secret_env)
+        assert sorted(forwarded(out)) == ["far from rank 0", "far from rank 1"]
+        assert sorted(forwarded(err)) == ["complaint of rank 0", "complaint of rank 1"]
+        assert [line for line in out.splitlines() if line.startswith("far")] == []  # no raw copy
+        raw = worker.stderr_text()  # the worker's procs wrote there too (its own stderr)
+        assert "complaint of rank 0" in raw
+
+
+def levenshtein(a: str, b: str) -> int:
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return previous[-1]
+
+
+lines = st.text(alphabet="ab01 x", max_size=40)
+
+
+@given(a=lines, b=lines)
+def test_similar_is_a_bounded_edit_distance(a: str, b: str) -> None:
+    expected = levenshtein(a, b) <= int(SIMILARITY * max(len(a), len(b)))
+    assert similar(a, b) is expected
+    assert similar(b, a) is expected
+
+
+@given(st.lists(st.tuples(st.integers(0, 7), lines), max_size=60))
+def test_a_window_counts_every_line_once_in_a_group_it_is_similar_to(
+    arrivals: list[tuple[int, str]],
+) -> None:
+    window = _Window()
+    for rank, line in arrivals:
+        window.add(rank, line)
+    assert sum(group.count for group in window.groups) == len(arrivals)
+    firsts = [group.text for group in window.groups]
+    for _, line in arrivals:  # each line went to the first group it is similar to
+        assert any(similar(first, line) for first in firsts)
+    block = ANSI.sub("", window.block())
+    assert block.count("similar log lines]") == len(window.groups)
