@@ -34,6 +34,7 @@ OWNS: dict[str, frozenset[str]] = {
     "monarch-rdma": frozenset({"rdma"}),
     "monarch-tensor": frozenset({"tensor"}),
     "monarch-jobs": frozenset({"job", "spmd"}),
+    "monarch-telemetry": frozenset({"telemetry"}),
 }
 USES: dict[str, frozenset[str]] = {
     "monarch-transport": frozenset(),
@@ -41,6 +42,7 @@ USES: dict[str, frozenset[str]] = {
     "monarch-rdma": frozenset({"monarch-core"}),
     "monarch-tensor": frozenset({"monarch-core", "monarch-rdma"}),
     "monarch-jobs": frozenset({"monarch-core"}),
+    "monarch-telemetry": frozenset({"monarch-core"}),
 }
 SUBPACKAGES = frozenset().union(*OWNS.values())
 
@@ -254,7 +256,7 @@ CORE = "monarch.core"
 CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
     frozenset(CORE if name == "__init__" else f"{CORE}.{name}" for name in floor.split())
     for floor in (
-        "_config _memory _netaddr _per_process _cli _tls _table",  # leaves: stdlib, msgspec
+        "_config _memory _netaddr _per_process _cli _tls _table _instrument",  # leaves
         "_tensors _adopt",  # torch tensors as one buffer each (torch never imported); fd sockets
         "_serialize _ring",  # pickling with out-of-band buffers; the lenders' rings
         "_errors _reports",  # the one exception tree; upstream's words for failures

@@ -6,7 +6,14 @@ from importlib.metadata import distribution, requires, version
 
 from packaging.requirements import Requirement
 
-SIBLINGS = ["monarch-transport", "monarch-core", "monarch-rdma", "monarch-tensor", "monarch-jobs"]
+SIBLINGS = [
+    "monarch-transport",
+    "monarch-core",
+    "monarch-rdma",
+    "monarch-tensor",
+    "monarch-jobs",
+    "monarch-telemetry",
+]
 
 
 def test_depends_on_every_sibling_pinned() -> None:
@@ -20,7 +27,7 @@ def test_depends_on_every_sibling_pinned() -> None:
 
 def test_extras_forward_to_the_siblings() -> None:
     extras = distribution("pymonarch").metadata.get_all("Provides-Extra") or []
-    assert sorted(extras) == ["kubernetes", "rdma", "slurm"]
+    assert sorted(extras) == ["kubernetes", "otlp", "rdma", "slurm"]
     forwarded = {
         str(r.marker): f"{r.name}[{','.join(sorted(r.extras))}]"
         for r in map(Requirement, requires("pymonarch") or [])
@@ -30,6 +37,7 @@ def test_extras_forward_to_the_siblings() -> None:
         'extra == "kubernetes"': "monarch-jobs[kubernetes]",
         'extra == "slurm"': "monarch-jobs[slurm]",
         'extra == "rdma"': "monarch-tensor[rdma]",
+        'extra == "otlp"': "monarch-telemetry[otlp]",
     }
 
 

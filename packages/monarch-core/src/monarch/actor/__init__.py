@@ -5,6 +5,8 @@ unhandled, so reassigning it (``monarch.actor.unhandled_fault_hook = my_hook``) 
 """
 
 from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any
 
 from monarch.core._actor_mesh import (
     Accumulator,
@@ -42,6 +44,26 @@ from monarch.core._worker import (
 
 unhandled_fault_hook: Callable[[MeshFailure], None] = _default_hook
 """Called with every failure that reaches the client unhandled; reassign to change that."""
+
+EXTRAS_GROUP = "monarch.actor"
+"""Entry points ``name = "module:attr"``: names of upstream's ``monarch.actor`` that a sibling
+wheel provides (monarch-telemetry's ``span``, ``traced``, ``get_meter``), loaded when first
+asked for: a client that never asks never imports them (OpenTelemetry, say)."""
+_WHEELS = dict.fromkeys(("span", "traced", "get_meter"), "monarch-telemetry")
+"""Which wheel provides each, for the error when it is not installed."""
+
+
+def __getattr__(name: str) -> Any:
+    found = entry_points(group=EXTRAS_GROUP, name=name)
+    if found:
+        return next(iter(found)).load()
+    if name in _WHEELS:
+        raise ImportError(
+            f"monarch.actor.{name} needs the {_WHEELS[name]} wheel: pip install {_WHEELS[name]}",
+            name=f"monarch.actor.{name}",
+        )
+    raise AttributeError(f"module 'monarch.actor' has no attribute {name!r}")
+
 
 __all__ = [
     "Accumulator",

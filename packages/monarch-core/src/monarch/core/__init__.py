@@ -6,8 +6,9 @@ module: this process's ``Runtime`` (its address, the job's secret and root, post
 message to a proc or a port, watching a peer), the ``Future`` that every operation
 returns and how to complete one from the runtime loop, the wire messages, pickling with
 out-of-band buffers, lending large buffers between processes of one machine and
-reading another process's memory (``read_process_memory``, ``buffer_address``), and the
-configuration snapshot (``current_config``).
+reading another process's memory (``read_process_memory``, ``buffer_address``), the
+configuration snapshot (``current_config``), and where telemetry plugs in
+(``set_instrumentation``: monarch-telemetry's hooks on both sides of every call).
 
 The modules behind this face stand on floors, each importing only those below it (see
 the package README); ``_bootstrap``, at the top, alone starts a runtime, and importing
@@ -33,6 +34,12 @@ from ._errors import (
 )
 from ._future import Future, Outcome, run_on, submit_into, wait_outcome
 from ._gather import Gather
+from ._instrument import (
+    Instrumentation,
+    Scope,
+    current_instrumentation,
+    set_instrumentation,
+)
 from ._lending import LEND_MIN, Lender
 from ._lending import available as lending_available
 from ._lending import read_range as read_process_memory
@@ -63,6 +70,7 @@ __all__ = [
     "Gather",
     "HostMesh",
     "Instance",
+    "Instrumentation",
     "Lender",
     "MeshFailure",
     "MeshIndexError",
@@ -78,6 +86,7 @@ __all__ = [
     "PullError",
     "RemoteFailure",
     "Runtime",
+    "Scope",
     "Shape",
     "SupervisionError",
     "ValueMesh",
@@ -85,6 +94,7 @@ __all__ = [
     "buffer_address",
     "context",
     "current_config",
+    "current_instrumentation",
     "current_runtime",
     "dumps",
     "endpoint",
@@ -94,6 +104,7 @@ __all__ = [
     "read_process_memory",
     "run_on",
     "running_runtime",
+    "set_instrumentation",
     "spawn_actor_mesh",
     "submit_into",
     "this_host",

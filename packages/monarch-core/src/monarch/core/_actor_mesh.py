@@ -38,6 +38,7 @@ from ._errors import MeshFailure, SupervisionError
 from ._exits import ASKED_GRACE, asking, ended, unknown, when_ended
 from ._future import Future, Outcome, run_on, submit_into, wait_outcome
 from ._gather import Gather
+from ._instrument import outgoing
 from ._messages import (
     STOP_METHOD,
     TO_PROC,
@@ -129,13 +130,13 @@ class Endpoint(Generic[R]):
             failed.set_exception(error)
             return failed
         explicit = self._prop._explicit_response_port
+        trace = outgoing(mesh._name, self._name)
         procs = mesh._cast_here() if want != "stream" else None
         if procs is None:
-            return submit_into(
-                mesh._runtime, ActorMesh._start_cast, mesh, self._name, payload, want, explicit
-            )
+            start, name = ActorMesh._start_cast, self._name
+            return submit_into(mesh._runtime, start, mesh, name, payload, want, explicit, trace)
         future: Future[Any] = Future._new()
-        mesh._cast_gathering(procs, self._name, payload, want, explicit, future)
+        mesh._cast_gathering(procs, self._name, payload, want, explicit, future, trace)
         return future
 
     def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
@@ -605,14 +606,20 @@ class ActorMesh(ShapedMesh, Generic[R]):
     ) -> None:
         """Cast with no gathering (broadcast, send): from this thread when it may (see
         ``_cast_here``), else in order through the runtime loop."""
+        trace = outgoing(self._name, method)
         procs = self._cast_here()
         if procs is not None:
-            self._post_to(procs, method, payload, reply, explicit)
+            self._post_to(procs, method, payload, reply, explicit, False, trace)
         else:
-            self._runtime.call_soon(self._post_cast, method, payload, reply, explicit)
+            self._runtime.call_soon(self._post_cast, method, payload, reply, explicit, trace)
 
     def _post_cast(
-        self, method: str, payload: Sequence[Buffer], reply: PortRef | None, explicit: bool
+        self,
+        method: str,
+        payload: Sequence[Buffer],
+        reply: PortRef | None,
+        explicit: bool,
+        trace: str,
     ) -> None:
         """Post one Call per proc of the (sliced) mesh, in order with earlier casts."""
 
@@ -620,7 +627,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
             if isinstance(ready, BaseException):
                 log.warning("dropped %s() cast: %s", method, ready)
                 return
-            self._post_to(ready, method, payload, reply, explicit)
+            self._post_to(ready, method, payload, reply, explicit, False, trace)
 
         self._state.when_ready(go)
 
@@ -632,6 +639,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
         reply: PortRef | None,
         explicit: bool = False,
         gather: bool = False,
+        trace: str = "",
     ) -> None:
         """One message per process hosting part of the (sliced) mesh, down the cast tree."""
         runtime = self._runtime
@@ -647,6 +655,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
             seqs,
             (),
             gather and not explicit,
+            trace,
         )
         runtime.cast(targets, self._mesh_id, call, payload)
 
@@ -666,6 +675,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
         payload: Sequence[Buffer],
         want: str,
         explicit: bool,
+        trace: str,
         result: Future[Any],
     ) -> None:
         """Post the cast now (or after earlier casts, once the procs are up); loop only.
@@ -679,7 +689,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
             if isinstance(ready, BaseException):
                 result.set_exception(ready)
             else:
-                self._cast_gathering(ready, method, payload, want, explicit, result)
+                self._cast_gathering(ready, method, payload, want, explicit, result, trace)
 
         self._state.when_ready(go)
 
@@ -691,17 +701,18 @@ class ActorMesh(ShapedMesh, Generic[R]):
         want: str,
         explicit: bool,
         result: Future[Any],
+        trace: str = "",
     ) -> None:
         ranks, _, targets = self._cast_plan(procs)
         runtime = self._runtime
         if want == "stream":
             gather = CallGather(method, runtime, len(ranks), targets, stream=True, mesh=self)
-            self._post_to(procs, method, payload, gather.port, explicit, True)
+            self._post_to(procs, method, payload, gather.port, explicit, True, trace)
             result.set_result(gather.arrivals)
             return
         count = len(ranks)
         gather = CallGather(method, runtime, count, targets, result=result, want=want, mesh=self)
-        self._post_to(procs, method, payload, gather.port, explicit, True)
+        self._post_to(procs, method, payload, gather.port, explicit, True, trace)
 
     def _shape_for_values(self) -> Shape:
         """The shape of a gathered ValueMesh: this mesh's, its ranks renumbered from 0."""

@@ -37,6 +37,7 @@ from ._adopt import adopt_listener
 from ._config import current_config
 from ._controller import handle_get_controller
 from ._future import Future
+from ._instrument import load_instrumentation, shutdown_instrumentation
 from ._logs import drain, forward_output, handle_set_log_level
 from ._messages import (
     ActorFailed,
@@ -242,6 +243,8 @@ async def serve_proc() -> None:
     host_python[0] = os.environ.get(PYTHON_ENV, "")
     await runtime.start(os.environ.get(LISTEN_ENV, "unix://@"))
     _boot(runtime, os.environ.get(ROOT_ENV, ""))
+    if current_config().enable_telemetry:
+        load_instrumentation()
     # What booting made (modules, the runtime) lives as long as the process: out of the
     # collector's sight, a full collection walks only what actors made since, not the
     # whole heap (under a stream of messages those cost a third of a proc's time).
@@ -252,6 +255,7 @@ async def serve_proc() -> None:
     await runtime.stopped.wait()
     release_actors(runtime)
     await asyncio.sleep(0)  # async actors' tasks take their exit and end
+    shutdown_instrumentation()  # what telemetry holds goes out while the loop still runs
     await runtime.aclose()
 
 

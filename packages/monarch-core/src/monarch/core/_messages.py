@@ -75,6 +75,8 @@ class Call(msgspec.Struct, array_like=True, tag=1, frozen=True, gc=False):
     gather: bool = False
     """The reply port gathers one value per rank: a proc hosting several of the targets
     may answer for all of them in one PortBatch."""
+    trace: str = ""
+    """What the caller's instrumentation gave the call (a trace context, see _instrument)."""
 
 
 STOP_METHOD: Final = "__monarch_stop__"

@@ -842,6 +842,15 @@ class Config:
         ),
         ours=True,
     )
+    enable_telemetry: bool = key(
+        False,
+        "MONARCH_ENABLE_TELEMETRY",
+        doc=(
+            "(ours) Procs load the monarch.instrumentation plug-ins (monarch-telemetry's "
+            "spans and metrics). Set by the client's plug-in; procs inherit it."
+        ),
+        ours=True,
+    )
     # logging
     enable_log_forwarding: bool = key(
         False,

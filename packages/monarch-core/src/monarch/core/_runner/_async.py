@@ -17,6 +17,7 @@ from typing import Any
 from monarch.core._config import current_config
 from monarch.core._context import Context
 from monarch.core._errors import MeshFailure
+from monarch.core._instrument import enter, instrumented
 from monarch.core._messages import Call, SpawnActor
 from monarch.core._reports import aborted_by
 from monarch.core._runtime import Runtime
@@ -115,16 +116,28 @@ class AsyncRunner(ActorRunner):
 
     async def _handle_one(self, call: Call, parts: Sequence[Buffer]) -> None:
         context = self._context_for(call)
+        rank = context.message_rank.rank
+        scope = (
+            enter(type(self.instance), call.method, self.actor_name, rank, call.trace)
+            if instrumented()
+            else None
+        )
         try:
             fn, args, kwargs = self._prepare(call, parts, context)
             result = await self._invoke(context.message_rank, fn, *args, **kwargs)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            if scope is not None:
+                scope.close(exc)
             if self.stopped is not None:  # a concurrent endpoint the stop cancelled
                 self._refuse(call)
             raise
         except BaseException as exc:  # noqa: BLE001 - see _conclude
+            if scope is not None:
+                scope.close(exc)
             self._conclude(call, context, None, exc)
         else:
+            if scope is not None:
+                scope.close(None)
             self._conclude(call, context, result, None)
 
     async def _supervise_async(self, failure: MeshFailure) -> None:

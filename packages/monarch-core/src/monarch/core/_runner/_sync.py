@@ -21,6 +21,7 @@ from monarch.core._config import current_config
 from monarch.core._context import Context
 from monarch.core._errors import MeshFailure
 from monarch.core._future import run_on
+from monarch.core._instrument import enter, instrumented
 from monarch.core._messages import Call, SpawnActor
 from monarch.core._reports import aborted_by
 from monarch.core._runtime import Runtime, spin, spin_seconds
@@ -123,6 +124,12 @@ class SyncRunner(ActorRunner):
             context = self._context_for(message)
             current_context.set(context)
             plain = self._plain.get(message.method)
+            rank = context.message_rank.rank
+            scope = (
+                enter(type(self.instance), message.method, self.actor_name, rank, message.trace)
+                if instrumented()
+                else None
+            )
             try:
                 if plain is not None:  # the common case, in fewer steps (see _prepare)
                     args, kwargs = loads_arguments(parts)
@@ -131,8 +138,12 @@ class SyncRunner(ActorRunner):
                     fn, args, kwargs = self._prepare(message, parts, context)
                     result = self._call_sync(fn, args, kwargs)
             except BaseException as exc:  # noqa: BLE001 - see _conclude
+                if scope is not None:
+                    scope.close(exc)
                 self._conclude(message, context, None, exc, held)
             else:
+                if scope is not None:
+                    scope.close(None)
                 self._conclude(message, context, result, None, held)
         else:
             self.runtime.flush_writes(held)

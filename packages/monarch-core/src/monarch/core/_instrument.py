@@ -1,0 +1,87 @@
+"""Where telemetry plugs into the core: one optional object, no cost without it.
+
+A plug-in (monarch-telemetry: OpenTelemetry spans and metrics) installs an
+``Instrumentation``; the core then asks it, on the caller's thread, what a call carries
+to its callee (``outgoing``: a trace context), and has it ``enter`` each endpoint it runs
+(on the thread or task that runs it) and close that scope when the endpoint is done. With
+none installed each of those is one test of a module global. Procs load the plug-ins of
+the ``monarch.instrumentation`` entry points when ``enable_telemetry`` is set (the
+client's plug-in sets it, and procs inherit the configuration).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final, Protocol
+
+log = logging.getLogger("monarch.core")
+
+ENTRY_POINT_GROUP: Final = "monarch.instrumentation"
+"""Entry points ``name = "module:install"``: ``install()`` calls ``set_instrumentation``."""
+
+
+class Scope(Protocol):
+    def close(self, error: BaseException | None) -> None:
+        """The endpoint is done (``error``: what it raised)."""
+
+
+class Instrumentation(Protocol):
+    def outgoing(self, mesh: str, method: str) -> str:
+        """What a call about to be sent carries to its callee ("" for nothing)."""
+
+    def enter(self, endpoint: str, actor: str, rank: int, carried: str) -> Scope:
+        """An endpoint (``Class.method``) of ``actor`` (its name) starts for a call to
+        ``rank``; ``carried``: what the call carried. The returned scope is current for
+        the endpoint's code (on this thread or task) until closed."""
+
+    def shutdown(self) -> None:
+        """The process is ending: send what is buffered."""
+
+
+_installed: list[Instrumentation] = []
+
+
+def set_instrumentation(instrumentation: Instrumentation | None) -> None:
+    """Install ``instrumentation`` in this process (``None``: remove it)."""
+    _installed[:] = [] if instrumentation is None else [instrumentation]
+
+
+def current_instrumentation() -> Instrumentation | None:
+    return _installed[0] if _installed else None
+
+
+def instrumented() -> bool:
+    """Whether an instrumentation is installed (the one test on the hot paths)."""
+    return bool(_installed)
+
+
+def outgoing(mesh: str, method: str) -> str:
+    """What a call carries (see ``Instrumentation.outgoing``); "" without instrumentation."""
+    return _installed[0].outgoing(mesh, method) if _installed else ""
+
+
+def load_instrumentation() -> None:
+    """Install the plug-ins of ``ENTRY_POINT_GROUP`` (a proc, when telemetry is on)."""
+    from importlib.metadata import entry_points  # slow: only when telemetry is on
+
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            entry.load()()
+        except Exception as exc:  # noqa: BLE001 - telemetry must not stop a proc
+            log.warning("instrumentation %s: %s", entry.name, exc)
+
+
+def shutdown_instrumentation() -> None:
+    if _installed:
+        try:
+            _installed[0].shutdown()
+        except Exception as exc:  # noqa: BLE001 - the proc ends anyway
+            log.warning("instrumentation shutdown: %s", exc)
+
+
+def enter(runner_class: type, method: str, actor: str, rank: int, carried: str) -> Scope | None:
+    """The scope of an endpoint about to run (see ``Instrumentation.enter``); None without
+    instrumentation."""
+    if not _installed:
+        return None
+    return _installed[0].enter(f"{runner_class.__name__}.{method}", actor, rank, carried)

@@ -1,0 +1,111 @@
+"""The core's instrumentation (``monarch.core`` hooks) on OpenTelemetry.
+
+A call made in a span carries the W3C ``traceparent`` of a short "send" span, a child of
+that span; the endpoint it reaches runs in a span that continues that trace, so a client's
+span, each send and each actor's endpoint (and the spans and calls in it) form one trace,
+across casts too. A call made outside any span carries nothing (no send span: a call costs
+less) and its endpoint's span starts a trace of its own. The built-in metrics count calls
+and errors and time endpoints.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+from opentelemetry import context, metrics, trace
+from opentelemetry.metrics._internal import _ProxyMeterProvider as _PROXY_METER_PROVIDER
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from monarch.config import configure
+from monarch.core import current_instrumentation, running_runtime, set_instrumentation
+
+from ._export import configure_export, shutdown_export
+from ._meter import instruments
+from ._spans import tracer
+
+_propagator: Final = TraceContextTextMapPropagator()
+
+
+class EndpointScope:
+    """An endpoint's span, current on its thread or task until closed."""
+
+    __slots__ = ("attributes", "span", "start", "token")
+
+    def __init__(self, endpoint: str, actor: str, rank: int, carried: str) -> None:
+        parent = _propagator.extract({"traceparent": carried}) if carried else None
+        self.attributes = {"monarch.endpoint": endpoint}
+        self.span = tracer().start_span(
+            endpoint,
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes={"monarch.actor": actor, "monarch.rank": rank, **self.attributes},
+        )
+        self.token = context.attach(trace.set_span_in_context(self.span))
+        self.start = time.perf_counter()
+
+    def close(self, error: BaseException | None) -> None:
+        measured = instruments()
+        measured.duration.record(time.perf_counter() - self.start, self.attributes)
+        measured.handled.add(1, self.attributes)
+        if error is not None:
+            measured.errors.add(1, self.attributes)
+            self.span.record_exception(error)
+            self.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        self.span.end()
+        context.detach(self.token)
+
+
+class _Idle:
+    """The scope of an endpoint when nothing records (see ``idle``)."""
+
+    __slots__ = ()
+
+    def close(self, error: BaseException | None) -> None:
+        pass
+
+
+IDLE: Final = _Idle()
+
+
+def idle() -> bool:
+    """Whether no SDK is installed to record spans or metrics in this process: then the
+    hooks do nothing (OpenTelemetry's no-op API would still cost a call its span, context
+    and instrument calls). Checked per call: an application may install one later."""
+    return isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider) and isinstance(
+        metrics.get_meter_provider(), _PROXY_METER_PROVIDER
+    )
+
+
+class OpenTelemetry:
+    def outgoing(self, mesh: str, method: str) -> str:
+        if idle():
+            return ""
+        instruments().sent.add(1, {"monarch.endpoint": f"{mesh}.{method}"})
+        if not trace.get_current_span().get_span_context().is_valid:
+            return ""  # no trace to continue: the endpoint's span starts its own
+        send = tracer().start_span(f"send {mesh}.{method}", kind=SpanKind.PRODUCER)
+        carrier: dict[str, str] = {}
+        _propagator.inject(carrier, trace.set_span_in_context(send))
+        send.end()
+        return carrier.get("traceparent", "")
+
+    def enter(self, endpoint: str, actor: str, rank: int, carried: str) -> EndpointScope | _Idle:
+        if idle():
+            return IDLE
+        return EndpointScope(endpoint, actor, rank, carried)
+
+    def shutdown(self) -> None:
+        shutdown_export()
+
+
+def install() -> None:
+    """Instrument this process (once); procs spawned from it afterwards load it too."""
+    if isinstance(current_instrumentation(), OpenTelemetry):
+        return
+    runtime = running_runtime()
+    in_proc = runtime is not None and bool(runtime.root) and runtime.root != runtime.address
+    configure_export("monarch-proc" if in_proc else "monarch-client")
+    set_instrumentation(OpenTelemetry())
+    configure(enable_telemetry=True)

@@ -1,0 +1,8 @@
+"""Test helpers of this folder (otlp_receiver.py) are imported by name."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))

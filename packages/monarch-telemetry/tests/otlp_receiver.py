@@ -1,0 +1,128 @@
+"""An OTLP/HTTP receiver over a real socket: what the exporters of every process send,
+decoded with the opentelemetry-proto messages (no mock of the exporter)."""
+
+from __future__ import annotations
+
+import gzip
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+
+class Received:
+    """Spans and metric points received so far (flattened)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self.spans: list[dict[str, Any]] = []
+        self.metrics: list[dict[str, Any]] = []
+
+    def wait_for(self, condition: Callable[[], bool], timeout: float) -> bool:
+        with self.changed:
+            return self.changed.wait_for(condition, timeout)
+
+
+def _attributes(kvs: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in kvs:
+        kind = kv.value.WhichOneof("value")
+        out[kv.key] = getattr(kv.value, kind) if kind else None
+    return out
+
+
+def _take_traces(received: Received, body: bytes) -> bytes:
+    request = ExportTraceServiceRequest.FromString(body)
+    with received.changed:
+        for resource_spans in request.resource_spans:
+            service = _attributes(resource_spans.resource.attributes).get("service.name")
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    received.spans.append(
+                        {
+                            "name": span.name,
+                            "service": service,
+                            "trace_id": span.trace_id.hex(),
+                            "span_id": span.span_id.hex(),
+                            "parent": span.parent_span_id.hex(),
+                            "kind": span.kind,
+                            "status": span.status.code,
+                            "attributes": _attributes(span.attributes),
+                        }
+                    )
+        received.changed.notify_all()
+    reply: bytes = ExportTraceServiceResponse().SerializeToString()
+    return reply
+
+
+def _take_metrics(received: Received, body: bytes) -> bytes:
+    request = ExportMetricsServiceRequest.FromString(body)
+    with received.changed:
+        for resource_metrics in request.resource_metrics:
+            service = _attributes(resource_metrics.resource.attributes).get("service.name")
+            for scope_metrics in resource_metrics.scope_metrics:
+                for metric in scope_metrics.metrics:
+                    kind = metric.WhichOneof("data")
+                    for point in getattr(metric, kind).data_points:
+                        value = point.as_int if kind == "sum" else None
+                        if kind == "histogram":
+                            value = point.count
+                        received.metrics.append(
+                            {
+                                "name": metric.name,
+                                "service": service,
+                                "value": value,
+                                "attributes": _attributes(point.attributes),
+                            }
+                        )
+        received.changed.notify_all()
+    reply: bytes = ExportMetricsServiceResponse().SerializeToString()
+    return reply
+
+
+@contextmanager
+def otlp_receiver() -> Iterator[tuple[str, Received]]:
+    """``(endpoint URL, what it received)`` while the server runs."""
+    received = Received()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if self.headers.get("Content-Encoding") == "gzip":
+                body = gzip.decompress(body)
+            if self.path == "/v1/traces":
+                reply = _take_traces(received, body)
+            elif self.path == "/v1/metrics":
+                reply = _take_metrics(received, body)
+            else:
+                self.send_response(404)
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", received
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,78 @@
+"""A client whose calls the telemetry test follows (run as its own process, exporting to
+the OTLP receiver the test gives it in ``OTEL_EXPORTER_OTLP_ENDPOINT``)."""
+
+from __future__ import annotations
+
+import json
+
+import monarch.actor
+from monarch.actor import Actor, ActorError, endpoint, this_host
+from monarch.telemetry import get_meter, span, traced
+
+
+class Helper(Actor):
+    @endpoint
+    def work(self, x: int) -> int:
+        return x + 100
+
+
+class Worker(Actor):
+    @endpoint
+    def work(self, x: int) -> int:
+        with span("inner"):
+            return x + 1
+
+    @endpoint
+    def fail(self) -> None:
+        raise ValueError("bad input")
+
+    @endpoint
+    def relay(self, helper: Helper) -> int:
+        value: int = helper.work.call_one(5).get()
+        return value
+
+
+class AsyncWorker(Actor):
+    @endpoint
+    async def work(self, x: int) -> int:
+        return await self.double(x)
+
+    @traced(name="double-it")
+    async def double(self, x: int) -> int:
+        return 2 * x
+
+
+def main() -> None:
+    monarch.actor.unhandled_fault_hook = lambda failure: None
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    workers = procs.spawn("workers", Worker)
+    helper = procs.slice(gpus=1).spawn("helper", Helper)
+    asyncs = procs.spawn("asyncs", AsyncWorker)
+    with span("client-step") as step:
+        values = workers.work.call(1).get()
+        doubled = asyncs.work.call(4).get()
+    with span("client-relay") as relay:
+        relayed = workers.slice(gpus=0).relay.call_one(helper).get()
+    try:
+        workers.slice(gpus=0).fail.call_one().get()
+    except ActorError:
+        failed = True
+    get_meter("user").create_counter("user.things").add(3)
+    procs.stop().get()
+    print(
+        json.dumps(
+            {
+                "step": format(step.get_span_context().trace_id, "032x"),
+                "relay": format(relay.get_span_context().trace_id, "032x"),
+                "values": sorted(values.values()),
+                "doubled": sorted(doubled.values()),
+                "relayed": relayed,
+                "failed": failed,
+            }
+        ),
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""Spans and metrics of real calls, exported over OTLP/HTTP by the client and its procs and
+decoded by a real receiver; the trace context carried by a call (hypothesis); the names
+``monarch.actor`` lends from this wheel."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from otlp_receiver import otlp_receiver
+
+import monarch.actor
+from monarch.config import configure
+from monarch.core import current_instrumentation, set_instrumentation
+
+CLIENT = Path(__file__).with_name("telemetry_client.py")
+
+
+def by_name(spans: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [s for s in spans if s["name"] == name]
+
+
+def test_a_call_is_one_trace_from_the_client_into_every_actor() -> None:
+    with otlp_receiver() as (endpoint, received):
+        env = {
+            **os.environ,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+            "OTEL_METRIC_EXPORT_INTERVAL": "500",
+        }
+        done = subprocess.run(
+            [sys.executable, str(CLIENT)], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads(done.stdout.splitlines()[-1])
+        assert result["values"] == [2, 2] and result["doubled"] == [8, 8]
+        assert result["relayed"] == 105 and result["failed"]
+
+        spans_wanted = {"Worker.work", "inner", "double-it", "Helper.work", "Worker.fail"}
+        metrics_wanted = {"monarch.endpoint.calls", "user.things"}
+
+        def arrived() -> bool:
+            names = {s["name"] for s in received.spans}
+            return spans_wanted <= names and metrics_wanted <= {m["name"] for m in received.metrics}
+
+        assert received.wait_for(arrived, 30), received.spans
+        spans = received.spans
+
+    step = result["step"]
+    (client_step,) = by_name(spans, "client-step")
+    assert client_step["service"] == "monarch-client" and client_step["trace_id"] == step
+    sends = {s["span_id"]: s for s in spans if s["name"] == "send workers.work"}
+    assert sends and all(s["parent"] == client_step["span_id"] for s in sends.values())
+    work = by_name(spans, "Worker.work")
+    assert sorted(s["attributes"]["monarch.rank"] for s in work) == [0, 1]
+    for s in work:
+        assert s["service"] == "monarch-proc" and s["trace_id"] == step
+        assert s["parent"] in sends  # the endpoint continues the caller's trace
+    inner = by_name(spans, "inner")
+    assert {s["parent"] for s in inner} == {s["span_id"] for s in work}
+    awork = by_name(spans, "AsyncWorker.work")
+    assert len(awork) == 2 and all(s["trace_id"] == step for s in awork)
+    assert {s["parent"] for s in by_name(spans, "double-it")} == {s["span_id"] for s in awork}
+
+    # A call made inside an endpoint joins the trace of the call that ran it.
+    (relay,) = by_name(spans, "Worker.relay")
+    (helped,) = by_name(spans, "Helper.work")
+    assert relay["trace_id"] == helped["trace_id"] == result["relay"]
+    (failed,) = by_name(spans, "Worker.fail")
+    assert failed["status"] == 2  # STATUS_CODE_ERROR
+
+    metrics = received.metrics
+    calls = [m for m in metrics if m["name"] == "monarch.endpoint.calls"]
+    assert {m["attributes"]["monarch.endpoint"] for m in calls} >= {"Worker.work", "Worker.fail"}
+    errors = [m for m in metrics if m["name"] == "monarch.endpoint.errors"]
+    assert any(m["attributes"]["monarch.endpoint"] == "Worker.fail" for m in errors)
+    sent = [m for m in metrics if m["name"] == "monarch.calls.sent"]
+    assert any(m["service"] == "monarch-client" for m in sent)
+    assert any(m["name"] == "user.things" and m["value"] == 3 for m in metrics)
+
+
+def test_without_telemetry_the_names_say_which_wheel_when_missing() -> None:
+    script = (
+        "import importlib.metadata as m\n"
+        "m.entry_points = lambda **kw: ()  # as if monarch-telemetry were not installed\n"
+        "import monarch.actor\n"
+        "try:\n    monarch.actor.span\nexcept ImportError as e:\n    print(e)\n"
+        "from monarch.core import current_instrumentation\n"
+        "print(current_instrumentation())"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert "needs the monarch-telemetry wheel" in done.stdout
+    assert done.stdout.strip().endswith("None")  # nothing instruments a plain client
+
+
+# -- the trace context a call carries, in this process ----------------------------------------
+
+_exporter = InMemorySpanExporter()
+
+
+@pytest.fixture(scope="module")
+def telemetry() -> Iterator[Any]:
+    """This wheel's instrumentation, with spans kept in memory; this test process is left
+    as it was (no instrumentation, telemetry off for procs spawned later)."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(_exporter))
+    trace.set_tracer_provider(provider)
+    before = current_instrumentation()
+    from monarch.telemetry._instrumentation import OpenTelemetry  # installs on import
+
+    yield OpenTelemetry()
+    set_instrumentation(before)
+    configure(enable_telemetry=False)
+
+
+ids = st.integers(min_value=1, max_value=2**64 - 1)
+
+
+@given(trace_id=st.integers(1, 2**128 - 1), span_id=ids, rank=st.integers(0, 9999))
+def test_an_endpoint_continues_the_trace_its_call_carried(
+    telemetry: Any, trace_id: int, span_id: int, rank: int
+) -> None:
+    _exporter.clear()
+    caller = SpanContext(trace_id, span_id, is_remote=False, trace_flags=TraceFlags(1))
+    with trace.use_span(NonRecordingSpan(caller)):
+        carried = telemetry.outgoing("mesh", "method")
+    scope = telemetry.enter("Class.method", "actor", rank, carried)
+    assert trace.get_current_span() is scope.span  # current while the endpoint runs
+    scope.close(None)
+    assert trace.get_current_span() is not scope.span
+    send, endpoint = _exporter.get_finished_spans()
+    assert send.name == "send mesh.method" and endpoint.name == "Class.method"
+    assert send.context.trace_id == endpoint.context.trace_id == trace_id
+    assert send.parent is not None and send.parent.span_id == span_id
+    assert endpoint.parent is not None and endpoint.parent.span_id == send.context.span_id
+    assert endpoint.attributes is not None and endpoint.attributes["monarch.rank"] == rank
+
+
+def test_monarch_actor_lends_the_names() -> None:
+    from monarch.telemetry import get_meter, span, traced
+
+    assert monarch.actor.span is span
+    assert monarch.actor.traced is traced
+    assert monarch.actor.get_meter is get_meter
