@@ -30,6 +30,16 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
         ),
         ("transport_demo.py", ["unix://@", "tcp://127.0.0.1:", "tls://127.0.0.1:", "wrong secret"]),
         ("parameter_server.py", ["final weights match the single-process run: True"]),
+        (
+            "observability.py",
+            [
+                "ValueError: rank 3 diverged at step 0",
+                "its span is in the client's trace",
+                ": True",
+                "similar log lines]",
+                "== stopped",
+            ],
+        ),
     ],
 )
 def test_example_runs(script: str, expected: list[str]) -> None:
