@@ -137,7 +137,7 @@ def test_an_endpoint_continues_the_trace_its_call_carried(
     caller = SpanContext(trace_id, span_id, is_remote=False, trace_flags=TraceFlags(1))
     with trace.use_span(NonRecordingSpan(caller)):
         carried = telemetry.outgoing("mesh", "method")
-    scope = telemetry.enter("Class.method", "actor", rank, carried)
+    scope = telemetry.enter("Class.method", "actor", "mesh<1>", rank, carried)
     assert trace.get_current_span() is scope.span  # current while the endpoint runs
     scope.close(None)
     assert trace.get_current_span() is not scope.span

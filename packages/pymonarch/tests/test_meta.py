@@ -27,7 +27,7 @@ def test_depends_on_every_sibling_pinned() -> None:
 
 def test_extras_forward_to_the_siblings() -> None:
     extras = distribution("pymonarch").metadata.get_all("Provides-Extra") or []
-    assert sorted(extras) == ["kubernetes", "otlp", "rdma", "slurm"]
+    assert sorted(extras) == ["kubernetes", "otlp", "rdma", "slurm", "sql"]
     forwarded = {
         str(r.marker): f"{r.name}[{','.join(sorted(r.extras))}]"
         for r in map(Requirement, requires("pymonarch") or [])
@@ -38,6 +38,7 @@ def test_extras_forward_to_the_siblings() -> None:
         'extra == "slurm"': "monarch-jobs[slurm]",
         'extra == "rdma"': "monarch-tensor[rdma]",
         'extra == "otlp"': "monarch-telemetry[otlp]",
+        'extra == "sql"': "monarch-telemetry[sql]",
     }
 
 

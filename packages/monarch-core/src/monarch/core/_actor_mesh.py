@@ -38,7 +38,7 @@ from ._errors import MeshFailure, SupervisionError
 from ._exits import ASKED_GRACE, asking, ended, unknown, when_ended
 from ._future import Future, Outcome, run_on, submit_into, wait_outcome
 from ._gather import Gather
-from ._instrument import outgoing
+from ._instrument import instrumented, outgoing, spawned
 from ._messages import (
     STOP_METHOD,
     TO_PROC,
@@ -893,6 +893,8 @@ def spawn_actor_mesh(
     mesh_id = f"{id_name(name)}<{uuid.uuid4().hex[:12]}>"
     owner = current_owner.get()
     owner_name = owner_path or (owner.actor_name if owner is not None else ROOT)
+    if instrumented():
+        spawned(mesh_id, name, cls, len(shape.ndslice), owner_name)
 
     async def post() -> Gather:
         addresses = await resolve(procs)

@@ -29,10 +29,17 @@ class Instrumentation(Protocol):
     def outgoing(self, mesh: str, method: str) -> str:
         """What a call about to be sent carries to its callee ("" for nothing)."""
 
-    def enter(self, endpoint: str, actor: str, rank: int, carried: str) -> Scope:
-        """An endpoint (``Class.method``) of ``actor`` (its name) starts for a call to
-        ``rank``; ``carried``: what the call carried. The returned scope is current for
-        the endpoint's code (on this thread or task) until closed."""
+    def enter(self, endpoint: str, actor: str, mesh: str, rank: int, carried: str) -> Scope:
+        """An endpoint (``Class.method``) of ``actor`` (its id; rank ``rank`` of mesh
+        ``mesh``) starts; ``carried``: what the call carried. The returned scope is
+        current for the endpoint's code (on this thread or task) until closed."""
+
+    def spawned(self, mesh: str, name: str, cls: str, size: int, owner: str) -> None:
+        """This process spawns actor mesh ``mesh`` (``name`` as given, of ``cls``, ``size``
+        actors), owned by ``owner``."""
+
+    def status(self, mesh: str, rank: int, status: str, reason: str) -> None:
+        """An actor of this process is now ``status`` ("Running", "Failed", "Stopped")."""
 
     def shutdown(self) -> None:
         """The process is ending: send what is buffered."""
@@ -79,9 +86,21 @@ def shutdown_instrumentation() -> None:
             log.warning("instrumentation shutdown: %s", exc)
 
 
-def enter(runner_class: type, method: str, actor: str, rank: int, carried: str) -> Scope | None:
+def enter(
+    runner_class: type, method: str, actor: str, mesh: str, rank: int, carried: str
+) -> Scope | None:
     """The scope of an endpoint about to run (see ``Instrumentation.enter``); None without
     instrumentation."""
     if not _installed:
         return None
-    return _installed[0].enter(f"{runner_class.__name__}.{method}", actor, rank, carried)
+    return _installed[0].enter(f"{runner_class.__name__}.{method}", actor, mesh, rank, carried)
+
+
+def spawned(mesh: str, name: str, cls: type, size: int, owner: str) -> None:
+    if _installed:
+        _installed[0].spawned(mesh, name, f"{cls.__module__}.{cls.__qualname__}", size, owner)
+
+
+def status(mesh: str, rank: int, status: str, reason: str = "") -> None:
+    if _installed:
+        _installed[0].status(mesh, rank, status, reason)

@@ -24,6 +24,7 @@ from monarch.core import current_instrumentation, running_runtime, set_instrumen
 from ._export import configure_export, shutdown_export
 from ._meter import instruments
 from ._spans import tracer
+from ._sql import current_sink, flush_rows, mesh_rows, message_row, status_row
 
 _propagator: Final = TraceContextTextMapPropagator()
 
@@ -79,6 +80,9 @@ def idle() -> bool:
 
 
 class OpenTelemetry:
+    """Spans and metrics through OpenTelemetry; rows for the job's SQL tables where they
+    are kept (``_sql``)."""
+
     def outgoing(self, mesh: str, method: str) -> str:
         if idle():
             return ""
@@ -91,12 +95,28 @@ class OpenTelemetry:
         send.end()
         return carrier.get("traceparent", "")
 
-    def enter(self, endpoint: str, actor: str, rank: int, carried: str) -> EndpointScope | _Idle:
+    def enter(
+        self, endpoint: str, actor: str, mesh: str, rank: int, carried: str
+    ) -> EndpointScope | _Idle:
+        sink = current_sink()
+        if sink is not None:
+            sink.add([message_row(mesh, rank, endpoint)])
         if idle():
             return IDLE
         return EndpointScope(endpoint, actor, rank, carried)
 
+    def spawned(self, mesh: str, name: str, cls: str, size: int, owner: str) -> None:
+        sink = current_sink()
+        if sink is not None:
+            sink.add(mesh_rows(mesh, name, cls, size, owner))
+
+    def status(self, mesh: str, rank: int, status: str, reason: str) -> None:
+        sink = current_sink()
+        if sink is not None:
+            sink.add([status_row(mesh, rank, status, reason)])
+
     def shutdown(self) -> None:
+        flush_rows()
         shutdown_export()
 
 

@@ -851,6 +851,15 @@ class Config:
         ),
         ours=True,
     )
+    telemetry_sink: str = key(
+        "",
+        "MONARCH_TELEMETRY_SINK",
+        doc=(
+            "(ours) Where procs' instrumentation sends its telemetry rows (ADDRESS#PORT: a "
+            "port of the client's job telemetry store, set by monarch-telemetry)."
+        ),
+        ours=True,
+    )
     # logging
     enable_log_forwarding: bool = key(
         False,

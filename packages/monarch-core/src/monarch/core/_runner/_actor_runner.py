@@ -19,6 +19,7 @@ from monarch.core._context import Context, Instance
 from monarch.core._endpoint import EndpointProperty, endpoints_of
 from monarch.core._errors import MeshFailure, RemoteFailure, SupervisionError
 from monarch.core._future import wait_outcome
+from monarch.core._instrument import status
 from monarch.core._messages import (
     STOP_METHOD,
     TO_PROC,
@@ -246,6 +247,7 @@ class ActorRunner:
         self.failure = exc
         self.failure_report = report
         log.error("%s", event)  # the event holds the traceback
+        status(self.spawn.mesh, self.rank.rank, "Failed", report)
         failed = ActorFailed(self.spawn.mesh, self.spawn.rank, event, report)
         self.runtime.post(self.spawn.reply.proc, TO_PROC, "", failed)
         if self.owned:
@@ -262,6 +264,7 @@ class ActorRunner:
                 log.exception("stopping %r owned by %s failed", mesh, self.info.actor_id)
 
     def _reply_stopped(self, stop: Call) -> None:
+        status(self.spawn.mesh, self.rank.rank, "Stopped", self.stopped or "")
         if stop.reply is not None:
             self._reply(stop.reply, None, rank=self._context_for(stop).message_rank.rank)
 

@@ -17,7 +17,7 @@ from typing import Any
 from monarch.core._config import current_config
 from monarch.core._context import Context
 from monarch.core._errors import MeshFailure
-from monarch.core._instrument import enter, instrumented
+from monarch.core._instrument import enter, instrumented, status
 from monarch.core._messages import Call, SpawnActor
 from monarch.core._reports import aborted_by
 from monarch.core._runtime import Runtime
@@ -66,6 +66,7 @@ class AsyncRunner(ActorRunner):
             self._reply(spawn.reply, exc, error=True, method="__init__")
             self._fail(exc, aborted_by(exc))
         else:
+            status(spawn.mesh, self.rank.rank, "Running")
             self._reply(spawn.reply, None)
         while True:
             kind, message, parts = await self.queue.get()
@@ -116,9 +117,15 @@ class AsyncRunner(ActorRunner):
 
     async def _handle_one(self, call: Call, parts: Sequence[Buffer]) -> None:
         context = self._context_for(call)
-        rank = context.message_rank.rank
         scope = (
-            enter(type(self.instance), call.method, self.actor_name, rank, call.trace)
+            enter(
+                type(self.instance),
+                call.method,
+                self.info.actor_id,
+                call.mesh,
+                self.rank.rank,
+                call.trace,
+            )
             if instrumented()
             else None
         )

@@ -21,7 +21,7 @@ from monarch.core._config import current_config
 from monarch.core._context import Context
 from monarch.core._errors import MeshFailure
 from monarch.core._future import run_on
-from monarch.core._instrument import enter, instrumented
+from monarch.core._instrument import enter, instrumented, status
 from monarch.core._messages import Call, SpawnActor
 from monarch.core._reports import aborted_by
 from monarch.core._runtime import Runtime, spin, spin_seconds
@@ -84,6 +84,7 @@ class SyncRunner(ActorRunner):
             self._reply(self.spawn.reply, exc, error=True, method="__init__")
             self._fail(exc, aborted_by(exc))
         else:
+            status(self.spawn.mesh, self.rank.rank, "Running")
             self._reply(self.spawn.reply, None)
         calls = self.calls
         # Replies wait here while more messages are queued (up to HELD_REPLIES of them),
@@ -124,9 +125,15 @@ class SyncRunner(ActorRunner):
             context = self._context_for(message)
             current_context.set(context)
             plain = self._plain.get(message.method)
-            rank = context.message_rank.rank
             scope = (
-                enter(type(self.instance), message.method, self.actor_name, rank, message.trace)
+                enter(
+                    type(self.instance),
+                    message.method,
+                    self.info.actor_id,
+                    message.mesh,
+                    self.rank.rank,
+                    message.trace,
+                )
                 if instrumented()
                 else None
             )

@@ -1,0 +1,244 @@
+"""Job telemetry by SQL: tables of meshes, actors, their status changes and the messages
+they handle, at the client, queried with DuckDB (upstream's ``enable_telemetry`` and
+``query_engine_client.query``; its table and column names).
+
+DuckDB: embedded (no server to run), one pip wheel, and a full SQL dialect with joins and
+window functions over columnar tables, which suits "messages per actor per second" queries
+over millions of rows; the rows are appended in batches, where it is fastest.
+
+Rows come from the instrumentation: the client's own go straight in; a proc's are batched
+and sent to a port of the client's store every ``SHIP_EVERY`` seconds (and when it stops),
+through the ``telemetry_sink`` configuration key that procs inherit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from monarch.config import configure
+from monarch.core import (
+    PortRef,
+    PortValue,
+    Runtime,
+    current_config,
+    current_runtime,
+    dumps,
+    loads,
+    running_runtime,
+)
+from monarch.transport import Buffer
+
+SHIP_EVERY: Final = 0.2
+"""Seconds between a proc's batches of rows."""
+RETAIN_EVERY: Final = 1.0
+"""Seconds between two applications of the retention limit."""
+
+SCHEMA: Final = {
+    "meshes": (
+        "id BIGINT, given_name VARCHAR, class VARCHAR, full_name VARCHAR, "
+        "parent_mesh_id BIGINT, shape_json VARCHAR, timestamp_us BIGINT"
+    ),
+    "actors": (
+        "id BIGINT, mesh_id BIGINT, rank BIGINT, full_name VARCHAR, display_name VARCHAR, "
+        "timestamp_us BIGINT"
+    ),
+    "actor_status_events": (
+        "id BIGINT, actor_id BIGINT, new_status VARCHAR, reason VARCHAR, timestamp_us BIGINT"
+    ),
+    "messages": (
+        "id BIGINT, from_actor_id BIGINT, to_actor_id BIGINT, endpoint VARCHAR, "
+        "port_index BIGINT, timestamp_us BIGINT"
+    ),
+}
+"""Upstream's tables that ours fills (same names and columns; the ids are ours)."""
+
+Row = tuple[str, tuple[Any, ...]]
+"""(table, values in its column order)."""
+
+
+class TelemetryQueryError(ValueError):
+    """A query the engine could not run (bad SQL, an unknown table or column)."""
+
+
+@dataclass
+class TelemetryConfig:
+    """Upstream's: how long rows are kept (``retention_secs``). The dashboard and snapshot
+    fields are accepted; ours serves no dashboard and takes no snapshots yet."""
+
+    retention_secs: int = 3600
+    include_dashboard: bool = False
+    dashboard_port: int = 8265
+    snapshot_interval_secs: float = 30.0
+
+
+def key(name: str) -> int:
+    """A stable 63-bit id for a name (a mesh, ``mesh[rank]`` for an actor)."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big") >> 1
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def event_id() -> int:
+    return secrets.randbits(63)
+
+
+# -- rows, from the hooks --------------------------------------------------------------------
+
+
+def mesh_rows(mesh: str, name: str, cls: str, size: int, owner: str) -> list[Row]:
+    stamp, mesh_id = now_us(), key(mesh)
+    rows: list[Row] = [("meshes", (mesh_id, name, cls, mesh, key(owner), None, stamp))]
+    for rank in range(size):
+        actor = key(f"{mesh}[{rank}]")
+        rows.append(("actors", (actor, mesh_id, rank, f"{mesh}[{rank}]", f"{name}[{rank}]", stamp)))
+        rows.append(("actor_status_events", (event_id(), actor, "Created", None, stamp)))
+    return rows
+
+
+def status_row(mesh: str, rank: int, status: str, reason: str) -> Row:
+    actor = key(f"{mesh}[{rank}]")
+    return ("actor_status_events", (event_id(), actor, status, reason or None, now_us()))
+
+
+def message_row(mesh: str, rank: int, endpoint: str) -> Row:
+    actor = key(f"{mesh}[{rank}]")
+    return ("messages", (event_id(), None, actor, endpoint, None, now_us()))
+
+
+# -- where rows go ---------------------------------------------------------------------------
+
+
+class TelemetryStore:
+    """The tables, in an in-memory DuckDB database of the client."""
+
+    def __init__(self, config: TelemetryConfig) -> None:
+        import duckdb  # the "sql" extra: only a client with job telemetry loads it
+
+        self.config = config
+        self._db = duckdb.connect(":memory:")
+        self._lock = threading.Lock()
+        self._retained = time.monotonic()
+        for table, columns in SCHEMA.items():
+            self._db.execute(f"CREATE TABLE {table} ({columns})")
+
+    def add(self, rows: Sequence[Row]) -> None:
+        by_table: dict[str, list[tuple[Any, ...]]] = {}
+        for table, values in rows:
+            if table in SCHEMA:
+                by_table.setdefault(table, []).append(values)
+        with self._lock:
+            for table, batch in by_table.items():
+                marks = ", ".join("?" * len(batch[0]))
+                self._db.executemany(f"INSERT INTO {table} VALUES ({marks})", batch)
+            if time.monotonic() - self._retained >= RETAIN_EVERY:
+                self.retain()
+
+    def retain(self) -> None:
+        """Drop rows older than ``retention_secs`` (called with the lock held)."""
+        self._retained = time.monotonic()
+        oldest = now_us() - int(self.config.retention_secs * 1_000_000)
+        for table in SCHEMA:
+            self._db.execute(f"DELETE FROM {table} WHERE timestamp_us < ?", [oldest])
+
+    def query(self, sql: str) -> dict[str, Any]:
+        import duckdb
+
+        with self._lock:
+            try:
+                cursor = self._db.execute(sql)
+                columns = [d[0] for d in cursor.description or ()]
+                rows = cursor.fetchall() if columns else []
+            except duckdb.Error as exc:
+                raise TelemetryQueryError(f"SQL error: {exc}") from None
+        return {"rows": [dict(zip(columns, row, strict=True)) for row in rows]}
+
+
+class RowShipper:
+    """A proc's rows, sent to the client's store in batches from a thread of its own."""
+
+    def __init__(self, runtime: Runtime, sink: PortRef) -> None:
+        self.runtime = runtime
+        self.sink = sink
+        self._rows: list[Row] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        threading.Thread(target=self._run, name="monarch-telemetry-rows", daemon=True).start()
+
+    def add(self, rows: Sequence[Row]) -> None:
+        with self._lock:
+            self._rows.extend(rows)
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(SHIP_EVERY)
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            rows, self._rows = self._rows, []
+        if rows:
+            try:
+                self.runtime.send_to_port(self.sink, PortValue(0), dumps(rows))
+            except RuntimeError:  # the proc's loop is closed: it is gone
+                pass
+
+
+_sink: list[TelemetryStore | RowShipper] = []
+
+
+def current_sink() -> TelemetryStore | RowShipper | None:
+    """Where this process's rows go: the client's store, a proc's shipper, or nowhere."""
+    if _sink:
+        return _sink[0]
+    address = current_config().telemetry_sink
+    runtime = running_runtime()
+    if not address or runtime is None:
+        return None
+    proc, _, port = address.rpartition("#")
+    _sink.append(RowShipper(runtime, PortRef(proc, int(port))))
+    return _sink[0]
+
+
+def flush_rows() -> None:
+    if _sink and isinstance(_sink[0], RowShipper):
+        _sink[0].flush()
+
+
+class QueryEngineClient:
+    """Upstream's ``state.query_engine_client``: SQL over the job's telemetry tables."""
+
+    def __init__(self, store: TelemetryStore) -> None:
+        self._store = store
+
+    def query(self, sql: str, timeout: float | None = None) -> dict[str, Any]:
+        """``{"rows": [{column: value, ...}, ...]}``; TelemetryQueryError for a query that
+        cannot run. ``timeout`` is accepted (a query here is local)."""
+        if not isinstance(sql, str):
+            raise TypeError(f"a query is a str of SQL, not {type(sql).__name__}")
+        return self._store.query(sql)
+
+
+def enable_telemetry(config: TelemetryConfig | None = None) -> QueryEngineClient:
+    """Keep this job's telemetry tables here (the client), filled by this process and by
+    every proc spawned from now on. Returns the client to query them."""
+    if _sink and isinstance(_sink[0], TelemetryStore):
+        return QueryEngineClient(_sink[0])
+    store = TelemetryStore(config or TelemetryConfig())
+    runtime = current_runtime()
+
+    def receive(body: Any, payload: Sequence[Buffer]) -> None:
+        if isinstance(body, PortValue) and not body.error:
+            store.add(loads(payload))
+
+    port = runtime.open_port(receive)
+    _sink[:] = [store]
+    configure(telemetry_sink=f"{port.proc}#{port.port}")
+    return QueryEngineClient(store)

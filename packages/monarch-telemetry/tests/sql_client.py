@@ -1,0 +1,79 @@
+"""A client with the job's telemetry tables (run by test_sql.py as its own process): 4
+actors called 1..4 times each, one that fails; prints what its queries answer as JSON."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import monarch.actor
+from monarch.actor import Actor, endpoint, this_host
+from monarch.telemetry import TelemetryConfig, TelemetryQueryError, enable_telemetry
+
+
+class Counted(Actor):
+    @endpoint
+    def ping(self) -> None:
+        pass
+
+    @endpoint
+    def die(self) -> None:
+        raise SystemExit(3)  # a BaseException: the actor fails
+
+
+PER_ACTOR = """
+    SELECT a.display_name AS actor, count(m.id) AS handled
+    FROM actors a LEFT JOIN messages m ON m.to_actor_id = a.id
+    WHERE a.display_name LIKE 'counted%'
+    GROUP BY a.display_name ORDER BY a.display_name
+"""
+
+
+def main() -> None:
+    monarch.actor.unhandled_fault_hook = lambda failure: None
+    engine = enable_telemetry(TelemetryConfig(retention_secs=600))
+    procs = this_host().spawn_procs(per_host={"gpus": 4})
+    counted = procs.spawn("counted", Counted)
+    for rank in range(4):
+        for _ in range(rank + 1):
+            counted.slice(gpus=rank).ping.call_one().get()
+    try:
+        counted.slice(gpus=3).die.call_one().get()
+    except Exception:  # noqa: BLE001 - a SupervisionError: the actor failed
+        pass
+    deadline = time.monotonic() + 30
+    while True:  # a proc's rows arrive in batches: wait for all of them, with a deadline
+        handled = engine.query(PER_ACTOR)["rows"]
+        failed = engine.query(
+            "SELECT e.reason FROM actor_status_events e JOIN actors a ON a.id = e.actor_id "
+            "WHERE e.new_status = 'Failed'"
+        )["rows"]
+        if (sum(r["handled"] for r in handled) >= 11 and failed) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    statuses = engine.query(
+        "SELECT new_status, count(*) AS n FROM actor_status_events GROUP BY 1 ORDER BY 1"
+    )["rows"]
+    tables = sorted(r["name"] for r in engine.query("SHOW TABLES")["rows"])
+    errors = []
+    for bad in ("SELEC 1", "SELECT * FROM no_such_table"):
+        try:
+            engine.query(bad)
+        except TelemetryQueryError as exc:
+            errors.append(str(exc))
+    procs.stop().get()
+    print(
+        json.dumps(
+            {
+                "handled": handled,
+                "failed": failed,
+                "statuses": statuses,
+                "tables": tables,
+                "errors": errors,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""The job's telemetry tables: filled by a real client and its procs, queried by SQL; and
+the store's invariants (hypothesis): counts are what was added, retention keeps what is
+recent."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from monarch.telemetry._sql import (
+    SCHEMA,
+    TelemetryConfig,
+    TelemetryQueryError,
+    TelemetryStore,
+    key,
+    now_us,
+)
+
+CLIENT = Path(__file__).with_name("sql_client.py")
+
+
+def test_a_jobs_actors_messages_and_failures_answer_sql() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, str(CLIENT)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    handled = {r["actor"]: r["handled"] for r in result["handled"]}
+    # rank 3 also handled the call that made it fail
+    assert handled == {"counted[0]": 1, "counted[1]": 2, "counted[2]": 3, "counted[3]": 5}
+    (failed,) = result["failed"]
+    assert "SystemExit" in failed["reason"] or "3" in failed["reason"]
+    statuses = {r["new_status"]: r["n"] for r in result["statuses"]}
+    assert statuses["Created"] >= 4 and statuses["Running"] >= 4 and statuses["Failed"] == 1
+    assert set(SCHEMA) <= set(result["tables"])
+    bad_sql, unknown_table = result["errors"]
+    assert bad_sql.startswith("SQL error:") and "SELEC" in bad_sql
+    assert "no_such_table" in unknown_table
+
+
+def test_bad_queries_are_clear_errors() -> None:
+    store = TelemetryStore(TelemetryConfig())
+    with pytest.raises(TelemetryQueryError, match="SQL error"):
+        store.query("DROP TABLE nothing_here")
+    assert store.query("SELECT count(*) AS n FROM messages") == {"rows": [{"n": 0}]}
+
+
+names = st.text(alphabet="abc[]0123", min_size=1, max_size=12)
+
+
+@settings(deadline=None, max_examples=30)  # a DuckDB database per example: ~0.1 s
+@given(st.lists(st.tuples(names, st.integers(0, 7)), max_size=80))
+def test_message_counts_are_what_was_added(calls: list[tuple[str, int]]) -> None:
+    store = TelemetryStore(TelemetryConfig())
+    stamp = now_us()
+    store.add(
+        [
+            ("messages", (i, None, key(f"{m}[{r}]"), "E.f", None, stamp))
+            for i, (m, r) in enumerate(calls)
+        ]
+    )
+    rows = store.query("SELECT to_actor_id AS a, count(*) AS n FROM messages GROUP BY 1")["rows"]
+    assert {row["a"]: row["n"] for row in rows} == Counter(key(f"{m}[{r}]") for m, r in calls)
+    assert all(0 <= key(f"{m}[{r}]") < 2**63 for m, r in calls)
+
+
+@settings(deadline=None, max_examples=30)
+@given(ages=st.lists(st.integers(0, 7200), max_size=40), retention=st.integers(1, 3600))
+def test_retention_keeps_exactly_the_recent_rows(ages: list[int], retention: int) -> None:
+    store = TelemetryStore(TelemetryConfig(retention_secs=retention))
+    stamp = now_us()
+    store.add(
+        [
+            ("messages", (i, None, 1, "E.f", None, stamp - age * 1_000_000))
+            for i, age in enumerate(ages)
+        ]
+    )
+    with store._lock:
+        store.retain()
+    kept = store.query("SELECT id FROM messages ORDER BY id")["rows"]
+    # a row exactly at the limit may go either way: the clock moved between the two reads
+    expected = [i for i, age in enumerate(ages) if age < retention]
+    maybe = [i for i, age in enumerate(ages) if age == retention]
+    got = [r["id"] for r in kept]
+    assert set(expected) <= set(got) <= set(expected) | set(maybe)
