@@ -210,6 +210,7 @@ def test_transport_entry_points_are_registered(everything: Venv) -> None:
         "unix": "monarch.transport._unix:UnixTransport",
         "tcp": "monarch.transport._tcp:TcpTransport",
         "tls": "monarch.transport._tls:TlsTransport",
+        "gateway": "monarch.transport._gateway:GatewayTransport",
     }
 
 

@@ -110,11 +110,13 @@ def test_every_key_has_an_env_var_and_doc() -> None:
         assert key.default_value == get_global_config()[key.name]
     ours = {k.name for k in KEYS.values() if k.ours}
     assert ours == {
+        "enable_telemetry",
         "event_loop",
         "heartbeat_interval",
         "heartbeat_timeout",
         "procs_per_process",
         "read_peer_buffers",
+        "telemetry_sink",
         "wait_spin",
     }
     assert KEYS["default_transport"].env[:2] == (
