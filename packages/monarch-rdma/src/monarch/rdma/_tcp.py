@@ -10,8 +10,9 @@ on views of the memory). A transfer is cut into chunks (``_chunks``) that a few 
 take in turn, each stream its own connection and thread; connections are kept for the
 next transfer.
 
-The bytes themselves are not MACed (an HMAC costs more than the copy): the plane is as
-private as the network between the hosts; the handshake keeps out whoever lacks the secret.
+Every request and answer after the handshake carries a tag under keys the handshake
+derived (``_seal``): a request is checked before it is acted on, bytes where they land.
+The bytes are not encrypted: the plane is as private as the network between the hosts.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ._errors import (
     RDMATransferError,
 )
 from ._region import Region
+from ._seal import TAG_SIZE, Seal, session_keys
 
 Buffer = bytes | bytearray | memoryview
 
@@ -50,6 +52,8 @@ DROPPED: Final = 1
 OUT_OF_RANGE: Final = 2
 READ_ONLY: Final = 3
 BAD_OP: Final = 4
+ALTERED: Final = 5
+"""A write's bytes did not match their tag (changed on the way): not to be trusted."""
 NONCE: Final = 16
 HANDSHAKE_TIMEOUT: Final = 30.0
 DRAIN: Final = 1024 * 1024
@@ -131,7 +135,8 @@ class DataServer:
         self._closed = True
         self._sock.close()
 
-    def _handshake(self, conn: socket.socket) -> bool:
+    def _handshake(self, conn: socket.socket) -> tuple[Seal, Seal] | None:
+        """The seals of the connection (requests in, answers out), or None if refused."""
         conn.settimeout(HANDSHAKE_TIMEOUT)
         server_nonce = os.urandom(NONCE)
         conn.sendall(server_nonce)
@@ -141,30 +146,46 @@ class DataServer:
             proof, _mac(self._secret, b"client", server_nonce, client_nonce)
         ):
             log.warning("refused an RDMA data connection: bad proof of the job secret")
-            return False
+            return None
         conn.sendall(_mac(self._secret, b"server", server_nonce, client_nonce))
         conn.settimeout(None)  # blocking: see _recv_exact
-        return True
+        requests, answers = session_keys(self._secret, server_nonce, client_nonce)
+        return Seal(requests), Seal(answers)
 
     def _serve(self, conn: socket.socket) -> None:
-        header = bytearray(HEADER.size)
+        header = bytearray(HEADER.size + TAG_SIZE)
         with conn:
             try:
-                if not self._handshake(conn):
+                seals = self._handshake(conn)
+                if seals is None:
                     return
+                requests, answers = seals
                 while True:
                     try:
                         _recv_exact(conn, memoryview(header))
                     except ConnectionResetError:
                         return  # the peer is done with this stream
-                    op, buffer_id, offset, length = HEADER.unpack(header)
-                    self._request(conn, op, buffer_id, offset, length)
+                    head, tag = bytes(header[: HEADER.size]), bytes(header[HEADER.size :])
+                    if not requests.check(tag, head):
+                        log.warning("dropped an RDMA data connection: a forged request")
+                        return
+                    op, buffer_id, offset, length = HEADER.unpack(head)
+                    if not self._request(conn, requests, answers, op, buffer_id, offset, length):
+                        return
             except OSError as error:
                 log.debug("RDMA data connection ended: %s", error)
 
     def _request(
-        self, conn: socket.socket, op: int, buffer_id: int, offset: int, length: int
-    ) -> None:
+        self,
+        conn: socket.socket,
+        requests: Seal,
+        answers: Seal,
+        op: int,
+        buffer_id: int,
+        offset: int,
+        length: int,
+    ) -> bool:
+        """Serve one authenticated request; False: the connection must end."""
         region = self._lookup(buffer_id)
         status = OK
         if op not in (READ, WRITE):
@@ -176,23 +197,40 @@ class DataServer:
         elif op == WRITE and not region.writable:
             status = READ_ONLY
         if op == READ or status == BAD_OP:
-            _send(conn, bytes([status]))
-            if status == OK and region is not None and length:
-                _send(conn, region.view(offset, length))
-            if status == BAD_OP:
-                raise OSError(f"bad RDMA op {op}")
-            return
+            data = region.view(offset, length) if status == OK and region is not None else None
+            _answer(conn, answers, status, data)
+            return status != BAD_OP
+        tag = bytearray(TAG_SIZE)
         if status == OK and region is not None:
+            landed = region.view(offset, length)
             if length:
-                _recv_exact(conn, region.view(offset, length))
-        else:
-            sink = memoryview(bytearray(min(length, DRAIN) or 1))
+                _recv_exact(conn, landed)
+            _recv_exact(conn, memoryview(tag))
+            if not requests.check(bytes(tag), b"data", landed):
+                log.warning("refused an RDMA write: its bytes did not authenticate")
+                _answer(conn, answers, ALTERED)
+                return False
+        else:  # refused: its bytes go nowhere, their tag is counted, not checked
             left = length
+            sink = memoryview(bytearray(min(length, DRAIN) or 1))
             while left:
                 n = min(left, sink.nbytes)
                 _recv_exact(conn, sink[:n])
                 left -= n
-        _send(conn, bytes([status]))
+            _recv_exact(conn, memoryview(tag))
+            requests.skip()
+        _answer(conn, answers, status)
+        return True
+
+
+def _answer(
+    conn: socket.socket, answers: Seal, status: int, data: memoryview | None = None
+) -> None:
+    head = bytes([status])
+    _send(conn, head)
+    if data is not None and data.nbytes:
+        _send(conn, data)
+    _send(conn, answers.tag(head, data))
 
 
 class Streams:
@@ -202,10 +240,10 @@ class Streams:
         self.host = host
         self.port = port
         self._secret = secret
-        self._idle: list[socket.socket] = []
+        self._idle: list[Stream] = []
         self._lock = threading.Lock()
 
-    def take(self, deadline: float) -> socket.socket:
+    def take(self, deadline: float) -> Stream:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
@@ -248,21 +286,31 @@ class Streams:
         ):
             sock.close()
             raise RDMATransferError(f"{self.host}:{self.port} does not hold the job's secret")
-        return sock
+        requests, answers = session_keys(self._secret, server_nonce, client_nonce)
+        return Stream(sock, Seal(requests), Seal(answers))
 
-    def give(self, sock: socket.socket) -> None:
+    def give(self, stream: Stream) -> None:
         with self._lock:
-            self._idle.append(sock)
+            self._idle.append(stream)
 
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
-        for sock in idle:
-            sock.close()
+        for stream in idle:
+            stream.sock.close()
+
+
+class Stream:
+    """One authenticated connection to a data server, and its two seals."""
+
+    __slots__ = ("answers", "requests", "sock")
+
+    def __init__(self, sock: socket.socket, requests: Seal, answers: Seal) -> None:
+        self.sock, self.requests, self.answers = sock, requests, answers
 
 
 def _chunk(
-    sock: socket.socket,
+    stream: Stream,
     op: int,
     buffer_id: int,
     offset: int,
@@ -271,23 +319,38 @@ def _chunk(
     length: int,
     deadline: float,
 ) -> None:
+    sock = stream.sock
     _set_deadline(sock, deadline)
-    status = bytearray(1)
-    _send(sock, HEADER.pack(op, buffer_id, offset, length))
-    if op == READ:
-        _recv_exact(sock, memoryview(status))
-        if status[0] == OK and length:
-            _recv_exact(sock, local.view(local_offset, length))
-    else:
+    head = HEADER.pack(op, buffer_id, offset, length)
+    _send(sock, head + stream.requests.tag(head))
+    view = local.view(local_offset, length)
+    if op == WRITE:
         if length:
-            _send(sock, local.view(local_offset, length))
-        _recv_exact(sock, memoryview(status))
+            _send(sock, view)
+        _send(sock, stream.requests.tag(b"data", view))
+    status = bytearray(1)
+    _recv_exact(sock, memoryview(status))
+    got = view if op == READ and status[0] == OK else None
+    if got is not None and length:
+        _recv_exact(sock, got)
+    tag = bytearray(TAG_SIZE)
+    _recv_exact(sock, memoryview(tag))
+    if not stream.answers.check(bytes(tag), bytes(status), got):
+        consequence = "the bytes read are not to be trusted" if op == READ else "unknown"
+        raise RDMATransferError(
+            "an answer of the buffer's owner did not authenticate (altered on the way?); "
+            f"the transfer's outcome: {consequence}"
+        )
     _raise_for(status[0])
 
 
 def _raise_for(status: int) -> None:
     if status == OK:
         return
+    if status == ALTERED:
+        raise RDMATransferError(
+            "the owner refused the write: its bytes did not authenticate (altered on the way?)"
+        )
     if status == DROPPED:
         raise RDMABufferDropped("the buffer was dropped")
     if status == READ_ONLY:
@@ -313,21 +376,21 @@ def transfer(
     stop = threading.Event()
 
     def run() -> None:
-        sock: socket.socket | None = None
+        stream: Stream | None = None
         try:
             for offset, length in pieces:
                 if stop.is_set():
                     break
-                if sock is None:
-                    sock = streams.take(deadline)
-                _chunk(sock, op, buffer_id, offset, local, offset, length, deadline)
+                if stream is None:
+                    stream = streams.take(deadline)
+                _chunk(stream, op, buffer_id, offset, local, offset, length, deadline)
         except BaseException:
             stop.set()
-            if sock is not None:
-                sock.close()
+            if stream is not None:
+                stream.sock.close()
             raise
-        if sock is not None:
-            streams.give(sock)
+        if stream is not None:
+            streams.give(stream)
 
     width = max(1, min(width, len(chunks)))
     futures = [helpers.submit(run) for _ in range(width - 1)]

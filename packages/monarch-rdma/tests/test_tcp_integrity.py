@@ -1,0 +1,195 @@
+"""The TCP plane under a machine on the path: a real relay between a real data server and
+its client forwards the handshake untouched, then changes one byte of what follows (a
+request, the bytes of a write, an answer, the bytes of a read) or replays a request. The
+transfer must fail with a clear error, never complete with bytes nobody sent."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from monarch.rdma import RDMAError
+from monarch.rdma import _tcp as tcp
+from monarch.rdma._chunks import plan
+from monarch.rdma._region import Region, region_of
+
+SECRET = os.urandom(32)
+HANDSHAKE = 16 + 32
+"""Bytes each way before the first request: a nonce and a proof."""
+Mutate = Callable[[str, int, bytes], bytes]
+"""(direction "up" (to the server) or "down", offset of the chunk in its stream, chunk)."""
+
+
+@contextmanager
+def relay(target: tuple[str, int], mutate: Mutate) -> Iterator[tuple[str, int]]:
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def pump(src: socket.socket, dst: socket.socket, direction: str) -> None:
+        offset = 0
+        try:
+            while data := src.recv(65536):
+                dst.sendall(mutate(direction, offset, data))
+                offset += len(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(target)
+            threading.Thread(target=pump, args=(client, server, "up"), daemon=True).start()
+            threading.Thread(target=pump, args=(server, client, "down"), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield listener.getsockname()[:2]
+    finally:
+        stop.set()
+        listener.close()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[tcp.DataServer, dict[int, Region]]]:
+    regions: dict[int, Region] = {}
+    served = tcp.DataServer("127.0.0.1", SECRET, regions.get)
+    yield served, regions
+    served.close()
+
+
+def move(address: tuple[str, int], op: int, local: bytearray, size: int) -> None:
+    streams = tcp.Streams(address[0], address[1], SECRET)
+    try:
+        with ThreadPoolExecutor(1) as helpers:
+            tcp.transfer(
+                streams,
+                op,
+                1,
+                region_of(local),
+                size,
+                time.monotonic() + 20,
+                plan(size, 1, size, 1),
+                helpers,
+                1,
+            )
+    finally:
+        streams.close()
+
+
+def flip_at(direction: str, position: int) -> Mutate:
+    """Change the byte at ``position`` after the handshake in one direction."""
+
+    def mutate(way: str, offset: int, data: bytes) -> bytes:
+        at = HANDSHAKE + position - offset
+        if way != direction or not 0 <= at < len(data):
+            return data
+        return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
+
+    return mutate
+
+
+def untouched(way: str, offset: int, data: bytes) -> bytes:
+    return data
+
+
+SIZE = 4096
+REQUEST = 25 + 16  # header and its tag
+ANSWER = 1  # status, before a read's bytes
+
+
+Served = tuple[tcp.DataServer, dict[int, Region]]
+
+
+def test_an_untouched_relay_moves_the_bytes(server: Served) -> None:
+    served, regions = server
+    remote = bytearray(os.urandom(SIZE))
+    regions[1] = region_of(remote)
+    local = bytearray(SIZE)
+    with relay((served.host, served.port), untouched) as address:
+        move(address, tcp.READ, local, SIZE)
+    assert local == remote
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    writes=st.booleans(),
+    up=st.booleans(),
+    position=st.integers(0, REQUEST + SIZE + 16 - 1),
+)
+def test_any_changed_byte_fails_the_transfer(
+    server: tuple[tcp.DataServer, dict[int, Region]], writes: bool, up: bool, position: int
+) -> None:
+    served, regions = server
+    remote = bytearray(os.urandom(SIZE))
+    regions[1] = region_of(remote)
+    local = bytearray(os.urandom(SIZE))
+    sent = bytes(local)
+    if up:
+        span = REQUEST + (SIZE + 16 if writes else 0)  # a read's request has no bytes
+    else:
+        span = ANSWER + (SIZE if not writes else 0) + 16
+    position %= span
+    with (
+        relay((served.host, served.port), flip_at("up" if up else "down", position)) as address,
+        pytest.raises(RDMAError, match=r"authenticate|cut|closed|refused|owner"),
+    ):
+        move(address, tcp.WRITE if writes else tcp.READ, local, SIZE)
+    if writes and up and position < REQUEST:
+        assert remote != sent  # a forged request is never acted on: nothing was written
+
+
+def test_a_replayed_request_is_refused(server: Served) -> None:
+    served, regions = server
+    remote = bytearray(SIZE)
+    regions[1] = region_of(remote)
+    write = REQUEST + SIZE + 16  # a whole write on the wire: request, bytes, their tag
+    recorded = bytearray()
+
+    def replay(way: str, offset: int, data: bytes) -> bytes:
+        """Record the first write; send it again in place of the second."""
+        if way != "up":
+            return data
+        out = bytearray(data)
+        for i in range(len(data)):
+            at = offset + i - HANDSHAKE
+            if 0 <= at < write:
+                recorded.append(data[i])
+            elif write <= at < 2 * write:
+                out[i] = recorded[at - write]
+        return bytes(out)
+
+    local = bytearray(b"\x07" * SIZE)
+    chunks = plan(SIZE, 1, SIZE, 1)
+    with relay((served.host, served.port), replay) as address:
+        streams = tcp.Streams(address[0], address[1], SECRET)
+        with ThreadPoolExecutor(1) as helpers:
+            deadline = time.monotonic() + 20
+            tcp.transfer(
+                streams, tcp.WRITE, 1, region_of(local), SIZE, deadline, chunks, helpers, 1
+            )
+            assert remote == local
+            local[:] = b"\x09" * SIZE
+            with pytest.raises(RDMAError, match=r"cut|closed|authenticate"):
+                tcp.transfer(
+                    streams, tcp.WRITE, 1, region_of(local), SIZE, deadline, chunks, helpers, 1
+                )
+        streams.close()
+    assert remote == b"\x07" * SIZE  # the replayed request was not acted on
