@@ -37,7 +37,7 @@ from ._errors import (
     RDMATransferError,
 )
 from ._region import Region
-from ._seal import TAG_SIZE, Seal, session_keys
+from ._seal import SLICE, TAG_SIZE, Seal, Tagger, session_keys
 
 Buffer = bytes | bytearray | memoryview
 
@@ -202,11 +202,11 @@ class DataServer:
             return status != BAD_OP
         tag = bytearray(TAG_SIZE)
         if status == OK and region is not None:
-            landed = region.view(offset, length)
+            tagger = requests.start(b"data")
             if length:
-                _recv_exact(conn, landed)
+                _recv_tagged(conn, region.view(offset, length), tagger)
             _recv_exact(conn, memoryview(tag))
-            if not requests.check(bytes(tag), b"data", landed):
+            if not hmac.compare_digest(bytes(tag), tagger.digest(length > 0)):
                 log.warning("refused an RDMA write: its bytes did not authenticate")
                 _answer(conn, answers, ALTERED)
                 return False
@@ -228,9 +228,25 @@ def _answer(
 ) -> None:
     head = bytes([status])
     _send(conn, head)
-    if data is not None and data.nbytes:
-        _send(conn, data)
-    _send(conn, answers.tag(head, data))
+    tagger = answers.start(head)
+    has_data = data is not None and data.nbytes > 0
+    if data is not None and has_data:
+        _send_tagged(conn, data, tagger)
+    _send(conn, tagger.digest(has_data))
+
+
+def _send_tagged(sock: socket.socket, data: memoryview, tagger: Tagger) -> None:
+    for start in range(0, data.nbytes, SLICE):
+        piece = data[start : start + SLICE]
+        tagger.update(piece)
+        _send(sock, piece)
+
+
+def _recv_tagged(sock: socket.socket, into: memoryview, tagger: Tagger) -> None:
+    for start in range(0, into.nbytes, SLICE):
+        piece = into[start : start + SLICE]
+        _recv_exact(sock, piece)
+        tagger.update(piece)
 
 
 class Streams:
@@ -325,17 +341,19 @@ def _chunk(
     _send(sock, head + stream.requests.tag(head))
     view = local.view(local_offset, length)
     if op == WRITE:
+        tagger = stream.requests.start(b"data")
         if length:
-            _send(sock, view)
-        _send(sock, stream.requests.tag(b"data", view))
+            _send_tagged(sock, view, tagger)
+        _send(sock, tagger.digest(length > 0))
     status = bytearray(1)
     _recv_exact(sock, memoryview(status))
-    got = view if op == READ and status[0] == OK else None
-    if got is not None and length:
-        _recv_exact(sock, got)
+    answer = stream.answers.start(bytes(status))
+    got = op == READ and status[0] == OK and length > 0
+    if got:
+        _recv_tagged(sock, view, answer)
     tag = bytearray(TAG_SIZE)
     _recv_exact(sock, memoryview(tag))
-    if not stream.answers.check(bytes(tag), bytes(status), got):
+    if not hmac.compare_digest(bytes(tag), answer.digest(got)):
         consequence = "the bytes read are not to be trusted" if op == READ else "unknown"
         raise RDMATransferError(
             "an answer of the buffer's owner did not authenticate (altered on the way?); "
