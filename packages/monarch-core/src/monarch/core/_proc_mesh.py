@@ -249,6 +249,24 @@ def _report_bootstrap(runtime: Runtime, body: RunBootstrap, exc: Exception) -> N
 TENSOR_ENGINE_GROUP = "monarch.tensor_engine"
 """Entry-point group whose ``activate(proc_mesh)`` makes ``ProcMesh.activate()``."""
 
+_tensor_engine: list[Callable[[ProcMesh], Any]] = []
+"""The loaded ``activate`` entry point, once found: looking it up reads every installed
+distribution's metadata (~10 ms), too slow to repeat at each ``activate()``."""
+
+
+def _tensor_engine_activate() -> Callable[[ProcMesh], Any]:
+    if not _tensor_engine:
+        from importlib.metadata import entry_points  # slow to import: only when needed
+
+        found = entry_points(group=TENSOR_ENGINE_GROUP, name="activate")
+        if not found:
+            raise ImportError(
+                "ProcMesh.activate() needs the monarch-tensor wheel: pip install monarch-tensor",
+                name="monarch.tensor",
+            )
+        _tensor_engine.append(next(iter(found)).load())
+    return _tensor_engine[0]
+
 
 class ProcMesh(ShapedMesh):
     """Processes laid out on a shape; ``spawn`` puts one actor on each.
@@ -417,15 +435,7 @@ class ProcMesh(ShapedMesh):
         ``with procs.activate(): ...``). The tensor engine is monarch-tensor's, reached
         through the ``monarch.tensor_engine`` entry point so that the core never imports
         torch; without that wheel this raises an ImportError that names it."""
-        from importlib.metadata import entry_points  # slow to import: only when needed
-
-        found = entry_points(group=TENSOR_ENGINE_GROUP, name="activate")
-        if not found:
-            raise ImportError(
-                "ProcMesh.activate() needs the monarch-tensor wheel: pip install monarch-tensor",
-                name="monarch.tensor",
-            )
-        return next(iter(found)).load()(self)
+        return _tensor_engine_activate()(self)
 
     async def __aenter__(self) -> ProcMesh:
         return self
