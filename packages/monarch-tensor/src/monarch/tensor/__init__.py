@@ -19,9 +19,11 @@ from ._fetch import call_on_shard_and_fetch, fetch_shard, inspect, show
 from ._mesh import activate, get_active_mesh, no_mesh
 from ._remote import Remote, rank_tensor, rank_tensors, remote
 from ._tensor import Tensor, reduce, reduce_
+from ._to_mesh import MeshSliceTensor, slice_mesh, to_mesh
 
 __all__ = [
     "Future",
+    "MeshSliceTensor",
     "Remote",
     "RemoteException",
     "Tensor",
@@ -37,4 +39,6 @@ __all__ = [
     "reduce_",
     "remote",
     "show",
+    "slice_mesh",
+    "to_mesh",
 ]

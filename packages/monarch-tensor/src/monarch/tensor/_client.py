@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import uuid
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -19,7 +20,7 @@ from monarch.core import ActorMesh, Future, ProcMesh, current_runtime
 
 from ._commands import DELETE
 from ._errors import RemoteException
-from ._worker import TensorWorker
+from ._worker import TensorInbox, TensorWorker
 
 BATCH = 512
 """Commands buffered before they are sent without waiting for a fetch or the end of
@@ -42,7 +43,10 @@ class MeshClient:
         self._freed: deque[int] = deque()
         self._lock = threading.Lock()
         self._workers: ActorMesh[TensorWorker] | None = None
+        self._inbox: ActorMesh[TensorInbox] | None = None
         self._store: Any = None
+        self._token = uuid.uuid4().hex
+        self._transfers = itertools.count()
 
     def new_id(self) -> int:
         return next(self._ids)
@@ -74,6 +78,16 @@ class MeshClient:
         if self._workers is None:
             self._workers = self.proc_mesh.spawn("tensor_engine", TensorWorker)
         return self._workers
+
+    def inbox(self) -> ActorMesh[TensorInbox]:
+        """Where other meshes' workers send this mesh's workers values (``to_mesh``)."""
+        if self._inbox is None:
+            self._inbox = self.proc_mesh.spawn("tensor_inbox", TensorInbox)
+        return self._inbox
+
+    def transfer_key(self) -> str:
+        """A key no other transfer of any controller uses."""
+        return f"{self._token}/{next(self._transfers)}"
 
     def rank_of(self, coords: Mapping[str, Any]) -> int:
         """The row-major rank of ``coords`` (missing dimensions are 0)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -21,6 +21,9 @@ from ._active import current_client, pushed
 from ._client import MeshClient
 from ._commands import OP, REDUCE, Ref, wire_func
 from ._metacache import key_of, lookup, store
+
+if TYPE_CHECKING:
+    from ._to_mesh import MeshSliceTensor
 
 _PURE_METHODS = frozenset(
     {
@@ -100,6 +103,18 @@ class Tensor(torch.Tensor):
             "a monarch.Tensor cannot be pickled (not yet passed to actor endpoints): "
             "fetch_shard it for its value"
         )
+
+    def slice_mesh(self, **coords: int | slice) -> MeshSliceTensor:
+        """The shards on a slice of this tensor's mesh (an int drops that dimension, a
+        slice keeps it), to be moved with ``.to_mesh(mesh)``."""
+        from ._to_mesh import MeshSliceTensor, select
+
+        return MeshSliceTensor(self, select(self._client, coords))
+
+    def to_mesh(self, mesh: Any) -> Tensor:
+        """A copy of this tensor on ``mesh``, shard by shard: dimensions match by name and
+        size; a dimension only ``mesh`` has gets the same shard along it."""
+        return self.slice_mesh().to_mesh(mesh)
 
     def reduce(self, dims: str | Any, reduction: str = "sum", scatter: bool = False) -> Tensor:
         """Reduce across the procs along mesh dimension(s) ``dims`` (torch.distributed)."""

@@ -19,8 +19,9 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from monarch.core import Actor, Point, context, endpoint, loads
 
-from ._commands import DELETE, OP, REDUCE, Pickled, Ref, op_name
+from ._commands import DELETE, OP, RECV, REDUCE, SEND, Pickled, Ref, op_name
 from ._errors import RemoteException
+from ._inbox import deliver, take
 
 COLLECTIVE_TIMEOUT = timedelta(seconds=120)
 """A peer that never joins a collective fails it (then its outputs are poisoned)."""
@@ -75,6 +76,10 @@ class TensorWorker(Actor):
                         self._env.pop(ref, None)
                 elif tag == REDUCE:
                     self._reduce(*command[1:])
+                elif tag == SEND:
+                    self._send(*command[1:])
+                elif tag == RECV:
+                    self._recv(*command[1:])
             except Exception as exc:  # noqa: BLE001 - a bug here must not fail the actor
                 self._poison(_outputs(command), f"command {tag}", exc)
 
@@ -144,6 +149,38 @@ class TensorWorker(Actor):
         for ref in out:
             self._env[ref] = poison
 
+    # -- to_mesh ---------------------------------------------------------------------------
+
+    def _send(
+        self, source: int, key: str, plan: dict[int, list[dict[str, int]]], inbox: Any
+    ) -> None:
+        """Send this rank's shard of ``source`` (or the error it holds: the receivers are
+        poisoned alike) to the inbox of each destination ``plan`` names for it."""
+        targets = plan.get(self._rank)
+        if not targets:
+            return
+        value = self._env.get(source, _MISSING)
+        if value is _MISSING:
+            payload: Any = RemoteException("to_mesh", self._rank, f"no tensor {source}")
+        elif isinstance(value, _Poison):
+            payload = value.error
+        else:
+            payload = value.detach()
+        for coords in targets:
+            inbox.slice(**coords).put.broadcast(key, payload)
+
+    def _recv(self, out: int, key: str) -> None:
+        """Wait for the shard that a ``_send`` of another mesh (or this one) sends here."""
+        try:
+            value = take(key, COLLECTIVE_TIMEOUT.total_seconds())
+        except TimeoutError as exc:
+            self._poison((out,), "to_mesh", exc)
+            return
+        if isinstance(value, RemoteException):
+            self._env[out] = _Poison(value)
+        else:
+            self._env[out] = value.contiguous()
+
     # -- collectives ---------------------------------------------------------------------
 
     def _group(self, dims: tuple[int, ...], store: tuple[str, int]) -> tuple[Any, int, int]:
@@ -208,6 +245,15 @@ class TensorWorker(Actor):
             self._poison((out,), op, exc)
 
 
+class TensorInbox(Actor):
+    """Receives the shards sent to this proc's workers from another mesh (``to_mesh``):
+    an actor apart from the worker, whose thread may be waiting for them."""
+
+    @endpoint
+    def put(self, key: str, value: Any) -> None:
+        deliver(key, value)
+
+
 def _all_reduce(group: Any, tensor: torch.Tensor, op: Any) -> None:
     options = dist.AllreduceOptions()
     options.reduceOp = op
@@ -255,7 +301,7 @@ def _outputs(command: tuple[Any, ...]) -> tuple[int, ...]:
     """The ids a command writes (what a failure of it poisons)."""
     if command[0] == OP:
         return tuple(command[1])
-    if command[0] == REDUCE:
+    if command[0] in (REDUCE, RECV):
         return (command[1],)
     return ()
 
