@@ -38,3 +38,30 @@ class Maker(Actor):
     @endpoint
     def make(self, n: int) -> torch.Tensor:
         return torch.arange(float(n))
+
+
+class ShardUser(Actor):
+    """Takes monarch Tensors in its endpoints: each call gets its proc's shard."""
+
+    def __init__(self) -> None:
+        self.kept: list[torch.Tensor] = []
+
+    @endpoint
+    def total(self, t: torch.Tensor, scale: float = 1.0) -> float:
+        assert type(t) is torch.Tensor  # a plain local tensor here, not a monarch one
+        return float(t.sum()) * scale
+
+    @endpoint
+    def pair(self, pair: dict[str, torch.Tensor]) -> list[float]:
+        return [float(pair["a"].sum()), float(pair["b"].sum())]
+
+    @endpoint
+    def bump(self, t: torch.Tensor) -> None:
+        """Changes the shard itself (it is the worker's, not a copy)."""
+        t.add_(1)
+
+
+class AsyncShardUser(Actor):
+    @endpoint
+    async def total(self, t: torch.Tensor) -> float:
+        return float(t.sum())

@@ -17,10 +17,13 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from monarch.core import calling_endpoint
+
 from ._active import current_client, pushed
 from ._client import MeshClient
-from ._commands import OP, REDUCE, Ref, wire_func
+from ._commands import LEND, OP, REDUCE, Ref, wire_func
 from ._metacache import key_of, lookup, store
+from ._worker import lent
 
 if TYPE_CHECKING:
     from ._to_mesh import MeshSliceTensor
@@ -99,10 +102,18 @@ class Tensor(torch.Tensor):
         return self.__repr__()
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        raise TypeError(
-            "a monarch.Tensor cannot be pickled (not yet passed to actor endpoints): "
-            "fetch_shard it for its value"
-        )
+        """In an actor endpoint's arguments, the receiving proc's shard (the worker lends
+        it to the call, in order with the commands before it); refused anywhere else."""
+        if calling_endpoint() is None:
+            raise TypeError(
+                "a monarch.Tensor cannot be pickled, only passed to an actor endpoint (each "
+                "actor gets its proc's shard): fetch_shard it for its value"
+            )
+        client = self._client
+        key = client.transfer_key()
+        client.record((LEND, self._ref, key))
+        client.flush()
+        return (lent, (key,))
 
     def slice_mesh(self, **coords: int | slice) -> MeshSliceTensor:
         """The shards on a slice of this tensor's mesh (an int drops that dimension, a

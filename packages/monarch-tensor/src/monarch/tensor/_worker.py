@@ -4,6 +4,10 @@ It runs the controller's commands in the order they were recorded. A failing com
 raises out of the endpoint (a broadcast's failure has nobody to tell): its outputs become
 ``_Poison``, and every later command reading a poisoned id poisons its own outputs, so
 exactly the dependents fail, at the fetch that asks for them.
+
+Everything a proc unpickles by reference from this package lives here (the worker, the
+inbox, ``lent``): a proc unpickling objects of two modules of one package on two threads
+at once (a user's actor call beside the worker's spawn) can deadlock in the import system.
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from monarch.core import Actor, Point, context, endpoint, loads
 
-from ._commands import DELETE, OP, RECV, REDUCE, SEND, Pickled, Ref, op_name
+from ._commands import DELETE, LEND, OP, RECV, REDUCE, SEND, Pickled, Ref, op_name
 from ._errors import RemoteException
 from ._inbox import deliver, take
+
+LENT_WAIT = 120.0
+"""Seconds an actor call waits for the shard it was given (its worker may be busy)."""
 
 COLLECTIVE_TIMEOUT = timedelta(seconds=120)
 """A peer that never joins a collective fails it (then its outputs are poisoned)."""
@@ -80,6 +87,8 @@ class TensorWorker(Actor):
                     self._send(*command[1:])
                 elif tag == RECV:
                     self._recv(*command[1:])
+                elif tag == LEND:
+                    self._lend(*command[1:])
             except Exception as exc:  # noqa: BLE001 - a bug here must not fail the actor
                 self._poison(_outputs(command), f"command {tag}", exc)
 
@@ -181,6 +190,16 @@ class TensorWorker(Actor):
         else:
             self._env[out] = value.contiguous()
 
+    def _lend(self, source: int, key: str) -> None:
+        """Hand the shard itself (or the error it holds) to this proc's actor whose call
+        arguments name it (see ``_lent``)."""
+        value = self._env.get(source, _MISSING)
+        if value is _MISSING:
+            value = RemoteException("actor call", self._rank, f"no tensor {source}")
+        elif isinstance(value, _Poison):
+            value = value.error
+        deliver(key, value)
+
     # -- collectives ---------------------------------------------------------------------
 
     def _group(self, dims: tuple[int, ...], store: tuple[str, int]) -> tuple[Any, int, int]:
@@ -252,6 +271,21 @@ class TensorInbox(Actor):
     @endpoint
     def put(self, key: str, value: Any) -> None:
         deliver(key, value)
+
+
+def lent(key: str) -> Any:
+    """A monarch Tensor unpickled in an actor call: its shard on this proc, which the proc's
+    worker hands over once it has run every command recorded before the call."""
+    try:
+        value = take(key, LENT_WAIT)
+    except TimeoutError:
+        raise RuntimeError(
+            f"no shard of the monarch.Tensor reached this proc within {LENT_WAIT:.0f} s: an "
+            "actor takes a monarch.Tensor only when it lives on the procs of the tensor's mesh"
+        ) from None
+    if isinstance(value, BaseException):
+        raise value
+    return value
 
 
 def _all_reduce(group: Any, tensor: torch.Tensor, op: Any) -> None:
