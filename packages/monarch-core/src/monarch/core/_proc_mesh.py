@@ -291,6 +291,9 @@ class ProcMesh(ShapedMesh):
         self._shape = shape
         self._runtime = runtime
         self._group = group
+        self._spawned_into = group
+        """The owner's group, slices included: what its ``stop`` stops first (the actors
+        spawned on a slice die with the owner's procs, as its own actors do)."""
         self._stopped = False
         self._hosts = list(hosts)
         """Each rank's host agent (by rank of ``base``)."""
@@ -305,6 +308,7 @@ class ProcMesh(ShapedMesh):
     def _new_with_shape(self, shape: Shape) -> ProcMesh:
         mesh = self._copy(shape)
         mesh._group = self._group if shape == self._shape else None  # a slice is not owned
+        mesh._spawned_into = self._spawned_into
         return mesh
 
     def _copy(self, shape: Shape) -> ProcMesh:
@@ -352,8 +356,8 @@ class ProcMesh(ShapedMesh):
         mesh = spawn_actor_mesh(
             self._runtime, name, Class, self._procs, self._shape, args, kwargs, self._informant
         )
-        if self._group is not None:
-            self._group.actor_meshes.append(mesh)
+        if self._spawned_into is not None:
+            self._spawned_into.actor_meshes.append(mesh)
         return mesh
 
     def _failures(self) -> list[str]:
