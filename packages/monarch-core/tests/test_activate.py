@@ -17,3 +17,14 @@ from monarch.actor import this_proc
 def test_activate_without_the_tensor_wheel_names_it() -> None:
     with pytest.raises(ImportError, match="pip install monarch-tensor"):
         this_proc().activate()
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("monarch.tensor") is not None,
+    reason="monarch-tensor is installed here (its own tests cover rank_tensor())",
+)
+def test_rank_tensors_without_the_tensor_wheel_name_it() -> None:
+    with pytest.raises(ImportError, match=r"rank_tensor\(\) needs the monarch-tensor wheel"):
+        this_proc().rank_tensor("gpus")
+    with pytest.raises(ImportError, match=r"rank_tensors\(\) needs the monarch-tensor wheel"):
+        this_proc().rank_tensors()

@@ -247,25 +247,27 @@ def _report_bootstrap(runtime: Runtime, body: RunBootstrap, exc: Exception) -> N
 
 
 TENSOR_ENGINE_GROUP = "monarch.tensor_engine"
-"""Entry-point group whose ``activate(proc_mesh)`` makes ``ProcMesh.activate()``."""
+"""Entry-point group of the tensor engine's ``ProcMesh`` methods: ``activate(proc_mesh)``,
+``rank_tensor(proc_mesh, dim)``, ``rank_tensors(proc_mesh)``."""
 
-_tensor_engine: list[Callable[[ProcMesh], Any]] = []
-"""The loaded ``activate`` entry point, once found: looking it up reads every installed
-distribution's metadata (~10 ms), too slow to repeat at each ``activate()``."""
+_tensor_engine: dict[str, Callable[..., Any]] = {}
+"""The loaded entry points by name: looking one up reads every installed distribution's
+metadata (~10 ms), too slow to repeat at each ``activate()``."""
 
 
-def _tensor_engine_activate() -> Callable[[ProcMesh], Any]:
-    if not _tensor_engine:
+def _tensor_engine_entry(name: str) -> Callable[..., Any]:
+    found = _tensor_engine.get(name)
+    if found is None:
         from importlib.metadata import entry_points  # slow to import: only when needed
 
-        found = entry_points(group=TENSOR_ENGINE_GROUP, name="activate")
-        if not found:
+        points = entry_points(group=TENSOR_ENGINE_GROUP, name=name)
+        if not points:
             raise ImportError(
-                "ProcMesh.activate() needs the monarch-tensor wheel: pip install monarch-tensor",
+                f"ProcMesh.{name}() needs the monarch-tensor wheel: pip install monarch-tensor",
                 name="monarch.tensor",
             )
-        _tensor_engine.append(next(iter(found)).load())
-    return _tensor_engine[0]
+        found = _tensor_engine[name] = next(iter(points)).load()
+    return found
 
 
 class ProcMesh(ShapedMesh):
@@ -439,7 +441,17 @@ class ProcMesh(ShapedMesh):
         ``with procs.activate(): ...``). The tensor engine is monarch-tensor's, reached
         through the ``monarch.tensor_engine`` entry point so that the core never imports
         torch; without that wheel this raises an ImportError that names it."""
-        return _tensor_engine_activate()(self)
+        return _tensor_engine_entry("activate")(self)
+
+    def rank_tensor(self, dim: str | Sequence[str]) -> Any:
+        """A tensor of this mesh holding each proc's coordinate along ``dim`` (along
+        several: their row-major rank), as upstream's; monarch-tensor's, as ``activate``."""
+        return _tensor_engine_entry("rank_tensor")(self, dim)
+
+    def rank_tensors(self) -> dict[str, Any]:
+        """``rank_tensor`` of every dimension, by name."""
+        found: dict[str, Any] = _tensor_engine_entry("rank_tensors")(self)
+        return found
 
     async def __aenter__(self) -> ProcMesh:
         return self

@@ -14,6 +14,7 @@ import torch  # noqa: F401
 
 from monarch.core import Future
 
+from ._coalescing import coalescing
 from ._errors import RemoteException
 from ._fetch import call_on_shard_and_fetch, fetch_shard, inspect, show
 from ._mesh import activate, get_active_mesh, no_mesh
@@ -29,6 +30,7 @@ __all__ = [
     "Tensor",
     "activate",
     "call_on_shard_and_fetch",
+    "coalescing",
     "fetch_shard",
     "get_active_mesh",
     "inspect",

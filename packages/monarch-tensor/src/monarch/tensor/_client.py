@@ -29,6 +29,17 @@ BATCH = 512
 _ATTRIBUTE = "_monarch_tensor_client"
 
 
+class _Coalescing(threading.local):
+    """Inside ``coalescing()`` (per thread): how deep, and the clients holding commands."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.held: dict[MeshClient, None] = {}
+
+
+coalesced = _Coalescing()
+
+
 class MeshClient:
     """Everything the controller knows about the tensors of one proc mesh."""
 
@@ -55,15 +66,20 @@ class MeshClient:
         with self._lock:
             self._commands.append(command)
             full = len(self._commands) >= BATCH
-        if full:
+        if full and not coalesced.depth:
             self.flush()
 
     def free(self, ref: int) -> None:
         """Called when a controller Tensor dies (any thread, GC included): never blocks."""
         self._freed.append(ref)
 
-    def flush(self) -> None:
-        """Send what is buffered, as one message to every worker."""
+    def flush(self, *, now: bool = False) -> None:
+        """Send what is buffered, as one message to every worker; inside ``coalescing()``
+        only when something waits for the workers (``now``: a fetch, a send to another
+        mesh, a shard lent to an actor), else at its end."""
+        if coalesced.depth and not now:
+            coalesced.held[self] = None
+            return
         freed = []
         while self._freed:
             freed.append(self._freed.popleft())
@@ -105,7 +121,7 @@ class MeshClient:
         return rank
 
     def fetch(self, ids: list[int], rank: int) -> Future[list[Any]]:
-        self.flush()
+        self.flush(now=True)
 
         def pick(values: Any) -> list[Any]:
             value = values.get(rank)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar, overload
 
 import torch
@@ -72,14 +72,20 @@ def _rank_meta(label: str) -> torch.Tensor:
 _rank = Remote(_rank_along, _rank_meta)
 
 
-def rank_tensor(dim: str) -> Any:
-    """A 0-d int64 tensor holding each proc's coordinate along mesh dimension ``dim``."""
+def rank_tensor(dim: str | Sequence[str]) -> Any:
+    """A 0-d int64 tensor holding each proc's coordinate along mesh dimension ``dim`` (along
+    several dimensions: the proc's row-major rank over them, as upstream's)."""
     client = current_client()
     if client is None:
         raise RuntimeError("rank_tensor needs an active mesh: use `with proc_mesh.activate():`")
-    if dim not in client.labels:
-        raise ValueError(f"{dim!r} is not a dimension of the mesh {client.labels}")
-    return _rank(dim)
+    dims = [dim] if isinstance(dim, str) else list(dim)
+    for d in dims:
+        if d not in client.labels:
+            raise ValueError(f"{d!r} is not a dimension of the mesh {client.labels}")
+    combined: Any = _rank(dims[0]) if dims else torch.zeros((), dtype=torch.long)
+    for d in dims[1:]:
+        combined = combined * client.sizes[client.labels.index(d)] + _rank(d)
+    return combined
 
 
 def rank_tensors() -> dict[str, Any]:

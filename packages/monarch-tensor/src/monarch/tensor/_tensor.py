@@ -112,7 +112,7 @@ class Tensor(torch.Tensor):
         client = self._client
         key = client.transfer_key()
         client.record((LEND, self._ref, key))
-        client.flush()
+        client.flush(now=True)
         return (lent, (key,))
 
     def slice_mesh(self, **coords: int | slice) -> MeshSliceTensor:

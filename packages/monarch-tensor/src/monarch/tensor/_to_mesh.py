@@ -77,7 +77,7 @@ class MeshSliceTensor:
         out = Tensor._wrap(result, destination)
         key = destination.transfer_key()
         source.record((SEND, self.tensor._ref, key, plan, destination.inbox()))
-        source.flush()
+        source.flush(now=True)  # no destination may wait on a send still held here
         destination.record((RECV, out._ref, key))
         return out
 

@@ -59,6 +59,7 @@ class TensorWorker(Actor):
         self._groups: dict[tuple[int, ...], tuple[Any, int, int]] = {}
         self._store: Any = None
         self._functions: dict[tuple[bytes, ...], Any] = {}
+        self._batches = 0
 
     @property
     def _rank(self) -> int:
@@ -73,6 +74,7 @@ class TensorWorker(Actor):
     def run(self, commands: list[tuple[Any, ...]]) -> None:
         """Run a batch of commands (fire and forget: failures poison, never raise)."""
         self._here()
+        self._batches += 1
         for command in commands:
             tag = command[0]
             try:
@@ -107,6 +109,11 @@ class TensorWorker(Actor):
                 return value.error
             values.append(_portable(value))
         return values
+
+    @endpoint
+    def batches(self) -> int:
+        """How many batches of commands this worker has run (one per controller message)."""
+        return self._batches
 
     @endpoint
     def live_ids(self) -> list[int]:
