@@ -30,6 +30,15 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
         ),
         ("transport_demo.py", ["unix://@", "tcp://127.0.0.1:", "tls://127.0.0.1:", "wrong secret"]),
         ("parameter_server.py", ["final weights match the single-process run: True"]),
+        (
+            "ddp_actors.py",
+            [
+                "rank 1: pid",
+                "step 4: losses",
+                "weights equal on every rank: True",
+                "final weights match the single-process run: True",
+            ],
+        ),
     ],
 )
 def test_example_runs(script: str, expected: list[str]) -> None:
