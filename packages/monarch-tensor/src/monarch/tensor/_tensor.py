@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from monarch.core import calling_endpoint
 
 from ._active import current_client, pushed
 from ._client import MeshClient
 from ._commands import LEND, OP, REDUCE, Ref, wire_func
+from ._flat import flatten, flatten_call, unflatten
 from ._metacache import key_of, lookup, store
 from ._worker import lent
 
@@ -157,7 +157,7 @@ def dispatch(
 ) -> Any:
     """Record ``func(*args, **kwargs)`` on the mesh of its monarch Tensors (or ``client``,
     for a factory) and return its result as monarch Tensors, computed without data."""
-    flat, spec = tree_flatten((args, kwargs))
+    flat, spec = flatten_call(args, kwargs)
     clients = {x._client for x in flat if isinstance(x, Tensor)}
     if len(clients) > 1:
         raise ValueError("an operation mixes monarch Tensors of different meshes")
@@ -172,12 +172,12 @@ def dispatch(
     if cached is not None:
         out_spec, leaves = cached
     else:
-        meta_args, meta_kwargs = tree_unflatten([_to_meta(x) for x in flat], spec)
+        meta_args, meta_kwargs = unflatten([_to_meta(x) for x in flat], spec)
         if "device" in meta_kwargs:
             meta_kwargs["device"] = "meta"
         with pushed(None), torch.device("meta"):
             result = (meta_func or func)(*meta_args, **meta_kwargs)
-        leaves, out_spec = tree_flatten(result)
+        leaves, out_spec = flatten(result)
         if key is not None:
             store(key, out_spec, leaves, set(inputs))
     if factory and not any(isinstance(leaf, torch.Tensor) for leaf in leaves):
@@ -196,11 +196,11 @@ def dispatch(
         else:
             out.append(leaf)
     if ids or not _pure(func):
-        wire_args, wire_kwargs = tree_unflatten([_to_wire(x) for x in flat], spec)
+        wire_args, wire_kwargs = unflatten([_to_wire(x) for x in flat], spec)
         grad = torch.is_grad_enabled()
         sent = wire_func(func) if wire is None else wire
         client.record((OP, tuple(ids), sent, wire_args, wire_kwargs, grad))
-    return tree_unflatten(out, out_spec)
+    return unflatten(out, out_spec)
 
 
 def _to_meta(x: Any) -> Any:
@@ -235,7 +235,7 @@ class ActiveMode(TorchFunctionMode):
     ) -> Any:
         kwargs = kwargs or {}
         client = current_client()
-        flat = tree_flatten((args, kwargs))[0]
+        flat = flatten_call(args, kwargs)[0]
         if any(isinstance(x, Tensor) for x in flat):
             return dispatch(func, args, kwargs, client)
         if client is None or any(isinstance(x, torch.Tensor) for x in flat):

@@ -19,12 +19,12 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils._pytree import tree_flatten, tree_map
 
 from monarch.core import Actor, Point, context, endpoint, loads
 
 from ._commands import DELETE, LEND, OP, RECV, REDUCE, SEND, Pickled, Ref, op_name
 from ._errors import RemoteException
+from ._flat import flatten, flatten_call, unflatten
 from ._inbox import deliver, take
 
 LENT_WAIT = 120.0
@@ -120,7 +120,9 @@ class TensorWorker(Actor):
         """The ids this worker holds (what the controller has not freed)."""
         return sorted(self._env)
 
-    def _resolve(self, obj: Any) -> Any:
+    def _resolve(self, args: Any, kwargs: Any) -> tuple[Any, Any]:
+        """The arguments with each ``Ref`` replaced by this worker's shard."""
+
         def one(leaf: Any) -> Any:
             if isinstance(leaf, Ref):
                 value = self._env.get(leaf.id, _MISSING)
@@ -132,7 +134,9 @@ class TensorWorker(Actor):
                 return value
             return leaf
 
-        return tree_map(one, obj)
+        leaves, spec = flatten_call(args, kwargs)
+        resolved: tuple[Any, Any] = unflatten([one(leaf) for leaf in leaves], spec)
+        return resolved
 
     def _op(self, out: tuple[int, ...], func: Any, args: Any, kwargs: Any, grad: bool) -> None:
         try:
@@ -141,10 +145,10 @@ class TensorWorker(Actor):
                 if key not in self._functions:
                     self._functions[key] = loads(func.parts)
                 func = self._functions[key]
-            args, kwargs = self._resolve((args, kwargs))
+            args, kwargs = self._resolve(args, kwargs)
             with torch.set_grad_enabled(grad):
                 result = func(*args, **kwargs)
-            tensors = [x for x in tree_flatten(result)[0] if isinstance(x, torch.Tensor)]
+            tensors = [x for x in flatten(result)[0] if isinstance(x, torch.Tensor)]
             if len(tensors) != len(out):
                 raise TypeError(
                     f"returned {len(tensors)} tensors where the controller expected {len(out)}"
