@@ -41,7 +41,9 @@ def same(a: Any, b: Any) -> bool:
 
 
 @given(st.lists(trees, max_size=4).map(tuple), st.dictionaries(st.text(max_size=3), trees))
-def test_call_arguments_flatten_as_torch_does(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def test_call_arguments_flatten_as_torch_does(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
     flat, spec = flatten_call(args, kwargs)
     assert same(flat, tree_flatten((args, kwargs))[0])
     rebuilt = unflatten(flat, spec)
