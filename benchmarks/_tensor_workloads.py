@@ -169,9 +169,22 @@ def run(rec: Recorder, reps: int, ops: int, big_mib: int, timeout: float) -> Non
             raise AssertionError(f"sum over 2 procs of ones gave {value}")
         return took
 
+    def reduce_in_place() -> list[float]:
+        seconds = []
+        for k in range(reps):
+            begun = time.perf_counter()
+            with procs.activate():
+                big.reduce_("gpus", "sum")  # type: ignore[attr-defined]
+            value = monarch.fetch_shard(head, gpus=1).get(timeout=timeout)
+            seconds.append(time.perf_counter() - begun)
+            if float(value[0]) != 2.0 ** (k + 1):
+                raise AssertionError(f"reduce_ {k + 1} times gave {value}")
+        return seconds
+
     # The first reduce also forms the process group (and shows whether it works at all).
     if rec.attempt(f"reduce_{big_mib}MiB_first_s", reduce_once):
         rec.attempt(f"reduce_{big_mib}MiB_s", lambda: [reduce_once() for _ in range(reps)])
+        rec.attempt(f"reduce_inplace_{big_mib}MiB_s", reduce_in_place)
 
     stopped = threading.Event()
 

@@ -30,11 +30,14 @@ _ATTRIBUTE = "_monarch_tensor_client"
 
 
 class _Coalescing(threading.local):
-    """Inside ``coalescing()`` (per thread): how deep, and the clients holding commands."""
+    """Per thread: how deep inside ``coalescing()``, the clients holding commands, and
+    whether a batch is being pickled."""
 
     def __init__(self) -> None:
         self.depth = 0
         self.held: dict[MeshClient, None] = {}
+        self.sending = False
+        """Pickling a batch of commands (no ``Tensor`` may be lent from there)."""
 
 
 coalesced = _Coalescing()
@@ -55,6 +58,7 @@ class MeshClient:
         self._lock = threading.Lock()
         self._workers: ActorMesh[TensorWorker] | None = None
         self._inbox: ActorMesh[TensorInbox] | None = None
+        self._one: dict[int, ActorMesh[TensorWorker]] = {}
         self._store: Any = None
         self._token = uuid.uuid4().hex
         self._transfers = itertools.count()
@@ -88,7 +92,11 @@ class MeshClient:
         if freed:
             commands.append((DELETE, tuple(freed)))
         if commands:
-            self.workers().run.broadcast(commands)
+            coalesced.sending = True  # a monarch Tensor met here is no actor's argument
+            try:
+                self.workers().run.broadcast(commands)
+            finally:
+                coalesced.sending = False
 
     def workers(self) -> ActorMesh[TensorWorker]:
         if self._workers is None:
@@ -121,17 +129,28 @@ class MeshClient:
         return rank
 
     def fetch(self, ids: list[int], rank: int) -> Future[list[Any]]:
+        """The values of ``ids`` on ``rank``: a call to that rank's worker alone, which the
+        core delivers after every batch sent before it (one sender, one actor: in order)."""
         self.flush(now=True)
 
-        def pick(values: Any) -> list[Any]:
-            value = values.get(rank)
+        def pick(value: Any) -> list[Any]:
             if isinstance(value, RemoteException):
                 raise value
             assert isinstance(value, list)
             return value
 
-        future: Future[list[Any]] = self.workers().fetch.call(ids, rank).then(pick)
+        future: Future[list[Any]] = self.worker(rank).fetch.call_one(ids, rank).then(pick)
         return future
+
+    def worker(self, rank: int) -> ActorMesh[TensorWorker]:
+        """The worker of ``rank`` alone (kept: slicing a mesh costs more than a fetch)."""
+        one = self._one.get(rank)
+        if one is None:
+            coords = {}
+            for label, size in zip(reversed(self.labels), reversed(self.sizes), strict=True):
+                rank, coords[label] = divmod(rank, size)
+            one = self._one[self.rank_of(coords)] = self.workers().slice(**coords)
+        return one
 
     def store(self) -> tuple[str, int]:
         """Where the workers meet to form their gloo process group: a TCPStore that this

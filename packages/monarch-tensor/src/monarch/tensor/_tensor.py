@@ -19,7 +19,7 @@ from torch.overrides import TorchFunctionMode
 from monarch.core import calling_endpoint
 
 from ._active import current_client, pushed
-from ._client import MeshClient
+from ._client import MeshClient, coalesced
 from ._commands import LEND, OP, REDUCE, Ref, wire_func
 from ._flat import flatten, flatten_call, unflatten
 from ._metacache import key_of, lookup, store
@@ -104,7 +104,7 @@ class Tensor(torch.Tensor):
     def __reduce_ex__(self, protocol: Any) -> Any:
         """In an actor endpoint's arguments, the receiving proc's shard (the worker lends
         it to the call, in order with the commands before it); refused anywhere else."""
-        if calling_endpoint() is None:
+        if calling_endpoint() is None or coalesced.sending:
             raise TypeError(
                 "a monarch.Tensor cannot be pickled, only passed to an actor endpoint (each "
                 "actor gets its proc's shard): fetch_shard it for its value"

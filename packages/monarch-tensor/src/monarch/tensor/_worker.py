@@ -66,6 +66,7 @@ class TensorWorker(Actor):
         return self._here().rank
 
     def _here(self) -> Point:
+        """This worker's point in its mesh, as the first ``run`` (sent to all) tells it."""
         if self._point is None:
             self._point = context().message_rank
         return self._point
@@ -96,10 +97,9 @@ class TensorWorker(Actor):
 
     @endpoint
     def fetch(self, ids: list[int], rank: int) -> Any:
-        """The values of ``ids`` on ``rank`` (None elsewhere), or the exception that one of
-        them holds, returned (not raised) so the controller can raise it as is."""
-        if self._here().rank != rank:
-            return None
+        """The values of ``ids`` here (the controller calls ``rank``'s worker alone), or the
+        exception that one of them holds, returned (not raised) so the controller can raise
+        it as is. (Not ``_here()``: a sliced call's point is the slice's.)"""
         values = []
         for ref in ids:
             value = self._env.get(ref, _MISSING)
