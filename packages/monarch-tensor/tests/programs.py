@@ -65,3 +65,16 @@ class AsyncShardUser(Actor):
     @endpoint
     async def total(self, t: torch.Tensor) -> float:
         return float(t.sum())
+
+
+def describe(t: torch.Tensor, extra: float = 0.0) -> dict[str, float]:
+    """A non-tensor result: which rank, and its shard's sum."""
+    return {"rank": current_rank().rank, "sum": float(t.sum()) + extra}
+
+
+def bump_(t: torch.Tensor) -> None:
+    t.add_(1)
+
+
+def where() -> tuple[int, torch.Tensor]:
+    return current_rank().rank, torch.arange(3.0, requires_grad=True) * 2

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from monarch.core import ActorMesh, Future, ProcMesh, current_runtime
+from monarch.core import ActorMesh, Future, ProcMesh, ValueMesh, current_runtime
 
 from ._commands import DELETE
 from ._errors import RemoteException
@@ -140,6 +140,19 @@ class MeshClient:
             return value
 
         future: Future[list[Any]] = self.worker(rank).fetch.call_one(ids, rank).then(pick)
+        return future
+
+    def fetch_all(self, ids: list[int]) -> Future[ValueMesh[list[Any]]]:
+        """The values of ``ids`` on every rank (a gathered call on all the workers)."""
+        self.flush(now=True)
+
+        def check(values: ValueMesh[Any]) -> ValueMesh[list[Any]]:
+            for value in values.values():
+                if isinstance(value, RemoteException):
+                    raise value
+            return values
+
+        future: Future[ValueMesh[list[Any]]] = self.workers().fetch.call(ids, -1).then(check)
         return future
 
     def worker(self, rank: int) -> ActorMesh[TensorWorker]:

@@ -85,3 +85,4 @@ REDUCE = 2  # (REDUCE, out_id, in_id, dims, reduction, scatter, store, meta)
 SEND = 3  # (SEND, in_id, key, {rank: destination coords...}, destination inbox mesh)
 RECV = 4  # (RECV, out_id, key)
 LEND = 5  # (LEND, in_id, key): the shard to this proc's actor that an endpoint call names
+CALL = 6  # (CALL, out_id, func, args, kwargs, grad enabled): a remote function's adverb call

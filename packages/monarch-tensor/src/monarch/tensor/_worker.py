@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from monarch.core import Actor, Point, context, endpoint, loads
 
-from ._commands import DELETE, LEND, OP, RECV, REDUCE, SEND, Pickled, Ref, op_name
+from ._commands import CALL, DELETE, LEND, OP, RECV, REDUCE, SEND, Pickled, Ref, op_name
 from ._errors import RemoteException
 from ._flat import flatten, flatten_call, unflatten
 from ._inbox import deliver, take
@@ -92,6 +92,8 @@ class TensorWorker(Actor):
                     self._recv(*command[1:])
                 elif tag == LEND:
                     self._lend(*command[1:])
+                elif tag == CALL:
+                    self._call(*command[1:])
             except Exception as exc:  # noqa: BLE001 - a bug here must not fail the actor
                 self._poison(_outputs(command), f"command {tag}", exc)
 
@@ -140,14 +142,7 @@ class TensorWorker(Actor):
 
     def _op(self, out: tuple[int, ...], func: Any, args: Any, kwargs: Any, grad: bool) -> None:
         try:
-            if isinstance(func, Pickled):
-                key = tuple(func.parts)
-                if key not in self._functions:
-                    self._functions[key] = loads(func.parts)
-                func = self._functions[key]
-            args, kwargs = self._resolve(args, kwargs)
-            with torch.set_grad_enabled(grad):
-                result = func(*args, **kwargs)
+            result = self._apply(func, args, kwargs, grad)
             tensors = [x for x in flatten(result)[0] if isinstance(x, torch.Tensor)]
             if len(tensors) != len(out):
                 raise TypeError(
@@ -158,10 +153,36 @@ class TensorWorker(Actor):
                 self._env[ref] = failed.poison
             return
         except Exception as exc:  # noqa: BLE001 - poisons the outputs, raised at their fetch
-            self._poison(out, op_name(func), exc)
+            self._poison(out, op_name(self._function(func, load=False)), exc)
             return
         for ref, tensor in zip(out, tensors, strict=True):
             self._env[ref] = tensor
+
+    def _call(self, out: int, func: Any, args: Any, kwargs: Any, grad: bool) -> None:
+        """A remote function's adverb call: its result, whatever it is, held at ``out``."""
+        try:
+            self._env[out] = self._apply(func, args, kwargs, grad)
+        except _Failed as failed:
+            self._env[out] = failed.poison
+        except Exception as exc:  # noqa: BLE001 - poisons the result, raised at its fetch
+            self._poison((out,), op_name(self._function(func, load=False)), exc)
+
+    def _apply(self, func: Any, args: Any, kwargs: Any, grad: bool) -> Any:
+        func = self._function(func)
+        args, kwargs = self._resolve(args, kwargs)
+        with torch.set_grad_enabled(grad):
+            return func(*args, **kwargs)
+
+    def _function(self, func: Any, load: bool = True) -> Any:
+        """A user's function as sent (``Pickled``), loaded once per worker."""
+        if isinstance(func, Pickled):
+            key = tuple(func.parts)
+            if key not in self._functions:
+                if not load:
+                    return func
+                self._functions[key] = loads(func.parts)
+            return self._functions[key]
+        return func
 
     def _poison(self, out: tuple[int, ...], op: str, exc: BaseException) -> None:
         tb = "".join(traceback.format_exception(exc))
@@ -346,7 +367,7 @@ def _outputs(command: tuple[Any, ...]) -> tuple[int, ...]:
     """The ids a command writes (what a failure of it poisons)."""
     if command[0] == OP:
         return tuple(command[1])
-    if command[0] in (REDUCE, RECV):
+    if command[0] in (REDUCE, RECV, CALL):
         return (command[1],)
     return ()
 
@@ -359,11 +380,16 @@ def _linear(coords: list[int], sizes: list[int]) -> int:
 
 
 def _portable(value: Any) -> Any:
-    """A shard as it should travel: no autograd history, no storage beyond its own."""
-    if isinstance(value, torch.Tensor):
-        value = value.detach()
-        if value.untyped_storage().nbytes() != value.numel() * value.element_size():
-            value = value.clone()
+    """A shard (or a remote function's result) as it should travel: tensors without autograd
+    history, and without storage beyond their own."""
+    if not isinstance(value, torch.Tensor):
+        leaves, spec = flatten(value)
+        if any(isinstance(leaf, torch.Tensor) for leaf in leaves):
+            return unflatten([_portable(leaf) for leaf in leaves], spec)
+        return value
+    value = value.detach()
+    if value.untyped_storage().nbytes() != value.numel() * value.element_size():
+        value = value.clone()
     return value
 
 
