@@ -56,6 +56,10 @@ class ShardUser(Actor):
         return [float(pair["a"].sum()), float(pair["b"].sum())]
 
     @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
     def bump(self, t: torch.Tensor) -> None:
         """Changes the shard itself (it is the worker's, not a copy)."""
         t.add_(1)
@@ -78,3 +82,23 @@ def bump_(t: torch.Tensor) -> None:
 
 def where() -> tuple[int, torch.Tensor]:
     return current_rank().rank, torch.arange(3.0, requires_grad=True) * 2
+
+
+class Doubler(Actor):
+    """An endpoint whose result becomes a monarch Tensor through ``rref``."""
+
+    def __init__(self) -> None:
+        self.seen: list[float] = []
+
+    @endpoint(propagate=lambda t: t.clone())
+    def double(self, t: torch.Tensor) -> torch.Tensor:
+        self.seen.append(float(t.sum()))
+        return t * 2 + os.getpid() % 2  # which proc made it (its rank is 0: see _rref)
+
+    @endpoint
+    def sums(self) -> list[float]:
+        return self.seen
+
+    @endpoint
+    def plain(self, t: torch.Tensor) -> torch.Tensor:
+        return t

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from monarch.actor import ActorMesh, ProcMesh
-from monarch.tensor import inspect, rank_tensor, remote
+from monarch.tensor import Tensor, inspect, rank_tensor, remote
 
 WAIT = 60.0
 
@@ -81,3 +81,30 @@ def test_anywhere_else_pickling_is_refused(procs: ProcMesh) -> None:
         t = torch.ones(2)
     with pytest.raises(TypeError, match="only passed to an actor endpoint"):
         pickle.dumps(t)
+
+
+def test_rref_makes_an_endpoints_results_a_tensor(procs: ProcMesh) -> None:
+    doublers = procs.spawn("doublers", programs.Doubler)
+    with procs.activate():
+        t = torch.ones(3)
+        t.add_(1)  # recorded before: the endpoint sees it
+        r = doublers.double.rref(t)
+        after = r + 100  # recorded after: sees the endpoint's result
+    assert isinstance(r, Tensor) and r.shape == (3,)
+    pids = procs.spawn("pids", programs.ShardUser)  # each proc's own pid, to tell them apart
+    for gpu in (0, 1):
+        pid = pids.slice(gpus=gpu).pid.call_one().get(timeout=WAIT)
+        made = 4.0 + pid % 2
+        assert torch.equal(inspect(r, gpus=gpu), torch.full((3,), made))
+        assert torch.equal(inspect(after, gpus=gpu), torch.full((3,), made + 100))
+    assert doublers.sums.call().get(timeout=WAIT).item(gpus=1) == [6.0]
+
+
+def test_rref_needs_a_propagate_and_an_active_mesh(procs: ProcMesh) -> None:
+    doublers = procs.spawn("doublers_again", programs.Doubler)
+    with procs.activate():
+        t = torch.ones(3)
+        with pytest.raises(ValueError, match="propagate"):
+            doublers.plain.rref(t)
+    with pytest.raises(ValueError, match="active mesh"):
+        doublers.double.rref(t)

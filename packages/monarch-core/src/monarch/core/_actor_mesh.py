@@ -82,6 +82,32 @@ _ADVERBS = {"mesh": "call", "one": "call_one"}
 """Upstream's names of the adverbs, by what ``Endpoint._submit`` wants gathered."""
 
 
+TENSOR_ENGINE_GROUP = "monarch.tensor_engine"
+"""Entry-point group of the tensor engine's methods of the core's classes:
+``activate(proc_mesh)``, ``rank_tensor(proc_mesh, dim)``, ``rank_tensors(proc_mesh)``,
+``rref(endpoint, args, kwargs)``."""
+
+_tensor_engine: dict[str, Callable[..., Any]] = {}
+"""The loaded entry points by name: looking one up reads every installed distribution's
+metadata (~10 ms), too slow to repeat at each ``activate()``."""
+
+
+def tensor_engine_entry(name: str, owner: str = "ProcMesh") -> Callable[..., Any]:
+    """The tensor engine's ``name``, found once; an ImportError naming the wheel if absent."""
+    found = _tensor_engine.get(name)
+    if found is None:
+        from importlib.metadata import entry_points  # slow to import: only when needed
+
+        points = entry_points(group=TENSOR_ENGINE_GROUP, name=name)
+        if not points:
+            raise ImportError(
+                f"{owner}.{name}() needs the monarch-tensor wheel: pip install monarch-tensor",
+                name="monarch.tensor",
+            )
+        found = _tensor_engine[name] = next(iter(points)).load()
+    return found
+
+
 class Endpoint(Generic[R]):
     """An endpoint of an actor mesh, with the messaging adverbs."""
 
@@ -95,6 +121,13 @@ class Endpoint(Generic[R]):
             f"endpoint {self._name}() is called through an adverb: "
             f".call(), .call_one(), .choose(), .stream() or .broadcast()"
         )
+
+    def rref(self, *args: Any, **kwargs: Any) -> Any:
+        """Upstream's ``rref``: inside ``proc_mesh.activate()``, each actor runs the endpoint
+        in order with the tensor engine's operations and its result becomes a distributed
+        tensor (one shard per proc; shapes from the endpoint's ``propagate``). The engine is
+        monarch-tensor's, through the ``monarch.tensor_engine`` entry points."""
+        return tensor_engine_entry("rref", "Endpoint")(self, args, kwargs)
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Buffer]:
         """The pickled arguments, once they are known to fit the endpoint's signature."""

@@ -18,7 +18,7 @@ from typing import Any, Literal, TypeVar
 
 from monarch.transport import Buffer
 
-from ._actor_mesh import ActorMesh, Procs, resolve, spawn_actor_mesh
+from ._actor_mesh import ActorMesh, Procs, resolve, spawn_actor_mesh, tensor_engine_entry
 from ._config import current_config, runtime_env
 from ._errors import MeshFailure, RemoteFailure, SupervisionError
 from ._exits import ended, expect
@@ -246,30 +246,6 @@ def _report_bootstrap(runtime: Runtime, body: RunBootstrap, exc: Exception) -> N
     runtime.send_to_port(body.reply, PortValue(0, True), dumps(failure))
 
 
-TENSOR_ENGINE_GROUP = "monarch.tensor_engine"
-"""Entry-point group of the tensor engine's ``ProcMesh`` methods: ``activate(proc_mesh)``,
-``rank_tensor(proc_mesh, dim)``, ``rank_tensors(proc_mesh)``."""
-
-_tensor_engine: dict[str, Callable[..., Any]] = {}
-"""The loaded entry points by name: looking one up reads every installed distribution's
-metadata (~10 ms), too slow to repeat at each ``activate()``."""
-
-
-def _tensor_engine_entry(name: str) -> Callable[..., Any]:
-    found = _tensor_engine.get(name)
-    if found is None:
-        from importlib.metadata import entry_points  # slow to import: only when needed
-
-        points = entry_points(group=TENSOR_ENGINE_GROUP, name=name)
-        if not points:
-            raise ImportError(
-                f"ProcMesh.{name}() needs the monarch-tensor wheel: pip install monarch-tensor",
-                name="monarch.tensor",
-            )
-        found = _tensor_engine[name] = next(iter(points)).load()
-    return found
-
-
 class ProcMesh(ShapedMesh):
     """Processes laid out on a shape; ``spawn`` puts one actor on each.
 
@@ -441,16 +417,16 @@ class ProcMesh(ShapedMesh):
         ``with procs.activate(): ...``). The tensor engine is monarch-tensor's, reached
         through the ``monarch.tensor_engine`` entry point so that the core never imports
         torch; without that wheel this raises an ImportError that names it."""
-        return _tensor_engine_entry("activate")(self)
+        return tensor_engine_entry("activate")(self)
 
     def rank_tensor(self, dim: str | Sequence[str]) -> Any:
         """A tensor of this mesh holding each proc's coordinate along ``dim`` (along
         several: their row-major rank), as upstream's; monarch-tensor's, as ``activate``."""
-        return _tensor_engine_entry("rank_tensor")(self, dim)
+        return tensor_engine_entry("rank_tensor")(self, dim)
 
     def rank_tensors(self) -> dict[str, Any]:
         """``rank_tensor`` of every dimension, by name."""
-        found: dict[str, Any] = _tensor_engine_entry("rank_tensors")(self)
+        found: dict[str, Any] = tensor_engine_entry("rank_tensors")(self)
         return found
 
     async def __aenter__(self) -> ProcMesh:
