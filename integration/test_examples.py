@@ -40,6 +40,15 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
                 "== stopped",
             ],
         ),
+        (
+            "ddp_actors.py",
+            [
+                "rank 1: pid",
+                "step 4: losses",
+                "weights equal on every rank: True",
+                "final weights match the single-process run: True",
+            ],
+        ),
     ],
 )
 def test_example_runs(script: str, expected: list[str]) -> None:

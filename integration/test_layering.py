@@ -32,7 +32,7 @@ OWNS: dict[str, frozenset[str]] = {
     "monarch-transport": frozenset({"transport"}),
     "monarch-core": frozenset({"actor", "config", "core", "_rust_bindings", "_src"}),
     "monarch-rdma": frozenset({"rdma"}),
-    "monarch-tensor": frozenset({"tensor"}),
+    "monarch-tensor": frozenset({"tensor", "mesh_controller"}),
     "monarch-jobs": frozenset({"job", "spmd"}),
     "monarch-telemetry": frozenset({"telemetry"}),
 }

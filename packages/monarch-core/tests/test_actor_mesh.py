@@ -20,6 +20,7 @@ from monarch.actor import (
     Actor,
     ActorError,
     Future,
+    MeshFailure,
     ProcMesh,
     SupervisionError,
     ValueMesh,
@@ -500,3 +501,19 @@ def test_a_buffer_changed_after_the_call_arrives_as_it_was_at_the_call(tmp_path:
         os.write(opened, b"x")
         procs.stop().get(timeout=30)
         os.close(opened)
+
+
+def test_actors_spawned_on_a_slice_stop_with_the_mesh(
+    unhandled_failures: list[MeshFailure],
+) -> None:
+    """Their procs going away when the owner stops is no failure: they are stopped first,
+    as the owner's own actors are (they reached the unhandled fault hook, which ends a
+    client by default)."""
+    mesh = this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2})
+    row = mesh.slice(hosts=1).slice(gpus=slice(0, 2))
+    counters = row.spawn("on_a_slice", Counter)
+    assert counters.get.call().get(timeout=30).values() == [0, 0]
+    mesh.stop().get(timeout=30)
+    with pytest.raises(SupervisionError, match="stopped by client"):
+        counters.get.call().get(timeout=30)
+    assert not [f for f in unhandled_failures if "on_a_slice" in str(f)]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pickle
-from typing import Any
+from typing import Any, ClassVar
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from monarch.actor import Actor, endpoint, this_proc
+from monarch.core import calling_endpoint
 from monarch.core._serialize import (
     OUT_OF_BAND_MIN,
     dumps,
@@ -75,3 +77,29 @@ def test_locally_defined_classes_travel_by_value() -> None:
         pass
     else:  # pragma: no cover - would mean the test proves nothing
         raise AssertionError("plain pickle handled a local class")
+
+
+class _Probe:
+    """Records, when pickled, which endpoint's call arguments are being pickled."""
+
+    seen: ClassVar[list[str | None]] = []
+
+    def __reduce__(self) -> tuple[type[int], tuple[int]]:
+        _Probe.seen.append(calling_endpoint())
+        return (int, (0,))
+
+
+class _Echo(Actor):
+    @endpoint
+    def echo(self, x: object) -> object:
+        return x
+
+
+def test_a_sibling_wheel_can_tell_call_arguments_from_other_pickles() -> None:
+    """monarch-tensor pickles its Tensor as a reference only inside an endpoint's call."""
+    _Probe.seen.clear()
+    pickle.dumps(_Probe())
+    actor = this_proc().spawn("probe_echo", _Echo)
+    assert actor.echo.call_one([_Probe()]).get(timeout=30) == [0]
+    pickle.dumps(_Probe())
+    assert _Probe.seen == [None, "echo", None]

@@ -38,3 +38,67 @@ class Maker(Actor):
     @endpoint
     def make(self, n: int) -> torch.Tensor:
         return torch.arange(float(n))
+
+
+class ShardUser(Actor):
+    """Takes monarch Tensors in its endpoints: each call gets its proc's shard."""
+
+    def __init__(self) -> None:
+        self.kept: list[torch.Tensor] = []
+
+    @endpoint
+    def total(self, t: torch.Tensor, scale: float = 1.0) -> float:
+        assert type(t) is torch.Tensor  # a plain local tensor here, not a monarch one
+        return float(t.sum()) * scale
+
+    @endpoint
+    def pair(self, pair: dict[str, torch.Tensor]) -> list[float]:
+        return [float(pair["a"].sum()), float(pair["b"].sum())]
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def bump(self, t: torch.Tensor) -> None:
+        """Changes the shard itself (it is the worker's, not a copy)."""
+        t.add_(1)
+
+
+class AsyncShardUser(Actor):
+    @endpoint
+    async def total(self, t: torch.Tensor) -> float:
+        return float(t.sum())
+
+
+def describe(t: torch.Tensor, extra: float = 0.0) -> dict[str, float]:
+    """A non-tensor result: which rank, and its shard's sum."""
+    return {"rank": current_rank().rank, "sum": float(t.sum()) + extra}
+
+
+def bump_(t: torch.Tensor) -> None:
+    t.add_(1)
+
+
+def where() -> tuple[int, torch.Tensor]:
+    return current_rank().rank, torch.arange(3.0, requires_grad=True) * 2
+
+
+class Doubler(Actor):
+    """An endpoint whose result becomes a monarch Tensor through ``rref``."""
+
+    def __init__(self) -> None:
+        self.seen: list[float] = []
+
+    @endpoint(propagate=lambda t: t.clone())
+    def double(self, t: torch.Tensor) -> torch.Tensor:
+        self.seen.append(float(t.sum()))
+        return t * 2 + os.getpid() % 2  # which proc made it (its rank is 0: see _rref)
+
+    @endpoint
+    def sums(self) -> list[float]:
+        return self.seen
+
+    @endpoint
+    def plain(self, t: torch.Tensor) -> torch.Tensor:
+        return t

@@ -6,8 +6,11 @@ import os
 from importlib.metadata import requires, version
 from pathlib import Path
 
+import pytest
+
 import monarch
 import monarch.tensor
+from monarch.actor import ProcMesh
 
 
 def test_joins_the_monarch_package() -> None:
@@ -32,3 +35,21 @@ def test_registers_proc_mesh_activate() -> None:
 
     (found,) = entry_points(group="monarch.tensor_engine", name="activate")
     assert found.load() is activate
+
+
+def test_activate_looks_its_entry_point_up_once(
+    procs: ProcMesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading every distribution's metadata costs ~10 ms: an ``activate()`` per step of a
+    loop must not pay it again."""
+    import importlib.metadata
+
+    with procs.activate():
+        pass
+
+    def refuse(**_: object) -> None:
+        raise AssertionError("entry points read again")
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", refuse)
+    with procs.activate():
+        pass

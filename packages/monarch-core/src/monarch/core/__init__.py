@@ -48,7 +48,7 @@ from ._messages import TO_ACTOR, TO_PORT, TO_PROC, Body, PortRef, PortValue
 from ._port import Channel, Port
 from ._proc_mesh import HostMesh, ProcMesh, this_host, this_proc
 from ._runtime import Runtime, current_runtime, running_runtime
-from ._serialize import dumps, loads
+from ._serialize import calling_endpoint, dumps, loads
 from ._shape import Extent, NDSlice, Point, Shape
 from ._value_mesh import ValueMesh
 
@@ -92,6 +92,7 @@ __all__ = [
     "ValueMesh",
     "WorkerConfigError",
     "buffer_address",
+    "calling_endpoint",
     "context",
     "current_config",
     "current_instrumentation",

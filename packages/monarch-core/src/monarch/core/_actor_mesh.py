@@ -68,7 +68,7 @@ from ._reports import (
 )
 from ._runtime import Runtime, current_runtime
 from ._scope import Owner, current_owner
-from ._serialize import dumps, dumps_arguments, size_of
+from ._serialize import dumps, dumps_arguments, pickling_call, size_of
 from ._shape import NDSlice, Point, Shape, ShapedMesh
 from ._supervision import call_fault_hook
 from ._value_mesh import ValueMesh
@@ -81,6 +81,32 @@ A = TypeVar("A")
 
 _ADVERBS = {"mesh": "call", "one": "call_one"}
 """Upstream's names of the adverbs, by what ``Endpoint._submit`` wants gathered."""
+
+
+TENSOR_ENGINE_GROUP = "monarch.tensor_engine"
+"""Entry-point group of the tensor engine's methods of the core's classes:
+``activate(proc_mesh)``, ``rank_tensor(proc_mesh, dim)``, ``rank_tensors(proc_mesh)``,
+``rref(endpoint, args, kwargs)``."""
+
+_tensor_engine: dict[str, Callable[..., Any]] = {}
+"""The loaded entry points by name: looking one up reads every installed distribution's
+metadata (~10 ms), too slow to repeat at each ``activate()``."""
+
+
+def tensor_engine_entry(name: str, owner: str = "ProcMesh") -> Callable[..., Any]:
+    """The tensor engine's ``name``, found once; an ImportError naming the wheel if absent."""
+    found = _tensor_engine.get(name)
+    if found is None:
+        from importlib.metadata import entry_points  # slow to import: only when needed
+
+        points = entry_points(group=TENSOR_ENGINE_GROUP, name=name)
+        if not points:
+            raise ImportError(
+                f"{owner}.{name}() needs the monarch-tensor wheel: pip install monarch-tensor",
+                name="monarch.tensor",
+            )
+        found = _tensor_engine[name] = next(iter(points)).load()
+    return found
 
 
 class Endpoint(Generic[R]):
@@ -97,6 +123,13 @@ class Endpoint(Generic[R]):
             f".call(), .call_one(), .choose(), .stream() or .broadcast()"
         )
 
+    def rref(self, *args: Any, **kwargs: Any) -> Any:
+        """Upstream's ``rref``: inside ``proc_mesh.activate()``, each actor runs the endpoint
+        in order with the tensor engine's operations and its result becomes a distributed
+        tensor (one shard per proc; shapes from the endpoint's ``propagate``). The engine is
+        monarch-tensor's, through the ``monarch.tensor_engine`` entry points."""
+        return tensor_engine_entry("rref", "Endpoint")(self, args, kwargs)
+
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Buffer]:
         """The pickled arguments, once they are known to fit the endpoint's signature."""
         prop = self._prop
@@ -107,7 +140,10 @@ class Endpoint(Generic[R]):
                 prop._signature.bind(*(None,) * leading, *args, **kwargs)
             except TypeError as exc:
                 raise TypeError(f"{self._name}() {exc}") from None
-        return dumps_arguments(args, kwargs)
+        if not args and not kwargs:
+            return dumps_arguments(args, kwargs)
+        with pickling_call(self._name):
+            return dumps_arguments(args, kwargs)
 
     def _oversize(self, payload: list[Buffer], adverb: str) -> SupervisionError | None:
         """The error of a message larger than ``codec_max_frame_length``, which is not sent."""

@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar
 
 from monarch.transport import Buffer
 
-from ._actor_mesh import ActorMesh, Procs, resolve, spawn_actor_mesh
+from ._actor_mesh import ActorMesh, Procs, resolve, spawn_actor_mesh, tensor_engine_entry
 from ._config import current_config, runtime_env
 from ._errors import MeshFailure, RemoteFailure, SupervisionError
 from ._exits import ended, expect
@@ -266,10 +266,6 @@ def _report_bootstrap(runtime: Runtime, body: RunBootstrap, exc: Exception) -> N
     runtime.send_to_port(body.reply, PortValue(0, True), dumps(failure))
 
 
-TENSOR_ENGINE_GROUP = "monarch.tensor_engine"
-"""Entry-point group whose ``activate(proc_mesh)`` makes ``ProcMesh.activate()``."""
-
-
 class ProcMesh(ShapedMesh):
     """Processes laid out on a shape; ``spawn`` puts one actor on each.
 
@@ -293,6 +289,9 @@ class ProcMesh(ShapedMesh):
         self._shape = shape
         self._runtime = runtime
         self._group = group
+        self._spawned_into = group
+        """The owner's group, slices included: what its ``stop`` stops first (the actors
+        spawned on a slice die with the owner's procs, as its own actors do)."""
         self._stopped = False
         self._hosts = list(hosts)
         """Each rank's host agent (by rank of ``base``)."""
@@ -307,6 +306,7 @@ class ProcMesh(ShapedMesh):
     def _new_with_shape(self, shape: Shape) -> ProcMesh:
         mesh = self._copy(shape)
         mesh._group = self._group if shape == self._shape else None  # a slice is not owned
+        mesh._spawned_into = self._spawned_into
         return mesh
 
     def _copy(self, shape: Shape) -> ProcMesh:
@@ -354,8 +354,8 @@ class ProcMesh(ShapedMesh):
         mesh = spawn_actor_mesh(
             self._runtime, name, Class, self._procs, self._shape, args, kwargs, self._informant
         )
-        if self._group is not None:
-            self._group.actor_meshes.append(mesh)
+        if self._spawned_into is not None:
+            self._spawned_into.actor_meshes.append(mesh)
         return mesh
 
     def _failures(self) -> list[str]:
@@ -475,15 +475,17 @@ class ProcMesh(ShapedMesh):
         ``with procs.activate(): ...``). The tensor engine is monarch-tensor's, reached
         through the ``monarch.tensor_engine`` entry point so that the core never imports
         torch; without that wheel this raises an ImportError that names it."""
-        from importlib.metadata import entry_points  # slow to import: only when needed
+        return tensor_engine_entry("activate")(self)
 
-        found = entry_points(group=TENSOR_ENGINE_GROUP, name="activate")
-        if not found:
-            raise ImportError(
-                "ProcMesh.activate() needs the monarch-tensor wheel: pip install monarch-tensor",
-                name="monarch.tensor",
-            )
-        return next(iter(found)).load()(self)
+    def rank_tensor(self, dim: str | Sequence[str]) -> Any:
+        """A tensor of this mesh holding each proc's coordinate along ``dim`` (along
+        several: their row-major rank), as upstream's; monarch-tensor's, as ``activate``."""
+        return tensor_engine_entry("rank_tensor")(self, dim)
+
+    def rank_tensors(self) -> dict[str, Any]:
+        """``rank_tensor`` of every dimension, by name."""
+        found: dict[str, Any] = tensor_engine_entry("rank_tensors")(self)
+        return found
 
     async def __aenter__(self) -> ProcMesh:
         return self

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import io
 import pickle
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Final
 
 import cloudpickle
@@ -115,6 +117,26 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is unt
 
 
 _NO_ARGUMENTS: Final = pickle.dumps(((), {}), protocol=5)
+
+
+_calling: ContextVar[str | None] = ContextVar("monarch_calling_endpoint", default=None)
+
+
+def calling_endpoint() -> str | None:
+    """The endpoint whose call arguments this thread is pickling, else None: an object of
+    a sibling wheel may pickle as a reference only there (a monarch-tensor Tensor travels
+    to an actor as its proc's shard, and is refused anywhere else)."""
+    return _calling.get()
+
+
+@contextmanager
+def pickling_call(endpoint: str) -> Iterator[None]:
+    """Inside: ``calling_endpoint()`` is ``endpoint``."""
+    token = _calling.set(endpoint)
+    try:
+        yield
+    finally:
+        _calling.reset(token)
 
 
 def dumps_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Buffer]:

@@ -14,19 +14,24 @@ import torch  # noqa: F401
 
 from monarch.core import Future
 
+from ._coalescing import coalescing
 from ._errors import RemoteException
 from ._fetch import call_on_shard_and_fetch, fetch_shard, inspect, show
 from ._mesh import activate, get_active_mesh, no_mesh
 from ._remote import Remote, rank_tensor, rank_tensors, remote
+from ._rref import rref as _rref  # noqa: F401 - loaded with the package (workers unpickle it)
 from ._tensor import Tensor, reduce, reduce_
+from ._to_mesh import MeshSliceTensor, slice_mesh, to_mesh
 
 __all__ = [
     "Future",
+    "MeshSliceTensor",
     "Remote",
     "RemoteException",
     "Tensor",
     "activate",
     "call_on_shard_and_fetch",
+    "coalescing",
     "fetch_shard",
     "get_active_mesh",
     "inspect",
@@ -37,4 +42,6 @@ __all__ = [
     "reduce_",
     "remote",
     "show",
+    "slice_mesh",
+    "to_mesh",
 ]

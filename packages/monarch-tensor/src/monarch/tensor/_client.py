@@ -9,23 +9,38 @@ from __future__ import annotations
 
 import itertools
 import threading
+import uuid
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from monarch.core import ActorMesh, Future, ProcMesh, current_runtime
+from monarch.core import ActorMesh, Future, ProcMesh, ValueMesh, current_runtime
 
 from ._commands import DELETE
 from ._errors import RemoteException
-from ._worker import TensorWorker
+from ._worker import TensorInbox, TensorWorker
 
 BATCH = 512
 """Commands buffered before they are sent without waiting for a fetch or the end of
 ``activate()``: large enough to amortize a message, small enough to keep workers busy."""
 
 _ATTRIBUTE = "_monarch_tensor_client"
+
+
+class _Coalescing(threading.local):
+    """Per thread: how deep inside ``coalescing()``, the clients holding commands, and
+    whether a batch is being pickled."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.held: dict[MeshClient, None] = {}
+        self.sending = False
+        """Pickling a batch of commands (no ``Tensor`` may be lent from there)."""
+
+
+coalesced = _Coalescing()
 
 
 class MeshClient:
@@ -42,7 +57,11 @@ class MeshClient:
         self._freed: deque[int] = deque()
         self._lock = threading.Lock()
         self._workers: ActorMesh[TensorWorker] | None = None
+        self._inbox: ActorMesh[TensorInbox] | None = None
+        self._one: dict[int, ActorMesh[TensorWorker]] = {}
         self._store: Any = None
+        self._token = uuid.uuid4().hex
+        self._transfers = itertools.count()
 
     def new_id(self) -> int:
         return next(self._ids)
@@ -51,15 +70,20 @@ class MeshClient:
         with self._lock:
             self._commands.append(command)
             full = len(self._commands) >= BATCH
-        if full:
+        if full and not coalesced.depth:
             self.flush()
 
     def free(self, ref: int) -> None:
         """Called when a controller Tensor dies (any thread, GC included): never blocks."""
         self._freed.append(ref)
 
-    def flush(self) -> None:
-        """Send what is buffered, as one message to every worker."""
+    def flush(self, *, now: bool = False) -> None:
+        """Send what is buffered, as one message to every worker; inside ``coalescing()``
+        only when something waits for the workers (``now``: a fetch, a send to another
+        mesh, a shard lent to an actor), else at its end."""
+        if coalesced.depth and not now:
+            coalesced.held[self] = None
+            return
         freed = []
         while self._freed:
             freed.append(self._freed.popleft())
@@ -68,12 +92,26 @@ class MeshClient:
         if freed:
             commands.append((DELETE, tuple(freed)))
         if commands:
-            self.workers().run.broadcast(commands)
+            coalesced.sending = True  # a monarch Tensor met here is no actor's argument
+            try:
+                self.workers().run.broadcast(commands)
+            finally:
+                coalesced.sending = False
 
     def workers(self) -> ActorMesh[TensorWorker]:
         if self._workers is None:
             self._workers = self.proc_mesh.spawn("tensor_engine", TensorWorker)
         return self._workers
+
+    def inbox(self) -> ActorMesh[TensorInbox]:
+        """Where other meshes' workers send this mesh's workers values (``to_mesh``)."""
+        if self._inbox is None:
+            self._inbox = self.proc_mesh.spawn("tensor_inbox", TensorInbox)
+        return self._inbox
+
+    def transfer_key(self) -> str:
+        """A key no other transfer of any controller uses."""
+        return f"{self._token}/{next(self._transfers)}"
 
     def rank_of(self, coords: Mapping[str, Any]) -> int:
         """The row-major rank of ``coords`` (missing dimensions are 0)."""
@@ -91,17 +129,41 @@ class MeshClient:
         return rank
 
     def fetch(self, ids: list[int], rank: int) -> Future[list[Any]]:
-        self.flush()
+        """The values of ``ids`` on ``rank``: a call to that rank's worker alone, which the
+        core delivers after every batch sent before it (one sender, one actor: in order)."""
+        self.flush(now=True)
 
-        def pick(values: Any) -> list[Any]:
-            value = values.get(rank)
+        def pick(value: Any) -> list[Any]:
             if isinstance(value, RemoteException):
                 raise value
             assert isinstance(value, list)
             return value
 
-        future: Future[list[Any]] = self.workers().fetch.call(ids, rank).then(pick)
+        future: Future[list[Any]] = self.worker(rank).fetch.call_one(ids, rank).then(pick)
         return future
+
+    def fetch_all(self, ids: list[int]) -> Future[ValueMesh[list[Any]]]:
+        """The values of ``ids`` on every rank (a gathered call on all the workers)."""
+        self.flush(now=True)
+
+        def check(values: ValueMesh[Any]) -> ValueMesh[list[Any]]:
+            for value in values.values():
+                if isinstance(value, RemoteException):
+                    raise value
+            return values
+
+        future: Future[ValueMesh[list[Any]]] = self.workers().fetch.call(ids, -1).then(check)
+        return future
+
+    def worker(self, rank: int) -> ActorMesh[TensorWorker]:
+        """The worker of ``rank`` alone (kept: slicing a mesh costs more than a fetch)."""
+        one = self._one.get(rank)
+        if one is None:
+            coords = {}
+            for label, size in zip(reversed(self.labels), reversed(self.sizes), strict=True):
+                rank, coords[label] = divmod(rank, size)
+            one = self._one[self.rank_of(coords)] = self.workers().slice(**coords)
+        return one
 
     def store(self) -> tuple[str, int]:
         """Where the workers meet to form their gloo process group: a TCPStore that this

@@ -82,3 +82,7 @@ def op_name(func: Any) -> str:
 OP = 0  # (OP, out_ids, func, args, kwargs, grad enabled)
 DELETE = 1  # (DELETE, ids)
 REDUCE = 2  # (REDUCE, out_id, in_id, dims, reduction, scatter, store, meta)
+SEND = 3  # (SEND, in_id, key, {rank: destination coords...}, destination inbox mesh)
+RECV = 4  # (RECV, out_id, key)
+LEND = 5  # (LEND, in_id, key): the shard to this proc's actor that an endpoint call names
+CALL = 6  # (CALL, out_id, func, args, kwargs, grad enabled): a remote function's adverb call

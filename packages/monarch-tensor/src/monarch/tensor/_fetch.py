@@ -9,6 +9,9 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from monarch.core import Future
 
+from ._active import current_client, pushed
+from ._flat import flatten_call
+from ._remote import Remote
 from ._tensor import Tensor
 
 
@@ -36,8 +39,18 @@ def fetch_shard(obj: Any, shard: dict[str, int] | None = None, **coords: int) ->
 def call_on_shard_and_fetch(
     fn: Callable[..., Any], *args: Any, shard: dict[str, int] | None = None, **kwargs: Any
 ) -> Future[Any]:
-    """Run remote function ``fn`` on the mesh and fetch its result from ``shard``."""
-    return fetch_shard(fn(*args, **kwargs), shard)
+    """Run remote function ``fn`` on the mesh (the active one, else its tensors') and fetch
+    its result, any value, from ``shard``."""
+    if not isinstance(fn, Remote):
+        return fetch_shard(fn(*args, **kwargs), shard)
+    client = current_client()
+    if client is None:
+        tensors = [x for x in flatten_call(args, kwargs)[0] if isinstance(x, Tensor)]
+        if not tensors:
+            raise ValueError("call_on_shard_and_fetch needs an active mesh or a monarch Tensor")
+        client = tensors[0]._client
+    with pushed(client):
+        return fn._from_rank(client.rank_of(shard or {}), args, kwargs)
 
 
 def inspect(obj: Any, shard: dict[str, int] | None = None, **coords: int) -> Any:

@@ -11,16 +11,22 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from monarch.core import calling_endpoint
 
 from ._active import current_client, pushed
-from ._client import MeshClient
-from ._commands import OP, REDUCE, Ref, wire_func
+from ._client import MeshClient, coalesced
+from ._commands import LEND, OP, REDUCE, Ref, wire_func
+from ._flat import flatten, flatten_call, unflatten
 from ._metacache import key_of, lookup, store
+from ._worker import lent
+
+if TYPE_CHECKING:
+    from ._to_mesh import MeshSliceTensor
 
 _PURE_METHODS = frozenset(
     {
@@ -96,10 +102,30 @@ class Tensor(torch.Tensor):
         return self.__repr__()
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        raise TypeError(
-            "a monarch.Tensor cannot be pickled (not yet passed to actor endpoints): "
-            "fetch_shard it for its value"
-        )
+        """In an actor endpoint's arguments, the receiving proc's shard (the worker lends
+        it to the call, in order with the commands before it); refused anywhere else."""
+        if calling_endpoint() is None or coalesced.sending:
+            raise TypeError(
+                "a monarch.Tensor cannot be pickled, only passed to an actor endpoint (each "
+                "actor gets its proc's shard): fetch_shard it for its value"
+            )
+        client = self._client
+        key = client.transfer_key()
+        client.record((LEND, self._ref, key))
+        client.flush(now=True)
+        return (lent, (key,))
+
+    def slice_mesh(self, **coords: int | slice) -> MeshSliceTensor:
+        """The shards on a slice of this tensor's mesh (an int drops that dimension, a
+        slice keeps it), to be moved with ``.to_mesh(mesh)``."""
+        from ._to_mesh import MeshSliceTensor, select
+
+        return MeshSliceTensor(self, select(self._client, coords))
+
+    def to_mesh(self, mesh: Any) -> Tensor:
+        """A copy of this tensor on ``mesh``, shard by shard: dimensions match by name and
+        size; a dimension only ``mesh`` has gets the same shard along it."""
+        return self.slice_mesh().to_mesh(mesh)
 
     def reduce(self, dims: str | Any, reduction: str = "sum", scatter: bool = False) -> Tensor:
         """Reduce across the procs along mesh dimension(s) ``dims`` (torch.distributed)."""
@@ -131,7 +157,7 @@ def dispatch(
 ) -> Any:
     """Record ``func(*args, **kwargs)`` on the mesh of its monarch Tensors (or ``client``,
     for a factory) and return its result as monarch Tensors, computed without data."""
-    flat, spec = tree_flatten((args, kwargs))
+    flat, spec = flatten_call(args, kwargs)
     clients = {x._client for x in flat if isinstance(x, Tensor)}
     if len(clients) > 1:
         raise ValueError("an operation mixes monarch Tensors of different meshes")
@@ -146,12 +172,12 @@ def dispatch(
     if cached is not None:
         out_spec, leaves = cached
     else:
-        meta_args, meta_kwargs = tree_unflatten([_to_meta(x) for x in flat], spec)
+        meta_args, meta_kwargs = unflatten([_to_meta(x) for x in flat], spec)
         if "device" in meta_kwargs:
             meta_kwargs["device"] = "meta"
         with pushed(None), torch.device("meta"):
             result = (meta_func or func)(*meta_args, **meta_kwargs)
-        leaves, out_spec = tree_flatten(result)
+        leaves, out_spec = flatten(result)
         if key is not None:
             store(key, out_spec, leaves, set(inputs))
     if factory and not any(isinstance(leaf, torch.Tensor) for leaf in leaves):
@@ -170,11 +196,11 @@ def dispatch(
         else:
             out.append(leaf)
     if ids or not _pure(func):
-        wire_args, wire_kwargs = tree_unflatten([_to_wire(x) for x in flat], spec)
+        wire_args, wire_kwargs = unflatten([_to_wire(x) for x in flat], spec)
         grad = torch.is_grad_enabled()
         sent = wire_func(func) if wire is None else wire
         client.record((OP, tuple(ids), sent, wire_args, wire_kwargs, grad))
-    return tree_unflatten(out, out_spec)
+    return unflatten(out, out_spec)
 
 
 def _to_meta(x: Any) -> Any:
@@ -209,7 +235,7 @@ class ActiveMode(TorchFunctionMode):
     ) -> Any:
         kwargs = kwargs or {}
         client = current_client()
-        flat = tree_flatten((args, kwargs))[0]
+        flat = flatten_call(args, kwargs)[0]
         if any(isinstance(x, Tensor) for x in flat):
             return dispatch(func, args, kwargs, client)
         if client is None or any(isinstance(x, torch.Tensor) for x in flat):

@@ -4,6 +4,10 @@ It runs the controller's commands in the order they were recorded. A failing com
 raises out of the endpoint (a broadcast's failure has nobody to tell): its outputs become
 ``_Poison``, and every later command reading a poisoned id poisons its own outputs, so
 exactly the dependents fail, at the fetch that asks for them.
+
+Everything a proc unpickles by reference from this package lives here (the worker, the
+inbox, ``lent``): a proc unpickling objects of two modules of one package on two threads
+at once (a user's actor call beside the worker's spawn) can deadlock in the import system.
 """
 
 from __future__ import annotations
@@ -15,12 +19,16 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils._pytree import tree_flatten, tree_map
 
 from monarch.core import Actor, Point, context, endpoint, loads
 
-from ._commands import DELETE, OP, REDUCE, Pickled, Ref, op_name
+from ._commands import CALL, DELETE, LEND, OP, RECV, REDUCE, SEND, Pickled, Ref, op_name
 from ._errors import RemoteException
+from ._flat import flatten, flatten_call, unflatten
+from ._inbox import deliver, take
+
+LENT_WAIT = 120.0
+"""Seconds an actor call waits for the shard it was given (its worker may be busy)."""
 
 COLLECTIVE_TIMEOUT = timedelta(seconds=120)
 """A peer that never joins a collective fails it (then its outputs are poisoned)."""
@@ -51,12 +59,14 @@ class TensorWorker(Actor):
         self._groups: dict[tuple[int, ...], tuple[Any, int, int]] = {}
         self._store: Any = None
         self._functions: dict[tuple[bytes, ...], Any] = {}
+        self._batches = 0
 
     @property
     def _rank(self) -> int:
         return self._here().rank
 
     def _here(self) -> Point:
+        """This worker's point in its mesh, as the first ``run`` (sent to all) tells it."""
         if self._point is None:
             self._point = context().message_rank
         return self._point
@@ -65,6 +75,7 @@ class TensorWorker(Actor):
     def run(self, commands: list[tuple[Any, ...]]) -> None:
         """Run a batch of commands (fire and forget: failures poison, never raise)."""
         self._here()
+        self._batches += 1
         for command in commands:
             tag = command[0]
             try:
@@ -75,15 +86,22 @@ class TensorWorker(Actor):
                         self._env.pop(ref, None)
                 elif tag == REDUCE:
                     self._reduce(*command[1:])
+                elif tag == SEND:
+                    self._send(*command[1:])
+                elif tag == RECV:
+                    self._recv(*command[1:])
+                elif tag == LEND:
+                    self._lend(*command[1:])
+                elif tag == CALL:
+                    self._call(*command[1:])
             except Exception as exc:  # noqa: BLE001 - a bug here must not fail the actor
                 self._poison(_outputs(command), f"command {tag}", exc)
 
     @endpoint
     def fetch(self, ids: list[int], rank: int) -> Any:
-        """The values of ``ids`` on ``rank`` (None elsewhere), or the exception that one of
-        them holds, returned (not raised) so the controller can raise it as is."""
-        if self._here().rank != rank:
-            return None
+        """The values of ``ids`` here (the controller calls ``rank``'s worker alone), or the
+        exception that one of them holds, returned (not raised) so the controller can raise
+        it as is. (Not ``_here()``: a sliced call's point is the slice's.)"""
         values = []
         for ref in ids:
             value = self._env.get(ref, _MISSING)
@@ -95,11 +113,18 @@ class TensorWorker(Actor):
         return values
 
     @endpoint
+    def batches(self) -> int:
+        """How many batches of commands this worker has run (one per controller message)."""
+        return self._batches
+
+    @endpoint
     def live_ids(self) -> list[int]:
         """The ids this worker holds (what the controller has not freed)."""
         return sorted(self._env)
 
-    def _resolve(self, obj: Any) -> Any:
+    def _resolve(self, args: Any, kwargs: Any) -> tuple[Any, Any]:
+        """The arguments with each ``Ref`` replaced by this worker's shard."""
+
         def one(leaf: Any) -> Any:
             if isinstance(leaf, Ref):
                 value = self._env.get(leaf.id, _MISSING)
@@ -111,19 +136,14 @@ class TensorWorker(Actor):
                 return value
             return leaf
 
-        return tree_map(one, obj)
+        leaves, spec = flatten_call(args, kwargs)
+        resolved: tuple[Any, Any] = unflatten([one(leaf) for leaf in leaves], spec)
+        return resolved
 
     def _op(self, out: tuple[int, ...], func: Any, args: Any, kwargs: Any, grad: bool) -> None:
         try:
-            if isinstance(func, Pickled):
-                key = tuple(func.parts)
-                if key not in self._functions:
-                    self._functions[key] = loads(func.parts)
-                func = self._functions[key]
-            args, kwargs = self._resolve((args, kwargs))
-            with torch.set_grad_enabled(grad):
-                result = func(*args, **kwargs)
-            tensors = [x for x in tree_flatten(result)[0] if isinstance(x, torch.Tensor)]
+            result = self._apply(func, args, kwargs, grad)
+            tensors = [x for x in flatten(result)[0] if isinstance(x, torch.Tensor)]
             if len(tensors) != len(out):
                 raise TypeError(
                     f"returned {len(tensors)} tensors where the controller expected {len(out)}"
@@ -133,16 +153,84 @@ class TensorWorker(Actor):
                 self._env[ref] = failed.poison
             return
         except Exception as exc:  # noqa: BLE001 - poisons the outputs, raised at their fetch
-            self._poison(out, op_name(func), exc)
+            self._poison(out, op_name(self._function(func, load=False)), exc)
             return
         for ref, tensor in zip(out, tensors, strict=True):
             self._env[ref] = tensor
+
+    def _call(self, out: int, func: Any, args: Any, kwargs: Any, grad: bool) -> None:
+        """A remote function's adverb call: its result, whatever it is, held at ``out``."""
+        try:
+            self._env[out] = self._apply(func, args, kwargs, grad)
+        except _Failed as failed:
+            self._env[out] = failed.poison
+        except Exception as exc:  # noqa: BLE001 - poisons the result, raised at its fetch
+            self._poison((out,), op_name(self._function(func, load=False)), exc)
+
+    def _apply(self, func: Any, args: Any, kwargs: Any, grad: bool) -> Any:
+        func = self._function(func)
+        args, kwargs = self._resolve(args, kwargs)
+        with torch.set_grad_enabled(grad):
+            return func(*args, **kwargs)
+
+    def _function(self, func: Any, load: bool = True) -> Any:
+        """A user's function as sent (``Pickled``), loaded once per worker."""
+        if isinstance(func, Pickled):
+            key = tuple(func.parts)
+            if key not in self._functions:
+                if not load:
+                    return func
+                self._functions[key] = loads(func.parts)
+            return self._functions[key]
+        return func
 
     def _poison(self, out: tuple[int, ...], op: str, exc: BaseException) -> None:
         tb = "".join(traceback.format_exception(exc))
         poison = _Poison(RemoteException(op, self._rank, f"{type(exc).__name__}: {exc}", tb))
         for ref in out:
             self._env[ref] = poison
+
+    # -- to_mesh ---------------------------------------------------------------------------
+
+    def _send(
+        self, source: int, key: str, plan: dict[int, list[dict[str, int]]], inbox: Any
+    ) -> None:
+        """Send this rank's shard of ``source`` (or the error it holds: the receivers are
+        poisoned alike) to the inbox of each destination ``plan`` names for it."""
+        targets = plan.get(self._rank)
+        if not targets:
+            return
+        value = self._env.get(source, _MISSING)
+        if value is _MISSING:
+            payload: Any = RemoteException("to_mesh", self._rank, f"no tensor {source}")
+        elif isinstance(value, _Poison):
+            payload = value.error
+        else:
+            payload = value.detach()
+        for coords in targets:
+            inbox.slice(**coords).put.broadcast(key, payload)
+
+    def _recv(self, out: int, key: str) -> None:
+        """Wait for the shard that a ``_send`` of another mesh (or this one) sends here."""
+        try:
+            value = take(key, COLLECTIVE_TIMEOUT.total_seconds())
+        except TimeoutError as exc:
+            self._poison((out,), "to_mesh", exc)
+            return
+        if isinstance(value, RemoteException):
+            self._env[out] = _Poison(value)
+        else:
+            self._env[out] = value.contiguous()
+
+    def _lend(self, source: int, key: str) -> None:
+        """Hand the shard itself (or the error it holds) to this proc's actor whose call
+        arguments name it (see ``_lent``)."""
+        value = self._env.get(source, _MISSING)
+        if value is _MISSING:
+            value = RemoteException("actor call", self._rank, f"no tensor {source}")
+        elif isinstance(value, _Poison):
+            value = value.error
+        deliver(key, value)
 
     # -- collectives ---------------------------------------------------------------------
 
@@ -208,6 +296,30 @@ class TensorWorker(Actor):
             self._poison((out,), op, exc)
 
 
+class TensorInbox(Actor):
+    """Receives the shards sent to this proc's workers from another mesh (``to_mesh``):
+    an actor apart from the worker, whose thread may be waiting for them."""
+
+    @endpoint
+    def put(self, key: str, value: Any) -> None:
+        deliver(key, value)
+
+
+def lent(key: str) -> Any:
+    """A monarch Tensor unpickled in an actor call: its shard on this proc, which the proc's
+    worker hands over once it has run every command recorded before the call."""
+    try:
+        value = take(key, LENT_WAIT)
+    except TimeoutError:
+        raise RuntimeError(
+            f"no shard of the monarch.Tensor reached this proc within {LENT_WAIT:.0f} s: an "
+            "actor takes a monarch.Tensor only when it lives on the procs of the tensor's mesh"
+        ) from None
+    if isinstance(value, BaseException):
+        raise value
+    return value
+
+
 def _all_reduce(group: Any, tensor: torch.Tensor, op: Any) -> None:
     options = dist.AllreduceOptions()
     options.reduceOp = op
@@ -255,7 +367,7 @@ def _outputs(command: tuple[Any, ...]) -> tuple[int, ...]:
     """The ids a command writes (what a failure of it poisons)."""
     if command[0] == OP:
         return tuple(command[1])
-    if command[0] == REDUCE:
+    if command[0] in (REDUCE, RECV, CALL):
         return (command[1],)
     return ()
 
@@ -268,11 +380,16 @@ def _linear(coords: list[int], sizes: list[int]) -> int:
 
 
 def _portable(value: Any) -> Any:
-    """A shard as it should travel: no autograd history, no storage beyond its own."""
-    if isinstance(value, torch.Tensor):
-        value = value.detach()
-        if value.untyped_storage().nbytes() != value.numel() * value.element_size():
-            value = value.clone()
+    """A shard (or a remote function's result) as it should travel: tensors without autograd
+    history, and without storage beyond their own."""
+    if not isinstance(value, torch.Tensor):
+        leaves, spec = flatten(value)
+        if any(isinstance(leaf, torch.Tensor) for leaf in leaves):
+            return unflatten([_portable(leaf) for leaf in leaves], spec)
+        return value
+    value = value.detach()
+    if value.untyped_storage().nbytes() != value.numel() * value.element_size():
+        value = value.clone()
     return value
 
 

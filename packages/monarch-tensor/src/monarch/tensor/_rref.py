@@ -1,0 +1,55 @@
+"""``endpoint.rref(...)``: an actor's endpoint run by each proc's worker, in order with the
+ops, its result becoming a monarch Tensor (upstream's adverb; the core reaches it through
+the ``monarch.tensor_engine`` entry points).
+
+The worker calls the actor of its own proc and waits for the reply, so the endpoint sees
+every op recorded before it, and the ops after it see its result. Unlike upstream's, the
+shards it is given travel in the call message (copies, where upstream lends the worker's
+own tensors), and the call goes to a one-actor slice of the mesh: ``current_rank()`` in the
+endpoint is 0 there (upstream casts to the whole mesh).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from monarch.core import context
+
+from ._active import current_client
+from ._tensor import dispatch
+
+RREF_WAIT = 120.0
+"""Seconds a worker waits for the actor it called."""
+
+
+class ActorCall:
+    """What the workers run for ``rref``: a call of ``endpoint`` on this proc's actor."""
+
+    def __init__(self, mesh: Any, endpoint: str) -> None:
+        self.mesh = mesh
+        self.endpoint = endpoint
+        self.__qualname__ = f"{endpoint}.rref"
+
+    def __reduce__(self) -> tuple[type[ActorCall], tuple[Any, str]]:
+        return (ActorCall, (self.mesh, self.endpoint))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        here = context().message_rank  # the worker's point: its run message's
+        mine = self.mesh.slice(**{label: here[label] for label in here.extent.labels})
+        return getattr(mine, self.endpoint).call_one(*args, **kwargs).get(timeout=RREF_WAIT)
+
+
+def rref(endpoint: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``endpoint.rref(*args, **kwargs)`` inside ``proc_mesh.activate()``."""
+    client = current_client()
+    if client is None:
+        raise ValueError("rref needs an active mesh: `with proc_mesh.activate():`")
+    propagate = endpoint._prop._propagate
+    if not callable(propagate):
+        raise ValueError(
+            f"{endpoint._name}.rref() needs the endpoint's propagate= (a function of its "
+            "arguments returning tensors shaped as its results): "
+            f"@endpoint(propagate=...), not {propagate!r}"
+        )
+    call = ActorCall(endpoint._mesh, endpoint._name)
+    return dispatch(call, args, kwargs, client, meta_func=propagate, wire=call)

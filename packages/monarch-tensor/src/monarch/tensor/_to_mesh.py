@@ -1,0 +1,128 @@
+"""Moving tensors between meshes: ``t.slice_mesh(**coords)`` picks the procs whose shards
+move, ``.to_mesh(mesh)`` moves them.
+
+Dimensions match by name: each dimension the slice keeps must be in the destination with
+the same size; a destination dimension the slice does not have receives the same shard at
+every coordinate (a broadcast, e.g. ``t.slice_mesh(gpus=0).to_mesh(mesh)``). Each source
+worker sends its shard straight to the inboxes of its destination procs (a message between
+procs, no controller in the path); the destination worker waits for it in order with its
+other commands. The source's commands are sent at once, so that no destination waits on a
+send still buffered here.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_map
+
+from monarch.core import ProcMesh
+
+from ._active import pushed
+from ._client import MeshClient, client_for
+from ._commands import RECV, SEND
+from ._tensor import Tensor
+
+
+class MeshSliceTensor:
+    """The shards of ``tensor`` on a slice of its mesh: only ``to_mesh`` can use it."""
+
+    def __init__(self, tensor: Tensor, selection: dict[str, int | range]) -> None:
+        self.tensor = tensor
+        self.selection = selection
+        """Per dimension of the tensor's mesh: the one coordinate kept, or a range."""
+
+    def __repr__(self) -> str:
+        picked = {
+            k: v if isinstance(v, int) else f"{v.start}:{v.stop}:{v.step}"
+            for k, v in self.selection.items()
+        }
+        return f"MeshSliceTensor({self.tensor!r}, {picked})"
+
+    def to_mesh(self, mesh: ProcMesh) -> Tensor:
+        """A new tensor of ``mesh`` whose shards are copies of this slice's."""
+        source = self.tensor._client
+        destination = client_for(mesh)
+        kept = [label for label, pick in self.selection.items() if isinstance(pick, range)]
+        missing = [label for label in kept if label not in destination.labels]
+        if missing:
+            raise ValueError(f"destination mesh does not have dimensions {missing}")
+        for label in kept:
+            pick = self.selection[label]
+            assert isinstance(pick, range)
+            size = destination.sizes[destination.labels.index(label)]
+            if len(pick) != size:
+                raise ValueError(
+                    f"dimension {label!r} of the destination mesh has size {size}, "
+                    f"the source slice {len(pick)}"
+                )
+        meta = self.tensor._meta
+        if meta.requires_grad:
+            raise ValueError(
+                "to_mesh of a tensor that requires grad: autograd does not follow it to "
+                "another mesh (detach() it first)"
+            )
+        plan: dict[int, list[dict[str, int]]] = {}
+        for coords in itertools.product(*(range(s) for s in destination.sizes)):
+            at = dict(zip(destination.labels, coords, strict=True))
+            point = {
+                label: pick if isinstance(pick, int) else pick[at[label]]
+                for label, pick in self.selection.items()
+            }
+            plan.setdefault(source.rank_of(point), []).append(at)
+        with pushed(None):
+            result = torch.empty(meta.shape, dtype=meta.dtype, device="meta")
+        out = Tensor._wrap(result, destination)
+        key = destination.transfer_key()
+        source.record((SEND, self.tensor._ref, key, plan, destination.inbox()))
+        source.flush(now=True)  # no destination may wait on a send still held here
+        destination.record((RECV, out._ref, key))
+        return out
+
+
+def select(client: MeshClient, coords: dict[str, Any]) -> dict[str, int | range]:
+    """Each dimension of ``client``'s mesh as ``slice_mesh(**coords)`` leaves it."""
+    unknown = sorted(set(coords) - set(client.labels))
+    if unknown:
+        raise ValueError(f"unknown mesh dimensions {unknown}; the mesh has {client.labels}")
+    out: dict[str, int | range] = {}
+    for label, size in zip(client.labels, client.sizes, strict=True):
+        pick = coords.get(label, slice(None))
+        if isinstance(pick, slice):
+            picked = range(size)[pick]
+            if not picked:
+                raise IndexError(f"{label}={pick} selects no coordinate of a dimension of {size}")
+            out[label] = picked
+        elif isinstance(pick, int) and not isinstance(pick, bool):
+            if not -size <= pick < size:
+                raise IndexError(f"{label}={pick} is out of range for a dimension of size {size}")
+            out[label] = pick % size
+        else:
+            raise TypeError(f"{label}={pick!r}: an int or a slice")
+    return out
+
+
+def slice_mesh(tensors: Any, **coords: int | slice) -> Any:
+    """``t.slice_mesh(**coords)`` of every monarch Tensor in a pytree (upstream's
+    ``monarch.slice_mesh``)."""
+    return tree_map(lambda t: _tensor(t).slice_mesh(**coords), tensors)
+
+
+def to_mesh(tensors: Any, mesh: ProcMesh) -> Any:
+    """``t.to_mesh(mesh)`` of every monarch Tensor (or ``MeshSliceTensor``) in a pytree
+    (upstream's ``monarch.to_mesh``)."""
+
+    def one(t: Any) -> Any:
+        if isinstance(t, MeshSliceTensor):
+            return t.to_mesh(mesh)
+        return _tensor(t).to_mesh(mesh)
+
+    return tree_map(one, tensors, is_leaf=lambda x: isinstance(x, MeshSliceTensor))
+
+
+def _tensor(t: Any) -> Tensor:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"expected a monarch.Tensor, not {type(t).__name__}")
+    return t

@@ -1,0 +1,110 @@
+"""A monarch Tensor passed to an actor endpoint arrives as the receiving proc's shard, after
+every command recorded before the call; a failed one fails the call with its error."""
+
+from __future__ import annotations
+
+import pickle
+
+import programs
+import pytest
+import torch
+
+from monarch.actor import ActorMesh, ProcMesh
+from monarch.tensor import Tensor, inspect, rank_tensor, remote
+
+WAIT = 60.0
+
+
+@pytest.fixture(scope="module")
+def users(procs: ProcMesh) -> ActorMesh[programs.ShardUser]:
+    return procs.spawn("shard_users", programs.ShardUser)
+
+
+def test_each_actor_gets_its_procs_shard(
+    procs: ProcMesh, users: ActorMesh[programs.ShardUser]
+) -> None:
+    with procs.activate():
+        t = torch.arange(4.0) * (rank_tensor("gpus") + 1)  # sums: 6 on rank 0, 12 on rank 1
+    got = users.total.call(t, scale=2.0).get(timeout=WAIT)
+    assert got.item(gpus=0) == 12.0 and got.item(gpus=1) == 24.0
+    pair = users.pair.call({"a": t, "b": t * 10}).get(timeout=WAIT)
+    assert pair.item(gpus=1) == [12.0, 120.0]
+
+
+def test_the_call_sees_every_command_before_it(
+    procs: ProcMesh, users: ActorMesh[programs.ShardUser]
+) -> None:
+    """The worker may still be running earlier commands when the call arrives: the actor
+    waits for the shard as it is after them."""
+    with procs.activate():
+        t = torch.zeros(200, 200)
+        for _ in range(300):
+            t = t + 1
+    one = users.slice(gpus=1)
+    assert one.total.call_one(t).get(timeout=WAIT) == 300.0 * 200 * 200
+
+
+def test_the_actor_holds_the_shard_itself(
+    procs: ProcMesh, users: ActorMesh[programs.ShardUser]
+) -> None:
+    with procs.activate():
+        t = torch.zeros(3)
+    users.bump.call(t).get(timeout=WAIT)
+    with procs.activate():
+        after = t * 2  # recorded after the call: sees the change
+    assert torch.equal(inspect(after, gpus=1), torch.full((3,), 2.0))
+
+
+def test_an_async_actor_gets_it_too(procs: ProcMesh) -> None:
+    actors = procs.spawn("async_shard_users", programs.AsyncShardUser)
+    with procs.activate():
+        t = torch.ones(5) * (rank_tensor("gpus") + 1)
+    got = actors.total.call(t).get(timeout=WAIT)
+    assert list(got.values()) == [5.0, 10.0]
+
+
+def test_a_failed_tensor_fails_the_call_with_its_error(
+    procs: ProcMesh, users: ActorMesh[programs.ShardUser]
+) -> None:
+    fail = remote(programs.fail_on_rank)
+    with procs.activate():
+        bad = fail(torch.ones(2), 1)
+    with pytest.raises(Exception, match="refused on rank 1"):
+        users.total.call(bad).get(timeout=WAIT)
+    with procs.activate():
+        good = torch.ones(2)
+    assert users.slice(gpus=1).total.call_one(good).get(timeout=WAIT) == 2.0
+
+
+def test_anywhere_else_pickling_is_refused(procs: ProcMesh) -> None:
+    with procs.activate():
+        t = torch.ones(2)
+    with pytest.raises(TypeError, match="only passed to an actor endpoint"):
+        pickle.dumps(t)
+
+
+def test_rref_makes_an_endpoints_results_a_tensor(procs: ProcMesh) -> None:
+    doublers = procs.spawn("doublers", programs.Doubler)
+    with procs.activate():
+        t = torch.ones(3)
+        t.add_(1)  # recorded before: the endpoint sees it
+        r = doublers.double.rref(t)
+        after = r + 100  # recorded after: sees the endpoint's result
+    assert isinstance(r, Tensor) and r.shape == (3,)
+    pids = procs.spawn("pids", programs.ShardUser)  # each proc's own pid, to tell them apart
+    for gpu in (0, 1):
+        pid = pids.slice(gpus=gpu).pid.call_one().get(timeout=WAIT)
+        made = 4.0 + pid % 2
+        assert torch.equal(inspect(r, gpus=gpu), torch.full((3,), made))
+        assert torch.equal(inspect(after, gpus=gpu), torch.full((3,), made + 100))
+    assert doublers.sums.call().get(timeout=WAIT).item(gpus=1) == [6.0]
+
+
+def test_rref_needs_a_propagate_and_an_active_mesh(procs: ProcMesh) -> None:
+    doublers = procs.spawn("doublers_again", programs.Doubler)
+    with procs.activate():
+        t = torch.ones(3)
+        with pytest.raises(ValueError, match="propagate"):
+            doublers.plain.rref(t)
+    with pytest.raises(ValueError, match="active mesh"):
+        doublers.double.rref(t)
