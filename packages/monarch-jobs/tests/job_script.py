@@ -2,6 +2,8 @@
 
     python job_script.py run HOSTS     state() (start or re-attach), one actor per host
     python job_script.py slurm LOGS    the same with a SlurmJob of one node
+    python job_script.py ssh JSON      the same with SSHJob(**JSON); each reply also names the
+                                       network namespace of its proc
     python job_script.py kill          job_load() then kill()
 Prints one JSON line: the workers' pids (the parents of the actors' procs).
 """
@@ -11,22 +13,25 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
 
 from monarch.actor import Actor, endpoint
-from monarch.job import JobTrait, ProcessJob, SlurmJob, job_load
+from monarch.job import JobTrait, ProcessJob, SlurmJob, SSHJob, job_load
 
 
 class Where(Actor):
     @endpoint
-    def where(self) -> dict[str, int]:
-        return {"pid": os.getpid(), "worker": os.getppid()}
+    def where(self) -> dict[str, Any]:
+        net = os.readlink("/proc/self/ns/net")
+        return {"pid": os.getpid(), "worker": os.getppid(), "net": net}
 
 
 def run(job: JobTrait) -> None:
     state = job.state()
     procs = state.hosts.spawn_procs(per_host={"gpus": 1})
     seen = procs.spawn("where", Where).where.call().get(timeout=60).values()
-    print(json.dumps({"workers": sorted(v["worker"] for v in seen)}), flush=True)
+    workers = sorted(v["worker"] for v in seen)
+    print(json.dumps({"workers": workers, "nets": sorted(v["net"] for v in seen)}), flush=True)
     procs.stop().get(timeout=60)
 
 
@@ -42,5 +47,7 @@ if __name__ == "__main__":
     elif sys.argv[1] == "slurm":
         python, logs = sys.executable, sys.argv[2]
         run(SlurmJob({"hosts": 1}, python, monarch_port=0, exclusive=False, log_dir=logs))
+    elif sys.argv[1] == "ssh":
+        run(SSHJob(**json.loads(sys.argv[2])))
     else:
         kill()

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from jobkit import Script, alive
 
 from monarch.job import (
     JobError,
@@ -25,34 +23,6 @@ from monarch.job import (
     job_loads,
     set_current_job,
 )
-
-SCRIPT = Path(__file__).with_name("job_script.py")
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
-class Script:
-    """Runs job_script.py in one folder (where the job's state is saved), as a user would."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-
-    def __call__(self, *args: str) -> tuple[dict[str, Any], str]:
-        done = subprocess.run(
-            [sys.executable, str(SCRIPT), *args],
-            cwd=self.folder,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
 @pytest.fixture

@@ -1,12 +1,14 @@
 """Jobs: host meshes that a script declares and a later run re-attaches to.
 
 Upstream's ``monarch.job``: ``JobTrait`` and its ``JobState``, ``LocalJob``,
-``ProcessJob``, ``SlurmJob``, saving and loading a job (``job_load``, ``job_loads``), the
-current job (``set_current_job``, ``load_current_job``, ``hosts_from_config``).
+``ProcessJob``, ``SlurmJob``, ``SSHJob``, saving and loading a job (``job_load``,
+``job_loads``), the current job (``set_current_job``, ``load_current_job``,
+``hosts_from_config``).
 """
 
 from ._process import LocalJob, ProcessJob
 from ._slurm import SlurmJob
+from ._ssh import SSHJob
 from ._state import JobState
 from ._trait import (
     DEFAULT_JOB_PATH,
@@ -26,6 +28,7 @@ __all__ = [
     "JobTrait",
     "LocalJob",
     "ProcessJob",
+    "SSHJob",
     "SlurmJob",
     "hosts_from_config",
     "job_load",

@@ -72,6 +72,7 @@ class JobTrait(ABC):
                     f"The cached job at {cached_path} no longer runs; starting anew",
                     file=sys.stderr,
                 )
+                _end_leftovers(cached)
         if not self._running:
             print("Applying current job", file=sys.stderr)
             self.apply()
@@ -180,6 +181,15 @@ def _load_cached(path: str) -> JobTrait | None:
     except JobError as exc:
         print(f"Ignoring the cached job at {path}: {exc}", file=sys.stderr)
         return None
+
+
+def _end_leftovers(job: JobTrait) -> None:
+    """End what still runs of a saved job that is being replaced (a worker that survived
+    its peers would hold the port the new one needs, or an allocation, forever)."""
+    try:
+        job._kill()
+    except JobError as exc:
+        print(f"Could not end what is left of the cached job: {exc}", file=sys.stderr)
 
 
 _current: list[JobTrait] = []
