@@ -18,6 +18,8 @@ from jobkit import SSH_ARGS, Script, alive, drop_hosts, make_hosts, start_sshd, 
 
 from monarch.job import JobError, SSHJob, job_load
 
+MONARCH = shutil.which("monarch", path=str(Path(sys.executable).parent)) or "monarch"
+
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[list[str]]:
@@ -90,6 +92,19 @@ def test_workers_start_over_ssh_on_other_hosts_and_a_rerun_reattaches(
         again, said = script("ssh", ssh_job())
         assert "Job is running, returning current state" in said
         assert again["workers"] == workers
+
+        # `monarch exec` from host 1 runs a command on the job's hosts, in their namespaces.
+        ran = subprocess.run(
+            [*script.prefix, MONARCH, "exec", "--", "readlink", "/proc/self/ns/net"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.splitlines() == [
+            f"[hosts={i}] {netns_of(host)}" for i, host in enumerate(hosts[1:])
+        ]
 
         os.killpg(workers[0], signal.SIGKILL)  # a worker dies: the next run starts anew
         wait_until(lambda: not alive(workers[0]), 10, "the killed worker is gone")

@@ -3,9 +3,10 @@
 Upstream's ``monarch.job``: ``JobTrait`` and its ``JobState``, ``LocalJob``,
 ``ProcessJob``, ``SlurmJob``, ``SSHJob``, saving and loading a job (``job_load``,
 ``job_loads``), the current job (``set_current_job``, ``load_current_job``,
-``hosts_from_config``).
+``hosts_from_config``), and running a command on a mesh's hosts (``exec_command``).
 """
 
+from ._exec import exec_command
 from ._process import LocalJob, ProcessJob
 from ._slurm import SlurmJob
 from ._ssh import SSHJob
@@ -30,6 +31,7 @@ __all__ = [
     "ProcessJob",
     "SSHJob",
     "SlurmJob",
+    "exec_command",
     "hosts_from_config",
     "job_load",
     "job_loads",
