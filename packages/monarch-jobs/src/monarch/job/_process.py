@@ -16,14 +16,22 @@ from pathlib import Path
 from typing import Final
 
 from monarch.actor import attach_to_workers
-from monarch.core import SECRET_ENV, HostMesh, job_secret, this_host, use_job_secret
+from monarch.core import (
+    SECRET_ENV,
+    HostMesh,
+    current_runtime,
+    job_secret,
+    this_host,
+    use_job_secret,
+)
 
 from ._state import JobState
 from ._trait import JobError, JobTrait, checked_meshes
 
 START_TIMEOUT: Final = 60.0
 """Seconds a worker has to say it listens."""
-WORKER: Final = (sys.executable, "-m", "monarch.core._cli", "worker")
+WORKER: Final = (sys.executable, "-m", "monarch.job._worker")
+"""``monarch worker`` without the command's plug-in discovery (see ``_worker``)."""
 KILL_GRACE: Final = 10.0
 """Seconds a worker's process group has to end after SIGTERM before SIGKILL."""
 
@@ -112,6 +120,8 @@ class ProcessJob(JobTrait):
                             start_new_session=True,  # outlives this script
                         )
                     started.append((popen, _Worker(address, popen.pid, log)))
+            if self._attaching:
+                current_runtime()  # the client's own start, while the workers start theirs
             for popen, worker in started:
                 _wait_listening(popen, worker)
         except BaseException:

@@ -37,6 +37,9 @@ class JobTrait(ABC):
 
     def __init__(self) -> None:
         self._running = False
+        self._attaching = False
+        """True while ``state()`` applies the job: it attaches next, so a backend may
+        start this process's runtime while its hosts start."""
 
     # -- the user's API ------------------------------------------------------------------
 
@@ -75,7 +78,11 @@ class JobTrait(ABC):
                 _end_leftovers(cached)
         if not self._running:
             print("Applying current job", file=sys.stderr)
-            self.apply()
+            self._attaching = True
+            try:
+                self.apply()
+            finally:
+                self._attaching = False
         print("Job has started, connecting to current state", file=sys.stderr)
         state = self._state()
         if cached_path is not None:
