@@ -5,6 +5,8 @@
     python job_script.py ssh JSON      the same with SSHJob(**JSON); each reply also names the
                                        network namespace of its proc
     python job_script.py kill          job_load() then kill()
+    python job_script.py run-kill N    run with N hosts, then kill() in the same process, its
+                                       procs still up
 Prints one JSON line: the workers' pids (the parents of the actors' procs).
 """
 
@@ -15,7 +17,7 @@ import os
 import sys
 from typing import Any
 
-from monarch.actor import Actor, endpoint
+from monarch.actor import Actor, endpoint, this_host
 from monarch.job import JobTrait, ProcessJob, SlurmJob, SSHJob, job_load
 
 
@@ -26,13 +28,22 @@ class Where(Actor):
         return {"pid": os.getpid(), "worker": os.getppid(), "net": net}
 
 
-def run(job: JobTrait) -> None:
+def run(job: JobTrait, kill: bool = False) -> None:
     state = job.state()
     procs = state.hosts.spawn_procs(per_host={"gpus": 1})
     seen = procs.spawn("where", Where).where.call().get(timeout=60).values()
     workers = sorted(v["worker"] for v in seen)
     print(json.dumps({"workers": workers, "nets": sorted(v["net"] for v in seen)}), flush=True)
-    procs.stop().get(timeout=60)
+    if kill:
+        job.kill()
+        # Time for what the hosts' end sends (already in the sockets) to be read: a
+        # failure it reports ends this client (status 130, "Unhandled monarch error").
+        local = this_host().spawn_procs()
+        local.spawn("where", Where).where.call().get(timeout=60)
+        local.stop().get(timeout=60)
+        print(json.dumps({"killed": True}), flush=True)
+    else:
+        procs.stop().get(timeout=60)
 
 
 def kill() -> None:
@@ -44,6 +55,8 @@ def kill() -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "run":
         run(ProcessJob({"hosts": int(sys.argv[2])}))
+    elif sys.argv[1] == "run-kill":
+        run(ProcessJob({"hosts": int(sys.argv[2])}), kill=True)
     elif sys.argv[1] == "slurm":
         python, logs = sys.executable, sys.argv[2]
         run(SlurmJob({"hosts": 1}, python, monarch_port=0, exclusive=False, log_dir=logs))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -66,6 +67,27 @@ def test_a_saved_job_whose_workers_are_gone_or_that_asks_for_other_hosts_starts_
     for pid in workers:  # the first job's workers: saved over, so killed here
         if alive(pid):
             os.killpg(pid, 9)
+
+
+def test_kill_in_the_script_whose_procs_still_run_ends_every_worker(script: Script) -> None:
+    # The procs' end must not reach the unhandled-fault hook (which ends the client, as
+    # upstream's): kill() stops them first, then signals every worker before waiting.
+    for _ in range(3):  # it was a race: a client ended halfway left workers behind
+        done = script.run("run-kill", "3")
+        assert done.returncode == 0, done.stderr
+        assert "Unhandled monarch error" not in done.stderr
+        workers = json.loads(done.stdout.splitlines()[0])["workers"]
+        assert len(set(workers)) == 3 and not any(map(alive, workers))
+        assert json.loads(done.stdout.splitlines()[1]) == {"killed": True}
+
+
+def test_the_job_object_that_reattached_is_the_running_job(script: Script) -> None:
+    first = script("run", "2")[0]["workers"]
+    done = script.run("run-kill", "2")  # a new ProcessJob object re-attaches, then kills
+    assert done.returncode == 0, done.stderr
+    assert "Job is running, returning current state" in done.stderr
+    assert json.loads(done.stdout.splitlines()[0])["workers"] == first
+    assert not any(map(alive, first))
 
 
 def test_a_corrupt_saved_job_is_said_and_replaced(script: Script) -> None:
