@@ -23,8 +23,10 @@ if __name__ == "__main__":
 """
 
 
-def monarch(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([MONARCH, *args], cwd=folder, capture_output=True, text=True, timeout=120)
+def monarch(folder: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [MONARCH, *args], cwd=folder, input=stdin, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.fixture
@@ -40,7 +42,7 @@ def folder(tmp_path: Path) -> Iterator[Path]:
 
 def test_help_lists_the_job_commands() -> None:
     done = subprocess.run([MONARCH, "--help"], capture_output=True, text=True, check=True)
-    for command in ("apply", "exec", "kill", "worker"):
+    for command in ("apply", "exec", "kill", "shell", "worker"):
         assert f"    {command}" in done.stdout
     assert "skipping subcommand plug-in" not in done.stderr  # every plug-in loads
 
@@ -88,6 +90,17 @@ def test_apply_exec_kill_and_a_script_that_attaches(folder: Path) -> None:
     assert gpus.stdout.splitlines() == ["[hosts=1,gpus=1] 1 1"]
     assert "[hosts=1,gpus=1] exit status 7" in gpus.stderr
 
+    lines = "echo $MONARCH_RANK_HOSTS\ncd /tmp\npwd\ncd /no/such/dir\npwd\n\nfalse\n"
+    shell = monarch(folder, "shell", "--rank", "1", stdin=lines)
+    assert shell.returncode == 1  # the last command's status
+    assert shell.stdout.splitlines()[:2] == ["1", "/tmp"]
+    assert shell.stdout.splitlines()[-1] == "/tmp"  # the failed cd moved nothing
+    assert "[hosts=1] exit status 2" in shell.stderr  # the failed cd, and why:
+    assert "/no/such/dir" in shell.stderr and "/no/such/dir" not in shell.stdout
+    every = monarch(folder, "shell", "--all", stdin="echo hi\nexit\necho never\n")
+    assert every.returncode == 0
+    assert every.stdout.splitlines() == ["[hosts=0] hi", "[hosts=1] hi"]
+
     killed = monarch(folder, "kill")
     assert killed.returncode == 0, killed.stderr
     assert not any(map(alive, workers))
@@ -115,6 +128,7 @@ def test_bad_input_is_one_clear_line(folder: Path) -> None:
         (["exec", "--per-host", "gpus=0", "--", "true"], "must be a positive integer"),
         (["exec", "--env", "NOVALUE", "--", "true"], "--env must be NAME=VALUE"),
         (["kill"], "monarch kill: cannot read a saved job"),
+        (["shell"], "monarch shell: cannot read a saved job"),
     ]
     for args, said in cases:
         done = monarch(folder, *args)

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from jobkit import wait_until
 
 from monarch.core import HostMesh
 from monarch.job import ProcessJob, exec_command
@@ -15,12 +16,26 @@ TIMEOUT = 60
 
 
 @pytest.fixture(scope="module")
-def hosts() -> Iterator[HostMesh]:
+def job() -> Iterator[ProcessJob]:
     job = ProcessJob({"hosts": 2})
     try:
-        yield job.state(cached_path=None).hosts
+        yield job
     finally:
         job.kill()
+
+
+@pytest.fixture(scope="module")
+def hosts(job: ProcessJob) -> HostMesh:
+    return job.state(cached_path=None).hosts
+
+
+def procs_of(job: ProcessJob) -> list[int]:
+    """The processes the job's workers started (their procs)."""
+    found = []
+    for worker in (w for ws in job._workers.values() for w in ws):
+        for task in Path(f"/proc/{worker.pid}/task").iterdir():
+            found += [int(pid) for pid in (task / "children").read_text().split()]
+    return found
 
 
 def logs(folder: Path) -> dict[str, str]:
@@ -69,7 +84,7 @@ def test_rank_or_point_runs_it_at_one_place_only(hosts: HostMesh, tmp_path: Path
     assert status == 0 and logs(out) == {"hosts0-gpus2.log": "2\n"}
 
 
-def test_bad_input_is_refused_clearly(hosts: HostMesh) -> None:
+def test_bad_input_is_refused_clearly(hosts: HostMesh, job: ProcessJob) -> None:
     with pytest.raises(ValueError, match="empty"):
         exec_command(hosts, "  ")
     with pytest.raises(ValueError, match="non-empty argv"):
@@ -84,3 +99,4 @@ def test_bad_input_is_refused_clearly(hosts: HostMesh) -> None:
         exec_command(hosts, "true", rank=0, point={"hosts": 0})
     with pytest.raises(ValueError, match="never get the job secret"):
         exec_command(hosts, "true", env={"MONARCH_JOB_SECRET": "00"})
+    wait_until(lambda: not procs_of(job), 30, "no procs left behind by the refused commands")

@@ -1,4 +1,4 @@
-"""The job subcommands of the ``monarch`` command: ``apply``, ``exec``, ``kill``.
+"""The job subcommands of the ``monarch`` command: ``apply``, ``exec``, ``shell``, ``kill``.
 
 Each is an entry point of the ``monarch.commands`` group (see ``monarch.core._cli``):
 ``register`` only builds argparse parsers; the handlers import what they need.
@@ -10,6 +10,9 @@ Each is an entry point of the ``monarch.commands`` group (see ``monarch.core._cl
 - ``monarch exec [--mesh NAME] -- CMD ...``: runs CMD on every host of the saved job
   (``exec_command``), prints each rank's output prefixed with its point, and exits with
   the first non-zero status.
+- ``monarch shell [--rank N | --all]``: reads command lines from stdin and runs each on
+  one host (or all) of the saved job, in procs kept for the session; ``cd`` moves the
+  working directory of the next ones; the status is the last command's.
 - ``monarch kill``: ends the saved job and removes it.
 """
 
@@ -22,9 +25,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
+    from monarch.core import HostMesh
+
+    from ._exec import Ran
     from ._trait import JobTrait
 
 DEFAULT_JOB = ".monarch/job_state.pkl"  # as _trait.DEFAULT_JOB_PATH, without importing it
@@ -74,6 +80,24 @@ def register_exec(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     parser.add_argument("--rank", type=int, help="run it on this (flat) rank only")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...")
     parser.set_defaults(func=_exec)
+
+
+def register_shell(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "shell",
+        help="run command lines on a host of the saved job, one after another",
+        description=(
+            "Read command lines from stdin (a prompt on a terminal) and run each with /bin/sh "
+            "on one host of the saved job (--rank, default 0) or on all (--all). `cd DIR` "
+            "sets the working directory of the next ones; `exit` or end of input ends it."
+        ),
+    )
+    _job_option(parser)
+    parser.add_argument("--mesh", help="the mesh (needed when the job has several)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--rank", type=int, default=0, help="the host to run on (default 0)")
+    where.add_argument("--all", action="store_true", help="run every line on every host")
+    parser.set_defaults(func=_shell)
 
 
 def register_kill(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -190,26 +214,77 @@ def _exec(args: argparse.Namespace) -> int:
         raise _Failed("no command given: monarch exec -- CMD ...")
     per_host = {k: _count(v, k) for k, v in _pairs(args.per_host, "--per-host").items()}
     env = _pairs(args.env, "--env")
-    job = _saved_running_job(args.job)
     from ._exec import run_commands
 
-    state = job._state()
-    meshes = sorted(state._hosts)
-    if args.mesh is None and len(meshes) != 1:
-        raise _Failed(f"the job has meshes {', '.join(meshes)}: say which with --mesh")
-    mesh = getattr(state, args.mesh or meshes[0])
+    mesh = _saved_mesh(args.job, args.mesh)
     ran = run_commands(
         mesh, cmd, env, args.workdir, None, args.rank, None, per_host, capture=True
     ).get()
+    return _show(ran, prefix=True)
+
+
+def _saved_mesh(path: str, name: str | None) -> HostMesh:
+    """The mesh ``name`` (or the only one) of the running job saved at ``path``."""
+    state = _saved_running_job(path)._state()
+    meshes = sorted(state._hosts)
+    if name is None and len(meshes) != 1:
+        raise _Failed(f"the job has meshes {', '.join(meshes)}: say which with --mesh")
+    if name is not None and name not in meshes:
+        raise _Failed(f"the job has no mesh {name!r} (its meshes: {', '.join(meshes)})")
+    mesh: HostMesh = getattr(state, name or meshes[0])
+    return mesh
+
+
+def _show(ran: Sequence[Ran], prefix: bool, out: TextIO | None = None) -> int:
+    """Print each rank's output (prefixed with its point) to ``out`` (stdout); the first
+    non-zero status."""
     status = 0
     for result in ran:
         where = ",".join(f"{dim}={value}" for dim, value in result.point.items())
+        lead = f"[{where}] " if prefix else ""
         for line in (result.output or b"").decode(errors="replace").splitlines():
-            print(f"[{where}] {line}")
+            print(f"{lead}{line}", file=out or sys.stdout, flush=True)
         if result.returncode != 0:
-            print(f"[{where}] exit status {result.returncode}", file=sys.stderr)
+            print(f"[{where}] exit status {result.returncode}", file=sys.stderr, flush=True)
             status = status or result.returncode
     return status
+
+
+@_fail_clearly
+def _shell(args: argparse.Namespace) -> int:
+    from ._exec import Runners
+
+    runners = Runners(_saved_mesh(args.job, args.mesh))
+    try:
+        where = None if args.all else runners.where(rank=args.rank)
+        prompt = "monarch " + (
+            "all" if where is None else ",".join(f"{k}={v}" for k, v in where.items())
+        )
+        workdir: str | None = None
+        status = 0
+        while True:
+            if sys.stdin.isatty():
+                print(f"{prompt}$ ", end="", file=sys.stderr, flush=True)
+            line = sys.stdin.readline()
+            if not line or line.strip() in ("exit", "logout"):
+                return status
+            line = line.strip()
+            if not line:
+                continue
+            if line == "cd" or line.startswith("cd "):
+                # Where the hosts' shell lands, as its own cd would (relative, ~, -P).
+                target = f"{line} >/dev/null && pwd -P"
+                ran = runners.run(["/bin/sh", "-c", target], {}, workdir, None, where, True)
+                results = ran.get()
+                failed = [r for r in results if r.returncode]
+                status = _show(failed, prefix=True, out=sys.stderr)
+                if status == 0 and results:
+                    workdir = (results[0].output or b"").decode().strip() or workdir
+                continue
+            ran = runners.run(["/bin/sh", "-c", line], {}, workdir, None, where, True)
+            status = _show(ran.get(), prefix=where is None)
+    finally:
+        runners.stop().get(timeout=60)
 
 
 def _count(value: str, dim: str) -> int:

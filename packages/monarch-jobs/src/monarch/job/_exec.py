@@ -131,29 +131,72 @@ def run_commands(
     """``exec_command``'s work, every rank's ``Ran`` in rank order (``capture``: with its
     output, for ``monarch exec``)."""
     argv = _argv(cmd)
-    if rank is not None and point is not None:
-        raise ValueError("give rank= or point=, not both")
-    extra = {str(k): str(v) for k, v in (env or {}).items()}
-    if SECRET_ENV in extra:
-        raise ValueError(f"env must not hold {SECRET_ENV}: commands never get the job secret")
-    procs = host_mesh.spawn_procs(per_host=dict(per_host or {}), name="exec")
-    where: dict[str, int] | None = None
-    if rank is not None or point is not None:
-        where = _point_of(procs.extent, rank, point)
-    runners = procs.spawn("exec", _Runner)
-    call = runners.run.call(argv, extra, workdir, output_dir, capture, where)
-    labels = procs.extent.labels
+    extra = _checked_env(env)
+    runners = Runners(host_mesh, per_host)
+    try:
+        where = runners.where(rank, point)
+    except ValueError:
+        runners.stop()  # no procs left behind by bad input
+        raise
+    ran = runners.run(argv, extra, workdir, output_dir, where, capture)
 
     async def run_then_stop() -> list[Ran]:
         try:
-            results: ValueMesh[Ran | None] = await call
+            return await ran
         finally:
-            await procs.stop("exec_command done")
-        ran = [r for r in results.values() if r is not None]
-        # Row-major order: by coordinates, in the order of the dimensions.
-        return sorted(ran, key=lambda r: [r.point[dim] for dim in labels])
+            await runners.stop()
 
     return run_on(current_runtime(), run_then_stop())
+
+
+class Runners:
+    """Procs on a host mesh (``per_host`` each) that run commands, for one command
+    (``exec_command``) or many (``monarch shell``)."""
+
+    def __init__(self, host_mesh: HostMesh, per_host: Mapping[str, int] | None = None) -> None:
+        self._procs = host_mesh.spawn_procs(per_host=dict(per_host or {}), name="exec")
+        self._runners = self._procs.spawn("exec", _Runner)
+        self.extent = self._procs.extent
+
+    def where(
+        self, rank: int | None = None, point: Mapping[str, int] | None = None
+    ) -> dict[str, int] | None:
+        """The one place ``rank`` or ``point`` names (None: everywhere), checked."""
+        if rank is not None and point is not None:
+            raise ValueError("give rank= or point=, not both")
+        if rank is None and point is None:
+            return None
+        return _point_of(self.extent, rank, point)
+
+    def run(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        workdir: str | None,
+        output_dir: str | None,
+        where: dict[str, int] | None,
+        capture: bool,
+    ) -> Future[list[Ran]]:
+        call: Future[ValueMesh[Ran | None]] = self._runners.run.call(
+            argv, env, workdir, output_dir, capture, where
+        )
+        labels = self.extent.labels
+
+        def in_rank_order(results: ValueMesh[Ran | None]) -> list[Ran]:
+            ran = [r for r in results.values() if r is not None]
+            return sorted(ran, key=lambda r: [r.point[dim] for dim in labels])  # row-major
+
+        return call.then(in_rank_order)
+
+    def stop(self) -> Future[None]:
+        return self._procs.stop("commands done")
+
+
+def _checked_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    extra = {str(k): str(v) for k, v in (env or {}).items()}
+    if SECRET_ENV in extra:
+        raise ValueError(f"env must not hold {SECRET_ENV}: commands never get the job secret")
+    return extra
 
 
 def _argv(cmd: str | Sequence[str]) -> list[str]:
