@@ -7,6 +7,8 @@
     python job_script.py kill          job_load() then kill()
     python job_script.py run-kill N    run with N hosts, then kill() in the same process, its
                                        procs still up
+    python job_script.py spmd TRAIN OUT   serve() a torchrun line (2 hosts x 2), run it twice
+    python job_script.py spmd-again    job_load() that job and run it once more
 Prints one JSON line: the workers' pids (the parents of the actors' procs).
 """
 
@@ -57,6 +59,18 @@ if __name__ == "__main__":
         run(ProcessJob({"hosts": int(sys.argv[2])}))
     elif sys.argv[1] == "run-kill":
         run(ProcessJob({"hosts": int(sys.argv[2])}), kill=True)
+    elif sys.argv[1] == "spmd":
+        from monarch.job.spmd import serve
+
+        line = ["torchrun", "--nnodes=2", "--nproc-per-node=2", sys.argv[2], sys.argv[3], "t"]
+        spmd = serve(line, scheduler="local")
+        spmd.run_spmd(cached_path=".monarch/job_state.pkl")
+        spmd.run_spmd()
+        print(json.dumps({"runs": 2}), flush=True)
+    elif sys.argv[1] == "spmd-again":
+        saved = job_load()
+        saved.run_spmd(cached_path=".monarch/job_state.pkl")  # type: ignore[attr-defined]
+        print(json.dumps({"runs": 1}), flush=True)
     elif sys.argv[1] == "slurm":
         python, logs = sys.executable, sys.argv[2]
         run(SlurmJob({"hosts": 1}, python, monarch_port=0, exclusive=False, log_dir=logs))

@@ -1,5 +1,6 @@
 """A torchrun-style script (run by SPMDActor.main in each proc): gloo all_reduce of the
-ranks, written to OUT/rank<RANK>.json with the run's torchrun environment."""
+ranks, appended to OUT/TAG-rank<RANK>.jsonl (a line per run) with the run's torchrun
+environment and the proc's parent (its host's worker)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ try:
     dist.all_reduce(total)
     names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
     seen = {name: os.environ[name] for name in names}
-    with open(os.path.join(out, f"{tag}-rank{dist.get_rank()}.json"), "w") as f:
-        json.dump({"sum": total.item(), "env": seen, "name": __name__}, f)
+    line = {"sum": total.item(), "env": seen, "name": __name__, "worker": os.getppid()}
+    with open(os.path.join(out, f"{tag}-rank{dist.get_rank()}.jsonl"), "a") as f:
+        f.write(json.dumps(line) + "\n")
 finally:
     dist.destroy_process_group()
