@@ -2,9 +2,9 @@
 # Debian packages the test suite uses beyond Python: installed when missing and we are root
 # (CI and fresh machines); otherwise the tests that need them skip and say why.
 set -euo pipefail
-# slurm*, munge: tools/slurm; qemu ... python3-pyverbs: monarch-rdma's soft-RoCE VM
+# openssh-*: tools/ssh (SSHJob); slurm*, munge: tools/slurm; qemu ... python3-pyverbs: monarch-rdma's soft-RoCE VM
 # (packages/monarch-rdma/tests/rxevm)
-needed=(iproute2 iptables slurmctld slurmd slurm-client munge qemu-system-x86 linux-image-amd64
+needed=(iproute2 iptables openssh-server openssh-client slurmctld slurmd slurm-client munge qemu-system-x86 linux-image-amd64
   busybox-static kmod cpio rdma-core ibverbs-utils python3-pyverbs)
 missing=()
 for pkg in "${needed[@]}"; do

@@ -2,7 +2,13 @@
 
     python job_script.py run HOSTS     state() (start or re-attach), one actor per host
     python job_script.py slurm LOGS    the same with a SlurmJob of one node
+    python job_script.py ssh JSON      the same with SSHJob(**JSON); each reply also names the
+                                       network namespace of its proc
     python job_script.py kill          job_load() then kill()
+    python job_script.py run-kill N    run with N hosts, then kill() in the same process, its
+                                       procs still up
+    python job_script.py spmd TRAIN OUT   serve() a torchrun line (2 hosts x 2), run it twice
+    python job_script.py spmd-again    job_load() that job and run it once more
 Prints one JSON line: the workers' pids (the parents of the actors' procs).
 """
 
@@ -11,23 +17,35 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
 
-from monarch.actor import Actor, endpoint
-from monarch.job import JobTrait, ProcessJob, SlurmJob, job_load
+from monarch.actor import Actor, endpoint, this_host
+from monarch.job import JobTrait, ProcessJob, SlurmJob, SSHJob, job_load
 
 
 class Where(Actor):
     @endpoint
-    def where(self) -> dict[str, int]:
-        return {"pid": os.getpid(), "worker": os.getppid()}
+    def where(self) -> dict[str, Any]:
+        net = os.readlink("/proc/self/ns/net")
+        return {"pid": os.getpid(), "worker": os.getppid(), "net": net}
 
 
-def run(job: JobTrait) -> None:
+def run(job: JobTrait, kill: bool = False) -> None:
     state = job.state()
     procs = state.hosts.spawn_procs(per_host={"gpus": 1})
     seen = procs.spawn("where", Where).where.call().get(timeout=60).values()
-    print(json.dumps({"workers": sorted(v["worker"] for v in seen)}), flush=True)
-    procs.stop().get(timeout=60)
+    workers = sorted(v["worker"] for v in seen)
+    print(json.dumps({"workers": workers, "nets": sorted(v["net"] for v in seen)}), flush=True)
+    if kill:
+        job.kill()
+        # Time for what the hosts' end sends (already in the sockets) to be read: a
+        # failure it reports ends this client (status 130, "Unhandled monarch error").
+        local = this_host().spawn_procs()
+        local.spawn("where", Where).where.call().get(timeout=60)
+        local.stop().get(timeout=60)
+        print(json.dumps({"killed": True}), flush=True)
+    else:
+        procs.stop().get(timeout=60)
 
 
 def kill() -> None:
@@ -39,8 +57,24 @@ def kill() -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "run":
         run(ProcessJob({"hosts": int(sys.argv[2])}))
+    elif sys.argv[1] == "run-kill":
+        run(ProcessJob({"hosts": int(sys.argv[2])}), kill=True)
+    elif sys.argv[1] == "spmd":
+        from monarch.job.spmd import serve
+
+        line = ["torchrun", "--nnodes=2", "--nproc-per-node=2", sys.argv[2], sys.argv[3], "t"]
+        spmd = serve(line, scheduler="local")
+        spmd.run_spmd(cached_path=".monarch/job_state.pkl")
+        spmd.run_spmd()
+        print(json.dumps({"runs": 2}), flush=True)
+    elif sys.argv[1] == "spmd-again":
+        saved = job_load()
+        saved.run_spmd(cached_path=".monarch/job_state.pkl")  # type: ignore[attr-defined]
+        print(json.dumps({"runs": 1}), flush=True)
     elif sys.argv[1] == "slurm":
         python, logs = sys.executable, sys.argv[2]
         run(SlurmJob({"hosts": 1}, python, monarch_port=0, exclusive=False, log_dir=logs))
+    elif sys.argv[1] == "ssh":
+        run(SSHJob(**json.loads(sys.argv[2])))
     else:
         kill()

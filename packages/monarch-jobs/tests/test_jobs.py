@@ -6,13 +6,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from jobkit import Script, alive
 
 from monarch.job import (
     JobError,
@@ -25,34 +24,6 @@ from monarch.job import (
     job_loads,
     set_current_job,
 )
-
-SCRIPT = Path(__file__).with_name("job_script.py")
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
-class Script:
-    """Runs job_script.py in one folder (where the job's state is saved), as a user would."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-
-    def __call__(self, *args: str) -> tuple[dict[str, Any], str]:
-        done = subprocess.run(
-            [sys.executable, str(SCRIPT), *args],
-            cwd=self.folder,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
 @pytest.fixture
@@ -96,6 +67,27 @@ def test_a_saved_job_whose_workers_are_gone_or_that_asks_for_other_hosts_starts_
     for pid in workers:  # the first job's workers: saved over, so killed here
         if alive(pid):
             os.killpg(pid, 9)
+
+
+def test_kill_in_the_script_whose_procs_still_run_ends_every_worker(script: Script) -> None:
+    # The procs' end must not reach the unhandled-fault hook (which ends the client, as
+    # upstream's): kill() stops them first, then signals every worker before waiting.
+    for _ in range(3):  # it was a race: a client ended halfway left workers behind
+        done = script.run("run-kill", "3")
+        assert done.returncode == 0, done.stderr
+        assert "Unhandled monarch error" not in done.stderr
+        workers = json.loads(done.stdout.splitlines()[0])["workers"]
+        assert len(set(workers)) == 3 and not any(map(alive, workers))
+        assert json.loads(done.stdout.splitlines()[1]) == {"killed": True}
+
+
+def test_the_job_object_that_reattached_is_the_running_job(script: Script) -> None:
+    first = script("run", "2")[0]["workers"]
+    done = script.run("run-kill", "2")  # a new ProcessJob object re-attaches, then kills
+    assert done.returncode == 0, done.stderr
+    assert "Job is running, returning current state" in done.stderr
+    assert json.loads(done.stdout.splitlines()[0])["workers"] == first
+    assert not any(map(alive, first))
 
 
 def test_a_corrupt_saved_job_is_said_and_replaced(script: Script) -> None:

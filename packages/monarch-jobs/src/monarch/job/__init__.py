@@ -1,23 +1,67 @@
 """Jobs: host meshes that a script declares and a later run re-attaches to.
 
 Upstream's ``monarch.job``: ``JobTrait`` and its ``JobState``, ``LocalJob``,
-``ProcessJob``, ``SlurmJob``, saving and loading a job (``job_load``, ``job_loads``), the
-current job (``set_current_job``, ``load_current_job``, ``hosts_from_config``).
+``ProcessJob``, ``SlurmJob``, ``SSHJob``, saving and loading a job (``job_load``,
+``job_loads``), the current job (``set_current_job``, ``load_current_job``,
+``hosts_from_config``), and running a command on a mesh's hosts (``exec_command``).
+
+The names are imported on first use: a worker (``monarch worker``, whose command loads
+this package's subcommands) and the ``monarch`` command itself then import only what they
+run, not the whole of Monarch's client side.
 """
 
-from ._process import LocalJob, ProcessJob
-from ._slurm import SlurmJob
-from ._state import JobState
-from ._trait import (
-    DEFAULT_JOB_PATH,
-    JobError,
-    JobTrait,
-    hosts_from_config,
-    job_load,
-    job_loads,
-    load_current_job,
-    set_current_job,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._exec import exec_command
+    from ._process import LocalJob, ProcessJob
+    from ._slurm import SlurmJob
+    from ._ssh import SSHJob
+    from ._state import JobState
+    from ._trait import (
+        DEFAULT_JOB_PATH,
+        JobError,
+        JobTrait,
+        hosts_from_config,
+        job_load,
+        job_loads,
+        load_current_job,
+        set_current_job,
+    )
+
+_WHERE = {
+    "DEFAULT_JOB_PATH": "_trait",
+    "JobError": "_trait",
+    "JobState": "_state",
+    "JobTrait": "_trait",
+    "LocalJob": "_process",
+    "ProcessJob": "_process",
+    "SSHJob": "_ssh",
+    "SlurmJob": "_slurm",
+    "exec_command": "_exec",
+    "hosts_from_config": "_trait",
+    "job_load": "_trait",
+    "job_loads": "_trait",
+    "load_current_job": "_trait",
+    "set_current_job": "_trait",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE})
+
 
 __all__ = [
     "DEFAULT_JOB_PATH",
@@ -26,7 +70,9 @@ __all__ = [
     "JobTrait",
     "LocalJob",
     "ProcessJob",
+    "SSHJob",
     "SlurmJob",
+    "exec_command",
     "hosts_from_config",
     "job_load",
     "job_loads",

@@ -16,14 +16,22 @@ from pathlib import Path
 from typing import Final
 
 from monarch.actor import attach_to_workers
-from monarch.core import SECRET_ENV, HostMesh, job_secret, this_host, use_job_secret
+from monarch.core import (
+    SECRET_ENV,
+    HostMesh,
+    current_runtime,
+    job_secret,
+    this_host,
+    use_job_secret,
+)
 
 from ._state import JobState
 from ._trait import JobError, JobTrait, checked_meshes
 
 START_TIMEOUT: Final = 60.0
 """Seconds a worker has to say it listens."""
-WORKER: Final = (sys.executable, "-m", "monarch.core._cli", "worker")
+WORKER: Final = (sys.executable, "-m", "monarch.job._worker")
+"""``monarch worker`` without the command's plug-in discovery (see ``_worker``)."""
 KILL_GRACE: Final = 10.0
 """Seconds a worker's process group has to end after SIGTERM before SIGKILL."""
 
@@ -112,11 +120,12 @@ class ProcessJob(JobTrait):
                             start_new_session=True,  # outlives this script
                         )
                     started.append((popen, _Worker(address, popen.pid, log)))
+            if self._attaching:
+                current_runtime()  # the client's own start, while the workers start theirs
             for popen, worker in started:
                 _wait_listening(popen, worker)
         except BaseException:
-            for popen, _ in started:
-                _end_group(popen.pid)
+            _end_groups([popen.pid for popen, _ in started])
             raise
         self._workers = {name: [] for name in self._meshes}
         names = [name for name, count in self._meshes.items() for _ in range(count)]
@@ -137,10 +146,8 @@ class ProcessJob(JobTrait):
         return bool(workers) and all(w.running() for w in workers)
 
     def _kill(self) -> None:
-        for workers in self._workers.values():
-            for worker in workers:
-                if worker.running():
-                    _end_group(worker.pid)
+        running = [w.pid for ws in self._workers.values() for w in ws if w.running()]
+        _end_groups(running)
 
 
 def _wait_listening(popen: subprocess.Popen[bytes], worker: _Worker) -> None:
@@ -166,26 +173,33 @@ def _tail(path: str, size: int = 2000) -> str:
         return log.read()[-size:].decode(errors="replace").strip()
 
 
-def _end_group(pid: int) -> None:
-    """SIGTERM the worker's process group (the worker and its procs), then SIGKILL what
-    is left after ``KILL_GRACE``."""
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + KILL_GRACE
-    while time.monotonic() < deadline:
+def _end_groups(pids: list[int]) -> None:
+    """SIGTERM the workers' process groups (each worker and its procs), all at once (an
+    interruption while waiting leaves none of them unasked), then SIGKILL what is left
+    after ``KILL_GRACE``."""
+    left = []
+    for pid in pids:
         try:
-            os.killpg(pid, 0)
+            os.killpg(pid, signal.SIGTERM)
+            left.append(pid)
         except ProcessLookupError:
-            return
+            pass
+    deadline = time.monotonic() + KILL_GRACE
+    while left and time.monotonic() < deadline:
+        for pid in list(left):
+            _reap(pid)
+            try:
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                left.remove(pid)
+        if left:
+            time.sleep(0.02)
+    for pid in left:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         _reap(pid)
-        time.sleep(0.02)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    _reap(pid)
 
 
 def _reap(pid: int) -> None:

@@ -23,6 +23,10 @@ from monarch.core import HostMesh
 from ._state import JobState
 
 DEFAULT_JOB_PATH: Final = ".monarch/job_state.pkl"
+STOP_TIMEOUT: Final = 30.0
+"""Seconds ``kill()`` gives the procs of this process to stop before ending the hosts."""
+_TRANSIENT: Final = ("_attaching", "_attached")
+"""What a saved job leaves out: it belongs to the process that attached."""
 FORMAT: Final = 1
 """The saved job's format: one saved by another version is not loaded (a fresh start)."""
 
@@ -37,6 +41,23 @@ class JobTrait(ABC):
 
     def __init__(self) -> None:
         self._running = False
+        self._attaching = False
+        """True while ``state()`` applies the job: it attaches next, so a backend may
+        start this process's runtime while its hosts start."""
+        self._attached: list[HostMesh] = []
+        """The host meshes this process attached to (not saved): ``kill()`` stops their
+        procs first, so that their end is no failure that ends this client halfway."""
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(vars(self))
+        for transient in _TRANSIENT:
+            state.pop(transient, None)
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        vars(self).update(state)
+        self._attaching = False
+        self._attached = []
 
     # -- the user's API ------------------------------------------------------------------
 
@@ -58,7 +79,8 @@ class JobTrait(ABC):
             running = cached is not None and cached._is_running()
             if cached is not None and running and cached.can_run(self):
                 print("Job is running, returning current state", file=sys.stderr)
-                return cached._state()
+                self.__setstate__(cached.__getstate__())  # this object is the running job now
+                return self._attach()
             if cached is None:
                 print(f"No cached job found at path: {cached_path}", file=sys.stderr)
             elif running:
@@ -72,20 +94,39 @@ class JobTrait(ABC):
                     f"The cached job at {cached_path} no longer runs; starting anew",
                     file=sys.stderr,
                 )
+                _end_leftovers(cached)
         if not self._running:
             print("Applying current job", file=sys.stderr)
-            self.apply()
+            self._attaching = True
+            try:
+                self.apply()
+            finally:
+                self._attaching = False
         print("Job has started, connecting to current state", file=sys.stderr)
-        state = self._state()
+        state = self._attach()
         if cached_path is not None:
             print(f"Saving job to cache at {cached_path}", file=sys.stderr)
             self.dump(cached_path)
         return state
 
     def kill(self) -> None:
-        """End the job: its hosts and everything on them."""
+        """End the job: its hosts and everything on them. The procs this process spawned
+        on them are stopped first (their end is then no supervision failure, which would
+        end this client before every host is)."""
+        attached, self._attached = self._attached, []
+        for mesh in attached:
+            try:
+                mesh.stop().get(timeout=STOP_TIMEOUT)
+            except Exception as exc:  # noqa: BLE001 - the hosts are ended below anyway
+                print(f"Could not stop the procs of {mesh!r}: {exc}", file=sys.stderr)
         self._kill()
         self._running = False
+
+    def _attach(self) -> JobState:
+        """``_state()``, remembering its meshes for ``kill()``."""
+        state = self._state()
+        self._attached = list({id(mesh): mesh for mesh in state._hosts.values()}.values())
+        return state
 
     @property
     def active(self) -> bool:
@@ -180,6 +221,15 @@ def _load_cached(path: str) -> JobTrait | None:
     except JobError as exc:
         print(f"Ignoring the cached job at {path}: {exc}", file=sys.stderr)
         return None
+
+
+def _end_leftovers(job: JobTrait) -> None:
+    """End what still runs of a saved job that is being replaced (a worker that survived
+    its peers would hold the port the new one needs, or an allocation, forever)."""
+    try:
+        job._kill()
+    except JobError as exc:
+        print(f"Could not end what is left of the cached job: {exc}", file=sys.stderr)
 
 
 _current: list[JobTrait] = []

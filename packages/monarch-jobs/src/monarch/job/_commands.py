@@ -1,0 +1,305 @@
+"""The job subcommands of the ``monarch`` command: ``apply``, ``exec``, ``shell``, ``kill``.
+
+Each is an entry point of the ``monarch.commands`` group (see ``monarch.core._cli``):
+``register`` only builds argparse parsers; the handlers import what they need.
+
+- ``monarch apply JOBFILE``: runs the Python file, takes the job it defines (a
+  module-level ``job``, or the one it gave ``set_current_job``), starts it unless the same
+  job already runs, and saves it where scripts' ``state()`` look (``--job``, by default
+  ``.monarch/job_state.pkl``), so that they attach to it.
+- ``monarch exec [--mesh NAME] -- CMD ...``: runs CMD on every host of the saved job
+  (``exec_command``), prints each rank's output prefixed with its point, and exits with
+  the first non-zero status.
+- ``monarch shell [--rank N | --all]``: reads command lines from stdin and runs each on
+  one host (or all) of the saved job, in procs kept for the session; ``cd`` moves the
+  working directory of the next ones; the status is the last command's.
+- ``monarch kill``: ends the saved job and removes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from monarch.core import HostMesh
+
+    from ._exec import Ran
+    from ._trait import JobTrait
+
+DEFAULT_JOB = ".monarch/job_state.pkl"  # as _trait.DEFAULT_JOB_PATH, without importing it
+
+
+def _job_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--job",
+        default=DEFAULT_JOB,
+        metavar="PATH",
+        help=f"where the job is saved (default: {DEFAULT_JOB}, where scripts' state() look)",
+    )
+
+
+def register_apply(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "apply",
+        help="start the job a Python file defines and save it for scripts to attach to",
+        description=(
+            "Run JOBFILE (its __name__ is not '__main__') and start the job it defines: a "
+            "module-level `job`, or the one it passes to set_current_job(). A saved job that "
+            "is the same and still runs is kept."
+        ),
+    )
+    parser.add_argument("jobfile", metavar="JOBFILE", help="a Python file defining `job`")
+    _job_option(parser)
+    parser.set_defaults(func=_apply)
+
+
+def register_exec(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "exec",
+        help="run a command on every host of the saved job",
+        description=(
+            "Run CMD on the hosts of a mesh of the saved job, with MONARCH_RANK_<DIM> and "
+            "MONARCH_SIZE_<DIM> set; print each rank's output prefixed with its point; exit "
+            "with the first non-zero status in rank order."
+        ),
+    )
+    _job_option(parser)
+    parser.add_argument("--mesh", help="the mesh (needed when the job has several)")
+    parser.add_argument(
+        "--per-host", action="append", default=[], metavar="DIM=N", help="procs per host"
+    )
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--workdir", help="the command's working directory on the hosts")
+    parser.add_argument("--rank", type=int, help="run it on this (flat) rank only")
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+    parser.set_defaults(func=_exec)
+
+
+def register_shell(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "shell",
+        help="run command lines on a host of the saved job, one after another",
+        description=(
+            "Read command lines from stdin (a prompt on a terminal) and run each with /bin/sh "
+            "on one host of the saved job (--rank, default 0) or on all (--all). `cd DIR` "
+            "sets the working directory of the next ones; `exit` or end of input ends it."
+        ),
+    )
+    _job_option(parser)
+    parser.add_argument("--mesh", help="the mesh (needed when the job has several)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--rank", type=int, default=0, help="the host to run on (default 0)")
+    where.add_argument("--all", action="store_true", help="run every line on every host")
+    parser.set_defaults(func=_shell)
+
+
+def register_kill(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "kill", help="end the saved job", description="End the saved job's hosts; remove it."
+    )
+    _job_option(parser)
+    parser.set_defaults(func=_kill)
+
+
+# -- the handlers ----------------------------------------------------------------------------
+
+
+class _Failed(Exception):
+    """A command that cannot go on; its message is for the user."""
+
+
+def _fail_clearly(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Report a JobError or bad input as one line and exit status 1, not a traceback."""
+
+    def handler(args: argparse.Namespace) -> int:
+        from ._trait import JobError
+
+        try:
+            return run(args)
+        except (_Failed, JobError, ValueError) as exc:
+            print(f"monarch {args.command}: {exc}", file=sys.stderr)
+            return 1
+
+    return handler
+
+
+@contextlib.contextmanager
+def _step(what: str) -> Iterator[None]:
+    """Say what a long step does and, when it ends, how long it took (on stderr)."""
+    print(f"{what}...", file=sys.stderr, flush=True)
+    start = time.monotonic()
+    yield
+    print(f"{what}: done in {time.monotonic() - start:.1f}s", file=sys.stderr, flush=True)
+
+
+def _defined_job(jobfile: str) -> JobTrait:
+    import runpy
+
+    from ._trait import JobTrait, _current
+
+    if not Path(jobfile).is_file():
+        raise _Failed(f"no such file: {jobfile}")
+    before = list(_current)
+    namespace = runpy.run_path(jobfile, run_name="__monarch_apply__")
+    job = namespace.get("job")
+    if not isinstance(job, JobTrait) and _current != before:
+        job = _current[0]
+    if not isinstance(job, JobTrait):
+        raise _Failed(
+            f"{jobfile} defines no job: assign one to a module-level `job` "
+            "(job = SlurmJob(...)) or pass it to set_current_job()"
+        )
+    return job
+
+
+@_fail_clearly
+def _apply(args: argparse.Namespace) -> int:
+    from ._trait import job_load
+
+    job = _defined_job(args.jobfile)
+    name = type(job).__name__
+    if os.path.exists(args.job):
+        try:
+            saved = job_load(args.job)
+        except Exception as exc:  # noqa: BLE001 - any unusable saved job is replaced
+            print(f"Replacing the unusable saved job at {args.job}: {exc}", file=sys.stderr)
+        else:
+            if saved.can_run(job) and saved._is_running():
+                print(f"{name} at {args.job} is already running")
+                return 0
+            if saved._is_running():
+                raise _Failed(
+                    f"another job saved at {args.job} still runs: `monarch kill --job "
+                    f"{args.job}` ends it (or give another --job)"
+                )
+    with _step(f"Starting {name}"):
+        job.apply()
+    job.dump(args.job)
+    print(f"{name} is running; saved at {args.job}")
+    return 0
+
+
+def _saved_running_job(path: str) -> JobTrait:
+    from ._trait import job_load
+
+    job = job_load(path)
+    if not job._is_running():
+        raise _Failed(f"the job saved at {path} no longer runs (`monarch apply` starts it)")
+    return job
+
+
+def _pairs(items: Sequence[str], what: str) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise _Failed(f"{what} must be NAME=VALUE, not {item!r}")
+        pairs[key] = value
+    return pairs
+
+
+@_fail_clearly
+def _exec(args: argparse.Namespace) -> int:
+    cmd = list(args.cmd)
+    if cmd[:1] == ["--"]:
+        cmd = cmd[1:]
+    if not cmd:
+        raise _Failed("no command given: monarch exec -- CMD ...")
+    per_host = {k: _count(v, k) for k, v in _pairs(args.per_host, "--per-host").items()}
+    env = _pairs(args.env, "--env")
+    from ._exec import run_commands
+
+    mesh = _saved_mesh(args.job, args.mesh)
+    ran = run_commands(
+        mesh, cmd, env, args.workdir, None, args.rank, None, per_host, capture=True
+    ).get()
+    return _show(ran, prefix=True)
+
+
+def _saved_mesh(path: str, name: str | None) -> HostMesh:
+    """The mesh ``name`` (or the only one) of the running job saved at ``path``."""
+    state = _saved_running_job(path)._state()
+    meshes = sorted(state._hosts)
+    if name is None and len(meshes) != 1:
+        raise _Failed(f"the job has meshes {', '.join(meshes)}: say which with --mesh")
+    if name is not None and name not in meshes:
+        raise _Failed(f"the job has no mesh {name!r} (its meshes: {', '.join(meshes)})")
+    mesh: HostMesh = getattr(state, name or meshes[0])
+    return mesh
+
+
+def _show(ran: Sequence[Ran], prefix: bool, out: TextIO | None = None) -> int:
+    """Print each rank's output (prefixed with its point) to ``out`` (stdout); the first
+    non-zero status."""
+    status = 0
+    for result in ran:
+        where = ",".join(f"{dim}={value}" for dim, value in result.point.items())
+        lead = f"[{where}] " if prefix else ""
+        for line in (result.output or b"").decode(errors="replace").splitlines():
+            print(f"{lead}{line}", file=out or sys.stdout, flush=True)
+        if result.returncode != 0:
+            print(f"[{where}] exit status {result.returncode}", file=sys.stderr, flush=True)
+            status = status or result.returncode
+    return status
+
+
+@_fail_clearly
+def _shell(args: argparse.Namespace) -> int:
+    from ._exec import Runners
+
+    runners = Runners(_saved_mesh(args.job, args.mesh))
+    try:
+        where = None if args.all else runners.where(rank=args.rank)
+        prompt = "monarch " + (
+            "all" if where is None else ",".join(f"{k}={v}" for k, v in where.items())
+        )
+        workdir: str | None = None
+        status = 0
+        while True:
+            if sys.stdin.isatty():
+                print(f"{prompt}$ ", end="", file=sys.stderr, flush=True)
+            line = sys.stdin.readline()
+            if not line or line.strip() in ("exit", "logout"):
+                return status
+            line = line.strip()
+            if not line:
+                continue
+            if line == "cd" or line.startswith("cd "):
+                # Where the hosts' shell lands, as its own cd would (relative, ~, -P).
+                target = f"{line} >/dev/null && pwd -P"
+                ran = runners.run(["/bin/sh", "-c", target], {}, workdir, None, where, True)
+                results = ran.get()
+                failed = [r for r in results if r.returncode]
+                status = _show(failed, prefix=True, out=sys.stderr)
+                if status == 0 and results:
+                    workdir = (results[0].output or b"").decode().strip() or workdir
+                continue
+            ran = runners.run(["/bin/sh", "-c", line], {}, workdir, None, where, True)
+            status = _show(ran.get(), prefix=where is None)
+    finally:
+        runners.stop().get(timeout=60)
+
+
+def _count(value: str, dim: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise _Failed(f"--per-host {dim}={value}: the count must be a positive integer")
+    return int(value)
+
+
+@_fail_clearly
+def _kill(args: argparse.Namespace) -> int:
+    from ._trait import job_load
+
+    job = job_load(args.job)
+    with _step(f"Stopping {type(job).__name__}"):
+        job.kill()
+    os.remove(args.job)
+    print(f"killed the job saved at {args.job}")
+    return 0

@@ -1,0 +1,132 @@
+"""Helpers of the jobs tests: a user's script run as a process, pids, waiting on conditions.
+
+Nothing here sleeps for a fixed time: every wait polls a condition against a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+SCRIPT = Path(__file__).with_name("job_script.py")
+
+
+def alive(pid: int) -> bool:
+    """Running (not a zombie)?"""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``condition`` until true; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what}")
+        time.sleep(0.01)
+
+
+class Script:
+    """Runs job_script.py in one folder (where the job's state is saved), as a user would;
+    ``prefix`` runs it under another command (``ip netns exec h1``)."""
+
+    def __init__(self, folder: Path, prefix: Sequence[str] = ()) -> None:
+        self.folder = folder
+        self.prefix = list(prefix)
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*self.prefix, sys.executable, str(SCRIPT), *args],
+            cwd=self.folder,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    def __call__(self, *args: str) -> tuple[dict[str, Any], str]:
+        done = self.run(*args)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+# -- hosts in network namespaces, each with a real sshd (tools/ssh) ---------------------------
+
+START_SSHD = Path(__file__).parents[3] / "tools" / "ssh" / "start.sh"
+SSH_KEY = "/etc/ssh/monarch-test/id_ci"
+SSH_ARGS = [
+    "-i",
+    SSH_KEY,
+    "-o",
+    "StrictHostKeyChecking=no",
+    "-o",
+    "UserKnownHostsFile=/dev/null",
+    "-o",
+    "LogLevel=ERROR",
+    "-o",
+    "ConnectTimeout=10",
+]
+"""How the tests' clients log in to the test sshd (as root, with the key start.sh made)."""
+
+
+def ip(*args: str) -> None:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+
+
+def make_hosts(count: int, prefix: str) -> list[str]:
+    """Namespaces ``{prefix}h1..`` at 10.0.0.1../24 on a bridge of their own (as
+    shared/infra/netns; the prefix keeps concurrent runs apart). ``drop_hosts`` undoes it."""
+    # The root namespace never routes 10.0.0.0/24: a stray connect fails here at once.
+    routes = subprocess.run(
+        ["ip", "route", "show", "type", "unreachable"], capture_output=True, text=True
+    ).stdout
+    if "unreachable 10.0.0.0/24" not in routes:
+        ip("route", "add", "unreachable", "10.0.0.0/24")
+    switch = f"{prefix}sw"
+    ip("netns", "add", switch)
+    ip("-n", switch, "link", "add", "br0", "type", "bridge")
+    ip("-n", switch, "link", "set", "br0", "up")
+    hosts = []
+    for i in range(1, count + 1):
+        host = f"{prefix}h{i}"
+        ip("netns", "add", host)
+        hosts.append(host)
+        veth, port = f"v{prefix}{i}", f"p{prefix}{i}"
+        ip("link", "add", veth, "type", "veth", "peer", "name", port)
+        ip("link", "set", veth, "netns", host)
+        ip("link", "set", port, "netns", switch)
+        ip("-n", switch, "link", "set", port, "master", "br0")
+        ip("-n", switch, "link", "set", port, "up")
+        ip("-n", host, "link", "set", veth, "name", "eth0")
+        ip("-n", host, "addr", "add", f"10.0.0.{i}/24", "dev", "eth0")
+        ip("-n", host, "link", "set", "eth0", "up")
+        ip("-n", host, "link", "set", "lo", "up")
+    return hosts
+
+
+def drop_hosts(prefix: str) -> None:
+    """Kill every process left in the ``{prefix}`` namespaces and delete them."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for ns in (line.split()[0] for line in listed.splitlines() if line.startswith(prefix)):
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+        for pid in pids.stdout.split():
+            subprocess.run(["kill", "-9", pid], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def start_sshd(host: str, address: str, pidfile: str) -> None:
+    """A real sshd listening at ``address`` in namespace ``host`` (tools/ssh/start.sh)."""
+    done = subprocess.run(
+        ["bash", str(START_SSHD), address, pidfile, host], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"sshd did not start in {host}: {done.stderr}")
