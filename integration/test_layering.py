@@ -41,7 +41,7 @@ USES: dict[str, frozenset[str]] = {
     "monarch-core": frozenset({"monarch-transport"}),
     "monarch-rdma": frozenset({"monarch-core"}),
     "monarch-tensor": frozenset({"monarch-core", "monarch-rdma"}),
-    "monarch-jobs": frozenset({"monarch-core"}),
+    "monarch-jobs": frozenset({"monarch-core", "monarch-telemetry"}),
     "monarch-telemetry": frozenset({"monarch-core"}),
 }
 SUBPACKAGES = frozenset().union(*OWNS.values())

@@ -3,7 +3,9 @@
 Upstream's ``monarch.job``: ``JobTrait`` and its ``JobState``, ``LocalJob``,
 ``ProcessJob``, ``SlurmJob``, ``SSHJob``, saving and loading a job (``job_load``,
 ``job_loads``), the current job (``set_current_job``, ``load_current_job``,
-``hosts_from_config``), and running a command on a mesh's hosts (``exec_command``).
+``hosts_from_config``), running a command on a mesh's hosts (``exec_command``), and the
+job's telemetry tables (``job.enable_telemetry(TelemetryConfig(...))``, then
+``state.query_engine_client.query(sql)``; monarch-telemetry's).
 
 The names are imported on first use: a worker (``monarch worker``, whose command loads
 this package's subcommands) and the ``monarch`` command itself then import only what they
@@ -16,6 +18,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from monarch.telemetry import TelemetryConfig
+
     from ._exec import exec_command
     from ._process import LocalJob, ProcessJob
     from ._slurm import SlurmJob
@@ -41,6 +45,7 @@ _WHERE = {
     "ProcessJob": "_process",
     "SSHJob": "_ssh",
     "SlurmJob": "_slurm",
+    "TelemetryConfig": "monarch.telemetry",
     "exec_command": "_exec",
     "hosts_from_config": "_trait",
     "job_load": "_trait",
@@ -54,7 +59,8 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    path = module if module.startswith("monarch.") else f"{__name__}.{module}"
+    value = getattr(importlib.import_module(path), name)
     globals()[name] = value
     return value
 
@@ -72,6 +78,7 @@ __all__ = [
     "ProcessJob",
     "SSHJob",
     "SlurmJob",
+    "TelemetryConfig",
     "exec_command",
     "hosts_from_config",
     "job_load",

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from monarch.core import HostMesh
+
+if TYPE_CHECKING:
+    from monarch.telemetry import QueryEngineClient
 
 
 class JobState:
@@ -12,6 +16,8 @@ class JobState:
 
     def __init__(self, hosts: Mapping[str, HostMesh]) -> None:
         self._hosts = dict(hosts)
+        self.query_engine_client: QueryEngineClient | None = None
+        """SQL over the job's telemetry tables, when ``job.enable_telemetry()`` was called."""
 
     def __getattr__(self, name: str) -> HostMesh:
         hosts: dict[str, HostMesh] = self.__dict__.get("_hosts", {})

@@ -16,16 +16,19 @@ import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, TYPE_CHECKING, Final
 
 from monarch.core import HostMesh
 
 from ._state import JobState
 
+if TYPE_CHECKING:  # monarch.telemetry instruments the process that imports it: only on use
+    from monarch.telemetry import TelemetryConfig
+
 DEFAULT_JOB_PATH: Final = ".monarch/job_state.pkl"
 STOP_TIMEOUT: Final = 30.0
 """Seconds ``kill()`` gives the procs of this process to stop before ending the hosts."""
-_TRANSIENT: Final = ("_attaching", "_attached")
+_TRANSIENT: Final = ("_attaching", "_attached", "_telemetry")
 """What a saved job leaves out: it belongs to the process that attached."""
 FORMAT: Final = 1
 """The saved job's format: one saved by another version is not loaded (a fresh start)."""
@@ -47,6 +50,9 @@ class JobTrait(ABC):
         self._attached: list[HostMesh] = []
         """The host meshes this process attached to (not saved): ``kill()`` stops their
         procs first, so that their end is no failure that ends this client halfway."""
+        self._telemetry: TelemetryConfig | None = None
+        """Keep the job's telemetry tables in this client (``enable_telemetry``; not saved:
+        each client that attaches asks for its own)."""
 
     def __getstate__(self) -> dict[str, object]:
         state = dict(vars(self))
@@ -55,9 +61,11 @@ class JobTrait(ABC):
         return state
 
     def __setstate__(self, state: dict[str, object]) -> None:
+        telemetry = vars(self).get("_telemetry")
         vars(self).update(state)
         self._attaching = False
         self._attached = []
+        self._telemetry = telemetry  # what this process asked for, kept on re-attaching
 
     # -- the user's API ------------------------------------------------------------------
 
@@ -122,10 +130,30 @@ class JobTrait(ABC):
         self._kill()
         self._running = False
 
+    def enable_telemetry(self, config: TelemetryConfig | None = None) -> None:
+        """Keep the job's telemetry tables (meshes, actors, their status, messages) in this
+        client, queried by SQL through ``state().query_engine_client`` (upstream's; see
+        monarch-telemetry). Call it before ``state()``: procs spawned before it report
+        nothing."""
+        from monarch.telemetry import TelemetryConfig  # instruments this client
+
+        if self._attached:
+            raise RuntimeError(
+                "call job.enable_telemetry() before job.state(): the job is attached already"
+            )
+        self._telemetry = config or TelemetryConfig()
+
     def _attach(self) -> JobState:
-        """``_state()``, remembering its meshes for ``kill()``."""
+        """``_state()``, remembering its meshes for ``kill()``; with telemetry enabled, the
+        state's ``query_engine_client``."""
+        if self._telemetry is not None:
+            from monarch.telemetry import enable_telemetry
+
+            engine = enable_telemetry(self._telemetry)  # before any proc is spawned
         state = self._state()
         self._attached = list({id(mesh): mesh for mesh in state._hosts.values()}.values())
+        if self._telemetry is not None:
+            state.query_engine_client = engine
         return state
 
     @property
