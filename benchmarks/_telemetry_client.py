@@ -1,6 +1,6 @@
 """One measurement of telemetry_bench.py: round trips and pipelined calls to a proc, in a
 process of its own (telemetry state is per process). ``python _telemetry_client.py MODE N``:
-``off`` (monarch.telemetry not imported), ``on`` (imported: spans and metrics through
+``off`` (monarch.telemetry not installed), ``on`` (installed: spans and metrics through
 whatever providers the environment sets up). Prints one JSON line."""
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ class Echo(Actor):
 
 def main(mode: str, count: int) -> None:
     if mode == "on":
-        import monarch.telemetry  # noqa: F401 - instruments this process and its procs
+        import monarch.telemetry
+
+        monarch.telemetry.install()  # this process, and the procs it spawns
 
     procs = this_host().spawn_procs(per_host={"gpus": 1})
     echo = procs.spawn("echo", Echo)

@@ -7,7 +7,7 @@ import json
 
 import monarch.actor
 from monarch.actor import Actor, ActorError, endpoint, this_host
-from monarch.telemetry import get_meter, span, traced
+from monarch.telemetry import get_meter, install, span, traced
 
 
 class Helper(Actor):
@@ -43,6 +43,7 @@ class AsyncWorker(Actor):
 
 
 def main() -> None:
+    install()  # before spawning: the procs are instrumented too
     monarch.actor.unhandled_fault_hook = lambda failure: None
     procs = this_host().spawn_procs(per_host={"gpus": 2})
     workers = procs.spawn("workers", Worker)

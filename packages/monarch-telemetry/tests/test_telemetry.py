@@ -22,7 +22,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from otlp_receiver import otlp_receiver
 
-import monarch.actor
 from monarch.config import configure
 from monarch.core import current_instrumentation, set_instrumentation
 
@@ -119,7 +118,7 @@ def telemetry() -> Iterator[Any]:
     provider.add_span_processor(SimpleSpanProcessor(_exporter))
     trace.set_tracer_provider(provider)
     before = current_instrumentation()
-    from monarch.telemetry._instrumentation import OpenTelemetry  # installs on import
+    from monarch.telemetry._instrumentation import OpenTelemetry
 
     yield OpenTelemetry()
     set_instrumentation(before)
@@ -149,9 +148,16 @@ def test_an_endpoint_continues_the_trace_its_call_carried(
     assert endpoint.attributes is not None and endpoint.attributes["monarch.rank"] == rank
 
 
-def test_monarch_actor_lends_the_names() -> None:
-    from monarch.telemetry import get_meter, span, traced
-
-    assert monarch.actor.span is span
-    assert monarch.actor.traced is traced
-    assert monarch.actor.get_meter is get_meter
+def test_importing_instruments_nothing_asking_monarch_actor_does() -> None:
+    script = (
+        "import monarch.telemetry\n"
+        "from monarch.core import current_config, current_instrumentation\n"
+        "print(current_instrumentation() is None, current_config().enable_telemetry)\n"
+        "import monarch.actor\n"
+        "assert monarch.actor.span is monarch.telemetry.span\n"
+        "assert monarch.actor.get_meter is monarch.telemetry.get_meter\n"
+        "print(current_instrumentation() is None, current_config().enable_telemetry)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["True False", "False True"]

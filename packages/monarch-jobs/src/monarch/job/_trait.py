@@ -22,7 +22,7 @@ from monarch.core import HostMesh
 
 from ._state import JobState
 
-if TYPE_CHECKING:  # monarch.telemetry instruments the process that imports it: only on use
+if TYPE_CHECKING:  # imported on use: importing OpenTelemetry costs a client that has no need
     from monarch.telemetry import TelemetryConfig
 
 DEFAULT_JOB_PATH: Final = ".monarch/job_state.pkl"
@@ -135,7 +135,7 @@ class JobTrait(ABC):
         client, queried by SQL through ``state().query_engine_client`` (upstream's; see
         monarch-telemetry). Call it before ``state()``: procs spawned before it report
         nothing."""
-        from monarch.telemetry import TelemetryConfig  # instruments this client
+        from monarch.telemetry import TelemetryConfig  # on use: importing OpenTelemetry costs
 
         if self._attached:
             raise RuntimeError(

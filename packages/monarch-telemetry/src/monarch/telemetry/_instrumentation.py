@@ -22,9 +22,17 @@ from monarch.config import configure
 from monarch.core import current_instrumentation, running_runtime, set_instrumentation
 
 from ._export import configure_export, shutdown_export
-from ._meter import instruments
-from ._spans import tracer
-from ._sql import current_sink, flush_rows, mesh_rows, message_row, status_row
+from ._instruments import instruments, tracer
+from ._sql import (
+    QueryEngineClient,
+    TelemetryConfig,
+    current_sink,
+    flush_rows,
+    mesh_rows,
+    message_row,
+    open_store,
+    status_row,
+)
 
 _propagator: Final = TraceContextTextMapPropagator()
 
@@ -120,8 +128,18 @@ class OpenTelemetry:
         shutdown_export()
 
 
+def enable_telemetry(config: TelemetryConfig | None = None) -> QueryEngineClient:
+    """Keep this job's telemetry tables here (the client), filled by this process and by
+    every proc spawned from now on (instrumented); returns the client to query them."""
+    install()
+    return open_store(config)
+
+
 def install() -> None:
-    """Instrument this process (once); procs spawned from it afterwards load it too."""
+    """Instrument this process (once); procs spawned from it afterwards load it too (the
+    ``enable_telemetry`` configuration key, which they inherit). Importing
+    ``monarch.telemetry`` does not: using it does (``span``, ``traced``, ``get_meter``,
+    ``enable_telemetry``, or asking ``monarch.actor`` for one of those)."""
     if isinstance(current_instrumentation(), OpenTelemetry):
         return
     runtime = running_runtime()

@@ -1,35 +1,14 @@
-"""``get_meter`` and the built-in instruments of calls and endpoints."""
+"""``get_meter``: user metrics, exported with the built-in ones."""
 
 from __future__ import annotations
 
-from functools import cache
-
 from opentelemetry import metrics
+
+from ._instrumentation import install
 
 
 def get_meter(name: str = "monarch", version: str = "") -> metrics.Meter:
-    """An OpenTelemetry meter (of the global meter provider: exported with the rest)."""
+    """An OpenTelemetry meter (of the global meter provider: exported with the rest).
+    Instruments this process, if it is not yet."""
+    install()
     return metrics.get_meter(name, version)
-
-
-class Instruments:
-    """What the core's hooks record, on both sides of a call."""
-
-    def __init__(self, meter: metrics.Meter) -> None:
-        self.sent = meter.create_counter(
-            "monarch.calls.sent", unit="{call}", description="Calls sent (once per cast)"
-        )
-        self.handled = meter.create_counter(
-            "monarch.endpoint.calls", unit="{call}", description="Endpoint calls handled"
-        )
-        self.errors = meter.create_counter(
-            "monarch.endpoint.errors", unit="{call}", description="Endpoint calls that raised"
-        )
-        self.duration = meter.create_histogram(
-            "monarch.endpoint.duration", unit="s", description="Time in the endpoint's code"
-        )
-
-
-@cache
-def instruments() -> Instruments:
-    return Instruments(get_meter("monarch"))

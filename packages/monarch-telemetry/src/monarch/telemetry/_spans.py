@@ -6,20 +6,17 @@ import functools
 import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Final, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, overload
 
 from opentelemetry import trace
 
 from monarch.actor import current_actor_name
 
-TRACER: Final = "monarch"
+from ._instrumentation import install
+from ._instruments import tracer
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
-
-
-def tracer() -> trace.Tracer:
-    return trace.get_tracer(TRACER)
 
 
 def actor_attributes() -> dict[str, str]:
@@ -30,7 +27,9 @@ def actor_attributes() -> dict[str, str]:
 @contextmanager
 def span(name: str) -> Iterator[trace.Span]:
     """A span named ``name`` around the block, a child of the current one (in an endpoint:
-    of the endpoint's, which continues its caller's trace)."""
+    of the endpoint's, which continues its caller's trace). Instruments this process, if it
+    is not yet."""
+    install()
     with tracer().start_as_current_span(name, attributes=actor_attributes()) as current:
         yield current
 
@@ -46,7 +45,9 @@ def traced(*, name: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]: ...
 def traced(
     fn: Callable[_P, _R] | None = None, *, name: str | None = None
 ) -> Callable[_P, _R] | Callable[[Callable[_P, _R]], Callable[_P, _R]]:
-    """Run the function (sync or async) in a span named ``name`` (default: its name)."""
+    """Run the function (sync or async) in a span named ``name`` (default: its name).
+    Instruments this process when applied."""
+    install()
 
     def decorate(fn: Callable[_P, _R]) -> Callable[_P, _R]:
         label = name if name is not None else fn.__name__

@@ -226,9 +226,8 @@ class QueryEngineClient:
         return self._store.query(sql)
 
 
-def enable_telemetry(config: TelemetryConfig | None = None) -> QueryEngineClient:
-    """Keep this job's telemetry tables here (the client), filled by this process and by
-    every proc spawned from now on. Returns the client to query them."""
+def open_store(config: TelemetryConfig | None = None) -> QueryEngineClient:
+    """This process's telemetry store (made once), where its procs send their rows."""
     if _sink and isinstance(_sink[0], TelemetryStore):
         return QueryEngineClient(_sink[0])
     store = TelemetryStore(config or TelemetryConfig())
