@@ -18,10 +18,12 @@ failures: list[MeshFailure] = []
 """Failures no test handled (printed at the end of the session)."""
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def _record_unhandled_failures() -> Iterator[None]:
     """Never the default hook in pytest's process: it ends the client (SIGINT), which would
-    end the session halfway and leave a test's workers running."""
+    end the session halfway and leave a test's workers running. Per module, and put back
+    after it: a session-wide hook would replace the one monarch-core's tests record with
+    when both run in one process (an xdist worker), as it did."""
     default = monarch.actor.unhandled_fault_hook
     monarch.actor.unhandled_fault_hook = failures.append
     try:
@@ -29,4 +31,5 @@ def _record_unhandled_failures() -> Iterator[None]:
     finally:
         monarch.actor.unhandled_fault_hook = default
         for failure in failures:
-            print(f"unhandled during the session: {failure}", file=sys.stderr)
+            print(f"unhandled during the module: {failure}", file=sys.stderr)
+        failures.clear()
