@@ -41,5 +41,6 @@ def test_mesh_controller_remote_exception_is_the_one_raised(procs: ProcMesh) -> 
 
 
 def test_the_top_level_names_are_the_engines() -> None:
-    for name in ("to_mesh", "slice_mesh", "coalescing", "reduce", "fetch_shard", "Tensor"):
+    names = ("to_mesh", "slice_mesh", "coalescing", "reduce", "fetch_shard", "Tensor", "Stream")
+    for name in (*names, "get_active_stream"):
         assert getattr(monarch, name) is getattr(monarch.tensor, name), name

@@ -3,6 +3,7 @@ gives on each proc what the same program gives locally on that proc's data."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import programs
@@ -12,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from monarch.actor import ProcMesh
-from monarch.tensor import RemoteException, Tensor, fetch_shard, rank_tensor, remote
+from monarch.tensor import RemoteException, Tensor, coalescing, fetch_shard, rank_tensor, remote
 
 WAIT = 60.0
 
@@ -56,10 +57,16 @@ def run(x: torch.Tensor, ops: list[tuple[Any, ...]]) -> list[torch.Tensor]:
     shape=st.lists(st.integers(1, 4), min_size=1, max_size=3),
     ops=st.lists(op, min_size=1, max_size=8),
     mesh_reduce=st.booleans(),
+    coalesce=st.booleans(),
 )
 def test_sharded_programs_match_local_runs(
-    procs: ProcMesh, shape: list[int], ops: list[tuple[Any, ...]], mesh_reduce: bool
+    procs: ProcMesh,
+    shape: list[int],
+    ops: list[tuple[Any, ...]],
+    mesh_reduce: bool,
+    coalesce: bool,
 ) -> None:
+    """(Inside ``coalescing()`` or not: one message or several, the same results.)"""
     numel = 1
     for size in shape:
         numel *= size
@@ -67,7 +74,7 @@ def test_sharded_programs_match_local_runs(
     def data(offset: Any) -> Any:
         return torch.arange(float(numel)).reshape(shape) * 0.25 + offset
 
-    with procs.activate():
+    with coalescing() if coalesce else nullcontext(), procs.activate():
         values = run(data(rank_tensor("gpus")), ops)
         last = values[-1]
         assert isinstance(last, Tensor)

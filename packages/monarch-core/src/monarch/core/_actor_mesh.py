@@ -68,7 +68,7 @@ from ._reports import (
 )
 from ._runtime import Runtime, current_runtime
 from ._scope import Owner, current_owner
-from ._serialize import dumps, dumps_arguments, pickling_call, size_of
+from ._serialize import dumps, dumps_call_arguments, size_of
 from ._shape import NDSlice, Point, Shape, ShapedMesh
 from ._supervision import call_fault_hook
 from ._value_mesh import ValueMesh
@@ -140,10 +140,7 @@ class Endpoint(Generic[R]):
                 prop._signature.bind(*(None,) * leading, *args, **kwargs)
             except TypeError as exc:
                 raise TypeError(f"{self._name}() {exc}") from None
-        if not args and not kwargs:
-            return dumps_arguments(args, kwargs)
-        with pickling_call(self._name):
-            return dumps_arguments(args, kwargs)
+        return dumps_call_arguments(self._name, args, kwargs)
 
     def _oversize(self, payload: list[Buffer], adverb: str) -> SupervisionError | None:
         """The error of a message larger than ``codec_max_frame_length``, which is not sent."""

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import io
 import pickle
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from contextvars import ContextVar
 from typing import Any, Final
 
@@ -129,12 +128,15 @@ def calling_endpoint() -> str | None:
     return _calling.get()
 
 
-@contextmanager
-def pickling_call(endpoint: str) -> Iterator[None]:
-    """Inside: ``calling_endpoint()`` is ``endpoint``."""
+def dumps_call_arguments(
+    endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> list[Buffer]:
+    """``dumps_arguments`` of a call to ``endpoint`` (``calling_endpoint()`` says it meanwhile)."""
+    if not args and not kwargs:
+        return [_NO_ARGUMENTS]
     token = _calling.set(endpoint)
     try:
-        yield
+        return dumps((args, kwargs))
     finally:
         _calling.reset(token)
 

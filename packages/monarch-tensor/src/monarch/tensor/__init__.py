@@ -20,20 +20,24 @@ from ._fetch import call_on_shard_and_fetch, fetch_shard, inspect, show
 from ._mesh import activate, get_active_mesh, no_mesh
 from ._remote import Remote, rank_tensor, rank_tensors, remote
 from ._rref import rref as _rref  # noqa: F401 - loaded with the package (workers unpickle it)
+from ._stream import Borrow, Stream, get_active_stream
 from ._tensor import Tensor, reduce, reduce_
 from ._to_mesh import MeshSliceTensor, slice_mesh, to_mesh
 
 __all__ = [
+    "Borrow",
     "Future",
     "MeshSliceTensor",
     "Remote",
     "RemoteException",
+    "Stream",
     "Tensor",
     "activate",
     "call_on_shard_and_fetch",
     "coalescing",
     "fetch_shard",
     "get_active_mesh",
+    "get_active_stream",
     "inspect",
     "no_mesh",
     "rank_tensor",

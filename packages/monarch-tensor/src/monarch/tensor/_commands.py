@@ -86,3 +86,8 @@ SEND = 3  # (SEND, in_id, key, {rank: destination coords...}, destination inbox 
 RECV = 4  # (RECV, out_id, key)
 LEND = 5  # (LEND, in_id, key): the shard to this proc's actor that an endpoint call names
 CALL = 6  # (CALL, out_id, func, args, kwargs, grad enabled): a remote function's adverb call
+
+
+def same(x: Any) -> Any:
+    """The worker's side of a borrow: the borrowed id names the lender's shard itself."""
+    return x

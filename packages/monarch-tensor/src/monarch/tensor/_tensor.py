@@ -20,9 +20,10 @@ from monarch.core import calling_endpoint
 
 from ._active import current_client, pushed
 from ._client import MeshClient, coalesced
-from ._commands import LEND, OP, REDUCE, Ref, wire_func
+from ._commands import LEND, OP, REDUCE, Ref, same, wire_func
 from ._flat import flatten, flatten_call, unflatten
 from ._metacache import key_of, lookup, store
+from ._stream import StorageAliases, Stream, check_inputs, get_active_stream, mutated_input
 from ._worker import lent
 
 if TYPE_CHECKING:
@@ -58,9 +59,13 @@ class Tensor(torch.Tensor):
     _meta: torch.Tensor
     _ref: int
     _client: MeshClient
+    _stream: Stream
+    _aliases: StorageAliases
 
     @staticmethod
-    def _wrap(meta: torch.Tensor, client: MeshClient) -> Tensor:
+    def _wrap(
+        meta: torch.Tensor, client: MeshClient, aliases: StorageAliases | None = None
+    ) -> Tensor:
         tensor: Tensor = torch.Tensor._make_wrapper_subclass(
             Tensor,
             meta.size(),
@@ -72,6 +77,9 @@ class Tensor(torch.Tensor):
         tensor._meta = meta
         tensor._ref = client.new_id()
         tensor._client = client
+        tensor._stream = get_active_stream()
+        tensor._aliases = StorageAliases() if aliases is None else aliases
+        tensor._aliases.tensors.add(tensor)
         weakref.finalize(tensor, client.free, tensor._ref)
         return tensor
 
@@ -127,6 +135,18 @@ class Tensor(torch.Tensor):
         size; a dimension only ``mesh`` has gets the same shard along it."""
         return self.slice_mesh().to_mesh(mesh)
 
+    def _borrowed_by(self, stream: Stream, aliases: StorageAliases) -> Tensor:
+        """The tensor of a borrow (``Stream.borrow``): on ``stream``, naming this tensor's
+        shard itself on the workers."""
+        meta = self._meta
+        with pushed(None):
+            fresh = torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device="meta")
+        with stream.activate():
+            r = Tensor._wrap(fresh, self._client, aliases)
+        grad = torch.is_grad_enabled()
+        self._client.record((OP, (r._ref,), same, (Ref(self._ref),), {}, grad))
+        return r
+
     def reduce(self, dims: str | Any, reduction: str = "sum", scatter: bool = False) -> Tensor:
         """Reduce across the procs along mesh dimension(s) ``dims`` (torch.distributed)."""
         return _reduce(self, dims, reduction, scatter, inplace=False)
@@ -165,7 +185,11 @@ def dispatch(
         client = clients.pop()
     if client is None:
         raise RuntimeError("no active mesh: use `with proc_mesh.activate():`")
-    inputs = {id(x._meta): x for x in flat if isinstance(x, Tensor)}
+    tensors = [x for x in flat if isinstance(x, Tensor)]
+    if not _pure(func):  # metadata (t.shape) is the controller's: any stream may read it
+        written = mutated_input(func, args, kwargs)
+        check_inputs(func, tensors, written if isinstance(written, Tensor) else None)
+    inputs = {id(x._meta): x for x in tensors}
     key = None if meta_func is not None else key_of(func, args, kwargs, flat)
     with pushed(None):  # fresh meta tensors, even where a remote call leaves the mode on
         cached = None if key is None else lookup(key)
@@ -187,8 +211,9 @@ def dispatch(
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
             tensor = inputs.get(id(leaf))
-            if tensor is None:
-                tensor = Tensor._wrap(leaf, client)
+            if tensor is None:  # a view of an input shares its storage's rights
+                roots = {id(_root(x._meta)): x._aliases for x in tensors}
+                tensor = Tensor._wrap(leaf, client, roots.get(id(_root(leaf))))
             out.append(tensor)
             ids.append(tensor._ref)
         elif isinstance(leaf, torch.device) and leaf.type == "meta":
@@ -201,6 +226,11 @@ def dispatch(
         sent = wire_func(func) if wire is None else wire
         client.record((OP, tuple(ids), sent, wire_args, wire_kwargs, grad))
     return unflatten(out, out_spec)
+
+
+def _root(meta: torch.Tensor) -> torch.Tensor:
+    base = meta._base
+    return meta if base is None else base
 
 
 def _to_meta(x: Any) -> Any:
@@ -249,6 +279,7 @@ REDUCTIONS = ("sum", "avg", "max", "min", "stack")
 def _reduce(tensor: Tensor, dims: Any, reduction: str, scatter: bool, inplace: bool) -> Tensor:
     """Record a collective: every worker runs it with its peers along ``dims`` (gloo)."""
     client = tensor._client
+    check_inputs("reduce_" if inplace else "reduce", [tensor], tensor if inplace else None)
     names = [dims] if isinstance(dims, str) else list(dims)
     unknown = [d for d in names if d not in client.labels]
     if unknown or not names:

@@ -23,6 +23,7 @@ from monarch.core import ProcMesh
 from ._active import pushed
 from ._client import MeshClient, client_for
 from ._commands import RECV, SEND
+from ._stream import check_inputs
 from ._tensor import Tensor
 
 
@@ -44,6 +45,7 @@ class MeshSliceTensor:
     def to_mesh(self, mesh: ProcMesh) -> Tensor:
         """A new tensor of ``mesh`` whose shards are copies of this slice's."""
         source = self.tensor._client
+        check_inputs("to_mesh", [self.tensor], None)
         destination = client_for(mesh)
         kept = [label for label, pick in self.selection.items() if isinstance(pick, range)]
         missing = [label for label in kept if label not in destination.labels]
