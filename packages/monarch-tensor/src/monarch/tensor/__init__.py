@@ -21,8 +21,8 @@ from ._mesh import activate, get_active_mesh, no_mesh
 from ._remote import Remote, rank_tensor, rank_tensors, remote
 from ._rref import rref as _rref  # noqa: F401 - loaded with the package (workers unpickle it)
 from ._stream import Borrow, Stream, get_active_stream
-from ._tensor import Tensor, reduce, reduce_
-from ._to_mesh import MeshSliceTensor, slice_mesh, to_mesh
+from ._tensor import Tensor, reduce, reduce_, slice_mesh, to_mesh
+from ._to_mesh import MeshSliceTensor
 
 __all__ = [
     "Borrow",

@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from ._tensor import Tensor
+
+class Tensor(Protocol):
+    """What streams need of a monarch Tensor (``_tensor``, which uses this module)."""
+
+    _aliases: StorageAliases
+    _stream: Stream
+    _client: Any
+    _ref: Any
 
 
 class Stream:
@@ -120,7 +126,7 @@ def get_active_stream() -> Stream:
     return _active.stream
 
 
-def check_inputs(func: Any, tensors: list[Tensor], mutated: Tensor | None) -> None:
+def check_inputs(func: Any, tensors: Sequence[Tensor], mutated: Tensor | None) -> None:
     """Raise where upstream does: a tensor of another stream, a dropped borrow, a read of a
     storage lent mutably, a write to a storage lent (or borrowed) for reading. (A
     RuntimeError: torch turns a TypeError raised inside ``t + 1`` into NotImplemented, and

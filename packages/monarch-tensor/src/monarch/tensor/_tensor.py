@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map
 
 from monarch.core import calling_endpoint
 
@@ -24,10 +25,8 @@ from ._commands import LEND, OP, REDUCE, Ref, same, wire_func
 from ._flat import flatten, flatten_call, unflatten
 from ._metacache import key_of, lookup, store
 from ._stream import StorageAliases, Stream, check_inputs, get_active_stream, mutated_input
+from ._to_mesh import MeshSliceTensor, select
 from ._worker import lent
-
-if TYPE_CHECKING:
-    from ._to_mesh import MeshSliceTensor
 
 _PURE_METHODS = frozenset(
     {
@@ -126,14 +125,13 @@ class Tensor(torch.Tensor):
     def slice_mesh(self, **coords: int | slice) -> MeshSliceTensor:
         """The shards on a slice of this tensor's mesh (an int drops that dimension, a
         slice keeps it), to be moved with ``.to_mesh(mesh)``."""
-        from ._to_mesh import MeshSliceTensor, select
-
         return MeshSliceTensor(self, select(self._client, coords))
 
     def to_mesh(self, mesh: Any) -> Tensor:
         """A copy of this tensor on ``mesh``, shard by shard: dimensions match by name and
         size; a dimension only ``mesh`` has gets the same shard along it."""
-        return self.slice_mesh().to_mesh(mesh)
+        moved: Tensor = self.slice_mesh().to_mesh(mesh)
+        return moved
 
     def _borrowed_by(self, stream: Stream, aliases: StorageAliases) -> Tensor:
         """The tensor of a borrow (``Stream.borrow``): on ``stream``, naming this tensor's
@@ -325,3 +323,27 @@ def _reduce(tensor: Tensor, dims: Any, reduction: str, scatter: bool, inplace: b
         )
     )
     return out
+
+
+def slice_mesh(tensors: Any, **coords: int | slice) -> Any:
+    """``t.slice_mesh(**coords)`` of every monarch Tensor in a pytree (upstream's
+    ``monarch.slice_mesh``)."""
+    return tree_map(lambda t: _tensor(t).slice_mesh(**coords), tensors)
+
+
+def to_mesh(tensors: Any, mesh: Any) -> Any:
+    """``t.to_mesh(mesh)`` of every monarch Tensor (or ``MeshSliceTensor``) in a pytree
+    (upstream's ``monarch.to_mesh``)."""
+
+    def one(t: Any) -> Any:
+        if isinstance(t, MeshSliceTensor):
+            return t.to_mesh(mesh)
+        return _tensor(t).to_mesh(mesh)
+
+    return tree_map(one, tensors, is_leaf=lambda x: isinstance(x, MeshSliceTensor))
+
+
+def _tensor(t: Any) -> Tensor:
+    if not isinstance(t, Tensor):
+        raise TypeError(f"expected a monarch.Tensor, not {type(t).__name__}")
+    return t

@@ -16,7 +16,6 @@ import itertools
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_map
 
 from monarch.core import ProcMesh
 
@@ -24,13 +23,13 @@ from ._active import pushed
 from ._client import MeshClient, client_for
 from ._commands import RECV, SEND
 from ._stream import check_inputs
-from ._tensor import Tensor
 
 
 class MeshSliceTensor:
     """The shards of ``tensor`` on a slice of its mesh: only ``to_mesh`` can use it."""
 
-    def __init__(self, tensor: Tensor, selection: dict[str, int | range]) -> None:
+    def __init__(self, tensor: Any, selection: dict[str, int | range]) -> None:
+        # a monarch Tensor (``_tensor``, which uses this module)
         self.tensor = tensor
         self.selection = selection
         """Per dimension of the tensor's mesh: the one coordinate kept, or a range."""
@@ -42,7 +41,7 @@ class MeshSliceTensor:
         }
         return f"MeshSliceTensor({self.tensor!r}, {picked})"
 
-    def to_mesh(self, mesh: ProcMesh) -> Tensor:
+    def to_mesh(self, mesh: ProcMesh) -> Any:
         """A new tensor of ``mesh`` whose shards are copies of this slice's."""
         source = self.tensor._client
         check_inputs("to_mesh", [self.tensor], None)
@@ -76,7 +75,7 @@ class MeshSliceTensor:
             plan.setdefault(source.rank_of(point), []).append(at)
         with pushed(None):
             result = torch.empty(meta.shape, dtype=meta.dtype, device="meta")
-        out = Tensor._wrap(result, destination)
+        out = type(self.tensor)._wrap(result, destination)
         key = destination.transfer_key()
         source.record((SEND, self.tensor._ref, key, plan, destination.inbox()))
         source.flush(now=True)  # no destination may wait on a send still held here
@@ -104,27 +103,3 @@ def select(client: MeshClient, coords: dict[str, Any]) -> dict[str, int | range]
         else:
             raise TypeError(f"{label}={pick!r}: an int or a slice")
     return out
-
-
-def slice_mesh(tensors: Any, **coords: int | slice) -> Any:
-    """``t.slice_mesh(**coords)`` of every monarch Tensor in a pytree (upstream's
-    ``monarch.slice_mesh``)."""
-    return tree_map(lambda t: _tensor(t).slice_mesh(**coords), tensors)
-
-
-def to_mesh(tensors: Any, mesh: ProcMesh) -> Any:
-    """``t.to_mesh(mesh)`` of every monarch Tensor (or ``MeshSliceTensor``) in a pytree
-    (upstream's ``monarch.to_mesh``)."""
-
-    def one(t: Any) -> Any:
-        if isinstance(t, MeshSliceTensor):
-            return t.to_mesh(mesh)
-        return _tensor(t).to_mesh(mesh)
-
-    return tree_map(one, tensors, is_leaf=lambda x: isinstance(x, MeshSliceTensor))
-
-
-def _tensor(t: Any) -> Tensor:
-    if not isinstance(t, Tensor):
-        raise TypeError(f"expected a monarch.Tensor, not {type(t).__name__}")
-    return t
