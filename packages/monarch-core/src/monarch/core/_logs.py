@@ -11,7 +11,10 @@ or, with an ``aggregate_window_sec``, once per window, similar lines of all rank
 as one line with their count (a 64-rank mesh printing one line gives one line).
 
 Printing is done by a thread of its own: a client whose stdout is a pipe nobody drains
-must not stall the runtime's loop.
+must not stall the runtime's loop. The agent passes output on whole lines at a time (a
+partial line waits for its end), as the spawner prints: on a client that is its own agent
+both write to one stream, and a line of one must not land inside a line of the other (a
+crash's traceback comes in pieces).
 """
 
 from __future__ import annotations
@@ -83,19 +86,21 @@ def _pump(runtime: Runtime, fd: int, stream: int, rank: int, events: PortRef) ->
 
     try:
         while data := os.read(fd, READ_SIZE):
-            _write_all(stream, data)
             pending += data
             end = pending.rfind(b"\n")
-            if end >= 0:
-                send(pending[:end])
-                pending = pending[end + 1 :]
+            if end >= 0:  # whole lines, passed on and sent as one write each
+                whole, pending = pending[: end + 1], pending[end + 1 :]
+                _write_all(stream, whole)
+                send(whole[:-1])
             elif len(pending) >= LONGEST_LINE:
+                _write_all(stream, pending)
                 send(pending)
                 pending = b""
     except OSError:
         pass
     finally:
         if pending:
+            _write_all(stream, pending)
             send(pending)
         with contextlib.suppress(OSError):
             os.close(fd)

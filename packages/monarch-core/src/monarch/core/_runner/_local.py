@@ -51,12 +51,6 @@ def read_spawn(payload: Sequence[Buffer]) -> Read:
     return cls, is_async, args, kwargs
 
 
-_READING = threading.Lock()
-"""One spawn is unpickled at a time: two threads importing two modules of one package at
-once can each hold what the other's import needs (Python then fails one import with a
-"partially initialized module"), which a user's package may do as much as ours."""
-
-
 def start_actor(runtime: Runtime, spawn: SpawnActor, read: Read) -> ActorRunner:
     """The runner of one actor of a spawn, its ``__init__`` started (sync or async by
     its endpoints); a class that cannot be read fails the actor at once."""
@@ -83,8 +77,7 @@ def handle_spawn_actor(
     ranks = body.ranks or (body.rank,)
 
     def read() -> None:
-        with _READING:  # see _READING
-            reads = [read_spawn(payload) for _ in ranks]  # each actor its own arguments
+        reads = [read_spawn(payload) for _ in ranks]  # each actor its own arguments
         try:
             runtime.call_soon(start, reads)
         except RuntimeError:  # the proc stopped meanwhile: its loop is closed
