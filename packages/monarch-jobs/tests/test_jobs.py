@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import subprocess
 import time
@@ -26,9 +27,11 @@ from monarch.job import (
 )
 
 
-@pytest.fixture
-def script(tmp_path: Path) -> Iterator[Script]:
-    runner = Script(tmp_path)
+@pytest.fixture(params=["forked", "program"])
+def script(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Script]:
+    """The user's script; its ProcessJob workers forked from it, or started as programs."""
+    fork = "1" if request.param == "forked" else "0"
+    runner = Script(tmp_path, env={"MONARCH_JOBS_FORK_WORKERS": fork})
     try:
         yield runner
     finally:
@@ -50,6 +53,27 @@ def test_a_second_run_reattaches_to_the_workers_the_first_started(script: Script
     assert again["workers"] == workers
     assert script("kill")[0] == {"killed": True}
     assert not any(map(alive, workers))
+
+
+def test_workers_are_forked_where_safe_and_hold_none_of_the_script_s_descriptors(
+    script: Script,
+) -> None:
+    read, write = os.pipe()  # the script's (fd >= 3): its workers must not keep it open
+    try:
+        done = script.run("run", "2", pass_fds=[write])
+        os.close(write)
+        assert done.returncode == 0, done.stderr
+        workers = json.loads(done.stdout.splitlines()[-1])["workers"]
+        assert all(map(alive, workers))  # they outlive the script ...
+        ready, _, _ = select.select([read], [], [], 10)
+        assert ready and os.read(read, 1) == b""  # ... and the pipe is closed: end of file
+        for pid in workers:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            forked = script.env["MONARCH_JOBS_FORK_WORKERS"] == "1"
+            assert (b"job_script.py" in cmdline) == forked  # a fork runs the script's program
+            assert (b"monarch.job._worker" in cmdline) != forked
+    finally:
+        os.close(read)
 
 
 def test_a_saved_job_whose_workers_are_gone_or_that_asks_for_other_hosts_starts_anew(
