@@ -99,7 +99,8 @@ def _start_time(pid: int) -> str | None:
 
 class ProcessJob(JobTrait):
     """``meshes``: hosts per mesh name (``{"hosts": 2}``); each host is a ``monarch worker``
-    process on this machine, in a session of its own, logging to a file (``logs``)."""
+    on this machine, in a session of its own, logging to a file (``logs``): forked from
+    this process where that is safe (``_fork``), else started as a program."""
 
     def __init__(self, meshes: Mapping[str, int], env: Mapping[str, str] | None = None) -> None:
         super().__init__()
