@@ -172,23 +172,28 @@ def squeue() -> str:
 
 
 def test_a_slurm_job_allocates_attaches_reattaches_and_is_cancelled(
-    slurm: None, script: Script
+    slurm: None, tmp_path: Path
 ) -> None:
+    script = Script(tmp_path)
+    saved = tmp_path / ".monarch" / "job_state.pkl"
     logs = str(script.folder / "slurm-logs")
-    first, said = script("slurm", logs)
-    assert "Saving job to cache" in said
-    assert "monarch_job RUNNING" in squeue()
-    again, said = script("slurm", logs)
-    assert "Job is running, returning current state" in said
-    assert again["workers"] == first["workers"]  # the same worker, still in its allocation
-    script("kill")
-    job = job_load(script.folder / ".monarch" / "job_state.pkl")
-    assert isinstance(job, SlurmJob)
-    deadline = time.monotonic() + 60
-    while "monarch_job" in squeue():
-        assert time.monotonic() < deadline, squeue()
-        time.sleep(0.1)
-    assert not any(map(alive, first["workers"]))
+    try:
+        first, said = script("slurm", logs)
+        assert "Saving job to cache" in said
+        assert "monarch_job RUNNING" in squeue()
+        again, said = script("slurm", logs)
+        assert "Job is running, returning current state" in said
+        assert again["workers"] == first["workers"]  # the same worker, in its allocation
+        script("kill")
+        assert isinstance(job_load(saved), SlurmJob)
+        deadline = time.monotonic() + 60
+        while "monarch_job" in squeue():
+            assert time.monotonic() < deadline, squeue()
+            time.sleep(0.1)
+        assert not any(map(alive, first["workers"]))
+    finally:
+        if saved.exists():  # whatever the test left allocated
+            job_load(saved).kill()
 
 
 def test_a_failing_sbatch_says_why(slurm: None, tmp_path: Path) -> None:
