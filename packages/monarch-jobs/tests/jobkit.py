@@ -6,10 +6,11 @@ Nothing here sleeps for a fixed time: every wait polls a condition against a dea
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,17 +39,22 @@ class Script:
     """Runs job_script.py in one folder (where the job's state is saved), as a user would;
     ``prefix`` runs it under another command (``ip netns exec h1``)."""
 
-    def __init__(self, folder: Path, prefix: Sequence[str] = ()) -> None:
+    def __init__(
+        self, folder: Path, prefix: Sequence[str] = (), env: Mapping[str, str] | None = None
+    ) -> None:
         self.folder = folder
         self.prefix = list(prefix)
+        self.env = {**os.environ, **(env or {})}
 
-    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def run(self, *args: str, pass_fds: Sequence[int] = ()) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [*self.prefix, sys.executable, str(SCRIPT), *args],
             cwd=self.folder,
+            env=self.env,
             capture_output=True,
             text=True,
             timeout=180,
+            pass_fds=pass_fds,
         )
 
     def __call__(self, *args: str) -> tuple[dict[str, Any], str]:

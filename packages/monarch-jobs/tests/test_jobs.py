@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import subprocess
 import time
@@ -26,9 +27,11 @@ from monarch.job import (
 )
 
 
-@pytest.fixture
-def script(tmp_path: Path) -> Iterator[Script]:
-    runner = Script(tmp_path)
+@pytest.fixture(params=["forked", "program"])
+def script(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Script]:
+    """The user's script; its ProcessJob workers forked from it, or started as programs."""
+    fork = "1" if request.param == "forked" else "0"
+    runner = Script(tmp_path, env={"MONARCH_JOBS_FORK_WORKERS": fork})
     try:
         yield runner
     finally:
@@ -50,6 +53,27 @@ def test_a_second_run_reattaches_to_the_workers_the_first_started(script: Script
     assert again["workers"] == workers
     assert script("kill")[0] == {"killed": True}
     assert not any(map(alive, workers))
+
+
+def test_workers_are_forked_where_safe_and_hold_none_of_the_script_s_descriptors(
+    script: Script,
+) -> None:
+    read, write = os.pipe()  # the script's (fd >= 3): its workers must not keep it open
+    try:
+        done = script.run("run", "2", pass_fds=[write])
+        os.close(write)
+        assert done.returncode == 0, done.stderr
+        workers = json.loads(done.stdout.splitlines()[-1])["workers"]
+        assert all(map(alive, workers))  # they outlive the script ...
+        ready, _, _ = select.select([read], [], [], 10)
+        assert ready and os.read(read, 1) == b""  # ... and the pipe is closed: end of file
+        for pid in workers:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            forked = script.env["MONARCH_JOBS_FORK_WORKERS"] == "1"
+            assert (b"job_script.py" in cmdline) == forked  # a fork runs the script's program
+            assert (b"monarch.job._worker" in cmdline) != forked
+    finally:
+        os.close(read)
 
 
 def test_a_saved_job_whose_workers_are_gone_or_that_asks_for_other_hosts_starts_anew(
@@ -148,23 +172,28 @@ def squeue() -> str:
 
 
 def test_a_slurm_job_allocates_attaches_reattaches_and_is_cancelled(
-    slurm: None, script: Script
+    slurm: None, tmp_path: Path
 ) -> None:
+    script = Script(tmp_path)
+    saved = tmp_path / ".monarch" / "job_state.pkl"
     logs = str(script.folder / "slurm-logs")
-    first, said = script("slurm", logs)
-    assert "Saving job to cache" in said
-    assert "monarch_job RUNNING" in squeue()
-    again, said = script("slurm", logs)
-    assert "Job is running, returning current state" in said
-    assert again["workers"] == first["workers"]  # the same worker, still in its allocation
-    script("kill")
-    job = job_load(script.folder / ".monarch" / "job_state.pkl")
-    assert isinstance(job, SlurmJob)
-    deadline = time.monotonic() + 60
-    while "monarch_job" in squeue():
-        assert time.monotonic() < deadline, squeue()
-        time.sleep(0.1)
-    assert not any(map(alive, first["workers"]))
+    try:
+        first, said = script("slurm", logs)
+        assert "Saving job to cache" in said
+        assert "monarch_job RUNNING" in squeue()
+        again, said = script("slurm", logs)
+        assert "Job is running, returning current state" in said
+        assert again["workers"] == first["workers"]  # the same worker, in its allocation
+        script("kill")
+        assert isinstance(job_load(saved), SlurmJob)
+        deadline = time.monotonic() + 60
+        while "monarch_job" in squeue():
+            assert time.monotonic() < deadline, squeue()
+            time.sleep(0.1)
+        assert not any(map(alive, first["workers"]))
+    finally:
+        if saved.exists():  # whatever the test left allocated
+            job_load(saved).kill()
 
 
 def test_a_failing_sbatch_says_why(slurm: None, tmp_path: Path) -> None:

@@ -129,6 +129,32 @@ def test_torchrun_command_lines_are_read(argv: list[str], expected: TorchRun) ->
     assert parse_torchrun(argv) == expected
 
 
+words = st.from_regex(r"[a-z0-9_./=]{1,8}", fullmatch=True)
+
+
+@given(
+    st.integers(1, 64),
+    st.integers(1, 16),
+    st.booleans(),
+    words.filter(lambda w: not w.startswith("-")),
+    st.lists(st.one_of(words, st.just("--lr"), st.just("-m"))),
+    st.sampled_from(["--nnodes={}", "--nnodes=1:{}"]),
+    st.sampled_from(["--nproc-per-node={}", "--nproc_per_node={}"]),
+)
+def test_what_torchrun_is_told_is_read_back(
+    nnodes: int,
+    per_node: int,
+    module: bool,
+    script: str,
+    args: list[str],
+    nnodes_flag: str,
+    per_node_flag: str,
+) -> None:
+    head = ["-m", script] if module else [script]
+    argv = ["torchrun", nnodes_flag.format(nnodes), per_node_flag.format(per_node), *head, *args]
+    assert parse_torchrun(argv) == TorchRun(nnodes, per_node, (*head, *args))
+
+
 def test_bad_torchrun_command_lines_and_schedulers_are_refused() -> None:
     with pytest.raises(ValueError, match="not a torchrun command line"):
         parse_torchrun(["python", "train.py"])

@@ -25,6 +25,7 @@ from monarch.core import (
     use_job_secret,
 )
 
+from ._fork import can_fork, fork_worker
 from ._state import JobState
 from ._trait import JobError, JobTrait, checked_meshes
 
@@ -63,26 +64,43 @@ class LocalJob(JobTrait):
 
 
 class _Worker:
-    """One worker process of a ProcessJob: where it listens, its pid, its log."""
+    """One worker process of a ProcessJob: where it listens, its pid, its log, and its
+    start time (pid and start time name one process: pids are reused)."""
 
     def __init__(self, address: str, pid: int, log: str) -> None:
         self.address = address
         self.pid = pid
         self.log = log
+        self.start = _start_time(pid)
 
     def running(self) -> bool:
-        """Alive (not a zombie) and still the worker we started (pids are reused)."""
+        """Alive (not a zombie) and still the worker we started."""
         try:
-            stat = Path(f"/proc/{self.pid}/stat").read_text()
-            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes()
+            stat = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
         except OSError:
             return False
-        return stat.rpartition(")")[2].split()[0] != "Z" and self.address.encode() in cmdline
+        return stat[0] != "Z" and stat[19] == getattr(self, "start", stat[19])
+
+    def exit_status(self) -> int | None:
+        """Its exit status if it has ended (it is this process's child), else None."""
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            return None if self.running() else -1
+        return os.waitstatus_to_exitcode(status) if pid else None
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return None
 
 
 class ProcessJob(JobTrait):
     """``meshes``: hosts per mesh name (``{"hosts": 2}``); each host is a ``monarch worker``
-    process on this machine, in a session of its own, logging to a file (``logs``)."""
+    on this machine, in a session of its own, logging to a file (``logs``): forked from
+    this process where that is safe (``_fork``), else started as a program."""
 
     def __init__(self, meshes: Mapping[str, int], env: Mapping[str, str] | None = None) -> None:
         super().__init__()
@@ -104,34 +122,25 @@ class ProcessJob(JobTrait):
         self._secret = job_secret()
         self.logs.mkdir(mode=0o700, parents=True, exist_ok=True)
         env = {**os.environ, **self._env, SECRET_ENV: self._secret.hex()}
-        started: list[tuple[subprocess.Popen[bytes], _Worker]] = []
+        fork = can_fork()
+        started: list[_Worker] = []
         try:
             for name, count in self._meshes.items():
                 for rank in range(count):
                     address = f"unix://@monarch-job-{self._id}-{name}-{rank}"
                     log = str(self.logs / f"{name}-{rank}.log")
-                    with open(log, "wb") as out:
-                        popen = subprocess.Popen(
-                            [*WORKER, "--listen", address],
-                            env=env,
-                            stdin=subprocess.DEVNULL,
-                            stdout=out,
-                            stderr=subprocess.STDOUT,
-                            start_new_session=True,  # outlives this script
-                        )
-                    started.append((popen, _Worker(address, popen.pid, log)))
+                    pid = fork_worker(address, log, env) if fork else _run_worker(address, log, env)
+                    started.append(_Worker(address, pid, log))
             if self._attaching:
                 current_runtime()  # the client's own start, while the workers start theirs
-            for popen, worker in started:
-                _wait_listening(popen, worker)
+            for worker in started:
+                _wait_listening(worker)
         except BaseException:
-            _end_groups([popen.pid for popen, _ in started])
+            _end_groups([worker.pid for worker in started])
             raise
         self._workers = {name: [] for name in self._meshes}
         names = [name for name, count in self._meshes.items() for _ in range(count)]
-        for name, (popen, worker) in zip(names, started, strict=True):
-            # It outlives this script: no "still running" warning when the Popen goes.
-            popen.returncode = 0
+        for name, worker in zip(names, started, strict=True):
             self._workers[name].append(worker)
 
     def _state(self) -> JobState:
@@ -150,7 +159,22 @@ class ProcessJob(JobTrait):
         _end_groups(running)
 
 
-def _wait_listening(popen: subprocess.Popen[bytes], worker: _Worker) -> None:
+def _run_worker(address: str, log: str, env: Mapping[str, str]) -> int:
+    """Start a worker as a program (``python -m monarch.job._worker``); its pid."""
+    with open(log, "wb") as out:
+        popen = subprocess.Popen(
+            [*WORKER, "--listen", address],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # outlives this script
+        )
+    popen.returncode = 0  # it outlives this script: no "still running" warning for it
+    return popen.pid
+
+
+def _wait_listening(worker: _Worker) -> None:
     """Return once the worker printed its address (the first line of its log)."""
     deadline = time.monotonic() + START_TIMEOUT
     expected = worker.address.encode() + b"\n"
@@ -158,9 +182,10 @@ def _wait_listening(popen: subprocess.Popen[bytes], worker: _Worker) -> None:
         with open(worker.log, "rb") as log:
             if log.readline() == expected:
                 return
-        if popen.poll() is not None:
+        status = worker.exit_status()
+        if status is not None:
             raise JobError(
-                f"worker {worker.address} exited with {popen.returncode} before it listened: "
+                f"worker {worker.address} exited with {status} before it listened: "
                 f"{_tail(worker.log)}"
             )
         if time.monotonic() > deadline:
@@ -176,30 +201,43 @@ def _tail(path: str, size: int = 2000) -> str:
 def _end_groups(pids: list[int]) -> None:
     """SIGTERM the workers' process groups (each worker and its procs), all at once (an
     interruption while waiting leaves none of them unasked), then SIGKILL what is left
-    after ``KILL_GRACE``."""
-    left = []
-    for pid in pids:
-        try:
-            os.killpg(pid, signal.SIGTERM)
-            left.append(pid)
-        except ProcessLookupError:
-            pass
+    after ``KILL_GRACE``. A worker forked a moment ago may not lead its group yet: it is
+    signalled itself."""
+    left = [pid for pid in pids if _signal(pid, signal.SIGTERM)]
     deadline = time.monotonic() + KILL_GRACE
     while left and time.monotonic() < deadline:
         for pid in list(left):
             _reap(pid)
-            try:
-                os.killpg(pid, 0)
-            except ProcessLookupError:
-                left.remove(pid)
+            if not _running(pid):
+                left.remove(pid)  # its procs die with it (and had the SIGTERM too)
         if left:
             time.sleep(0.02)
     for pid in left:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _signal(pid, signal.SIGKILL)
         _reap(pid)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (one nobody reaps is gone all the same)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _signal(pid: int, signum: int) -> bool:
+    """Send ``signum`` to the group ``pid`` leads, else to ``pid``; whether either exists."""
+    try:
+        os.killpg(pid, signum)
+        return True
+    except ProcessLookupError:
+        pass
+    try:
+        os.kill(pid, signum)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def _reap(pid: int) -> None:

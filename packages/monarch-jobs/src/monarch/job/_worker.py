@@ -1,11 +1,12 @@
 """``monarch worker`` as a local job starts it: without the ``monarch`` command's discovery.
 
 ``monarch worker`` (``monarch.core._cli``) first reads every installed distribution's entry
-points and imports every ``monarch.commands`` plug-in, which a worker never needs: that was
-a tenth of a worker's start (about 30 ms of 0.25 s here). ``ProcessJob`` runs this module
-instead (``python -m monarch.job._worker --listen ...``): the same subcommand, registered
-straight from monarch-core, with the same arguments and behaviour. Remote backends (SSH,
-Slurm) keep the ``monarch.core._cli`` spelling: their hosts need only monarch-core.
+points and imports every ``monarch.commands`` plug-in, which a worker never needs: a tenth
+of a worker's start (about 30-40 ms of 0.25 s here). Where ``ProcessJob`` cannot fork its
+workers (``_fork``), it runs this module instead (``python -m monarch.job._worker --listen
+...``): the same subcommand, registered straight from monarch-core, with the same
+arguments and behaviour. Remote backends (SSH, Slurm) keep the ``monarch.core._cli``
+spelling: their hosts need only monarch-core.
 """
 
 from __future__ import annotations
