@@ -53,8 +53,13 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 )
 def test_example_runs(script: str, expected: list[str]) -> None:
     done = subprocess.run(
-        [sys.executable, str(EXAMPLES / script)], capture_output=True, text=True, timeout=100
+        # faulthandler: a crash (seen once: parameter_server.py ended by SIGSEGV in a loaded
+        # CI run) leaves the Python stacks of every thread on stderr
+        [sys.executable, "-X", "faulthandler", str(EXAMPLES / script)],
+        capture_output=True,
+        text=True,
+        timeout=100,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, (done.stdout[-1500:], done.stderr[-3000:])
     for text in expected:
         assert text in done.stdout, (text, done.stdout[-3000:])
