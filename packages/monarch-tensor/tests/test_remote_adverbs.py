@@ -68,7 +68,9 @@ def test_results_are_not_kept(procs: ProcMesh) -> None:
         describe.broadcast(t)
     inspect(t)  # sends the deletions
     after = set(workers.live_ids.call().get(timeout=WAIT).item(gpus=0))
-    assert after == before
+    # No result is kept: nothing new is live. (Frees are batched: one of an earlier
+    # temporary may land between the two snapshots, so ``after`` may hold fewer.)
+    assert after <= before
 
 
 def test_adverbs_need_an_active_mesh() -> None:
