@@ -1,11 +1,13 @@
 """Observability: 8 actors log, one fails; the client sees their logs aggregated, the failed
-actor's traceback, and the trace that links its call to the failing actor's span.
+actor's traceback, the trace that links its call to the failing actor's span, and the
+messages each actor handled, by SQL over the job's telemetry tables.
 
     python examples/observability.py
 
-Needs monarch-telemetry with its ``otlp`` extra. Spans go over OTLP/HTTP to the endpoint in
-``OTEL_EXPORTER_OTLP_ENDPOINT`` (a collector, Jaeger...); without one, this script starts a
-stand-in that accepts and drops them, so that every process records its spans.
+Needs monarch-telemetry with its ``otlp`` and ``sql`` extras. Spans go over OTLP/HTTP to
+the endpoint in ``OTEL_EXPORTER_OTLP_ENDPOINT`` (a collector, Jaeger...); without one, this
+script starts a stand-in that accepts and drops them, so that every process records its
+spans.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -40,6 +43,7 @@ from opentelemetry import trace  # noqa: E402 - after the endpoint is known
 import monarch.actor  # noqa: E402
 from monarch.actor import Actor, ActorError, current_rank, endpoint, span, this_host  # noqa: E402
 from monarch.config import configure  # noqa: E402
+from monarch.telemetry import enable_telemetry  # noqa: E402
 
 
 def trace_id() -> str:
@@ -60,6 +64,7 @@ class Trainer(Actor):
 async def main() -> None:
     monarch.actor.unhandled_fault_hook = lambda failure: print(f"fault: {failure}")
     configure(enable_log_forwarding=True, procs_per_process=4)  # 8 procs in 2 processes
+    tables = enable_telemetry()  # before spawning: the procs report to this client
     procs = this_host().spawn_procs(per_host={"gpus": 8})
     await procs.logging_option(stream_to_client=True, aggregate_window_sec=1)
     trainers = procs.spawn("trainers", Trainer)
@@ -72,6 +77,16 @@ async def main() -> None:
             print(error.exception_formatted)
             linked = client_trace in str(error.exception)
             print(f"== its span is in the client's trace {client_trace}: {linked}")
+    query = (
+        "SELECT a.display_name AS actor, count(*) AS calls FROM messages m "
+        "JOIN actors a ON a.id = m.to_actor_id GROUP BY 1 ORDER BY 1"
+    )
+    deadline = time.monotonic() + 10
+    handled = tables.query(query)["rows"]
+    while sum(row["calls"] for row in handled) < 8 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)  # procs send their rows every 0.2 s
+        handled = tables.query(query)["rows"]
+    print("== messages handled per actor:", {row["actor"]: row["calls"] for row in handled})
     await procs.stop()  # prints the aggregated logs still in their window
     print("== stopped")
 

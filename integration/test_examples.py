@@ -37,6 +37,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
                 "its span is in the client's trace",
                 ": True",
                 "similar log lines]",
+                "'trainers[3]': 1",
                 "== stopped",
             ],
         ),
