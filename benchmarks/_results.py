@@ -157,3 +157,50 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str
     out = [line(list(headers)), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     out.extend(line(r) for r in rows)
     return "\n".join(out)
+
+
+def print_report(
+    figures: dict[str, dict[str, Any]],
+    targets: Sequence[dict[str, Any]],
+    notes: Sequence[str],
+    errors: Any,
+    path: Path,
+) -> None:
+    """Print a benchmark's figures (median, unit, spread, ms per op) and its targets
+    (``ratio_entry`` rows) as markdown, then its notes and errors, and where it wrote them."""
+    rows = []
+    for key, fig in figures.items():
+        spread = fig.get("spread")
+        per_op = f"{fmt_num(fig['ms_per_op'])} ms/op" if "ms_per_op" in fig else ""
+        rows.append(
+            [
+                key,
+                fmt_num(fig.get("median")),
+                fig.get("unit"),
+                "-" if spread is None else f"±{spread:.0%}",
+                per_op,
+            ]
+        )
+    print(markdown_table(["figure", "median", "unit", "spread", ""], rows))
+    print()
+    print(
+        markdown_table(
+            ["target", "ours", "baseline", "ratio", "want", "pass"],
+            [
+                [
+                    t["name"],
+                    fmt_num(t.get("ours")),
+                    fmt_num(t.get("baseline")),
+                    fmt_num(t.get("ratio")),
+                    f"{t['op']} {t['target']}",
+                    t["pass"],
+                ]
+                for t in targets
+            ],
+        )
+    )
+    for note in notes:
+        print(f"note: {note}")
+    if errors:
+        print(f"errors: {json.dumps(errors)[:2000]}")
+    print(f"wrote {path}")

@@ -36,11 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _results import (
     RESULTS_DIR,
-    fmt_num,
     machine_info,
-    markdown_table,
     memcpy_bandwidth,
     package_versions,
+    print_report,
     ratio_entry,
     summarize,
     write_json,
@@ -256,43 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         "notes": notes,
     }
     path = write_json(args.out, doc)
-
-    rows = []
-    for key, fig in figures.items():
-        spread = fig.get("spread")
-        per_op = f"{fmt_num(fig['ms_per_op'])} ms/op" if "ms_per_op" in fig else ""
-        rows.append(
-            [
-                key,
-                fmt_num(fig.get("median")),
-                fig.get("unit"),
-                "-" if spread is None else f"±{spread:.0%}",
-                per_op,
-            ]
-        )
-    print(markdown_table(["figure", "median", "unit", "spread", ""], rows))
-    print()
-    print(
-        markdown_table(
-            ["target", "ours", "baseline", "ratio", "want", "pass"],
-            [
-                [
-                    t["name"],
-                    fmt_num(t.get("ours")),
-                    fmt_num(t.get("baseline")),
-                    fmt_num(t.get("ratio")),
-                    f"{t['op']} {t['target']}",
-                    t["pass"],
-                ]
-                for t in targets
-            ],
-        )
-    )
-    for note in notes:
-        print(f"note: {note}")
-    if errors:
-        print(f"errors: {json.dumps(errors)[:2000]}")
-    print(f"wrote {path}")
+    print_report(figures, targets, notes, errors, path)
     return 0
 
 
