@@ -43,7 +43,7 @@ from ._connect import (
 )
 from ._errors import AddressError, ConnectionClosed, TransportError
 from ._handshake import check_secret
-from ._socket import SocketListener, SocketTransport
+from ._socket import SocketListener, SocketTransport, accept_connection
 from ._tcp import TcpTransport
 from ._wire import (
     GATEWAY_GREETING,
@@ -212,22 +212,12 @@ class Gateway:
         """Accept until closed; each connection in a task of its own."""
         async with anyio.create_task_group() as tg:
             slots = anyio.Semaphore(self._max_pending)
-            while not self._closed:
+            while True:
                 await slots.acquire()
-                try:
-                    await anyio.wait_readable(self._sock)
-                    sock, _ = self._sock.accept()
-                except (BlockingIOError, InterruptedError):
-                    slots.release()
-                    continue
-                except (anyio.ClosedResourceError, OSError):
-                    slots.release()
-                    if self._sock.fileno() < 0:  # closed
-                        tg.cancel_scope.cancel()
-                        return
-                    await anyio.sleep(0.1)  # out of descriptors: serve on once some free up
-                    continue
-                sock.setblocking(False)
+                sock = await accept_connection(self._sock, lambda: self._closed, self.address)
+                if sock is None:
+                    tg.cancel_scope.cancel()
+                    return
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 tg.start_soon(self._handle, sock, slots)
 

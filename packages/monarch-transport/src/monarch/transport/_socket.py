@@ -748,6 +748,32 @@ class SocketTransport(Transport):
         return SocketListener(self, sock, real, options)
 
 
+async def accept_connection(
+    sock: socket.socket, closed: Callable[[], bool], where: object
+) -> socket.socket | None:
+    """The next connection accepted on the listening ``sock`` (non-blocking), or None once
+    ``closed()`` or the socket is closed; a failure such as running out of descriptors is
+    logged and retried once some may have freed up (shared by every listener)."""
+    while not closed():
+        try:
+            raw, _ = sock.accept()
+        except (BlockingIOError, InterruptedError):
+            try:
+                await anyio.wait_readable(sock)
+            except anyio.ClosedResourceError:
+                return None
+            continue
+        except OSError as exc:
+            if sock.fileno() < 0:
+                return None
+            log.error("accept on %s failed: %s", where, exc)
+            await anyio.sleep(0.1)
+            continue
+        raw.setblocking(False)
+        return raw
+    return None
+
+
 class SocketListener(Listener):
     def __init__(
         self,
@@ -787,25 +813,7 @@ class SocketListener(Listener):
 
     async def _accept(self) -> socket.socket | None:
         """The next connection (non-blocking), or None once the listener is closed."""
-        while not self._closed:
-            try:
-                raw, _ = self._sock.accept()
-            except (BlockingIOError, InterruptedError):
-                try:
-                    await anyio.wait_readable(self._sock)
-                except anyio.ClosedResourceError:
-                    return None
-                continue
-            except OSError as exc:
-                if self._sock.fileno() < 0:
-                    return None
-                # Out of descriptors or similar: keep serving once some free up.
-                log.error("accept on %s failed: %s", self._address, exc)
-                await anyio.sleep(0.1)
-                continue
-            raw.setblocking(False)
-            return raw
-        return None
+        return await accept_connection(self._sock, lambda: self._closed, self._address)
 
     async def _handle(
         self, raw: socket.socket, handler: ConnectionHandler, slots: anyio.Semaphore
