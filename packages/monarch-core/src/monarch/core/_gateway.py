@@ -21,7 +21,7 @@ from monarch.transport import Address, TransportError, open_gateway
 from ._bootstrap import SECRET_ENV, whole_lines
 from ._errors import WorkerConfigError
 from ._netaddr import advertised, bind_url
-from ._worker import worker_secret
+from ._worker import add_secret_file_option, worker_secret
 
 
 async def serve_gateway(listen: str, secret: bytes, *, announce: bool = False) -> None:
@@ -62,11 +62,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="ADDR",
         help="tcp://HOST:PORT (port 0: any; a wildcard host is printed as this machine's)",
     )
-    parser.add_argument(
-        "--secret-file",
-        metavar="PATH",
-        help="file holding the job secret as hex text; must be mode 0600 or stricter",
-    )
+    add_secret_file_option(parser)
     parser.set_defaults(func=_command)
 
 

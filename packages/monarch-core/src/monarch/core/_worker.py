@@ -220,12 +220,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="PATH",
         help="for tls://: PEM holding this machine's private key and its certificate",
     )
+    add_secret_file_option(parser)
+    parser.set_defaults(func=_command)
+
+
+def add_secret_file_option(parser: argparse.ArgumentParser) -> None:
+    """``--secret-file``, where a command reads the job secret from (see ``worker_secret``)."""
     parser.add_argument(
         "--secret-file",
         metavar="PATH",
         help="file holding the job secret as hex text; must be mode 0600 or stricter",
     )
-    parser.set_defaults(func=_command)
 
 
 def _command(args: argparse.Namespace) -> int:

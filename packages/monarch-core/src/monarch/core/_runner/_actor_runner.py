@@ -19,7 +19,7 @@ from monarch.core._context import Context, Instance
 from monarch.core._endpoint import EndpointProperty, endpoints_of
 from monarch.core._errors import MeshFailure, RemoteFailure, SupervisionError
 from monarch.core._future import wait_outcome
-from monarch.core._instrument import status
+from monarch.core._instrument import Scope, enter, instrumented, status
 from monarch.core._messages import (
     STOP_METHOD,
     TO_PROC,
@@ -138,6 +138,14 @@ class ActorRunner:
     def request_abort(self, reason: str) -> None:
         """Fail now (from any thread): as if an endpoint had raised with nobody to tell."""
         self._fail(RuntimeError(reason), aborted(reason))
+
+    def _scope(self, call: Call) -> Scope | None:
+        """The instrumentation's scope of the endpoint ``call`` runs, on the thread or task
+        that runs it (see ``_instrument``); None without instrumentation."""
+        if not instrumented():
+            return None
+        mesh, rank = call.mesh, self.rank.rank
+        return enter(type(self.instance), call.method, self.info.actor_id, mesh, rank, call.trace)
 
     def _context_for(self, call: Call) -> Context:
         """The context of a message: this actor's rank within the shape it was cast to

@@ -17,7 +17,7 @@ from typing import Any
 from monarch.core._config import current_config
 from monarch.core._context import Context
 from monarch.core._errors import MeshFailure
-from monarch.core._instrument import enter, instrumented, status
+from monarch.core._instrument import status
 from monarch.core._messages import Call, SpawnActor
 from monarch.core._reports import aborted_by
 from monarch.core._runtime import Runtime
@@ -117,18 +117,7 @@ class AsyncRunner(ActorRunner):
 
     async def _handle_one(self, call: Call, parts: Sequence[Buffer]) -> None:
         context = self._context_for(call)
-        scope = (
-            enter(
-                type(self.instance),
-                call.method,
-                self.info.actor_id,
-                call.mesh,
-                self.rank.rank,
-                call.trace,
-            )
-            if instrumented()
-            else None
-        )
+        scope = self._scope(call)
         try:
             fn, args, kwargs = self._prepare(call, parts, context)
             result = await self._invoke(context.message_rank, fn, *args, **kwargs)

@@ -21,7 +21,7 @@ from monarch.core._config import current_config
 from monarch.core._context import Context
 from monarch.core._errors import MeshFailure
 from monarch.core._future import run_on
-from monarch.core._instrument import enter, instrumented, status
+from monarch.core._instrument import status
 from monarch.core._messages import Call, SpawnActor
 from monarch.core._reports import aborted_by
 from monarch.core._runtime import Runtime, spin, spin_seconds
@@ -125,18 +125,7 @@ class SyncRunner(ActorRunner):
             context = self._context_for(message)
             current_context.set(context)
             plain = self._plain.get(message.method)
-            scope = (
-                enter(
-                    type(self.instance),
-                    message.method,
-                    self.info.actor_id,
-                    message.mesh,
-                    self.rank.rank,
-                    message.trace,
-                )
-                if instrumented()
-                else None
-            )
+            scope = self._scope(message)
             try:
                 if plain is not None:  # the common case, in fewer steps (see _prepare)
                     args, kwargs = loads_arguments(parts)
