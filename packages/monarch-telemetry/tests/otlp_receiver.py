@@ -42,25 +42,32 @@ def _attributes(kvs: Any) -> dict[str, Any]:
     return out
 
 
+def _scoped(resources: Any, scopes: str, items: str) -> Iterator[tuple[str | None, Any]]:
+    """(service name, item) for the items of every scope of every resource of a request
+    (spans of ``resource_spans``, metrics of ``resource_metrics``)."""
+    for resource in resources:
+        service = _attributes(resource.resource.attributes).get("service.name")
+        for scope in getattr(resource, scopes):
+            for item in getattr(scope, items):
+                yield service, item
+
+
 def _take_traces(received: Received, body: bytes) -> bytes:
     request = ExportTraceServiceRequest.FromString(body)
     with received.changed:
-        for resource_spans in request.resource_spans:
-            service = _attributes(resource_spans.resource.attributes).get("service.name")
-            for scope_spans in resource_spans.scope_spans:
-                for span in scope_spans.spans:
-                    received.spans.append(
-                        {
-                            "name": span.name,
-                            "service": service,
-                            "trace_id": span.trace_id.hex(),
-                            "span_id": span.span_id.hex(),
-                            "parent": span.parent_span_id.hex(),
-                            "kind": span.kind,
-                            "status": span.status.code,
-                            "attributes": _attributes(span.attributes),
-                        }
-                    )
+        for service, span in _scoped(request.resource_spans, "scope_spans", "spans"):
+            received.spans.append(
+                {
+                    "name": span.name,
+                    "service": service,
+                    "trace_id": span.trace_id.hex(),
+                    "span_id": span.span_id.hex(),
+                    "parent": span.parent_span_id.hex(),
+                    "kind": span.kind,
+                    "status": span.status.code,
+                    "attributes": _attributes(span.attributes),
+                }
+            )
         received.changed.notify_all()
     reply: bytes = ExportTraceServiceResponse().SerializeToString()
     return reply
@@ -69,23 +76,20 @@ def _take_traces(received: Received, body: bytes) -> bytes:
 def _take_metrics(received: Received, body: bytes) -> bytes:
     request = ExportMetricsServiceRequest.FromString(body)
     with received.changed:
-        for resource_metrics in request.resource_metrics:
-            service = _attributes(resource_metrics.resource.attributes).get("service.name")
-            for scope_metrics in resource_metrics.scope_metrics:
-                for metric in scope_metrics.metrics:
-                    kind = metric.WhichOneof("data")
-                    for point in getattr(metric, kind).data_points:
-                        value = point.as_int if kind == "sum" else None
-                        if kind == "histogram":
-                            value = point.count
-                        received.metrics.append(
-                            {
-                                "name": metric.name,
-                                "service": service,
-                                "value": value,
-                                "attributes": _attributes(point.attributes),
-                            }
-                        )
+        for service, metric in _scoped(request.resource_metrics, "scope_metrics", "metrics"):
+            kind = metric.WhichOneof("data")
+            for point in getattr(metric, kind).data_points:
+                value = point.as_int if kind == "sum" else None
+                if kind == "histogram":
+                    value = point.count
+                received.metrics.append(
+                    {
+                        "name": metric.name,
+                        "service": service,
+                        "value": value,
+                        "attributes": _attributes(point.attributes),
+                    }
+                )
         received.changed.notify_all()
     reply: bytes = ExportMetricsServiceResponse().SerializeToString()
     return reply
