@@ -20,10 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from monarch.actor import attach_to_workers
-from monarch.core import SECRET_ENV, HostMesh, job_secret, use_job_secret
+from monarch.core import SECRET_ENV, job_secret
 
-from ._state import JobState
+from ._state import JobState, attached_state
 from ._trait import JobError, JobTrait
 
 START_TIMEOUT: Final = 60.0
@@ -183,11 +182,8 @@ class SSHJob(JobTrait):
             raise
 
     def _state(self) -> JobState:
-        use_job_secret(self._secret)
-        hosts: dict[str, HostMesh] = {}
-        for name, workers in self._workers.items():
-            hosts[name] = attach_to_workers(workers=[w.address for w in workers], name=name)
-        return JobState(hosts)
+        addresses = {name: [w.address for w in ws] for name, ws in self._workers.items()}
+        return attached_state(self._secret, addresses)
 
     def _is_running(self) -> bool:
         workers = [w for ws in self._workers.values() for w in ws]

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from monarch.core import HostMesh
+from monarch.actor import attach_to_workers
+from monarch.core import HostMesh, use_job_secret
 
 if TYPE_CHECKING:
     from monarch.telemetry import QueryEngineClient
@@ -32,3 +33,12 @@ class JobState:
 
     def __repr__(self) -> str:
         return f"JobState({', '.join(sorted(self._hosts))})"
+
+
+def attached_state(secret: bytes, addresses: Mapping[str, Sequence[str]]) -> JobState:
+    """The state of a job whose meshes are workers at ``addresses`` (by mesh name), this
+    process attached to them with the job's ``secret`` (what worker-based jobs share)."""
+    use_job_secret(secret)
+    return JobState(
+        {name: attach_to_workers(workers=list(ws), name=name) for name, ws in addresses.items()}
+    )
