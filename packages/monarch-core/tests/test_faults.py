@@ -14,9 +14,11 @@ asserted here only loosely.
 from __future__ import annotations
 
 import os
+import queue
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from hostkit import (
     SECRET_ENV,
@@ -54,6 +57,8 @@ from monarch.actor import (
 )
 from monarch.config import configured
 from monarch.core import current_runtime
+from monarch.core._messages import TO_PROC, StopProc
+from monarch.transport import Connection, open_listener
 
 CONTROLLER = Path(__file__).with_name("fault_controller.py")
 HEARTBEAT_TIMEOUT = 1.5  # what fault_controller.py configures
@@ -380,6 +385,45 @@ def blocked_fault_controller(
     ready: dict[str, Any] = ctl.json(60)
     wait_until(marker.exists, 30, "the endpoint is blocked")
     return w0, w1, ctl, ready
+
+
+def test_a_peer_that_stops_reading_is_a_lost_connection() -> None:
+    """A dead peer is seen by a failed write as often as by a failed read, by chance: both
+    are a lost connection, for which the watchers of a proc wait on its host agent's word
+    on how it ended (a failed write once made a SIGKILL read "Broken pipe"). The peer here
+    shuts only its reading side, so writes fail and reads never do."""
+    runtime = current_runtime()
+    listening: queue.Queue[str] = queue.Queue()
+    done = threading.Event()
+
+    async def serve() -> None:
+        async def stop_reading(conn: Connection) -> None:
+            await conn.receive()  # the hello
+            conn._sock.shutdown(socket.SHUT_RD)  # type: ignore[attr-defined]
+            await anyio.to_thread.run_sync(done.wait)
+
+        async with await open_listener("unix://@", secret=runtime.secret) as listener:
+            listening.put(str(listener.address))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(listener.serve, stop_reading)
+                await anyio.to_thread.run_sync(done.wait)
+                tg.cancel_scope.cancel()
+
+    server = threading.Thread(target=anyio.run, args=(serve,), daemon=True)
+    server.start()
+    lost: queue.Queue[BaseException] = queue.Queue()
+    try:
+        address = listening.get(timeout=30)
+        runtime.watch_peer(address, lambda _, exc: lost.put(exc))
+        deadline = time.monotonic() + 30
+        while lost.empty():  # writes before the shutdown fill the peer's buffer, and pass
+            assert time.monotonic() < deadline, "writes to a peer that stopped reading passed"
+            runtime.post(address, TO_PROC, "", StopProc("probe"))
+            time.sleep(0.01)
+        assert str(lost.get()).startswith(f"lost connection to {address}: ")
+    finally:
+        done.set()
+        server.join(timeout=30)
 
 
 def test_kill_a_host_agent_mid_call(

@@ -23,7 +23,13 @@ from monarch.core._lending import Lender
 from monarch.core._messages import BATCH_BYTES, BATCH_MAX, HEARTBEAT, Batch, Packed
 from monarch.core._ring import Ring
 from monarch.core._tls import tls_options
-from monarch.transport import Buffer, Connection, TransportError, open_connection
+from monarch.transport import (
+    Buffer,
+    Connection,
+    ConnectionClosed,
+    TransportError,
+    open_connection,
+)
 from monarch.transport.wire import Envelope, decode_envelope, encode
 
 from ._flow import MESSAGE_COST, PATIENCE, SEND_HIGH, SEND_LOW, STALL
@@ -423,6 +429,12 @@ class PeerWriter:
 
     def _fail(self, exc: BaseException) -> None:
         if self.failure is None:
+            # A failed write is the connection lost, as a failed read is: which of the two
+            # sees a dead peer first is chance, and watchers wait on the host agent's word
+            # on how a proc ended only for a lost connection.
+            written = isinstance(exc, (ConnectionClosed, OSError)) and not isinstance(exc, PeerLost)
+            if written and self.connected.is_set():
+                exc = PeerLost(f"lost connection to {self.address}: {exc}")
             self.failure = exc
             self.room.set()  # a waiting sender has nothing left to wait for
             with self.lock:
