@@ -26,6 +26,7 @@ from monarch.core._context import (
     current_size,
 )
 from monarch.core._controller import get_or_spawn_controller
+from monarch.core._debugger import debug_controller
 from monarch.core._endpoint import Actor, concurrent_endpoint, endpoint
 from monarch.core._errors import ActorError, MeshFailure, SupervisionError
 from monarch.core._future import Future, returns_future
@@ -98,6 +99,7 @@ __all__ = [
     "current_actor_name",
     "current_rank",
     "current_size",
+    "debug_controller",
     "default_bootstrap_cmd",
     "enable_transport",
     "endpoint",

@@ -36,6 +36,7 @@ from ._actor_mesh import handle_actor_failed, handle_how_ended
 from ._adopt import adopt_listener
 from ._config import current_config
 from ._controller import handle_get_controller
+from ._debugger import breakpoint_hook, install_console
 from ._future import Future
 from ._instrument import load_instrumentation, shutdown_instrumentation
 from ._logs import drain, forward_output, handle_set_log_level
@@ -206,6 +207,8 @@ def start_controller(listen: str | None = None) -> Runtime:
             try:
                 await runtime.start(listen or listen_address())
                 _boot(runtime, os.environ.get(ROOT_ENV, ""))
+                if runtime.root == runtime.address:  # procs' breakpoints come here
+                    install_console(runtime)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
                 failure.append(exc)
             finally:
@@ -243,6 +246,7 @@ async def serve_proc() -> None:
     host_python[0] = os.environ.get(PYTHON_ENV, "")
     await runtime.start(os.environ.get(LISTEN_ENV, "unix://@"))
     _boot(runtime, os.environ.get(ROOT_ENV, ""))
+    sys.breakpointhook = breakpoint_hook  # a session at the root's console (_debugger)
     if current_config().enable_telemetry:
         load_instrumentation()
     # What booting made (modules, the runtime) lives as long as the process: out of the

@@ -25,6 +25,9 @@ TO_PORT: Final = 2
 TO_PROC: Final = 3
 HEARTBEAT: Final = 4
 """A one-part frame ``[Envelope]`` (no body): a heartbeat request or beat (see ``_runtime``)."""
+SERVICE: Final = 5
+"""A one-part hello ``[Envelope]`` whose ``dest`` names a service of the listener's runtime
+(``Runtime.services``): the connection is the service's, not a peer's (see ``_debugger``)."""
 
 
 class PortRef(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -309,3 +312,45 @@ decode_body: Final = _decoder.decode
 decode_single: Final = _single_decoder.decode
 """A one-part frame: a ``Packed`` message, a ``Batch`` of them, or a lone Envelope (a
 hello, a heartbeat)."""
+
+
+# -- the debugger's sessions (a ``SERVICE`` connection to the root, see ``_debugger``) ------
+
+
+class DebugStart(msgspec.Struct, array_like=True, tag=60, frozen=True, gc=False):
+    """A breakpoint was hit: the session of ``actor_name`` (its mesh's name) at ``rank``."""
+
+    actor_name: str
+    rank: int
+    coords: dict[str, int]
+    hostname: str
+    pid: int
+    function: str = ""
+    """Where the actor stopped (``module.function``) and the line."""
+    lineno: int = 0
+
+
+class DebugWrite(msgspec.Struct, array_like=True, tag=61, frozen=True, gc=False):
+    """What the debugger printed, and where the paused frame is."""
+
+    text: str
+    function: str = ""
+    lineno: int = 0
+
+
+class DebugRead(msgspec.Struct, array_like=True, tag=62, frozen=True, gc=False):
+    """The debugger waits for a line of input."""
+
+
+class DebugEnd(msgspec.Struct, array_like=True, tag=63, frozen=True, gc=False):
+    """The actor runs on: the session is over (a later breakpoint starts another)."""
+
+
+class DebugInput(msgspec.Struct, array_like=True, tag=64, frozen=True, gc=False):
+    """A line for the debugger (root to proc)."""
+
+    line: str
+
+
+DebugMessage = DebugStart | DebugWrite | DebugRead | DebugEnd | DebugInput
+decode_debug: Final = msgspec.msgpack.Decoder(DebugMessage).decode

@@ -16,6 +16,7 @@ from typing import Any
 
 from monarch.core._config import current_config
 from monarch.core._context import Context, Instance
+from monarch.core._debugger import post_mortem
 from monarch.core._endpoint import EndpointProperty, endpoints_of
 from monarch.core._errors import MeshFailure, RemoteFailure, SupervisionError
 from monarch.core._future import wait_outcome
@@ -198,6 +199,7 @@ class ActorRunner:
             if reply is not None and result is not _NO_RESULT:
                 self._reply(reply, result, rank=rank, batch=batch, method=call.method)
             return
+        post_mortem(exc)  # a session first, if a breakpoint stopped in this endpoint
         if reply is not None and isinstance(exc, Exception) and not call.explicit:
             self._reply(reply, exc, error=True, rank=rank, batch=batch, method=call.method)
             return

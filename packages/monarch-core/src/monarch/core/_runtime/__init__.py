@@ -40,8 +40,8 @@ from ._current import (
 )
 from ._flow import CONSUMER_TURN, MESSAGE_COST, Flow
 from ._loop import new_event_loop
-from ._peers import DEFER, PeerWriter
-from ._router import ActorSink, ControlHandler, PeerWatcher, PortHandler, Runtime
+from ._peers import DEFER, PeerWriter, dial
+from ._router import ActorSink, ControlHandler, PeerWatcher, PortHandler, Runtime, Service
 from ._spin import USABLE_CPUS, spin, spin_seconds
 
 __all__ = [
@@ -56,7 +56,9 @@ __all__ = [
     "PeerWriter",
     "PortHandler",
     "Runtime",
+    "Service",
     "current_runtime",
+    "dial",
     "install_runtime",
     "new_event_loop",
     "on_loop_thread",

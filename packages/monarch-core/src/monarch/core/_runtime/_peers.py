@@ -368,14 +368,10 @@ class PeerWriter:
         main = self.main
         if main is not None:
             await main.connected.wait()
-        options = tls_options(self.address, server=False)
-        via = self.runtime.via
-        if via is not None and self.address.startswith(NETWORK_SCHEMES):
-            options["via"] = via  # attached through a gateway (see _attach)
         tries = 0
         while True:
             try:
-                return await open_connection(self.address, secret=self.runtime.secret, **options)
+                return await dial(self.runtime, self.address)
             except (TransportError, OSError) as exc:
                 tries += 1
                 if main is None or main.conn is None or main.failure is not None:
@@ -441,6 +437,16 @@ class PeerWriter:
                 self.pending.clear()
                 self.queued = 0
             self.runtime._peer_failed(self.address, exc)
+
+
+async def dial(runtime: WriterOwner, address: str) -> Connection:
+    """Open an authenticated connection from ``runtime`` to ``address``: TLS where the
+    address says so, through the runtime's gateway for a network address (see ``_attach``)."""
+    options = tls_options(address, server=False)
+    via = runtime.via
+    if via is not None and address.startswith(NETWORK_SCHEMES):
+        options["via"] = via
+    return await open_connection(address, secret=runtime.secret, **options)
 
 
 def _size(message: Packed | Sequence[Buffer]) -> int:

@@ -17,7 +17,7 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, Final
 
 import anyio
@@ -32,6 +32,7 @@ from monarch.core._memory import address_of as memory_address
 from monarch.core._messages import (
     HEARTBEAT,
     PACK_MAX,
+    SERVICE,
     TO_ACTOR,
     TO_PORT,
     TO_PROC,
@@ -78,6 +79,8 @@ PortHandler = Callable[[Body, Sequence[Buffer]], None]
 ActorSink = Callable[[Body, Sequence[Buffer], str], None]
 ControlHandler = Callable[["Runtime", Any, Sequence[Buffer], str], None]
 PeerWatcher = Callable[[str, BaseException], None]
+Service = Callable[[Connection], Awaitable[None]]
+"""Serves a connection handed to it (see ``Runtime.services``); it ends when this returns."""
 
 
 class Inbound:
@@ -266,6 +269,9 @@ class Runtime:
         """The address of the job's root client (set by ``_bootstrap``): where
         ``get_or_spawn_controller`` asks, and what procs spawned from here inherit."""
         self.listener: Listener | None = None
+        self.services: dict[str, Service] = {}
+        """Services of this runtime's listener by name: a connection whose hello asks for
+        one (``SERVICE``) is handed to it (the debugger's sessions, see ``_debugger``)."""
         self.via: str | None = None
         """A gateway (``gateway://host:port``) through which network peers are reached:
         set by ``attach`` for a client outside its workers' network."""
@@ -427,6 +433,12 @@ class Runtime:
     async def _serve_connection(self, conn: Connection) -> None:
         inbound = Inbound(self, conn)
         try:
+            hello = await conn.receive()
+            service = self._service_of(hello)
+            if service is not None:
+                await service(conn)
+                return
+            inbound.take(hello)
             if conn.start_receiving(inbound.take_pushed):  # asyncio: read in callbacks
                 inbound.pushed = True
                 await inbound.ended
@@ -443,6 +455,21 @@ class Runtime:
             log.warning("dropped connection from %s: malformed message: %s", inbound.sender, exc)
         finally:
             inbound.close()
+
+    def _service_of(self, hello: Frame) -> Service | None:
+        """The service a connection's first frame asks for (``SERVICE``), if any."""
+        if len(hello) != 1 or not self.services:
+            return None
+        try:
+            head = decode_single(hello[0])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None  # the peer's reader says why
+        if not isinstance(head, Envelope) or head.kind != SERVICE:
+            return None
+        service = self.services.get(head.dest)
+        if service is None:
+            log.warning("%s asked for service %r, not offered here", head.sender, head.dest)
+        return service
 
     def _admit(self, sender: str, incarnation: str | None) -> bool:
         """Whether a peer saying hello may talk to us.
