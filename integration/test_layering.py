@@ -262,7 +262,7 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_serialize _ring",  # pickling with out-of-band buffers; the lenders' rings
         "_errors _reports",  # the one exception tree; upstream's words for failures
         "_shape _selection _scope _supervision _lending _exits",  # mesh algebra; code; loans; exits
-        "_messages _endpoint _value_mesh",  # the wire; Actor/@endpoint; gathered values
+        "_messages _endpoint _value_mesh _actor_logs",  # wire; Actor/@endpoint; values; log prefix
         "_cast _launch",  # cast trees and FIFO order; how procs are started
         "_runtime",  # the per-process runtime (a package: spin, loop, flow, peers, router)
         "_future _logs",  # Future/Outcome; procs' output read by their agent, shown by spawner

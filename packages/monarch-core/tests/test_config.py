@@ -115,6 +115,7 @@ def test_every_key_has_an_env_var_and_doc() -> None:
         "heartbeat_interval",
         "heartbeat_timeout",
         "procs_per_process",
+        "prefix_python_logs_with_actor",
         "read_peer_buffers",
         "telemetry_sink",
         "wait_spin",

@@ -202,4 +202,7 @@ class Actor(MeshTrait):
 
     @functools.cached_property
     def logger(self) -> logging.Logger:
-        return logging.getLogger(f"{type(self).__module__}.{type(self).__qualname__}")
+        """Upstream's: the logger named for the class (not its module), at DEBUG."""
+        logger = logging.getLogger(type(self).__name__)
+        logger.setLevel(logging.DEBUG)
+        return logger

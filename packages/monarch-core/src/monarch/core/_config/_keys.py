@@ -885,6 +885,16 @@ class Config:
         doc="Buffer size used when reading children's logs.",
         upstream="hyperactor_mesh::logging::read_log_buffer",
     )
+    prefix_python_logs_with_actor: bool = key(
+        True,
+        "MONARCH_PREFIX_PYTHON_LOGS_WITH_ACTOR",
+        doc=(
+            "(ours as a key: upstream's is an attribute of its private config module) "
+            "Python log records emitted in an actor's code, through a handler, start with "
+            "[actor=<its name>]."
+        ),
+        ours=True,
+    )
     force_file_log: bool = key(
         False,
         "HYPERACTOR_FORCE_FILE_LOG",

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from monarch.core._actor_logs import install_actor_log_prefix
 from monarch.core._config import current_config
 from monarch.core._context import Context, Instance
 from monarch.core._debugger import post_mortem
@@ -65,6 +66,7 @@ class ActorRunner:
 
     def __init__(self, runtime: Runtime, spawn: SpawnActor, cls: type | None) -> None:
         """``cls``: the actor's class (``None`` when it could not be unpickled)."""
+        install_actor_log_prefix()  # once per process
         self.cls = cls
         self.runtime = runtime
         self.spawn = spawn
