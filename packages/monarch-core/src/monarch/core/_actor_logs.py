@@ -49,4 +49,4 @@ def install_actor_log_prefix() -> None:
         if _filter not in handler.filters:
             handler.addFilter(_filter)
 
-    logging.Logger.addHandler = adding  # type: ignore[method-assign]
+    logging.Logger.addHandler = adding  # type: ignore[method-assign,assignment]
