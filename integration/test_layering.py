@@ -263,7 +263,7 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_errors _reports",  # the one exception tree; upstream's words for failures
         "_shape _selection _scope _supervision _lending _exits",  # mesh algebra; code; loans; exits
         "_messages _endpoint _value_mesh _actor_logs",  # wire; Actor/@endpoint; values; log prefix
-        "_cast _launch",  # cast trees and FIFO order; how procs are started
+        "_cast _launch _zygote",  # cast trees and FIFO order; how procs are started; forks
         "_runtime",  # the per-process runtime (a package: spin, loop, flow, peers, router)
         "_future _logs",  # Future/Outcome; procs' output read by their agent, shown by spawner
         "_gather _port",  # replies on a port; user ports
@@ -273,7 +273,7 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_context _debugger",  # context(), Instance; breakpoints in endpoints, their sessions
         "_runner",  # the callee side: actor runners, sync and async apart
         "_bootstrap",  # starts runtimes (controller, proc, worker); owns MONARCH_* env names
-        "__init__ _proc _worker",  # the face (low-level API); entry points of a proc and a worker
+        "__init__ _proc _worker _zygote_proc",  # the face (low-level API); entry points
         "_attach _gateway",  # attach_to_workers, attach, enable_transport; monarch gateway
     )
 )

@@ -112,6 +112,7 @@ def test_every_key_has_an_env_var_and_doc() -> None:
     assert ours == {
         "enable_telemetry",
         "event_loop",
+        "fork_procs",
         "heartbeat_interval",
         "heartbeat_timeout",
         "procs_per_process",

@@ -67,7 +67,7 @@ def test_each_proc_has_its_own_actor_and_processes_are_shared(procs: ProcMesh) -
     members = procs.spawn("where", Member)
     found = members.where.call().get(timeout=30).values()
     assert [rank for rank, _, _ in found] == list(range(HOSTS * PER_HOST))
-    assert len({actor for _, _, actor in found}) == HOSTS * PER_HOST
+    assert len({(pid, actor) for _, pid, actor in found}) == HOSTS * PER_HOST  # forks: ids repeat
     pids = [pid for _, pid, _ in found]
     # Ranks in row-major order fill the processes one after the other.
     assert [pids.index(pid) for pid in pids] == [r // TOGETHER * TOGETHER for r in range(12)]

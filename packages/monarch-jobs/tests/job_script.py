@@ -17,17 +17,27 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from monarch.actor import Actor, endpoint, this_host
 from monarch.job import JobTrait, ProcessJob, SlurmJob, SSHJob, job_load
 
 
+def host_agent() -> int:
+    """The pid of this proc's host agent (its worker): its parent, or its zygote's parent
+    when the agent forked it (``fork_procs``, see monarch-core's ``_zygote``)."""
+    parent = os.getppid()
+    if b"monarch.core._zygote_proc" in Path(f"/proc/{parent}/cmdline").read_bytes():
+        return int(Path(f"/proc/{parent}/stat").read_text().rpartition(")")[2].split()[1])
+    return parent
+
+
 class Where(Actor):
     @endpoint
     def where(self) -> dict[str, Any]:
         net = os.readlink("/proc/self/ns/net")
-        return {"pid": os.getpid(), "worker": os.getppid(), "net": net}
+        return {"pid": os.getpid(), "worker": host_agent(), "net": net}
 
 
 def run(job: JobTrait, kill: bool = False) -> None:

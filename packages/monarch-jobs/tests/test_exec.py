@@ -30,11 +30,21 @@ def hosts(job: ProcessJob) -> HostMesh:
 
 
 def procs_of(job: ProcessJob) -> list[int]:
-    """The processes the job's workers started (their procs)."""
+    """The processes the job's workers started (their procs, and their zygotes' forks)."""
     found = []
     for worker in (w for ws in job._workers.values() for w in ws):
-        for task in Path(f"/proc/{worker.pid}/task").iterdir():
-            found += [int(pid) for pid in (task / "children").read_text().split()]
+        found += children_of(worker.pid)
+    zygotes = [p for p in found if b"_zygote_proc" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    return [p for p in found if p not in zygotes] + [c for z in zygotes for c in children_of(z)]
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
     return found
 
 

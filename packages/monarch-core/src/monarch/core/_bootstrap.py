@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import ctypes
+import functools
 import gc
 import io
 import logging
@@ -27,14 +28,14 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Callable, Sequence
+from typing import Any, Final
 
 from monarch.transport import MIN_SECRET_SIZE, Address, Buffer
 
 from ._actor_mesh import handle_actor_failed, handle_how_ended
 from ._adopt import adopt_listener
-from ._config import current_config
+from ._config import KEYS, current_config
 from ._controller import handle_get_controller
 from ._debugger import breakpoint_hook, install_console
 from ._future import Future
@@ -62,6 +63,14 @@ from ._proc_mesh import handle_run_bootstrap, host_python, shutdown_context
 from ._runner import handle_spawn_actor, refuse_undeliverable, release_actors
 from ._runtime import Runtime, install_runtime, new_event_loop, running_runtime, set_starter
 from ._tls import current_identity, installed_identity
+from ._zygote import (
+    Child,
+    ForkedProc,
+    fork_proc,
+    prestart_zygote,
+    stop_zygote,
+    zygote_usable,
+)
 
 log = logging.getLogger("monarch.core")
 
@@ -278,7 +287,7 @@ def run_proc() -> None:
 
 # -- the host agent: procs started for a spawner ------------------------------------------
 
-_children: list[subprocess.Popen[bytes]] = []
+_children: list[Child] = []
 
 
 def child_listen_address(agent: str) -> str:
@@ -290,9 +299,14 @@ def child_listen_address(agent: str) -> str:
 
 
 def handle_spawn_procs(
-    runtime: Runtime, body: SpawnProcs, payload: Sequence[Buffer], sender: str
+    runtime: Runtime,
+    body: SpawnProcs,
+    payload: Sequence[Buffer],
+    sender: str,
+    on_child: Callable[[Child], None] | None = None,
 ) -> None:
-    """Start the procs a ``SpawnProcs`` asks for; report each exit the moment it happens."""
+    """Start the procs a ``SpawnProcs`` asks for; report each exit the moment it happens.
+    ``on_child`` hears of each proc once it runs (a forked one later, from another thread)."""
     ours = {
         # What this process can import, its procs can: actor classes pickled by
         # reference (from the user's modules) must import the same way there.
@@ -309,11 +323,80 @@ def handle_spawn_procs(
     identity = installed_identity()
     if identity is not None or ours[LISTEN_ENV].startswith("tls:"):
         ours.update((identity or current_identity()).environment())  # certificates, as the secret
+    forking = spawner_says(body.env, "fork_procs") and zygote_usable()
     for i, rank in enumerate(range(body.base_rank, body.base_rank + body.count)):
         launch = body.launches[i] if i < len(body.launches) else Launch()
         try:
             argv, program = proc_command(launch, body.python)
             env = proc_environment(launch, {**ours, RANK_ENV: str(rank)})
+        except (OSError, ValueError) as exc:
+            runtime.send_to_port(body.events, SpawnFailed(rank, f"cannot start a proc: {exc}"))
+            continue
+        start = functools.partial(_start_proc, runtime, body, rank, launch, argv, program, env)
+        if forking and forkable(launch, argv, body.python):
+            fork_proc(env, body.forward_output, functools.partial(_forked, start, on_child))
+        else:
+            _started(start(), on_child)
+
+
+def spawner_says(env: dict[str, str], name: str) -> Any:
+    """Key ``name`` as the spawner configured it (its ``configure()`` travels in ``env``),
+    else as this agent's configuration has it."""
+    key = KEYS[name]
+    raw = env.get(key.env[0])
+    if raw is not None:
+        try:
+            return key.parse_text(raw)
+        except ValueError:
+            pass
+    return getattr(current_config(), name)
+
+
+def forkable(launch: Launch, argv: list[str], python: str) -> bool:
+    """Whether the zygote can start this proc: ours, on this Python, with no wrapper."""
+    return (
+        not launch.program
+        and argv[0] == (python or sys.executable)
+        and python
+        in (
+            "",
+            sys.executable,
+        )
+    )
+
+
+def _forked(
+    start: Callable[..., Child | None],
+    on_child: Callable[[Child], None] | None,
+    child: ForkedProc | None,
+    error: str,
+) -> None:
+    """The zygote's answer: the proc runs, or it is started without the zygote."""
+    _started(start(child) if child is not None else start(), on_child)
+
+
+def _started(child: Child | None, on_child: Callable[[Child], None] | None) -> None:
+    if child is not None and on_child is not None:
+        on_child(child)
+
+
+def _start_proc(
+    runtime: Runtime,
+    body: SpawnProcs,
+    rank: int,
+    launch: Launch,
+    argv: list[str],
+    program: str | None,
+    env: dict[str, str],
+    forked: ForkedProc | None = None,
+) -> Child | None:
+    """Start the proc (unless the zygote did: ``forked``), then watch it: its CPUs, its
+    output, its exit."""
+    child: Child
+    if forked is not None:
+        child = forked
+    else:
+        try:
             piped = subprocess.PIPE if body.forward_output else None
             child = subprocess.Popen(
                 argv,
@@ -325,16 +408,17 @@ def handle_spawn_procs(
             )
         except (OSError, ValueError) as exc:
             runtime.send_to_port(body.events, SpawnFailed(rank, f"cannot start a proc: {exc}"))
-            continue
-        _children.append(child)
-        cpus = launch.bind.get("cpus") or launch.bind.get("physcpubind")
-        if cpus:
-            try:
-                os.sched_setaffinity(child.pid, cpu_list(cpus))  # before its threads start
-            except (OSError, ValueError) as exc:
-                log.warning("proc_bind %r for proc %d: %s", cpus, rank, exc)
-        output = forward_output(runtime, child, rank, body.events) if body.forward_output else []
-        _watch(runtime, child, rank, body.events, output)
+            return None
+    _children.append(child)
+    cpus = launch.bind.get("cpus") or launch.bind.get("physcpubind")
+    if cpus:
+        try:
+            os.sched_setaffinity(child.pid, cpu_list(cpus))  # before its threads start
+        except (OSError, ValueError) as exc:
+            log.warning("proc_bind %r for proc %d: %s", cpus, rank, exc)
+    output = forward_output(runtime, child, rank, body.events) if body.forward_output else []
+    _watch(runtime, child, rank, body.events, output)
+    return child
 
 
 def proc_command(launch: Launch, python: str) -> tuple[list[str], str | None]:
@@ -379,7 +463,7 @@ def cpu_list(text: str) -> set[int]:
 
 def _watch(
     runtime: Runtime,
-    child: subprocess.Popen[bytes],
+    child: Child,
     rank: int,
     events: PortRef,
     output: list[threading.Thread],
@@ -421,19 +505,23 @@ def _spawn_procs_for_owner(
 ) -> None:
     """A worker's ``SpawnProcs``: start procs as any host agent does, and kill them if
     their owner goes away (so no proc outlives its job)."""
-    before = len(_children)
-    handle_spawn_procs(runtime, body, payload, sender)
-    started = _children[before:]
-    if not started:
-        return
+    started: list[Child] = []
+    lost: list[str] = []
+
+    def on_child(child: Child) -> None:
+        started.append(child)
+        if lost:  # started (forked) after its owner was lost
+            child.kill()
 
     def owner_lost(address: str, exc: BaseException) -> None:
+        lost.append(address)
         alive = [child for child in started if child.poll() is None]
         if alive:
             log.warning("controller %s lost (%s): killing its %d procs", address, exc, len(alive))
         for child in alive:
             child.kill()
 
+    handle_spawn_procs(runtime, body, payload, sender, on_child)
     runtime.watch_peer(body.events.proc, owner_lost)
 
 
@@ -512,6 +600,8 @@ class WorkerRuntime:
             runtime.spawn_task(runtime.listener.serve(runtime._serve_connection))
         _boot(runtime, os.environ.get(ROOT_ENV, ""))  # before any message is read
         runtime.control[SpawnProcs] = _spawn_procs_for_owner
+        if current_config().fork_procs:
+            prestart_zygote()  # ready by the time procs are asked for
         log.info("monarch worker listening at %s", runtime.address)
         self._ready.set()
         try:
@@ -533,6 +623,7 @@ def _shutdown_at_exit() -> None:
         pass
     finally:
         kill_children()
+        stop_zygote()
 
 
 atexit.register(_shutdown_at_exit)

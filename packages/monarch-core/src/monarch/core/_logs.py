@@ -25,13 +25,12 @@ import logging
 import os
 import queue
 import socket
-import subprocess
 import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Final, TextIO
+from typing import IO, Final, Protocol, TextIO
 
 from monarch.transport import Buffer
 
@@ -58,8 +57,16 @@ _HOST: Final = socket.gethostname()
 # -- the agent: reading a proc's output --------------------------------------------------------
 
 
+class Piped(Protocol):
+    """A child whose output comes through pipes (``Popen``, or a proc the zygote forked)."""
+
+    pid: int
+    stdout: IO[bytes] | None
+    stderr: IO[bytes] | None
+
+
 def forward_output(
-    runtime: Runtime, child: subprocess.Popen[bytes], rank: int, events: PortRef
+    runtime: Runtime, child: Piped, rank: int, events: PortRef
 ) -> list[threading.Thread]:
     """Start reading ``child``'s stdout and stderr pipes (see the module docstring)."""
     threads = []

@@ -354,3 +354,34 @@ class DebugInput(msgspec.Struct, array_like=True, tag=64, frozen=True, gc=False)
 
 DebugMessage = DebugStart | DebugWrite | DebugRead | DebugEnd | DebugInput
 decode_debug: Final = msgspec.msgpack.Decoder(DebugMessage).decode
+
+
+# -- a host agent's zygote (a forking server of procs, see ``_zygote``) -------------------
+
+
+class ZygoteFork(msgspec.Struct, array_like=True, tag=70, frozen=True, gc=False):
+    """Fork a proc: its environment and directory; its stdin, stdout and stderr come with
+    the request (three descriptors)."""
+
+    token: int
+    env: dict[str, str]
+    cwd: str
+
+
+class ZygoteForked(msgspec.Struct, array_like=True, tag=71, frozen=True, gc=False):
+    """The proc of request ``token`` runs as ``pid`` (0: it could not, ``error`` says why)."""
+
+    token: int
+    pid: int
+    error: str = ""
+
+
+class ZygoteExited(msgspec.Struct, array_like=True, tag=72, frozen=True, gc=False):
+    """A proc ended: ``code`` as ``Popen.returncode`` has it (negative: killed by a signal)."""
+
+    pid: int
+    code: int
+
+
+ZygoteMessage = ZygoteFork | ZygoteForked | ZygoteExited
+decode_zygote: Final = msgspec.msgpack.Decoder(ZygoteMessage).decode

@@ -803,6 +803,16 @@ class Config:
         doc="(ours) A peer silent this long is declared dead.",
         ours=True,
     )
+    fork_procs: bool = key(
+        True,
+        "MONARCH_FORK_PROCS",
+        doc=(
+            "(ours) A host agent forks its procs from a zygote that has imported what a "
+            "proc runs (a few ms each), instead of starting each as a new Python (~0.25 s "
+            "of CPU); procs with another program, Python or numactl start as new ones."
+        ),
+        ours=True,
+    )
     read_peer_buffers: bool = key(
         True,
         "MONARCH_READ_PEER_BUFFERS",

@@ -1,0 +1,58 @@
+"""Procs forked by their host agent's zygote (``fork_procs``, on by default): they serve as
+procs started as new Pythons do, and a dead zygote takes its procs, not the agent."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from monarch.actor import Actor, endpoint, this_host
+from monarch.config import configured
+
+HERE = Path(__file__).resolve().parent
+
+
+class Where(Actor):
+    @endpoint
+    def where(self) -> tuple[int, int, str, str, bool]:
+        parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ")
+        return (
+            os.getpid(),
+            os.getppid(),
+            parent.decode(),
+            os.getcwd(),
+            str(HERE) in sys.path,
+        )
+
+
+def test_procs_are_forks_of_one_zygote_with_the_agents_directory_and_path() -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 3})
+    found = list(procs.spawn("where", Where).where.call().get(timeout=60).values())
+    pids = {pid for pid, *_ in found}
+    parents = {parent for _, parent, *_ in found}
+    assert len(pids) == 3 and len(parents) == 1 and os.getpid() not in parents
+    assert all("monarch.core._zygote_proc" in cmdline for _, _, cmdline, _, _ in found)
+    assert all(cwd == os.getcwd() and path for *_, cwd, path in found)
+    procs.stop().get(timeout=60)
+
+
+def test_with_fork_procs_off_each_proc_is_a_new_python() -> None:
+    with configured(fork_procs=False):
+        procs = this_host().spawn_procs(per_host={"gpus": 2})
+        found = procs.spawn("where", Where).where.call().get(timeout=60).values()
+    assert {parent for _, parent, *_ in found} == {os.getpid()}
+    procs.stop().get(timeout=60)
+
+
+def test_a_killed_zygote_fails_its_procs_and_later_procs_start_without_it() -> None:
+    done = subprocess.run(
+        [sys.executable, str(HERE / "zygote_client.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "FAILED: the process this actor was running on failed: Killed(sig=9)" in done.stdout
+    assert "PARENTS ARE US: True" in done.stdout
