@@ -257,7 +257,8 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
     frozenset(CORE if name == "__init__" else f"{CORE}.{name}" for name in floor.split())
     for floor in (
         # leaves
-        "_config _memory _netaddr _per_process _cli _debug_client _tls _table _instrument",
+        "_config _memory _netaddr _per_process _cli _debug_client _tls _table _instrument"
+        " _internal_logs",
         "_tensors _adopt",  # torch tensors as one buffer each (torch never imported); fd sockets
         "_serialize _ring",  # pickling with out-of-band buffers; the lenders' rings
         "_errors _reports",  # the one exception tree; upstream's words for failures

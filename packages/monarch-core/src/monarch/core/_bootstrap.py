@@ -40,6 +40,7 @@ from ._controller import handle_get_controller
 from ._debugger import breakpoint_hook, install_console
 from ._future import Future
 from ._instrument import load_instrumentation, shutdown_instrumentation
+from ._internal_logs import install_internal_logs
 from ._logs import drain, forward_output, handle_set_log_level
 from ._messages import (
     ActorFailed,
@@ -204,6 +205,7 @@ def start_controller(listen: str | None = None) -> Runtime:
     """Start the client's runtime on a background thread and install it (the starter of
     ``current_runtime``): plain code can then block on futures while the loop works."""
     whole_lines()
+    install_internal_logs("client", banner=True)
     loop = new_event_loop()
     ready = threading.Event()
     runtime = Runtime(loop, job_secret())
@@ -232,6 +234,7 @@ def start_controller(listen: str | None = None) -> Runtime:
     if failure:
         raise failure[0]
     os.environ.setdefault(ROOT_ENV, runtime.address)  # this client is the job's root
+    log.info("client %d listening at %s (job root %s)", os.getpid(), runtime.address, runtime.root)
     return runtime
 
 
@@ -253,8 +256,10 @@ async def serve_proc() -> None:
     ready_proc, _, ready_port = os.environ[READY_ENV].rpartition("#")
     runtime = Runtime(asyncio.get_running_loop(), job_secret())
     host_python[0] = os.environ.get(PYTHON_ENV, "")
+    install_internal_logs(f"proc {os.environ[RANK_ENV]}")
     await runtime.start(os.environ.get(LISTEN_ENV, "unix://@"))
     _boot(runtime, os.environ.get(ROOT_ENV, ""))
+    log.info("proc %d listening at %s for %s", os.getpid(), runtime.address, parent)
     sys.breakpointhook = breakpoint_hook  # a session at the root's console (_debugger)
     if current_config().enable_telemetry:
         load_instrumentation()
@@ -410,6 +415,7 @@ def _start_proc(
             runtime.send_to_port(body.events, SpawnFailed(rank, f"cannot start a proc: {exc}"))
             return None
     _children.append(child)
+    log.info("proc %d (rank %d) started%s", child.pid, rank, " (forked)" if forked else "")
     cpus = launch.bind.get("cpus") or launch.bind.get("physcpubind")
     if cpus:
         try:
@@ -475,6 +481,7 @@ def _watch(
         code = child.wait()
         drain(output)
         how = f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
+        log.info("proc %d (rank %d) %s", child.pid, rank, how)
         exited = ProcExited(rank, child.pid, how)
         if not runtime.loop.is_closed():
             runtime.send_to_port(events, exited)
@@ -588,6 +595,7 @@ class WorkerRuntime:
             self.done.set_result(None)
 
     async def _serve(self) -> None:
+        install_internal_logs("worker")
         runtime = self.runtime
         advertise = self.advertise if self.advertise != self.bind else None
         handed = inherited(self.bind)
