@@ -10,6 +10,10 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
@@ -21,13 +25,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 
 class Received:
-    """Spans and metric points received so far (flattened)."""
+    """Spans, metric points and log records received so far (flattened)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
         self.spans: list[dict[str, Any]] = []
         self.metrics: list[dict[str, Any]] = []
+        self.logs: list[dict[str, Any]] = []
 
     def wait_for(self, condition: Callable[[], bool], timeout: float) -> bool:
         with self.changed:
@@ -79,8 +84,10 @@ def _take_metrics(received: Received, body: bytes) -> bytes:
         for service, metric in _scoped(request.resource_metrics, "scope_metrics", "metrics"):
             kind = metric.WhichOneof("data")
             for point in getattr(metric, kind).data_points:
-                value = point.as_int if kind == "sum" else None
-                if kind == "histogram":
+                value: Any = None
+                if kind in ("sum", "gauge"):
+                    value = getattr(point, point.WhichOneof("value"))
+                elif kind == "histogram":
                     value = point.count
                 received.metrics.append(
                     {
@@ -92,6 +99,25 @@ def _take_metrics(received: Received, body: bytes) -> bytes:
                 )
         received.changed.notify_all()
     reply: bytes = ExportMetricsServiceResponse().SerializeToString()
+    return reply
+
+
+def _take_logs(received: Received, body: bytes) -> bytes:
+    request = ExportLogsServiceRequest.FromString(body)
+    with received.changed:
+        for service, record in _scoped(request.resource_logs, "scope_logs", "log_records"):
+            received.logs.append(
+                {
+                    "body": record.body.string_value,
+                    "service": service,
+                    "severity": record.severity_text,
+                    "trace_id": record.trace_id.hex(),
+                    "span_id": record.span_id.hex(),
+                    "attributes": _attributes(record.attributes),
+                }
+            )
+        received.changed.notify_all()
+    reply: bytes = ExportLogsServiceResponse().SerializeToString()
     return reply
 
 
@@ -109,6 +135,8 @@ def otlp_receiver() -> Iterator[tuple[str, Received]]:
                 reply = _take_traces(received, body)
             elif self.path == "/v1/metrics":
                 reply = _take_metrics(received, body)
+            elif self.path == "/v1/logs":
+                reply = _take_logs(received, body)
             else:
                 self.send_response(404)
                 self.end_headers()

@@ -4,6 +4,7 @@ the OTLP receiver the test gives it in ``OTEL_EXPORTER_OTLP_ENDPOINT``)."""
 from __future__ import annotations
 
 import json
+import logging
 
 import monarch.actor
 from monarch.actor import Actor, ActorError, endpoint, this_host
@@ -19,8 +20,13 @@ class Helper(Actor):
 class Worker(Actor):
     @endpoint
     def work(self, x: int) -> int:
+        logging.getLogger("worker").warning("working on %d", x)
         with span("inner"):
             return x + 1
+
+    @endpoint
+    def take(self, data: bytes) -> int:
+        return len(data)
 
     @endpoint
     def fail(self) -> None:
@@ -50,6 +56,7 @@ def main() -> None:
     helper = procs.slice(gpus=1).spawn("helper", Helper)
     asyncs = procs.spawn("asyncs", AsyncWorker)
     with span("client-step") as step:
+        logging.getLogger("client").warning("stepping")
         values = workers.work.call(1).get()
         doubled = asyncs.work.call(4).get()
     with span("client-relay") as relay:
@@ -58,6 +65,7 @@ def main() -> None:
         workers.slice(gpus=0).fail.call_one().get()
     except ActorError:
         failed = True
+    workers.take.call(b"x" * 100_000).get()  # the payload instrument's bytes
     get_meter("user").create_counter("user.things").add(3)
     procs.stop().get()
     print(

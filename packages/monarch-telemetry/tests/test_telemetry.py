@@ -49,11 +49,14 @@ def test_a_call_is_one_trace_from_the_client_into_every_actor() -> None:
         assert result["relayed"] == 105 and result["failed"]
 
         spans_wanted = {"Worker.work", "inner", "double-it", "Helper.work", "Worker.fail"}
-        metrics_wanted = {"monarch.endpoint.calls", "user.things"}
+        metrics_wanted = {"monarch.endpoint.calls", "user.things", "monarch.actor.queue_depth"}
+        logs_wanted = {"stepping", "working on 1"}
 
         def arrived() -> bool:
             names = {s["name"] for s in received.spans}
-            return spans_wanted <= names and metrics_wanted <= {m["name"] for m in received.metrics}
+            metrics = {m["name"] for m in received.metrics}
+            logs = {r["body"] for r in received.logs}
+            return spans_wanted <= names and metrics_wanted <= metrics and logs_wanted <= logs
 
         assert received.wait_for(arrived, 30), received.spans
         spans = received.spans
@@ -89,6 +92,22 @@ def test_a_call_is_one_trace_from_the_client_into_every_actor() -> None:
     sent = [m for m in metrics if m["name"] == "monarch.calls.sent"]
     assert any(m["service"] == "monarch-client" for m in sent)
     assert any(m["name"] == "user.things" and m["value"] == 3 for m in metrics)
+    payload = [m for m in metrics if m["name"] == "monarch.endpoint.payload"]
+    assert any(m["attributes"]["monarch.endpoint"] == "Worker.take" for m in payload)
+    depths = [m for m in metrics if m["name"] == "monarch.actor.queue_depth"]
+    assert all(isinstance(m["value"], int) and m["value"] >= 0 for m in depths)
+    assert {m["service"] for m in depths} == {"monarch-proc"}
+
+    # Log records go out with the span current where they were logged: the client's step,
+    # each Worker.work of the procs.
+    (stepping,) = [r for r in received.logs if r["body"] == "stepping"]
+    assert stepping["service"] == "monarch-client" and stepping["trace_id"] == step
+    assert stepping["span_id"] == client_step["span_id"] and stepping["severity"] == "WARN"
+    working = [r for r in received.logs if r["body"] == "working on 1"]
+    assert {r["span_id"] for r in working} == {s["span_id"] for s in work}
+    assert all(r["service"] == "monarch-proc" for r in working)
+    # The runtime's own records go out too (the procs' start, from monarch.core).
+    assert any("listening at" in r["body"] for r in received.logs)
 
 
 def test_without_telemetry_the_names_say_which_wheel_when_missing() -> None:

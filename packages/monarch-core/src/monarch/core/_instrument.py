@@ -29,9 +29,19 @@ class Instrumentation(Protocol):
     def outgoing(self, mesh: str, method: str) -> str:
         """What a call about to be sent carries to its callee ("" for nothing)."""
 
-    def enter(self, endpoint: str, actor: str, mesh: str, rank: int, carried: str) -> Scope:
+    def enter(
+        self,
+        endpoint: str,
+        actor: str,
+        mesh: str,
+        rank: int,
+        carried: str,
+        size: int,
+        waiting: int,
+    ) -> Scope:
         """An endpoint (``Class.method``) of ``actor`` (its id; rank ``rank`` of mesh
-        ``mesh``) starts; ``carried``: what the call carried. The returned scope is
+        ``mesh``) starts; ``carried``: what the call carried; ``size``: the bytes of its
+        arguments; ``waiting``: the messages queued behind it. The returned scope is
         current for the endpoint's code (on this thread or task) until closed."""
 
     def spawned(self, mesh: str, name: str, cls: str, size: int, owner: str) -> None:
@@ -87,13 +97,21 @@ def shutdown_instrumentation() -> None:
 
 
 def enter(
-    runner_class: type, method: str, actor: str, mesh: str, rank: int, carried: str
+    runner_class: type,
+    method: str,
+    actor: str,
+    mesh: str,
+    rank: int,
+    carried: str,
+    size: int = 0,
+    waiting: int = 0,
 ) -> Scope | None:
     """The scope of an endpoint about to run (see ``Instrumentation.enter``); None without
     instrumentation."""
     if not _installed:
         return None
-    return _installed[0].enter(f"{runner_class.__name__}.{method}", actor, mesh, rank, carried)
+    endpoint = f"{runner_class.__name__}.{method}"
+    return _installed[0].enter(endpoint, actor, mesh, rank, carried, size, waiting)
 
 
 def spawned(mesh: str, name: str, cls: type, size: int, owner: str) -> None:

@@ -1,19 +1,27 @@
 """OTLP export, where the environment asks for it and the SDK is installed.
 
-Each process (the client, every proc) sets up its own providers: spans and metrics leave
-from where they happen, as OpenTelemetry's exporters expect. Nothing is set up when the
-application has installed providers of its own.
+Each process (the client, every proc) sets up its own providers: spans, metrics and log
+records leave from where they happen, as OpenTelemetry's exporters expect. Log records are
+every record of Python's ``logging`` that a logger lets through (the user's, in actors too,
+and the runtime's), each with the trace and span current where it was logged. Nothing is
+set up when the application has installed providers of its own; ``OTEL_LOGS_EXPORTER=none``
+leaves logs out.
 """
 
 from __future__ import annotations
 
 import atexit
+import logging
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Final
 
 from opentelemetry import metrics, trace
 
 _providers: list[Any] = []
+_factories: list[Callable[..., logging.LogRecord]] = []
+_OWN_LOGGERS: Final = ("opentelemetry", "urllib3", "requests")
+"""What the exporter logs is not exported (a failing export would feed itself)."""
 
 
 def wanted() -> bool:
@@ -23,8 +31,39 @@ def wanted() -> bool:
             "OTEL_EXPORTER_OTLP_ENDPOINT",
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
             "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
         )
     )
+
+
+def _export_logs(resource: Any) -> None:
+    """Log records over OTLP too (the SDK's logs API is still named ``_logs``)."""
+    if os.environ.get("OTEL_LOGS_EXPORTER", "otlp").strip().lower() == "none":
+        return
+    try:
+        from opentelemetry._logs import set_logger_provider
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+        from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
+        from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+    except ImportError:
+        return
+    provider = LoggerProvider(resource=resource)
+    provider.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter()))
+    set_logger_provider(provider)
+    handler = LoggingHandler(level=logging.NOTSET, logger_provider=provider)
+    made = logging.getLogRecordFactory()
+
+    def exported(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        # Taken as made, not through a handler on the root logger: one there would turn
+        # off Python's last resort and make the user's logging.basicConfig() do nothing.
+        record = made(*args, **kwargs)
+        if _providers and not record.name.startswith(_OWN_LOGGERS):
+            handler.handle(record)
+        return record
+
+    logging.setLogRecordFactory(exported)
+    _factories.append(made)
+    _providers.append(provider)
 
 
 def configure_export(service: str) -> bool:
@@ -52,6 +91,7 @@ def configure_export(service: str) -> bool:
     meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
     metrics.set_meter_provider(meter_provider)
     _providers.extend([tracer_provider, meter_provider])
+    _export_logs(resource)
     atexit.register(shutdown_export)
     return True
 
@@ -59,5 +99,7 @@ def configure_export(service: str) -> bool:
 def shutdown_export() -> None:
     """Flush and stop what ``configure_export`` set up (a proc's end, the client's exit)."""
     providers, _providers[:] = list(_providers), []
+    if _factories:
+        logging.setLogRecordFactory(_factories.pop())
     for provider in providers:
         provider.shutdown()

@@ -42,9 +42,14 @@ class EndpointScope:
 
     __slots__ = ("attributes", "span", "start", "token")
 
-    def __init__(self, endpoint: str, actor: str, rank: int, carried: str) -> None:
+    def __init__(
+        self, endpoint: str, actor: str, rank: int, carried: str, size: int, waiting: int
+    ) -> None:
         parent = _propagator.extract({"traceparent": carried}) if carried else None
         self.attributes = {"monarch.endpoint": endpoint}
+        measured = instruments()
+        measured.payload.record(size, self.attributes)
+        measured.queue_depth.set(waiting, {"monarch.actor": actor})
         self.span = tracer().start_span(
             endpoint,
             context=parent,
@@ -104,14 +109,21 @@ class OpenTelemetry:
         return carrier.get("traceparent", "")
 
     def enter(
-        self, endpoint: str, actor: str, mesh: str, rank: int, carried: str
+        self,
+        endpoint: str,
+        actor: str,
+        mesh: str,
+        rank: int,
+        carried: str,
+        size: int = 0,
+        waiting: int = 0,
     ) -> EndpointScope | _Idle:
         sink = current_sink()
         if sink is not None:
             sink.add([message_row(mesh, rank, endpoint)])
         if idle():
             return IDLE
-        return EndpointScope(endpoint, actor, rank, carried)
+        return EndpointScope(endpoint, actor, rank, carried, size, waiting)
 
     def spawned(self, mesh: str, name: str, cls: str, size: int, owner: str) -> None:
         sink = current_sink()
@@ -122,6 +134,8 @@ class OpenTelemetry:
         sink = current_sink()
         if sink is not None:
             sink.add([status_row(mesh, rank, status, reason)])
+        if status == "Failed" and not idle():
+            instruments().supervision.add(1, {"monarch.mesh": mesh})
 
     def shutdown(self) -> None:
         flush_rows()

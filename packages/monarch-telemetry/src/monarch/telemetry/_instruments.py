@@ -30,6 +30,19 @@ class Instruments:
         self.duration = meter.create_histogram(
             "monarch.endpoint.duration", unit="s", description="Time in the endpoint's code"
         )
+        self.payload = meter.create_histogram(
+            "monarch.endpoint.payload", unit="By", description="Bytes of a call's arguments"
+        )
+        self.queue_depth = meter.create_gauge(
+            "monarch.actor.queue_depth",
+            unit="{message}",
+            description="Messages queued for an actor when one of its endpoints starts",
+        )
+        self.supervision = meter.create_counter(
+            "monarch.supervision.events",
+            unit="{event}",
+            description="Actors of this process that failed (supervision events)",
+        )
 
 
 @cache

@@ -142,13 +142,26 @@ class ActorRunner:
         """Fail now (from any thread): as if an endpoint had raised with nobody to tell."""
         self._fail(RuntimeError(reason), aborted(reason))
 
-    def _scope(self, call: Call) -> Scope | None:
+    def _waiting(self) -> int:
+        """Messages queued for the actor's code (its queue depth)."""
+        raise NotImplementedError
+
+    def _scope(self, call: Call, parts: Sequence[Buffer]) -> Scope | None:
         """The instrumentation's scope of the endpoint ``call`` runs, on the thread or task
         that runs it (see ``_instrument``); None without instrumentation."""
         if not instrumented():
             return None
-        mesh, rank = call.mesh, self.rank.rank
-        return enter(type(self.instance), call.method, self.info.actor_id, mesh, rank, call.trace)
+        size = sum(memoryview(part).nbytes for part in parts)
+        return enter(
+            type(self.instance),
+            call.method,
+            self.info.actor_id,
+            call.mesh,
+            self.rank.rank,
+            call.trace,
+            size,
+            self._waiting(),
+        )
 
     def _context_for(self, call: Call) -> Context:
         """The context of a message: this actor's rank within the shape it was cast to

@@ -51,6 +51,9 @@ class AsyncRunner(ActorRunner):
     def _put(self, item: Item) -> None:
         self.queue.put_nowait(item)
 
+    def _waiting(self) -> int:
+        return self.queue.qsize()
+
     async def _run_async(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], unpickling: Exception | None
     ) -> None:
@@ -117,7 +120,7 @@ class AsyncRunner(ActorRunner):
 
     async def _handle_one(self, call: Call, parts: Sequence[Buffer]) -> None:
         context = self._context_for(call)
-        scope = self._scope(call)
+        scope = self._scope(call, parts)
         try:
             fn, args, kwargs = self._prepare(call, parts, context)
             result = await self._invoke(context.message_rank, fn, *args, **kwargs)

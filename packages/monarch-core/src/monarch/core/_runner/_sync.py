@@ -69,6 +69,9 @@ class SyncRunner(ActorRunner):
     def _put(self, item: Item) -> None:
         self.calls.put(item)
 
+    def _waiting(self) -> int:
+        return self.calls.qsize()
+
     def _on_own_thread(self) -> bool:
         return threading.get_ident() == self.thread_id
 
@@ -125,7 +128,7 @@ class SyncRunner(ActorRunner):
             context = self._context_for(message)
             current_context.set(context)
             plain = self._plain.get(message.method)
-            scope = self._scope(message)
+            scope = self._scope(message, parts)
             try:
                 if plain is not None:  # the common case, in fewer steps (see _prepare)
                     args, kwargs = loads_arguments(parts)
