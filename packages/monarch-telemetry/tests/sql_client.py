@@ -1,5 +1,6 @@
 """A client with the job's telemetry tables (run by test_sql.py as its own process): 4
-actors called 1..4 times each, one that fails; prints what its queries answer as JSON."""
+actors called 1..4 times each, one that fails, one called by another actor; prints what
+its queries answer as JSON."""
 
 from __future__ import annotations
 
@@ -21,6 +22,12 @@ class Counted(Actor):
         raise SystemExit(3)  # a BaseException: the actor fails
 
 
+class Relay(Actor):
+    @endpoint
+    def relay(self, counted: Counted) -> None:
+        counted.slice(gpus=0).ping.call_one().get()
+
+
 PER_ACTOR = """
     SELECT a.display_name AS actor, count(m.id) AS handled
     FROM actors a LEFT JOIN messages m ON m.to_actor_id = a.id
@@ -37,6 +44,7 @@ def main() -> None:
     for rank in range(4):
         for _ in range(rank + 1):
             counted.slice(gpus=rank).ping.call_one().get()
+    procs.slice(gpus=1).spawn("relay", Relay).relay.call_one(counted).get()
     try:
         counted.slice(gpus=3).die.call_one().get()
     except Exception:  # noqa: BLE001 - a SupervisionError: the actor failed
@@ -48,13 +56,26 @@ def main() -> None:
             "SELECT e.reason FROM actor_status_events e JOIN actors a ON a.id = e.actor_id "
             "WHERE e.new_status = 'Failed'"
         )["rows"]
-        if (sum(r["handled"] for r in handled) >= 11 and failed) or time.monotonic() > deadline:
+        if (sum(r["handled"] for r in handled) >= 12 and failed) or time.monotonic() > deadline:
             break
         time.sleep(0.05)
     statuses = engine.query(
         "SELECT new_status, count(*) AS n FROM actor_status_events GROUP BY 1 ORDER BY 1"
     )["rows"]
     tables = sorted(r["name"] for r in engine.query("SHOW TABLES")["rows"])
+    senders = engine.query(
+        "SELECT coalesce(a.display_name, 'client') AS sender, m.endpoint AS endpoint "
+        "FROM messages m LEFT JOIN actors a ON a.id = m.from_actor_id "
+        "WHERE m.endpoint = 'Counted.ping' ORDER BY 1"
+    )["rows"]
+    message_statuses = engine.query(
+        "SELECT status, count(*) AS n FROM message_status_events GROUP BY 1 ORDER BY 1"
+    )["rows"]
+    sent = engine.query(
+        "SELECT s.view_json, s.shape_json, coalesce(a.display_name, 'client') AS sender "
+        "FROM sent_messages s JOIN meshes m ON m.id = s.actor_mesh_id "
+        "LEFT JOIN actors a ON a.id = s.sender_actor_id WHERE m.given_name = 'counted'"
+    )["rows"]
     errors = []
     for bad in ("SELEC 1", "SELECT * FROM no_such_table"):
         try:
@@ -69,6 +90,9 @@ def main() -> None:
                 "failed": failed,
                 "statuses": statuses,
                 "tables": tables,
+                "senders": senders,
+                "message_statuses": message_statuses,
+                "sent": sent,
                 "errors": errors,
             }
         )

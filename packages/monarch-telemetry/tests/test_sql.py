@@ -35,13 +35,28 @@ def test_a_jobs_actors_messages_and_failures_answer_sql() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
     handled = {r["actor"]: r["handled"] for r in result["handled"]}
-    # rank 3 also handled the call that made it fail
-    assert handled == {"counted[0]": 1, "counted[1]": 2, "counted[2]": 3, "counted[3]": 5}
+    # rank 0 also handled the relay's call; rank 3 the call that made it fail
+    assert handled == {"counted[0]": 2, "counted[1]": 2, "counted[2]": 3, "counted[3]": 5}
     (failed,) = result["failed"]
     assert "SystemExit" in failed["reason"] or "3" in failed["reason"]
     statuses = {r["new_status"]: r["n"] for r in result["statuses"]}
     assert statuses["Created"] >= 4 and statuses["Running"] >= 4 and statuses["Failed"] == 1
     assert set(SCHEMA) <= set(result["tables"])
+    # Who sent each message: the client, and the relay actor calling from its endpoint.
+    senders = [r["sender"] for r in result["senders"]]
+    assert senders.count("client") == 10 and senders.count("relay[0]") == 1
+    # Every message handled became active, then complete (a failure completes it too).
+    message_statuses = {r["status"]: r["n"] for r in result["message_statuses"]}
+    assert message_statuses["active"] == message_statuses["complete"] >= 13
+    # Casts as upstream's sent_messages: the sender and the view it was cast to.
+    sent = result["sent"]
+    assert sum(r["sender"] == "client" for r in sent) == 11  # ten pings and the fatal one
+    assert sum(r["sender"] == "relay[0]" for r in sent) == 1
+    # slice(gpus=N) is a point: no dimension left, at offset N of the mesh.
+    views = [json.loads(r["view_json"]) for r in sent]
+    assert all(v["labels"] == [] and v["slice"]["sizes"] == [] for v in views)
+    assert {v["slice"]["offset"] for v in views} == {0, 1, 2, 3}
+    assert all(json.loads(r["shape_json"]) == {"inner": {"labels": [], "sizes": []}} for r in sent)
     bad_sql, unknown_table = result["errors"]
     assert bad_sql.startswith("SQL error:") and "SELEC" in bad_sql
     assert "no_such_table" in unknown_table

@@ -163,7 +163,7 @@ class Endpoint(Generic[R]):
             failed.set_exception(error)
             return failed
         explicit = self._prop._explicit_response_port
-        trace = outgoing(mesh._name, self._name)
+        trace = outgoing(mesh._name, self._name, mesh._mesh_id, mesh._shape)
         procs = mesh._cast_here() if want != "stream" else None
         if procs is None:
             start, name = ActorMesh._start_cast, self._name
@@ -639,7 +639,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
     ) -> None:
         """Cast with no gathering (broadcast, send): from this thread when it may (see
         ``_cast_here``), else in order through the runtime loop."""
-        trace = outgoing(self._name, method)
+        trace = outgoing(self._name, method, self._mesh_id, self._shape)
         procs = self._cast_here()
         if procs is not None:
             self._post_to(procs, method, payload, reply, explicit, False, trace)

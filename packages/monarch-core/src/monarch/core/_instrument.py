@@ -26,8 +26,10 @@ class Scope(Protocol):
 
 
 class Instrumentation(Protocol):
-    def outgoing(self, mesh: str, method: str) -> str:
-        """What a call about to be sent carries to its callee ("" for nothing)."""
+    def outgoing(self, mesh: str, method: str, mesh_id: str, view: object) -> str:
+        """What a call about to be sent to ``mesh`` (its name as given; ``mesh_id``: the
+        spawn's id) carries to its callee ("" for nothing); ``view``: the ``Shape`` it is
+        cast to."""
 
     def enter(
         self,
@@ -72,9 +74,9 @@ def instrumented() -> bool:
     return bool(_installed)
 
 
-def outgoing(mesh: str, method: str) -> str:
+def outgoing(mesh: str, method: str, mesh_id: str, view: object) -> str:
     """What a call carries (see ``Instrumentation.outgoing``); "" without instrumentation."""
-    return _installed[0].outgoing(mesh, method) if _installed else ""
+    return _installed[0].outgoing(mesh, method, mesh_id, view) if _installed else ""
 
 
 def load_instrumentation() -> None:

@@ -10,8 +10,9 @@ and errors and time endpoints.
 
 from __future__ import annotations
 
+import contextvars
 import time
-from typing import Final
+from typing import Any, Final
 
 from opentelemetry import context, metrics, trace
 from opentelemetry.metrics._internal import _ProxyMeterProvider as _PROXY_METER_PROVIDER
@@ -24,27 +25,73 @@ from monarch.core import current_instrumentation, running_runtime, set_instrumen
 from ._export import configure_export, shutdown_export
 from ._instruments import instruments, tracer
 from ._sql import (
+    CLIENT,
     QueryEngineClient,
+    RowShipper,
     TelemetryConfig,
+    TelemetryStore,
+    actor_key,
     current_sink,
+    event_id,
     flush_rows,
+    key,
     mesh_rows,
     message_row,
+    message_status_row,
     open_store,
+    sent_row,
     status_row,
 )
 
 _propagator: Final = TraceContextTextMapPropagator()
+_CLIENT_KEY: Final = key(CLIENT)
+_current_actor: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "monarch_telemetry_actor", default=_CLIENT_KEY
+)
+"""The actor whose endpoint runs here (its key in the tables): the sender of its calls."""
+_SENDER: Final = "|"
+"""What a call carries: ``TRACEPARENT|SENDER`` where the job keeps tables (the sender's key
+fills ``messages.from_actor_id``), else the traceparent alone."""
+
+
+class Rows:
+    """A handled message's rows: ``active`` when it starts, ``complete`` when done."""
+
+    __slots__ = ("message", "sink", "token")
+
+    def __init__(self, sink: TelemetryStore | RowShipper, actor: int, endpoint: str, sender: str):
+        self.sink = sink
+        self.message = event_id()
+        origin = int(sender) if sender.isdigit() else None
+        sink.add(
+            [
+                message_row(self.message, origin, actor, endpoint),
+                message_status_row(self.message, "active"),
+            ]
+        )
+        self.token = _current_actor.set(actor)
+
+    def close(self) -> None:
+        self.sink.add([message_status_row(self.message, "complete")])
+        _current_actor.reset(self.token)
 
 
 class EndpointScope:
     """An endpoint's span, current on its thread or task until closed."""
 
-    __slots__ = ("attributes", "span", "start", "token")
+    __slots__ = ("attributes", "rows", "span", "start", "token")
 
     def __init__(
-        self, endpoint: str, actor: str, rank: int, carried: str, size: int, waiting: int
+        self,
+        endpoint: str,
+        actor: str,
+        rank: int,
+        carried: str,
+        size: int,
+        waiting: int,
+        rows: Rows | None,
     ) -> None:
+        self.rows = rows
         parent = _propagator.extract({"traceparent": carried}) if carried else None
         self.attributes = {"monarch.endpoint": endpoint}
         measured = instruments()
@@ -69,6 +116,8 @@ class EndpointScope:
             self.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
         self.span.end()
         context.detach(self.token)
+        if self.rows is not None:
+            self.rows.close()
 
 
 class _Idle:
@@ -78,6 +127,18 @@ class _Idle:
 
     def close(self, error: BaseException | None) -> None:
         pass
+
+
+class RowsOnly:
+    """The scope of an endpoint when only the job's tables record (no SDK)."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: Rows) -> None:
+        self.rows = rows
+
+    def close(self, error: BaseException | None) -> None:
+        self.rows.close()
 
 
 IDLE: Final = _Idle()
@@ -96,9 +157,17 @@ class OpenTelemetry:
     """Spans and metrics through OpenTelemetry; rows for the job's SQL tables where they
     are kept (``_sql``)."""
 
-    def outgoing(self, mesh: str, method: str) -> str:
-        if idle():
-            return ""
+    def outgoing(self, mesh: str, method: str, mesh_id: str = "", view: Any = None) -> str:
+        sink = current_sink()
+        if sink is None:
+            return "" if idle() else self._traceparent(mesh, method)
+        sender = _current_actor.get()
+        if view is not None:
+            sink.add([sent_row(sender, mesh_id, view)])
+        carried = "" if idle() else self._traceparent(mesh, method)
+        return f"{carried}{_SENDER}{sender}"
+
+    def _traceparent(self, mesh: str, method: str) -> str:
         instruments().sent.add(1, {"monarch.endpoint": f"{mesh}.{method}"})
         if not trace.get_current_span().get_span_context().is_valid:
             return ""  # no trace to continue: the endpoint's span starts its own
@@ -117,13 +186,13 @@ class OpenTelemetry:
         carried: str,
         size: int = 0,
         waiting: int = 0,
-    ) -> EndpointScope | _Idle:
+    ) -> EndpointScope | RowsOnly | _Idle:
+        carried, _, sender = carried.partition(_SENDER)
         sink = current_sink()
-        if sink is not None:
-            sink.add([message_row(mesh, rank, endpoint)])
+        rows = None if sink is None else Rows(sink, actor_key(mesh, rank), endpoint, sender)
         if idle():
-            return IDLE
-        return EndpointScope(endpoint, actor, rank, carried, size, waiting)
+            return IDLE if rows is None else RowsOnly(rows)
+        return EndpointScope(endpoint, actor, rank, carried, size, waiting, rows)
 
     def spawned(self, mesh: str, name: str, cls: str, size: int, owner: str) -> None:
         sink = current_sink()

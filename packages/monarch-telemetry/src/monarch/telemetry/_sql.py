@@ -14,6 +14,7 @@ through the ``telemetry_sink`` configuration key that procs inherit.
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 import threading
 import time
@@ -55,8 +56,18 @@ SCHEMA: Final = {
         "id BIGINT, from_actor_id BIGINT, to_actor_id BIGINT, endpoint VARCHAR, "
         "port_index BIGINT, timestamp_us BIGINT"
     ),
+    "message_status_events": (
+        "id BIGINT, message_id BIGINT, status VARCHAR, timestamp_us BIGINT"
+    ),
+    "sent_messages": (
+        "id BIGINT, sender_actor_id BIGINT, actor_mesh_id BIGINT, view_json VARCHAR, "
+        "shape_json VARCHAR, timestamp_us BIGINT"
+    ),
 }
-"""Upstream's tables that ours fills (same names and columns; the ids are ours)."""
+"""Upstream's tables (same names and columns; the ids are ours)."""
+
+CLIENT: Final = "<root>"
+"""The name the client's actor is known by (the owner of the meshes it spawns)."""
 
 Row = tuple[str, tuple[Any, ...]]
 """(table, values in its column order)."""
@@ -108,9 +119,27 @@ def status_row(mesh: str, rank: int, status: str, reason: str) -> Row:
     return ("actor_status_events", (event_id(), actor, status, reason or None, now_us()))
 
 
-def message_row(mesh: str, rank: int, endpoint: str) -> Row:
-    actor = key(f"{mesh}[{rank}]")
-    return ("messages", (event_id(), None, actor, endpoint, None, now_us()))
+def actor_key(mesh: str, rank: int) -> int:
+    return key(f"{mesh}[{rank}]")
+
+
+def message_row(message: int, sender: int | None, actor: int, endpoint: str) -> Row:
+    return ("messages", (message, sender, actor, endpoint, None, now_us()))
+
+
+def message_status_row(message: int, status: str) -> Row:
+    """Upstream's statuses: ``queued``, ``active``, ``complete`` (ours: the last two)."""
+    return ("message_status_events", (event_id(), message, status, now_us()))
+
+
+def sent_row(sender: int, mesh: str, view: Any) -> Row:
+    """A cast from ``sender`` to ``view`` (a ``Shape`` of mesh ``mesh``), as upstream's
+    ``view_json`` and ``shape_json`` spell it."""
+    labels, ndslice = list(view.labels), view.ndslice
+    sliced = {"offset": ndslice.offset, "sizes": ndslice.sizes, "strides": ndslice.strides}
+    view_json = json.dumps({"labels": labels, "slice": sliced})
+    shape_json = json.dumps({"inner": {"labels": labels, "sizes": ndslice.sizes}})
+    return ("sent_messages", (event_id(), sender, key(mesh), view_json, shape_json, now_us()))
 
 
 # -- where rows go ---------------------------------------------------------------------------
