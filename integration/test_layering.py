@@ -274,7 +274,8 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_context _debugger",  # context(), Instance; breakpoints in endpoints, their sessions
         "_runner",  # the callee side: actor runners, sync and async apart
         "_bootstrap",  # starts runtimes (controller, proc, worker); owns MONARCH_* env names
-        "__init__ _proc _worker _zygote_proc",  # the face (low-level API); entry points
+        "_zygote_proc",  # the zygote's loop (a program, or forked by monarch worker)
+        "__init__ _proc _worker",  # the face (low-level API); entry points
         "_attach _gateway",  # attach_to_workers, attach, enable_transport; monarch gateway
     )
 )

@@ -21,6 +21,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Final
 
 import monarch.actor
@@ -118,7 +119,16 @@ def shutdown(addr0: str, addr1: str) -> None:
     hosts = attach_to_workers(workers=[addr0, addr1], ca="trust_all_connections")
     procs = hosts.spawn_procs(per_host={"gpus": 1})
     pids = procs.spawn("where", Where).where.call().get(timeout=30).values()
-    emit(pids=[v["pid"] for v in pids], shutdown=outcome(hosts.shutdown(), 30))
+    parents = []  # each proc's parent: its worker's zygote, a child of the worker
+    for v in pids:
+        stat = Path(f"/proc/{v['ppid']}/stat").read_text()
+        cmdline = Path(f"/proc/{v['ppid']}/cmdline").read_bytes().replace(b"\0", b" ")
+        parents.append([int(stat.rpartition(")")[2].split()[1]), cmdline.decode()])
+    emit(
+        pids=[v["pid"] for v in pids],
+        parents=parents,
+        shutdown=outcome(hosts.shutdown(), 30),
+    )
 
 
 def tls(ca: str, key: str, *addrs: str) -> None:

@@ -41,6 +41,7 @@ from monarch.core._attach import _resolve, attach_to_workers
 from monarch.core._bootstrap import decode_secret
 from monarch.core._messages import TO_PROC, StopProc, encode_body
 from monarch.core._netaddr import split_alias
+from monarch.core._zygote_proc import TITLE as ZYGOTE_TITLE
 from monarch.transport import open_connection
 from monarch.transport.wire import Envelope, encode
 
@@ -287,6 +288,10 @@ def test_host_mesh_shutdown_stops_the_workers_and_their_procs(
     result = controller.json(60)
     assert result["shutdown"] == {"value": None, "seconds": result["shutdown"]["seconds"]}
     assert w0.wait(10) == 0 and w1.wait(10) == 0
+    # Each worker forked its zygote as it started (fork_zygote): the procs' parent is a
+    # child of the worker, shown as a zygote (not as one more `monarch worker`).
+    assert sorted(grandparent for grandparent, _ in result["parents"]) == sorted([w0.pid, w1.pid])
+    assert all(cmdline.startswith(ZYGOTE_TITLE) for _, cmdline in result["parents"])
     pids = result["pids"]
     wait_until(lambda: not any(map(alive, pids)), 10, f"procs {pids} exit with their workers")
 

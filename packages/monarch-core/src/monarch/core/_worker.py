@@ -37,10 +37,13 @@ from typing import Any, Final
 from monarch.transport import TransportError
 
 from ._bootstrap import SECRET_ENV, WorkerRuntime, decode_secret, whole_lines
+from ._config import current_config
 from ._errors import WorkerConfigError
 from ._future import Future
 from ._netaddr import scheme_of, split_alias
 from ._tls import CA, TRUST_ALL, PrivateKey, identity_from, use_identity
+from ._zygote import fork_zygote
+from ._zygote_proc import serve_forked
 
 log = logging.getLogger("monarch.core")
 
@@ -234,6 +237,11 @@ def add_secret_file_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _command(args: argparse.Namespace) -> int:
+    if current_config().fork_procs:
+        zygote = fork_zygote()  # first: no thread yet, nothing of the worker's set up
+        if zygote is not None:  # the child: the zygote, then a proc (see _zygote)
+            serve_forked(zygote)
+            return 0
     whole_lines()
     logging.basicConfig(level=logging.WARNING, format="monarch worker: %(message)s")
     try:

@@ -8,8 +8,10 @@ streams from the request (the agent's, as ``Popen`` would give them), re-reads i
 configuration, and serves as any proc does (``_zygote_proc``).
 
 The agent starts its zygote (``python -m monarch.core._zygote_proc``) on first use, with a
-``SOCK_SEQPACKET`` socket pair: requests go one way with three descriptors each, answers
-and exits come back, read by one thread here. Procs are the zygote's children: it reaps
+``SOCK_SEQPACKET`` socket pair; ``monarch worker`` forks it instead, first thing, while it
+has imported the core and holds no thread yet (``fork_zygote``: no interpreter to start,
+ready before the worker listens). Either way: requests go one way with three descriptors
+each, answers and exits come back, read by one thread here. Procs are the zygote's children: it reaps
 them and reports each exit; each dies with it (``PR_SET_PDEATHSIG``), as it dies with the
 agent. A proc that the zygote cannot serve (another program or Python, numactl, a zygote
 that died or failed to start) is started with ``Popen`` as before; so is every proc when
@@ -90,7 +92,7 @@ class Zygote:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.sock: socket.socket | None = None
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: subprocess.Popen[bytes] | _ForkedZygote | None = None
         self.failed = ""
         """Why the zygote cannot be used (empty while it can)."""
         self.tokens = 0
@@ -229,6 +231,41 @@ class Zygote:
             process.wait()
 
 
+class _ForkedZygote:
+    """A zygote this process forked, as ``Popen`` shows a child to ``Zygote.stop``."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = 0
+            else:
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            try:
+                _, status = os.waitpid(self.pid, 0)
+                self.returncode = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:
+                self.returncode = 0
+        return self.returncode
+
+
 FD_ENV: Final = "MONARCH_ZYGOTE_FD"
 """The zygote's end of its socket pair."""
 
@@ -239,6 +276,28 @@ zygote: Final = Zygote()
 def fork_proc(env: dict[str, str], piped: bool, started: Started) -> None:
     """Start a proc through this process's zygote (see the module docstring)."""
     zygote.fork(env, piped, started)
+
+
+def fork_zygote() -> socket.socket | None:
+    """Fork this process's zygote now: in the child, its end of the socket pair (the child
+    is to serve as the zygote, ``_zygote_proc.serve_forked``); None in this process, or
+    where it cannot fork one (a thread runs already: a fork copies only the caller's; the
+    zygote then starts as a program when first needed)."""
+    if threading.active_count() != 1:
+        return None
+    with zygote.lock:
+        if zygote.sock is not None or zygote.failed:
+            return None
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            ours.close()
+            return theirs
+        theirs.close()
+        zygote.sock = ours
+        zygote.process = _ForkedZygote(pid)
+    threading.Thread(target=zygote._read, name="monarch-zygote", daemon=True).start()
+    return None
 
 
 def prestart_zygote() -> None:

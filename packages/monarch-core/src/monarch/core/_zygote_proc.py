@@ -9,11 +9,13 @@ its agent.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import select
 import signal
 import socket
 import sys
+from typing import Final
 
 import msgspec
 
@@ -116,11 +118,45 @@ def reap(sock: socket.socket) -> None:
         sock.send(encode_body(ZygoteExited(pid, os.waitstatus_to_exitcode(status))))
 
 
+TITLE: Final = "python -m monarch.core._zygote_proc"
+
+
 def main() -> None:
+    serve_zygote(socket.socket(fileno=int(os.environ.pop(FD_ENV))))
+
+
+def serve_forked(sock: socket.socket) -> None:
+    """Serve as the zygote forked by ``monarch worker`` (``_zygote.fork_zygote``): with
+    the command line a started zygote has, which its procs keep (else ``ps`` would show
+    the zygote and every proc as one more ``monarch worker``)."""
+    set_title(TITLE)
+    serve_zygote(sock)
+
+
+def set_title(title: str) -> None:
+    """Overwrite this process's command line (``/proc/self/cmdline``, what ``ps`` shows)
+    with ``title``, cut to the length of the original (Linux: the kernel reads it from the
+    memory of the original arguments, which Python copied at start and never reads again)."""
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            text = stat.read()
+        fields = text[text.rindex(b")") + 2 :].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end (since 3.5)
+    except (OSError, ValueError, IndexError):
+        return
+    size = end - start
+    if size <= 1:
+        return
+    data = title.encode()[: size - 1]
+    ctypes.memmove(start, data + bytes(size - len(data)), size)
+
+
+def serve_zygote(sock: socket.socket) -> None:
+    """Serve as the zygote on ``sock``; returns in a proc once it is done, or when the
+    agent is gone."""
     die_with_parent()
     if os.getppid() == 1:
         sys.exit("monarch zygote: its agent is already gone")
-    sock = socket.socket(fileno=int(os.environ.pop(FD_ENV)))
     woken, wake = os.pipe()
     try:
         serve(sock, woken, wake)
