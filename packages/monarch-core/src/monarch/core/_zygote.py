@@ -11,11 +11,11 @@ The agent starts its zygote (``python -m monarch.core._zygote_proc``) on first u
 ``SOCK_SEQPACKET`` socket pair; ``monarch worker`` forks it instead, first thing, while it
 has imported the core and holds no thread yet (``fork_zygote``: no interpreter to start,
 ready before the worker listens). Either way: requests go one way with three descriptors
-each, answers and exits come back, read by one thread here. Procs are the zygote's
-children: it reaps them and reports each exit; each dies with it (``PR_SET_PDEATHSIG``), as
-it dies with the agent. A proc that the zygote cannot serve (another program or Python, numactl, a zygote
-that died or failed to start) is started with ``Popen`` as before; so is every proc when
-``fork_procs`` is off.
+each, answers and exits come back, read by one thread here. Procs are the zygote's children:
+it reaps them and reports each exit; each dies with it (``PR_SET_PDEATHSIG``), as it dies
+with the agent. A proc that the zygote cannot serve (another program or Python, numactl, a
+zygote that died or failed to start) is started with ``Popen`` as before; so is every proc
+when ``fork_procs`` is off.
 """
 
 from __future__ import annotations
