@@ -113,6 +113,7 @@ def test_every_key_has_an_env_var_and_doc() -> None:
         "enable_telemetry",
         "event_loop",
         "fork_procs",
+        "proc_preload",
         "heartbeat_interval",
         "heartbeat_timeout",
         "procs_per_process",

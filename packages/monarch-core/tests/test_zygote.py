@@ -38,6 +38,79 @@ def test_procs_are_forks_of_one_zygote_with_the_agents_directory_and_path() -> N
     procs.stop().get(timeout=60)
 
 
+class Probe(Actor):
+    @endpoint
+    def probe(self) -> tuple[int, int, int]:
+        import zygote_preload_probe
+
+        return os.getpid(), os.getppid(), zygote_preload_probe.IMPORTED_BY
+
+
+def test_procs_find_the_modules_of_proc_preload_imported_by_their_zygote() -> None:
+    with configured(proc_preload="zygote_preload_probe, not_a_module_anywhere"):
+        procs = this_host().spawn_procs(per_host={"gpus": 2})
+        found = list(procs.spawn("probe", Probe).probe.call().get(timeout=60).values())
+    procs.stop().get(timeout=60)
+    assert len(found) == 2
+    assert all(imported_by == parent != pid for pid, parent, imported_by in found)
+
+
+THREADED = """if True:
+    import os
+    from monarch.actor import Actor, endpoint, this_host
+    from monarch.config import configured
+
+    class Parent(Actor):
+        @endpoint
+        def parent(self) -> int:
+            return os.getppid()
+
+    with configured(proc_preload="zygote_thread_probe"):
+        for _ in range(2):  # the zygote answers the first and the next without forking
+            procs = this_host().spawn_procs(per_host={"gpus": 1})
+            print(procs.spawn("p", Parent).parent.call_one().get(timeout=60) == os.getpid())
+            procs.stop().get()
+"""
+
+
+def test_a_preload_that_starts_a_thread_leaves_procs_to_start_as_new_pythons() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", THREADED],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(HERE)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "True"]  # each proc the client's own child
+
+
+AUTO = """if True:
+    import sys
+    if sys.argv[1] == "torch":
+        import torch  # noqa: F401
+    from monarch.actor import Actor, endpoint, this_host
+
+    class Has(Actor):
+        @endpoint
+        def has_torch(self) -> bool:
+            return "torch" in sys.modules
+
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    print(sorted(procs.spawn("has", Has).has_torch.call().get(timeout=120).values()))
+    procs.stop().get()
+"""
+
+
+def test_procs_of_a_spawner_that_imported_torch_have_it_imported_already() -> None:
+    for client, expected in (("torch", "[True, True]"), ("plain", "[False, False]")):
+        done = subprocess.run(
+            [sys.executable, "-c", AUTO, client], capture_output=True, text=True, timeout=240
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.splitlines()[-1] == expected
+
+
 def test_with_fork_procs_off_each_proc_is_a_new_python() -> None:
     with configured(fork_procs=False):
         procs = this_host().spawn_procs(per_host={"gpus": 2})

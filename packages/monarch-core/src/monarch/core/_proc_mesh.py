@@ -12,15 +12,16 @@ import logging
 import math
 import secrets
 import string
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from monarch.transport import Buffer
 
 from ._actor_mesh import ActorMesh, Procs, resolve, spawn_actor_mesh, tensor_engine_entry
-from ._config import current_config, runtime_env
+from ._config import KEYS, current_config, runtime_env
 from ._errors import MeshFailure, RemoteFailure, SupervisionError
 from ._exits import ended, expect
 from ._future import Future, Outcome, run_on, wait_outcome
@@ -174,6 +175,19 @@ class _LoggerMesh:
             log.warning("at exit: %s", failure.report())
 
 
+AUTO_PRELOAD: Final = ("torch",)
+"""What ``proc_preload="auto"`` preloads where the spawner has imported it: a proc that
+imports torch itself spends seconds of CPU on it, each proc of a host at once."""
+
+
+def preload_list() -> str:
+    """The modules procs of this spawn should find imported (``proc_preload``)."""
+    chosen = current_config().proc_preload.strip()
+    if chosen == "auto":
+        return ",".join(name for name in AUTO_PRELOAD if name in sys.modules)
+    return chosen
+
+
 async def _start_procs(
     runtime: Runtime,
     hosts: list[str],
@@ -188,6 +202,7 @@ async def _start_procs(
     watches = [(host, runtime.watch_peer(host, group.host_lost)) for host in hosts]
     # The procs get this process's configuration and the job's root, wherever they run.
     env = runtime_env()
+    env[KEYS["proc_preload"].env[0]] = preload_list()
     root = runtime.root or runtime.address
     try:
         for i, host in enumerate(hosts):

@@ -10,6 +10,7 @@ its agent.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import select
 import signal
@@ -20,7 +21,7 @@ from typing import Final
 import msgspec
 
 from ._bootstrap import die_with_parent, run_proc
-from ._config import reload_from_environment
+from ._config import KEYS, reload_from_environment
 from ._messages import ZygoteExited, ZygoteFork, ZygoteForked, decode_zygote, encode_body
 from ._zygote import FD_ENV, MAX_MESSAGE
 
@@ -66,6 +67,13 @@ def answer(sock: socket.socket, data: bytes, fds: list[int]) -> None:
             os.close(fd)
         sock.send(encode_body(ZygoteForked(0, 0, f"bad request: {exc}")))
         return
+    if not _unsafe:
+        preload(request.env.get(PRELOAD_ENV, ""))
+    if _unsafe:
+        for fd in fds:
+            os.close(fd)
+        sock.send(encode_body(ZygoteForked(request.token, 0, _unsafe[0])))
+        return
     try:
         pid = os.fork()
     except OSError as exc:
@@ -78,6 +86,31 @@ def answer(sock: socket.socket, data: bytes, fds: list[int]) -> None:
     for fd in fds:
         os.close(fd)
     sock.send(encode_body(ZygoteForked(request.token, pid)))
+
+
+PRELOAD_ENV: Final = KEYS["proc_preload"].env[0]
+_tried: set[str] = set()
+_unsafe: list[str] = []
+"""Why this zygote may not fork any more (a preloaded module started a thread)."""
+
+
+def preload(names: str) -> None:
+    """Import what the spawner asks its procs to find imported (``proc_preload``), once
+    each: every proc forked after that has it. A fork copies only the forking thread, so a
+    module that starts a thread at import makes the zygote unsafe: it forks no more (its
+    agent starts procs as new Pythons)."""
+    for name in filter(None, (part.strip() for part in names.split(","))):
+        if name in _tried or name in sys.modules:
+            continue
+        _tried.add(name)
+        try:
+            importlib.import_module(name)
+        except BaseException as exc:  # noqa: BLE001 - the proc imports it itself, or fails
+            print(f"monarch zygote: cannot preload {name}: {exc!r}", file=sys.stderr, flush=True)
+        threads = len(os.listdir("/proc/self/task"))
+        if threads > 1:
+            _unsafe.append(f"preloading {name} started {threads - 1} thread(s) in the zygote")
+            return
 
 
 class Become(BaseException):

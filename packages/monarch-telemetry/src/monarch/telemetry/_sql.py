@@ -56,9 +56,7 @@ SCHEMA: Final = {
         "id BIGINT, from_actor_id BIGINT, to_actor_id BIGINT, endpoint VARCHAR, "
         "port_index BIGINT, timestamp_us BIGINT"
     ),
-    "message_status_events": (
-        "id BIGINT, message_id BIGINT, status VARCHAR, timestamp_us BIGINT"
-    ),
+    "message_status_events": ("id BIGINT, message_id BIGINT, status VARCHAR, timestamp_us BIGINT"),
     "sent_messages": (
         "id BIGINT, sender_actor_id BIGINT, actor_mesh_id BIGINT, view_json VARCHAR, "
         "shape_json VARCHAR, timestamp_us BIGINT"

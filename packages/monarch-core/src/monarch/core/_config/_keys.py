@@ -813,6 +813,16 @@ class Config:
         ),
         ours=True,
     )
+    proc_preload: str = key(
+        "auto",
+        "MONARCH_PROC_PRELOAD",
+        doc=(
+            "(ours) Modules a zygote imports before it forks procs, so that each proc "
+            "has them without importing them itself (comma-separated; empty: none). "
+            "'auto': torch, where the spawner has imported it."
+        ),
+        ours=True,
+    )
     read_peer_buffers: bool = key(
         True,
         "MONARCH_READ_PEER_BUFFERS",

@@ -1,0 +1,5 @@
+"""A module test_zygote asks zygotes to preload: it remembers which process imported it."""
+
+import os
+
+IMPORTED_BY = os.getpid()

@@ -1,0 +1,6 @@
+"""A module that starts a thread when imported: a zygote that preloads it may fork no more."""
+
+import threading
+
+STOP = threading.Event()
+threading.Thread(target=STOP.wait, daemon=True).start()
