@@ -8,7 +8,8 @@ around ``.get()`` of each operation: the transfer, not the call that asks for it
 
     python _rdma_workloads.py --json OUT [--reps N] [--quick] [--tcp]
 
-``--tcp`` (ours only) makes peers of one host use the TCP plane (``read_peer_buffers``).
+``--tcp`` (ours only) makes peers of one host use the TCP plane (``read_peer_buffers``);
+``--untagged`` with it leaves the bytes untagged (``rdma_tcp_integrity=False``).
 """
 
 from __future__ import annotations
@@ -159,11 +160,14 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--tcp", action="store_true")
+    p.add_argument("--untagged", action="store_true")
     args = p.parse_args()
     if args.tcp:
         from monarch.config import configure
 
         configure(read_peer_buffers=False)
+        if args.untagged:
+            configure(rdma_tcp_integrity=False)
     sizes = [16, 1] if args.quick else [128, 16, 1]
     doc = run(args.reps, sizes, 4 if args.quick else 8, 256 if args.quick else 1024)
     with open(args.json, "w") as f:

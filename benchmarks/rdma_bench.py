@@ -5,7 +5,8 @@ memcpy, a raw loopback TCP stream and upstream torchmonarch 0.7.0, all in one ru
 
 The workloads (``_rdma_workloads.py``) use upstream's API only and run in a process of
 their own: with our monarch (``monarch``: the planes as chosen, shared memory here;
-``monarch-tcp``: the TCP plane forced with ``read_peer_buffers=False``), and with upstream
+``monarch-tcp``: the TCP plane forced with ``read_peer_buffers=False``; ``monarch-tcp-untagged``:
+the same with ``rdma_tcp_integrity=False``), and with upstream
 when its venv exists (``benchmarks/.venvs/upstream``, see ``baselines.py``; its fallback is
 TCP). The memcpy and the raw TCP stream are measured by this process in the same run.
 Figures are medians of ``--reps`` repetitions; the JSON (``results/rdma.json``) keeps every
@@ -134,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     impls: dict[str, tuple[str, list[str]]] = {
         "monarch": (sys.executable, []),
         "monarch-tcp": (sys.executable, ["--tcp"]),
+        "monarch-tcp-untagged": (sys.executable, ["--tcp", "--untagged"]),
     }
     notes: list[str] = []
     upstream = args.upstream_python or (None if args.no_upstream else default_python("upstream"))
@@ -218,6 +220,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"{op} {big} MiB, TCP plane vs raw TCP stream",
                 0.7,
                 med(f"monarch-tcp/{op}_{big}MiB"),
+                med(f"tcp_stream_{big}MiB"),
+            )
+        )
+        targets.append(
+            ratio_entry(
+                f"{op} {big} MiB, TCP plane, bytes untagged, vs raw TCP stream",
+                0.7,
+                med(f"monarch-tcp-untagged/{op}_{big}MiB"),
                 med(f"tcp_stream_{big}MiB"),
             )
         )

@@ -23,8 +23,9 @@ from monarch.rdma._chunks import plan
 from monarch.rdma._region import Region, region_of
 
 SECRET = os.urandom(32)
-HANDSHAKE = 16 + 32
-"""Bytes each way before the first request: a nonce and a proof."""
+HANDSHAKE = 17 + 32
+"""Bytes each way before the first request: a hello (a nonce, whether the end tags the
+bytes) and a proof."""
 Mutate = Callable[[str, int, bytes], bytes]
 """(direction "up" (to the server) or "down", offset of the chunk in its stream, chunk)."""
 
@@ -75,8 +76,10 @@ def server() -> Iterator[tuple[tcp.DataServer, dict[int, Region]]]:
     served.close()
 
 
-def move(address: tuple[str, int], op: int, local: bytearray, size: int) -> None:
-    streams = tcp.Streams(address[0], address[1], SECRET)
+def move(
+    address: tuple[str, int], op: int, local: bytearray, size: int, integrity: bool = True
+) -> None:
+    streams = tcp.Streams(address[0], address[1], SECRET, integrity)
     try:
         with ThreadPoolExecutor(1) as helpers:
             tcp.transfer(
@@ -193,3 +196,66 @@ def test_a_replayed_request_is_refused(server: Served) -> None:
                 )
         streams.close()
     assert remote == b"\x07" * SIZE  # the replayed request was not acted on
+
+
+@contextmanager
+def untagging_server() -> Iterator[Served]:
+    """A data server whose owner turned ``rdma_tcp_integrity`` off."""
+    regions: dict[int, Region] = {}
+    served = tcp.DataServer("127.0.0.1", SECRET, regions.get, integrity=False)
+    try:
+        yield served, regions
+    finally:
+        served.close()
+
+
+def test_with_integrity_off_on_both_ends_the_bytes_go_untagged_the_requests_tagged() -> None:
+    with untagging_server() as (served, regions):
+        remote = bytearray(os.urandom(SIZE))
+        regions[1] = region_of(remote)
+        local = bytearray(SIZE)
+        # A byte of the read's bytes changed on the way lands unseen: the choice made.
+        with relay((served.host, served.port), flip_at("down", ANSWER + 7)) as address:
+            move(address, tcp.READ, local, SIZE, integrity=False)
+        assert local[7] == remote[7] ^ 0x01 and local[8:] == remote[8:]
+        # A changed request is still refused.
+        with (
+            relay((served.host, served.port), flip_at("up", 3)) as address,
+            pytest.raises(RDMAError, match=r"cut|closed|refused"),
+        ):
+            move(address, tcp.READ, local, SIZE, integrity=False)
+
+
+@pytest.mark.parametrize("client_integrity", [True, False])
+def test_the_bytes_are_tagged_unless_both_ends_said_no(client_integrity: bool) -> None:
+    """An owner that tags (the default) or a client that does: a changed byte is seen."""
+    regions: dict[int, Region] = {}
+    served = tcp.DataServer("127.0.0.1", SECRET, regions.get, integrity=not client_integrity)
+    try:
+        regions[1] = region_of(bytearray(os.urandom(SIZE)))
+        with (
+            relay((served.host, served.port), flip_at("down", ANSWER + 7)) as address,
+            pytest.raises(RDMAError, match="authenticate"),
+        ):
+            move(address, tcp.READ, bytearray(SIZE), SIZE, integrity=client_integrity)
+    finally:
+        served.close()
+
+
+@pytest.mark.parametrize("end", ["up", "down"])
+def test_a_choice_changed_in_the_handshake_fails_it(server: Served, end: str) -> None:
+    """A relay cannot talk the ends out of tagging: each hello is under the proofs."""
+    served, regions = server
+    regions[1] = region_of(bytearray(SIZE))
+
+    def downgrade(way: str, offset: int, data: bytes) -> bytes:
+        at = 16 - offset  # the choice: the byte after the nonce
+        if way != end or not 0 <= at < len(data):
+            return data
+        return data[:at] + b"\x00" + data[at + 1 :]
+
+    with (
+        relay((served.host, served.port), downgrade) as address,
+        pytest.raises(RDMAError, match=r"secret|handshake|cut|closed"),
+    ):
+        move(address, tcp.READ, bytearray(SIZE), SIZE)

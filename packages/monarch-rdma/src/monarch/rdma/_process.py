@@ -95,7 +95,10 @@ class Process:
         with self._lock:
             if self._server is None:
                 self._server = DataServer(
-                    _tcp_host(self.runtime.address), self.secret, registry.get
+                    _tcp_host(self.runtime.address),
+                    self.secret,
+                    registry.get,
+                    current_config().rdma_tcp_integrity,
                 )
             return self._server
 
@@ -103,7 +106,9 @@ class Process:
         with self._lock:
             streams = self._streams.get((host, port))
             if streams is None:
-                streams = self._streams[(host, port)] = Streams(host, port, self.secret)
+                integrity = current_config().rdma_tcp_integrity
+                streams = Streams(host, port, self.secret, integrity)
+                self._streams[(host, port)] = streams
             return streams
 
     # -- asking an owner ------------------------------------------------------------------

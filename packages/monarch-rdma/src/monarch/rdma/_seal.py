@@ -30,11 +30,12 @@ TAG_SIZE: Final = 16
 _COUNT: Final = struct.Struct("<Q")
 
 
-def session_keys(secret: bytes, server_nonce: bytes, client_nonce: bytes) -> tuple[bytes, bytes]:
-    """(client-to-server key, server-to-client key) of one connection."""
+def session_keys(secret: bytes, server_hello: bytes, client_hello: bytes) -> tuple[bytes, bytes]:
+    """(client-to-server key, server-to-client key) of one connection, from both ends'
+    hellos (nonce and choice of tagging the bytes)."""
 
     def derive(label: bytes) -> bytes:
-        message = b"monarch-rdma/1 key " + label + server_nonce + client_nonce
+        message = b"monarch-rdma/2 key " + label + server_hello + client_hello
         return hmac.new(secret, message, hashlib.sha256).digest()
 
     return derive(b"c2s"), derive(b"s2c")
@@ -46,31 +47,37 @@ kernel moving the one before, instead of adding a pass over the whole chunk."""
 
 
 class Tagger:
-    """The tag of one message, fed slice by slice."""
+    """The tag of one message, fed slice by slice (``covers_data`` False: its header and
+    number only, the bytes untagged; see ``rdma_tcp_integrity``)."""
 
-    __slots__ = ("_mac", "_number", "_outer")
+    __slots__ = ("_done", "_mac", "_number", "_outer", "covers_data")
 
-    def __init__(self, key: bytes, number: bytes, header: bytes) -> None:
+    def __init__(self, key: bytes, number: bytes, header: bytes, covers_data: bool = True):
         self._outer = hashlib.blake2b(
             number, key=key, digest_size=TAG_SIZE, person=b"monarch-rdma-tag"
         )
         self._outer.update(header)
-        one_time = hashlib.blake2b(
-            number, key=key, digest_size=32, person=b"monarch-rdma-p13"
-        ).digest()
-        self._mac: Poly1305 | None = Poly1305(one_time)
+        self._mac: Poly1305 | None = None
+        if covers_data:
+            one_time = hashlib.blake2b(
+                number, key=key, digest_size=32, person=b"monarch-rdma-p13"
+            ).digest()
+            self._mac = Poly1305(one_time)
         self._number = number
+        self._done = False
+        self.covers_data = covers_data
 
     def update(self, data: memoryview) -> None:
-        assert self._mac is not None
-        self._mac.update(data)
+        assert not self._done
+        if self._mac is not None:
+            self._mac.update(data)
 
     def digest(self, has_data: bool) -> bytes:
         """The tag; ``has_data``: the message carries bytes (else no Poly1305 goes in)."""
-        assert self._mac is not None
-        mac, self._mac = self._mac, None
-        if has_data:
-            self._outer.update(mac.finalize())
+        assert not self._done
+        self._done = True
+        if has_data and self._mac is not None:
+            self._outer.update(self._mac.finalize())
         return self._outer.digest()
 
 
@@ -78,17 +85,18 @@ class Seal:
     """One direction of a connection: its key and the number of its next message. Both
     ends keep one per direction, in step."""
 
-    __slots__ = ("count", "key")
+    __slots__ = ("count", "covers_data", "key")
 
-    def __init__(self, key: bytes) -> None:
+    def __init__(self, key: bytes, covers_data: bool = True) -> None:
         self.key = key
         self.count = 0
+        self.covers_data = covers_data
 
     def start(self, header: bytes) -> Tagger:
         """The next message's tagger (counted)."""
         number = _COUNT.pack(self.count)
         self.count += 1
-        return Tagger(self.key, number, header)
+        return Tagger(self.key, number, header, self.covers_data)
 
     def tag(self, header: bytes, data: memoryview | None = None) -> bytes:
         """The next message's tag, its bytes (if any) at hand."""

@@ -13,6 +13,9 @@ next transfer.
 Every request and answer after the handshake carries a tag under keys the handshake
 derived (``_seal``): a request is checked before it is acted on, bytes where they land.
 The bytes are not encrypted: the plane is as private as the network between the hosts.
+Where both ends have ``rdma_tcp_integrity`` off (a network trusted as the machines are),
+the bytes go untagged (requests and answers still are): each end says its choice in the
+handshake, under its proof, and the bytes are tagged unless both said no.
 """
 
 from __future__ import annotations
@@ -60,10 +63,20 @@ DRAIN: Final = 1024 * 1024
 _TIMEVAL: Final = struct.Struct("@ll")
 
 
-def _mac(secret: bytes, role: bytes, server_nonce: bytes, client_nonce: bytes) -> bytes:
+def _mac(secret: bytes, role: bytes, server_hello: bytes, client_hello: bytes) -> bytes:
+    """A proof of the secret over both hellos (nonce and data-tag choice of each end)."""
     return hmac.new(
-        secret, b"monarch-rdma/1 " + role + server_nonce + client_nonce, hashlib.sha256
+        secret, b"monarch-rdma/2 " + role + server_hello + client_hello, hashlib.sha256
     ).digest()
+
+
+def _hello(nonce: bytes, integrity: bool) -> bytes:
+    return nonce + (b"\x01" if integrity else b"\x00")
+
+
+def _tags_data(server_hello: bytes, client_hello: bytes) -> bool:
+    """The bytes are tagged unless both ends chose not to."""
+    return server_hello[-1:] != b"\x00" or client_hello[-1:] != b"\x00"
 
 
 def _recv_exact(sock: socket.socket, view: memoryview) -> None:
@@ -110,8 +123,15 @@ def _recv_bytes(sock: socket.socket, size: int) -> bytes:
 class DataServer:
     """This process's TCP data server: serves the buffers ``lookup`` finds."""
 
-    def __init__(self, host: str, secret: bytes, lookup: Callable[[int], Region | None]) -> None:
+    def __init__(
+        self,
+        host: str,
+        secret: bytes,
+        lookup: Callable[[int], Region | None],
+        integrity: bool = True,
+    ) -> None:
         self._secret = secret
+        self._integrity = integrity
         self._lookup = lookup
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.create_server((host, 0), family=family, backlog=64)
@@ -138,19 +158,20 @@ class DataServer:
     def _handshake(self, conn: socket.socket) -> tuple[Seal, Seal] | None:
         """The seals of the connection (requests in, answers out), or None if refused."""
         conn.settimeout(HANDSHAKE_TIMEOUT)
-        server_nonce = os.urandom(NONCE)
-        conn.sendall(server_nonce)
-        client_nonce = _recv_bytes(conn, NONCE)
+        server_hello = _hello(os.urandom(NONCE), self._integrity)
+        conn.sendall(server_hello)
+        client_hello = _recv_bytes(conn, NONCE + 1)
         proof = _recv_bytes(conn, hashlib.sha256().digest_size)
         if not hmac.compare_digest(
-            proof, _mac(self._secret, b"client", server_nonce, client_nonce)
+            proof, _mac(self._secret, b"client", server_hello, client_hello)
         ):
             log.warning("refused an RDMA data connection: bad proof of the job secret")
             return None
-        conn.sendall(_mac(self._secret, b"server", server_nonce, client_nonce))
+        conn.sendall(_mac(self._secret, b"server", server_hello, client_hello))
         conn.settimeout(None)  # blocking: see _recv_exact
-        requests, answers = session_keys(self._secret, server_nonce, client_nonce)
-        return Seal(requests), Seal(answers)
+        requests, answers = session_keys(self._secret, server_hello, client_hello)
+        data = _tags_data(server_hello, client_hello)
+        return Seal(requests, data), Seal(answers, data)
 
     def _serve(self, conn: socket.socket) -> None:
         header = bytearray(HEADER.size + TAG_SIZE)
@@ -236,6 +257,9 @@ def _answer(
 
 
 def _send_tagged(sock: socket.socket, data: memoryview, tagger: Tagger) -> None:
+    if not tagger.covers_data:
+        _send(sock, data)  # in one call: no slices to hash between
+        return
     for start in range(0, data.nbytes, SLICE):
         piece = data[start : start + SLICE]
         tagger.update(piece)
@@ -243,6 +267,9 @@ def _send_tagged(sock: socket.socket, data: memoryview, tagger: Tagger) -> None:
 
 
 def _recv_tagged(sock: socket.socket, into: memoryview, tagger: Tagger) -> None:
+    if not tagger.covers_data:
+        _recv_exact(sock, into)
+        return
     for start in range(0, into.nbytes, SLICE):
         piece = into[start : start + SLICE]
         _recv_exact(sock, piece)
@@ -252,10 +279,11 @@ def _recv_tagged(sock: socket.socket, into: memoryview, tagger: Tagger) -> None:
 class Streams:
     """Authenticated connections to one data server, kept between transfers."""
 
-    def __init__(self, host: str, port: int, secret: bytes) -> None:
+    def __init__(self, host: str, port: int, secret: bytes, integrity: bool = True) -> None:
         self.host = host
         self.port = port
         self._secret = secret
+        self._integrity = integrity
         self._idle: list[Stream] = []
         self._lock = threading.Lock()
 
@@ -281,9 +309,9 @@ class Streams:
             raise RDMATransferError(f"cannot connect to {self.host}:{self.port}: {error}") from None
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            server_nonce = _recv_bytes(sock, NONCE)
-            client_nonce = os.urandom(NONCE)
-            sock.sendall(client_nonce + _mac(self._secret, b"client", server_nonce, client_nonce))
+            server_hello = _recv_bytes(sock, NONCE + 1)
+            client_hello = _hello(os.urandom(NONCE), self._integrity)
+            sock.sendall(client_hello + _mac(self._secret, b"client", server_hello, client_hello))
             proof = _recv_bytes(sock, hashlib.sha256().digest_size)
             sock.settimeout(None)  # blocking: see _recv_exact
         except TimeoutError:
@@ -298,12 +326,13 @@ class Streams:
                 f"the RDMA handshake with {self.host}:{self.port} failed: {error}"
             ) from None
         if not hmac.compare_digest(
-            proof, _mac(self._secret, b"server", server_nonce, client_nonce)
+            proof, _mac(self._secret, b"server", server_hello, client_hello)
         ):
             sock.close()
             raise RDMATransferError(f"{self.host}:{self.port} does not hold the job's secret")
-        requests, answers = session_keys(self._secret, server_nonce, client_nonce)
-        return Stream(sock, Seal(requests), Seal(answers))
+        requests, answers = session_keys(self._secret, server_hello, client_hello)
+        data = _tags_data(server_hello, client_hello)
+        return Stream(sock, Seal(requests, data), Seal(answers, data))
 
     def give(self, stream: Stream) -> None:
         with self._lock:

@@ -948,6 +948,16 @@ class Config:
         doc="Without ibverbs, move RDMA buffers over TCP/shared memory instead of failing.",
         upstream="monarch_rdma::config::rdma_allow_tcp_fallback",
     )
+    rdma_tcp_integrity: bool = key(
+        True,
+        "MONARCH_RDMA_TCP_INTEGRITY",
+        doc=(
+            "(ours) The TCP plane tags the bytes it moves, so that a machine on the path "
+            "cannot change them unseen (requests are tagged either way). False, on both "
+            "ends, leaves the bytes untagged: for networks trusted as the machines are."
+        ),
+        ours=True,
+    )
     rdma_disable_ibverbs: bool = key(
         False,
         "MONARCH_RDMA_DISABLE_IBVERBS",
