@@ -114,6 +114,7 @@ def test_every_key_has_an_env_var_and_doc() -> None:
         "event_loop",
         "fork_procs",
         "proc_preload",
+        "rdma_tcp_integrity",
         "heartbeat_interval",
         "heartbeat_timeout",
         "procs_per_process",
