@@ -18,6 +18,13 @@ from ._serialize import dumps
 class MonarchError(Exception):
     """Base class of every error monarch-core raises."""
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """How IPython shows one (a notebook cell's value): the class and the text users
+        read, not the constructor's arguments."""
+        text = str(self)
+        name = type(self).__name__
+        printer.text(text if text.startswith(f"{name}(") else f"{name}: {text}")
+
 
 # -- calls -------------------------------------------------------------------------------
 
