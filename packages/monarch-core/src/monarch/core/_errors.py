@@ -166,6 +166,29 @@ class WorkerConfigError(MonarchError, RuntimeError):
     """A worker cannot start: no usable job secret, or an unsupported address or security."""
 
 
+class WorkspaceSyncError(MonarchError, RuntimeError):
+    """``sync_workspace`` failed on some hosts (the others were synced).
+
+    ``failures``: host rank (in the mesh synced) -> what went wrong there. A host cut off
+    mid-sync keeps whole files only, old or new (see ``_workspace``).
+    """
+
+    def __init__(self, failures: dict[int, tuple[str, BaseException]], hosts: int) -> None:
+        self.failures = {rank: error for rank, (_, error) in failures.items()}
+        lines = [
+            f"  host {rank} ({address}): {_first_line(error)}"
+            for rank, (address, error) in sorted(failures.items())
+        ]
+        super().__init__(
+            f"sync_workspace failed on {len(failures)} of {hosts} hosts:\n" + "\n".join(lines)
+        )
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 # -- meshes -------------------------------------------------------------------------------
 
 
