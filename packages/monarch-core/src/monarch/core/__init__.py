@@ -17,7 +17,12 @@ the package README); ``_bootstrap``, at the top, alone starts a runtime, and imp
 
 from ._actor_mesh import ActorMesh, spawn_actor_mesh
 from ._bootstrap import SECRET_ENV, job_secret, use_job_secret
-from ._code_sync import WorkspaceHost, WorkspaceReloader
+from ._code_sync import (
+    WorkspaceHost,
+    WorkspaceReloader,
+    gather_directories,
+    push_directories,
+)
 from ._config import current_config
 from ._context import Context, Instance, context
 from ._endpoint import Actor, endpoint
@@ -106,9 +111,11 @@ __all__ = [
     "current_runtime",
     "dumps",
     "endpoint",
+    "gather_directories",
     "job_secret",
     "lending_available",
     "loads",
+    "push_directories",
     "read_process_memory",
     "run_on",
     "running_runtime",

@@ -77,6 +77,11 @@ class WorkspaceHost(Actor):
     def remove(self, dst: str, relatives: list[str]) -> None:
         remove(workspace_root() / dst, relatives)
 
+    @endpoint
+    def read(self, dst: str, relatives: list[str]) -> list[tuple[str, bytes, int]]:
+        """These files (for ``gather_directories``); one gone meanwhile is left out."""
+        return _read(workspace_root() / dst, relatives)
+
 
 class WorkspaceReloader(Actor):
     """A proc's side: the synced directories on ``sys.path``; reloading what changed."""
@@ -176,6 +181,70 @@ def sync_workspace(
     )
 
 
+def push_directories(hosts: Sequence[str], dirs: dict[Path, str]) -> Future[None]:
+    """Make each ``dst`` (absolute, or under ``$WORKSPACE_DIR``) of every host agent in
+    ``hosts`` match the local ``src``, as ``sync_workspace`` does (a job's
+    ``remote_mount``); ``WorkspaceSyncError`` names the hosts that failed."""
+    for src in dirs:
+        if not src.is_dir():
+            raise FileNotFoundError(f"directory {str(src)!r} does not exist")
+    controller = get_or_spawn_controller(CONTROLLER, CodeSyncHosts)
+    unique = list(dict.fromkeys(hosts))
+    return run_on(current_runtime(), _sync(controller, unique, [], dict(dirs), False))
+
+
+def gather_directories(pulls: Sequence[tuple[str, str, Path]]) -> Future[list[str]]:
+    """For each ``(host agent, remote directory, local directory)``: make the local one
+    match the host's (only files whose checksums differ travel; each written whole; files
+    gone there removed here). The local files that changed, as ``local/relative``;
+    ``WorkspaceSyncError`` names the hosts that failed (the others were gathered)."""
+    controller = get_or_spawn_controller(CONTROLLER, CodeSyncHosts)
+    return run_on(current_runtime(), _gather(controller, list(pulls)))
+
+
+async def _gather(
+    controller: Future[CodeSyncHosts], pulls: list[tuple[str, str, Path]]
+) -> list[str]:
+    keeper = await wait_outcome(controller._cf)
+    hosts = list(dict.fromkeys(address for address, _, _ in pulls))
+    asked = [keeper.host.call_one(address) for address in hosts]
+    actors = {a: await wait_outcome(f._cf) for a, f in zip(hosts, asked, strict=True)}
+    failures: dict[str, BaseException] = {}
+    changed: list[str] = []
+    for address, remote_dir, local_dir in pulls:
+        if address in failures:
+            continue
+        try:
+            changed += await _pull(actors[address], remote_dir, local_dir)
+        except Exception as exc:  # noqa: BLE001 - this host failed; the others go on
+            failures[address] = exc
+    if failures:
+        await wait_outcome(keeper.forget.call_one(list(failures))._cf)
+        ranks = {address: rank for rank, address in enumerate(hosts)}
+        raise WorkspaceSyncError(
+            {ranks[address]: (address, error) for address, error in failures.items()},
+            len(hosts),
+        )
+    return changed
+
+
+async def _pull(actor: ActorMesh[WorkspaceHost], remote_dir: str, local_dir: Path) -> list[str]:
+    remote = await wait_outcome(actor.manifest.call_one(remote_dir)._cf)
+    await asyncio.to_thread(remove_temporaries, local_dir)
+    local = await asyncio.to_thread(_hashes.manifest, local_dir)
+    fetch, gone = changes(remote, local)
+    for group in batches(((path, remote[path][0]) for path in fetch), BATCH_BYTES):
+        files = await wait_outcome(actor.read.call_one(remote_dir, group)._cf)
+        await asyncio.to_thread(_write_all, local_dir, files)
+    await asyncio.to_thread(remove, local_dir, gone)
+    return [str(local_dir / path) for path in [*fetch, *gone]]
+
+
+def _write_all(root: Path, files: list[tuple[str, bytes, int]]) -> None:
+    for relative, data, mode in files:
+        _hashes.remember(write_whole(root, relative, data, mode), data)
+
+
 async def _sync(
     controller: Future[CodeSyncHosts],
     hosts: list[str],
@@ -260,9 +329,11 @@ async def _settle(
 def _read(src: Path, relatives: list[str]) -> list[tuple[str, bytes, int]]:
     files = []
     for relative in relatives:
-        path = src / relative
-        with open(path, "rb") as file:
-            files.append((relative, file.read(), os.fstat(file.fileno()).st_mode))
+        try:
+            with open(src / relative, "rb") as file:
+                files.append((relative, file.read(), os.fstat(file.fileno()).st_mode))
+        except FileNotFoundError:
+            continue  # removed since the manifest: the next sync removes it there too
     return files
 
 

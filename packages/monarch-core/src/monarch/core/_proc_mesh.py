@@ -709,6 +709,11 @@ class HostMesh(ShapedMesh):
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
 
+    def host_agents(self) -> list[str]:
+        """The address of each host's agent, in rank order (low-level API: what a sibling
+        wheel hands to ``push_directories``/``gather_directories``)."""
+        return [self._hosts[rank] for rank in self._shape.ndslice]
+
     def sync_workspace(
         self, workspace: Any, conda: bool = False, auto_reload: bool = False
     ) -> Future[None]:
