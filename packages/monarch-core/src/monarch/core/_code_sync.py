@@ -25,11 +25,10 @@ from pathlib import Path
 from typing import Final
 
 from ._actor_mesh import ActorMesh
-from ._controller import get_or_spawn_controller
 from ._endpoint import Actor, endpoint
 from ._errors import MeshFailure, WorkspaceSyncError
 from ._future import Future, run_on, wait_outcome
-from ._proc_mesh import HostMesh, ProcMesh, install_workspace_sync
+from ._proc_mesh import HostMesh, ProcMesh, install_workspace_sync, this_proc
 from ._reload import Reloader
 from ._runtime import current_runtime
 from ._shape import NDSlice, Shape
@@ -108,7 +107,7 @@ class WorkspaceReloader(Actor):
 
 class CodeSyncHosts(Actor):
     """The job's ``WorkspaceHost`` of each host agent, in a proc of its own there; one
-    actor in the root client (``get_or_spawn_controller``), owner of those procs.
+    actor in each process that syncs (spawned there on first use), owner of those procs.
 
     It handles their failures: a host that dies fails the sync that was using it (which
     names it), not the client (the root's fault hook would end it).
@@ -136,13 +135,21 @@ class CodeSyncHosts(Actor):
         return True
 
 
-CONTROLLER: Final = "monarch_code_sync"
-
 _lock = threading.Lock()
 _reloaders: dict[int, tuple[ProcMesh, ActorMesh[WorkspaceReloader], set[str]]] = {}
 """id(proc mesh) -> (the mesh, its reloaders, the directories they watch)."""
 _hashes = Hashes()
 """The client's checksums, kept across syncs (files that did not change are not read)."""
+
+_keeper: list[ActorMesh[CodeSyncHosts]] = []
+"""This process's ``CodeSyncHosts`` (spawned on first use)."""
+
+
+def _hosts_keeper() -> ActorMesh[CodeSyncHosts]:
+    with _lock:
+        if not _keeper:
+            _keeper.append(this_proc().spawn("code_sync_hosts", CodeSyncHosts))
+        return _keeper[0]
 
 
 def _reloader(mesh: ProcMesh) -> tuple[ActorMesh[WorkspaceReloader], set[str]]:
@@ -174,7 +181,7 @@ def sync_workspace(
         if not src.is_dir():
             raise FileNotFoundError(f"workspace directory {str(src)!r} does not exist")
     unique = list(dict.fromkeys(hosts))
-    controller = get_or_spawn_controller(CONTROLLER, CodeSyncHosts)
+    controller = _hosts_keeper()
     reloaders = [_reloader(mesh) for mesh in meshes if not mesh._stopped]
     return run_on(
         current_runtime(), _sync(controller, unique, reloaders, dict(workspace.dirs), auto_reload)
@@ -188,7 +195,7 @@ def push_directories(hosts: Sequence[str], dirs: dict[Path, str]) -> Future[None
     for src in dirs:
         if not src.is_dir():
             raise FileNotFoundError(f"directory {str(src)!r} does not exist")
-    controller = get_or_spawn_controller(CONTROLLER, CodeSyncHosts)
+    controller = _hosts_keeper()
     unique = list(dict.fromkeys(hosts))
     return run_on(current_runtime(), _sync(controller, unique, [], dict(dirs), False))
 
@@ -198,14 +205,13 @@ def gather_directories(pulls: Sequence[tuple[str, str, Path]]) -> Future[list[st
     match the host's (only files whose checksums differ travel; each written whole; files
     gone there removed here). The local files that changed, as ``local/relative``;
     ``WorkspaceSyncError`` names the hosts that failed (the others were gathered)."""
-    controller = get_or_spawn_controller(CONTROLLER, CodeSyncHosts)
+    controller = _hosts_keeper()
     return run_on(current_runtime(), _gather(controller, list(pulls)))
 
 
 async def _gather(
-    controller: Future[CodeSyncHosts], pulls: list[tuple[str, str, Path]]
+    keeper: ActorMesh[CodeSyncHosts], pulls: list[tuple[str, str, Path]]
 ) -> list[str]:
-    keeper = await wait_outcome(controller._cf)
     hosts = list(dict.fromkeys(address for address, _, _ in pulls))
     asked = [keeper.host.call_one(address) for address in hosts]
     actors = {a: await wait_outcome(f._cf) for a, f in zip(hosts, asked, strict=True)}
@@ -246,13 +252,12 @@ def _write_all(root: Path, files: list[tuple[str, bytes, int]]) -> None:
 
 
 async def _sync(
-    controller: Future[CodeSyncHosts],
+    keeper: ActorMesh[CodeSyncHosts],
     hosts: list[str],
     reloaders: list[tuple[ActorMesh[WorkspaceReloader], set[str]]],
     dirs: dict[Path, str],
     auto_reload: bool,
 ) -> None:
-    keeper = await wait_outcome(controller._cf)
     asked = [keeper.host.call_one(address) for address in hosts]
     actors = {a: await wait_outcome(f._cf) for a, f in zip(hosts, asked, strict=True)}
     failures: dict[str, BaseException] = {}

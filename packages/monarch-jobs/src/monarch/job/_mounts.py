@@ -16,7 +16,7 @@ not live.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -43,12 +43,12 @@ class GatherMount:
     meshes: list[str] | None
 
 
+@dataclass
 class Mounts:
     """A job's declared mounts (each client declares its own, as upstream's)."""
 
-    def __init__(self) -> None:
-        self.remote: list[RemoteMount] = []
-        self.gather: list[GatherMount] = []
+    remote: list[RemoteMount] = field(default_factory=list)
+    gather: list[GatherMount] = field(default_factory=list)
 
     def apply(self, hosts: Mapping[str, HostMesh]) -> dict[str, HostMesh]:
         """Push every remote mount, then gather; the meshes, those with a mounted
