@@ -30,7 +30,7 @@ META = "pymonarch"
 ROOT_OWNER = "monarch-core"
 OWNS: dict[str, frozenset[str]] = {
     "monarch-transport": frozenset({"transport"}),
-    "monarch-core": frozenset({"actor", "config", "core", "_rust_bindings", "_src"}),
+    "monarch-core": frozenset({"actor", "config", "core", "tools", "_rust_bindings", "_src"}),
     "monarch-rdma": frozenset({"rdma"}),
     "monarch-tensor": frozenset({"tensor", "mesh_controller"}),
     "monarch-jobs": frozenset({"job", "spmd"}),
@@ -258,7 +258,7 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
     for floor in (
         # leaves
         "_config _memory _netaddr _per_process _cli _debug_client _tls _table _instrument"
-        " _internal_logs",
+        " _internal_logs _workspace _reload",  # + the internal log; files by checksum; reloads
         "_tensors _adopt",  # torch tensors as one buffer each (torch never imported); fd sockets
         "_serialize _ring",  # pickling with out-of-band buffers; the lenders' rings
         "_errors _reports",  # the one exception tree; upstream's words for failures
@@ -271,7 +271,7 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_pending",  # procs still starting, as a value that can be sent
         "_actor_mesh",  # the caller side: actor meshes and adverbs
         "_proc_mesh _controller",  # proc and host meshes; get_or_spawn_controller
-        "_context _debugger",  # context(), Instance; breakpoints in endpoints, their sessions
+        "_context _debugger _code_sync",  # context(); breakpoints; sync_workspace
         "_runner",  # the callee side: actor runners, sync and async apart
         "_bootstrap",  # starts runtimes (controller, proc, worker); owns MONARCH_* env names
         "_zygote_proc",  # the zygote's loop (a program, or forked by monarch worker)

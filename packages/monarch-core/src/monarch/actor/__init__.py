@@ -28,7 +28,7 @@ from monarch.core._context import (
 from monarch.core._controller import get_or_spawn_controller
 from monarch.core._debugger import debug_controller
 from monarch.core._endpoint import Actor, concurrent_endpoint, endpoint
-from monarch.core._errors import ActorError, MeshFailure, SupervisionError
+from monarch.core._errors import ActorError, MeshFailure, SupervisionError, WorkspaceSyncError
 from monarch.core._future import Future, returns_future
 from monarch.core._launch import default_bootstrap_cmd
 from monarch.core._port import Channel, Port, PortReceiver, RankedPortReceiver
@@ -91,6 +91,7 @@ __all__ = [
     "Shape",
     "SupervisionError",
     "ValueMesh",
+    "WorkspaceSyncError",
     "as_endpoint",
     "attach",
     "attach_to_workers",

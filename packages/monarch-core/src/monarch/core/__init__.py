@@ -17,6 +17,12 @@ the package README); ``_bootstrap``, at the top, alone starts a runtime, and imp
 
 from ._actor_mesh import ActorMesh, spawn_actor_mesh
 from ._bootstrap import SECRET_ENV, job_secret, use_job_secret
+from ._code_sync import (
+    WorkspaceHost,
+    WorkspaceReloader,
+    gather_directories,
+    push_directories,
+)
 from ._config import current_config
 from ._context import Context, Instance, context
 from ._endpoint import Actor, endpoint
@@ -31,6 +37,7 @@ from ._errors import (
     RemoteFailure,
     SupervisionError,
     WorkerConfigError,
+    WorkspaceSyncError,
 )
 from ._future import Future, Outcome, run_on, submit_into, wait_outcome
 from ._gather import Gather
@@ -51,6 +58,7 @@ from ._runtime import Runtime, current_runtime, running_runtime
 from ._serialize import calling_endpoint, dumps, loads
 from ._shape import Extent, NDSlice, Point, Shape
 from ._value_mesh import ValueMesh
+from ._workspace import Workspace
 
 __all__ = [
     "LEND_MIN",
@@ -91,6 +99,10 @@ __all__ = [
     "SupervisionError",
     "ValueMesh",
     "WorkerConfigError",
+    "Workspace",
+    "WorkspaceHost",
+    "WorkspaceReloader",
+    "WorkspaceSyncError",
     "buffer_address",
     "calling_endpoint",
     "context",
@@ -99,9 +111,11 @@ __all__ = [
     "current_runtime",
     "dumps",
     "endpoint",
+    "gather_directories",
     "job_secret",
     "lending_available",
     "loads",
+    "push_directories",
     "read_process_memory",
     "run_on",
     "running_runtime",

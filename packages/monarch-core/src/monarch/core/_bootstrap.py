@@ -410,6 +410,10 @@ def _start_proc(
                 stdin=subprocess.DEVNULL,
                 stdout=piped,
                 stderr=piped,
+                # A group of its own: a signal to the spawner's group (a terminal's Ctrl-C,
+                # a Jupyter kernel interrupt, which signals the kernel's whole group) stops
+                # the spawner's wait, not the procs; they still die with their parent.
+                process_group=0,
             )
         except (OSError, ValueError) as exc:
             runtime.send_to_port(body.events, SpawnFailed(rank, f"cannot start a proc: {exc}"))

@@ -18,6 +18,13 @@ from ._serialize import dumps
 class MonarchError(Exception):
     """Base class of every error monarch-core raises."""
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """How IPython shows one (a notebook cell's value): the class and the text users
+        read, not the constructor's arguments."""
+        text = str(self)
+        name = type(self).__name__
+        printer.text(text if text.startswith(f"{name}(") else f"{name}: {text}")
+
 
 # -- calls -------------------------------------------------------------------------------
 
@@ -157,6 +164,29 @@ class PullError(MonarchError, OSError):
 
 class WorkerConfigError(MonarchError, RuntimeError):
     """A worker cannot start: no usable job secret, or an unsupported address or security."""
+
+
+class WorkspaceSyncError(MonarchError, RuntimeError):
+    """``sync_workspace`` failed on some hosts (the others were synced).
+
+    ``failures``: host rank (in the mesh synced) -> what went wrong there. A host cut off
+    mid-sync keeps whole files only, old or new (see ``_workspace``).
+    """
+
+    def __init__(self, failures: dict[int, tuple[str, BaseException]], hosts: int) -> None:
+        self.failures = {rank: error for rank, (_, error) in failures.items()}
+        lines = [
+            f"  host {rank} ({address}): {_first_line(error)}"
+            for rank, (address, error) in sorted(failures.items())
+        ]
+        super().__init__(
+            f"sync_workspace failed on {len(failures)} of {hosts} hosts:\n" + "\n".join(lines)
+        )
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 # -- meshes -------------------------------------------------------------------------------

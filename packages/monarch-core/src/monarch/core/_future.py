@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
+import sys
 import threading
 import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Generator
@@ -223,7 +224,7 @@ class Future(Outcome[R]):
                     "Future.get() inside an async endpoint would block the actor's event loop; "
                     "use `await future` instead"
                 )
-            if asyncio._get_running_loop() is not None:
+            if asyncio._get_running_loop() is not None and not _in_notebook_cell():
                 warnings.warn(BLOCKING_GET, UserWarning, stacklevel=2)  # upstream's warning
         return self._wait(timeout)
 
@@ -249,7 +250,10 @@ class Future(Outcome[R]):
     def __await__(self) -> Generator[Any, None, R]:
         loop = asyncio._get_running_loop()
         if loop is not None:
-            return self._cf._asyncio_future(loop).__await__()
+            future = self._cf._asyncio_future(loop)
+            if not future.done() and _in_notebook_cell():
+                _tick_until_done(loop, future)
+            return future.__await__()
         return _await_elsewhere(self._cf).__await__()
 
     def then(self, fn: Callable[[R], T]) -> Future[T]:
@@ -268,6 +272,39 @@ class Future(Outcome[R]):
     def __repr__(self) -> str:
         state = "done" if self._state == _DONE else "pending"
         return f"<monarch.actor.Future {state}>"
+
+
+def _in_notebook_cell() -> bool:
+    """Whether this is the main thread of an IPython kernel, whose loop runs every cell.
+
+    Blocking there in ``get()`` holds only the kernel's loop, never the runtime's (its
+    own thread), so upstream's warning would only be noise under every notebook cell.
+    """
+    ipython = sys.modules.get("IPython")
+    return (
+        ipython is not None
+        and threading.current_thread() is threading.main_thread()
+        and getattr(ipython, "get_ipython", lambda: None)() is not None
+    )
+
+
+NOTEBOOK_TICK: Final = 0.05
+"""Seconds between wake-ups of a notebook kernel's loop while a cell awaits a Future."""
+
+
+def _tick_until_done(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> None:
+    """Wake ``loop`` every ``NOTEBOOK_TICK`` until ``future`` is done.
+
+    An interrupt of an ipykernel kernel (Ctrl-C, the stop button) cancels an awaiting
+    cell from a callback that the kernel queues without waking its loop: a loop asleep
+    until the Future completes would not see it. Only while a cell awaits.
+    """
+
+    def tick() -> None:
+        if not future.done():
+            loop.call_later(NOTEBOOK_TICK, tick)
+
+    loop.call_later(NOTEBOOK_TICK, tick)
 
 
 async def _await_elsewhere(outcome: Outcome[R]) -> R:

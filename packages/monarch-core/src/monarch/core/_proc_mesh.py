@@ -485,6 +485,14 @@ class ProcMesh(ShapedMesh):
 
         await run_on(self._runtime, apply())
 
+    def sync_workspace(
+        self, workspace: Any, conda: bool = False, auto_reload: bool = False
+    ) -> Future[None]:
+        """``HostMesh.sync_workspace`` for the hosts of these procs, reloading in these
+        procs only (upstream's raises NotImplementedError)."""
+        sync, hosts_of = _syncer()
+        return sync(hosts_of(self), [self], workspace, conda, auto_reload)
+
     def activate(self) -> Any:
         """A context manager in which torch operations run on this mesh (upstream's
         ``with procs.activate(): ...``). The tensor engine is monarch-tensor's, reached
@@ -716,6 +724,30 @@ class HostMesh(ShapedMesh):
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
 
+    def host_agents(self) -> list[str]:
+        """The address of each host's agent, in rank order (low-level API: what a sibling
+        wheel hands to ``push_directories``/``gather_directories``)."""
+        return [self._hosts[rank] for rank in self._shape.ndslice]
+
+    def sync_workspace(
+        self, workspace: Any, conda: bool = False, auto_reload: bool = False
+    ) -> Future[None]:
+        """Push ``workspace`` (a ``Workspace``) to every host: only the files that differ
+        (checksums), each renamed into place whole; the procs spawned here (and this
+        process's other proc meshes on these hosts) get it on their ``sys.path``, and with
+        ``auto_reload`` reload the modules that changed. Upstream's signature (awaitable;
+        ``.get()`` too); a failed host raises ``WorkspaceSyncError`` naming it."""
+        sync, hosts_of = _syncer()
+        hosts = [self._hosts[rank] for rank in self._shape.ndslice]
+        mine = set(hosts)
+        meshes = [m for m in self._proc_meshes if not m._stopped]
+        meshes += [
+            m
+            for m in _owned
+            if not m._stopped and all(m is not n for n in meshes) and mine.intersection(hosts_of(m))
+        ]
+        return sync(hosts, meshes, workspace, conda, auto_reload)
+
     def __reduce__(self) -> Any:
         return (_rebuild_host_mesh, (self._hosts, self._shape, self._python))
 
@@ -766,6 +798,21 @@ def _launches(
                 mine.append(chosen.launch(bind))
         launches.append(mine)
     return launches
+
+
+WorkspaceSync = Callable[[Sequence[str], Sequence["ProcMesh"], Any, bool, bool], Future[None]]
+_workspace_sync: list[tuple[WorkspaceSync, Callable[[ProcMesh], list[str]]]] = []
+"""``_code_sync``'s ``sync_workspace`` and its hosts of a proc mesh (it stands above)."""
+
+
+def install_workspace_sync(sync: WorkspaceSync, hosts_of: Callable[[ProcMesh], list[str]]) -> None:
+    _workspace_sync[:] = [(sync, hosts_of)]
+
+
+def _syncer() -> tuple[WorkspaceSync, Callable[[ProcMesh], list[str]]]:
+    if not _workspace_sync:
+        raise RuntimeError("sync_workspace needs monarch.core imported (import monarch.actor)")
+    return _workspace_sync[0]
 
 
 _owned: list[ProcMesh] = []

@@ -15,12 +15,13 @@ the access that triggered it and nothing is cached, so the next access tries aga
 
 from __future__ import annotations
 
+import html
 import operator
 import pickle
 import threading
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Generic, SupportsIndex, TypeVar, cast, final
+from typing import Any, Final, Generic, SupportsIndex, TypeVar, cast, final
 
 from monarch.core._shape import MeshIndexError, MeshTrait, NDSlice, Point, Shape
 
@@ -78,6 +79,10 @@ def _payload_key(payload: Payload) -> bytes | memoryview:
         except (TypeError, ValueError):
             pass
     return bytes(payload)
+
+
+HTML_ROWS: Final = 64
+"""Members a ValueMesh shows in a notebook; the rest are counted."""
 
 
 class ValueMesh(MeshTrait, Generic[R]):
@@ -280,6 +285,23 @@ class ValueMesh(MeshTrait, Generic[R]):
         lines.extend(f"  ({point!r}, {value!r})," for point, value in self.items())
         lines.append(")")
         return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        """A table for notebooks: a column per dimension, then the value (the first
+        ``HTML_ROWS`` members; the count of the rest below)."""
+        labels = list(self._shape.labels)
+        extent = html.escape(str(self._shape.extent))
+        head = "".join(f"<th>{html.escape(label)}</th>" for label in labels)
+        rows = []
+        for point, value in self.items()[:HTML_ROWS]:
+            coords = "".join(f"<td>{point[label]}</td>" for label in labels)
+            rows.append(f"<tr>{coords}<td><pre>{html.escape(repr(value))}</pre></td></tr>")
+        more = len(self) - HTML_ROWS
+        tail = f"<p>... {more} more</p>" if more > 0 else ""
+        return (
+            f"<p>ValueMesh {extent}</p><table><tr>{head}<th>value</th></tr>"
+            f"{''.join(rows)}</table>{tail}"
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Unpickle everything here: ``loads`` may depend on this process (out-of-band

@@ -155,6 +155,8 @@ class Zygote:
                 env=env,
                 stdin=subprocess.DEVNULL,
                 pass_fds=[theirs.fileno()],
+                process_group=0,  # as procs (_bootstrap): a signal to the agent's group
+                # (Ctrl-C, a Jupyter kernel interrupt) is not one to its procs
             )
         finally:
             theirs.close()

@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Final
 
 from monarch.core import HostMesh
 
+from ._mounts import GatherMount, Mounts, RemoteMount
 from ._state import JobState
 
 if TYPE_CHECKING:  # imported on use: importing OpenTelemetry costs a client that has no need
@@ -28,7 +29,7 @@ if TYPE_CHECKING:  # imported on use: importing OpenTelemetry costs a client tha
 DEFAULT_JOB_PATH: Final = ".monarch/job_state.pkl"
 STOP_TIMEOUT: Final = 30.0
 """Seconds ``kill()`` gives the procs of this process to stop before ending the hosts."""
-_TRANSIENT: Final = ("_attaching", "_attached", "_telemetry")
+_TRANSIENT: Final = ("_attaching", "_attached", "_telemetry", "_mounts", "_last_hosts")
 """What a saved job leaves out: it belongs to the process that attached."""
 FORMAT: Final = 1
 """The saved job's format: one saved by another version is not loaded (a fresh start)."""
@@ -53,6 +54,10 @@ class JobTrait(ABC):
         self._telemetry: TelemetryConfig | None = None
         """Keep the job's telemetry tables in this client (``enable_telemetry``; not saved:
         each client that attaches asks for its own)."""
+        self._mounts = Mounts()
+        """``remote_mount``/``gather_mount`` (not saved: each client declares its own)."""
+        self._last_hosts: dict[str, HostMesh] = {}
+        """The meshes ``state()`` attached to, as the job made them (for the mounts)."""
 
     def __getstate__(self) -> dict[str, object]:
         state = dict(vars(self))
@@ -62,10 +67,13 @@ class JobTrait(ABC):
 
     def __setstate__(self, state: dict[str, object]) -> None:
         telemetry = vars(self).get("_telemetry")
+        mounts = vars(self).get("_mounts") or Mounts()
         vars(self).update(state)
         self._attaching = False
         self._attached = []
         self._telemetry = telemetry  # what this process asked for, kept on re-attaching
+        self._mounts = mounts
+        self._last_hosts = {}
 
     # -- the user's API ------------------------------------------------------------------
 
@@ -143,6 +151,39 @@ class JobTrait(ABC):
             )
         self._telemetry = config or TelemetryConfig()
 
+    def remote_mount(
+        self,
+        source: str,
+        mntpoint: str | None = None,
+        meshes: list[str] | None = None,
+        python_exe: str | None = ".venv/bin/python",
+        **kwargs: object,
+    ) -> None:
+        """Make the local directory ``source`` readable at ``mntpoint`` (default: the same
+        path) on every host of ``meshes`` (default: all), from the next ``state()`` on
+        (upstream's). A copy kept in step by checksum, not a FUSE mount (see ``_mounts``):
+        ``refresh_mounts()`` pushes what changed since. With ``source/python_exe``
+        present, the state's meshes start procs with the mounted one."""
+        if kwargs:
+            raise TypeError(f"remote_mount: options {sorted(kwargs)} are FUSE's, not offered")
+        self._mounts.remote.append(RemoteMount(source, mntpoint, meshes, python_exe))
+
+    def gather_mount(
+        self, remote_mount_point: str, local_mount_point: str, meshes: list[str] | None = None
+    ) -> None:
+        """Make each host's ``remote_mount_point`` (``$SUBDIR``: the host's key,
+        ``hosts_0``) readable at ``local_mount_point/<key>`` here, from the next
+        ``state()`` on (upstream's); ``refresh_mounts()`` brings it up to date."""
+        self._mounts.gather.append(GatherMount(remote_mount_point, local_mount_point, meshes))
+
+    def refresh_mounts(self) -> list[str]:
+        """Push each remote mount's changes to the hosts and gather the hosts' changes
+        (ours: the mounts are copies); the gathered local files that changed."""
+        if not self._attached:
+            raise RuntimeError("call job.state() first: the job is not attached")
+        self._mounts.push(self._last_hosts)
+        return self._mounts.refresh_gathered(self._last_hosts)
+
     def _attach(self) -> JobState:
         """``_state()``, remembering its meshes for ``kill()``; with telemetry enabled, the
         state's ``query_engine_client``."""
@@ -152,6 +193,8 @@ class JobTrait(ABC):
             engine = enable_telemetry(self._telemetry)  # before any proc is spawned
         state = self._state()
         self._attached = list({id(mesh): mesh for mesh in state._hosts.values()}.values())
+        self._last_hosts = dict(state._hosts)
+        state._hosts = self._mounts.apply(state._hosts)
         if self._telemetry is not None:
             state.query_engine_client = engine
         return state

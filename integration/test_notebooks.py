@@ -1,0 +1,199 @@
+"""Monarch in a Jupyter kernel, for real: the notebooks of ``examples/notebooks/`` executed
+with nbclient in an ipykernel kernel, and a kernel driven as a person would (interrupt a
+waiting cell, restart the kernel)."""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.manager import KernelManager
+from nbclient import NotebookClient
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "examples" / "notebooks"
+
+
+def kernel_environment() -> dict[str, str]:
+    """ipykernel shows what the kernel's processes write to its stdout and stderr (what
+    procs print) in the notebook, except under pytest (``PYTEST_CURRENT_TEST``): a kernel
+    as a person's runs."""
+    return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+
+
+def run_notebook(path: Path, tmp_path: Path) -> list[str]:
+    """Execute ``path`` in a fresh kernel; each code cell's outputs as one text."""
+    notebook = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
+    client = NotebookClient(
+        notebook,
+        timeout=120,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
+    client.execute(env=kernel_environment())
+    return [cell_text(cell) for cell in notebook.cells if cell.cell_type == "code"]
+
+
+def cell_text(cell: Any) -> str:
+    parts = []
+    for output in cell.get("outputs", []):
+        if output["output_type"] == "stream":
+            parts.append(output["text"])
+        elif output["output_type"] in ("execute_result", "display_data"):
+            parts.extend(str(v) for v in output["data"].values())
+        elif output["output_type"] == "error":
+            parts.append(f"{output['ename']}: {output['evalue']}")
+    return "".join(parts)
+
+
+def test_ddp_notebook(tmp_path: Path) -> None:
+    cells = run_notebook(NOTEBOOKS / "ddp.ipynb", tmp_path)
+    assert "<ProcMesh {gpus: 2}>" in cells[0]
+    assert "'gloo'" in cells[3]  # setup, on both ranks
+    # The actors' prints reach the notebook, under the cell that made them.
+    assert "rank 0 step 1 loss" in cells[4] and "rank 1 step 3 loss" in cells[4]
+    assert "step 2: losses" in cells[4]
+    assert "weights equal on every rank: True" in cells[5]
+    # The class redefined in a later cell: the new actors run the new code.
+    assert "clipped_from" in cells[6]
+    assert "<table>" in cells[6]  # ValueMesh's HTML table
+
+
+def test_supervision_notebook(tmp_path: Path) -> None:
+    cells = run_notebook(NOTEBOOKS / "supervision.ipynb", tmp_path)
+    assert "caught ActorError: division by zero" in cells[1]
+    assert "0.25" in cells[1]  # the actor lives on
+    assert "caught SupervisionError" in cells[2]
+    assert "exited with non-zero code 3" in cells[2]
+    assert "MeshFailure(mesh_name=workers-" in cells[3]  # readable in a notebook
+    assert "crashed_ranks=[1]" in cells[3]
+    assert "manager: restarting after" in cells[5]
+    assert "restarts: 1 workers alive: 2" in cells[5]
+
+
+# -- a kernel driven by hand ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel(cwd=str(tmp_path), env=kernel_environment())
+    client = manager.blocking_client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        yield manager, client
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+def execute(client: BlockingKernelClient, code: str, timeout: float = 60) -> dict[str, Any]:
+    """Run ``code``; its reply's content, with ``text``: everything the cell showed."""
+    shown: list[str] = []
+
+    def output(message: dict[str, Any]) -> None:
+        content = message["content"]
+        if message["msg_type"] == "stream":
+            shown.append(content["text"])
+        elif message["msg_type"] in ("execute_result", "display_data"):
+            shown.append(content["data"].get("text/plain", ""))
+        elif message["msg_type"] == "error":
+            shown.append(f"{content['ename']}: {content['evalue']}")
+
+    reply = client.execute_interactive(code, timeout=timeout, output_hook=output)
+    return {**reply["content"], "text": "".join(shown)}
+
+
+def wait_for(condition: Any, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+SETUP = """
+import os, pathlib, time
+from monarch.actor import Actor, endpoint, this_host
+
+class Gate(Actor):
+    @endpoint
+    def wait(self, started: str, release: str) -> str:
+        pathlib.Path(started).touch()
+        while not os.path.exists(release):
+            time.sleep(0.01)
+        return "released"
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+procs = this_host().spawn_procs(per_host={"gpus": 2})
+gate = procs.spawn("gate", Gate)
+print(sorted(gate.pid.call().get().values()))
+"""
+
+
+@pytest.mark.parametrize("style", ["get", "await"])
+def test_interrupt_while_waiting_leaves_the_mesh_usable(
+    kernel: tuple[KernelManager, BlockingKernelClient], tmp_path: Path, style: str
+) -> None:
+    manager, client = kernel
+    assert execute(client, SETUP)["status"] == "ok"
+    started, release = tmp_path / "started", tmp_path / "release"
+    call = f"gate.wait.call({str(started)!r}, {str(release)!r})"
+    code = f"{call}.get()" if style == "get" else f"await {call}"
+    message_id = client.execute(code)
+    wait_for(started.exists, 30, "the actors to start waiting")
+    manager.interrupt_kernel()
+    reply = reply_to(client, message_id)
+    assert reply["status"] == "error"
+    # ipykernel ends an awaiting cell with CancelledError, a blocked one with KeyboardInterrupt
+    assert reply["ename"] == ("KeyboardInterrupt" if style == "get" else "CancelledError")
+    release.touch()
+    after = execute(client, "print(gate.wait.call('/dev/null', '/').get().values())")
+    assert after["status"] == "ok", after
+    assert "['released', 'released']" in after["text"]
+    assert execute(client, "print(len(gate.pid.call().get()))")["text"].strip() == "2"
+
+
+def reply_to(client: BlockingKernelClient, message_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            reply = client.get_shell_msg(timeout=max(deadline - time.monotonic(), 0.01))
+        except queue.Empty:
+            raise AssertionError("no execute_reply after the interrupt") from None
+        if reply["parent_header"].get("msg_id") == message_id:
+            content: dict[str, Any] = reply["content"]
+            return content
+
+
+def test_restarting_the_kernel_leaves_no_proc(
+    kernel: tuple[KernelManager, BlockingKernelClient],
+) -> None:
+    manager, client = kernel
+    result = execute(client, SETUP)
+    assert result["status"] == "ok", result
+    pids = [int(p) for p in result["text"].strip().strip("[]").split(",")]
+    assert all(alive(pid) for pid in pids)
+    manager.restart_kernel(now=True)
+    wait_for(lambda: not any(alive(pid) for pid in pids), 30, f"procs {pids} to end")
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie has ended: its parent, the kernel, is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return os.path.exists(f"/proc/{pid}")

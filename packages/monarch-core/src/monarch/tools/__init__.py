@@ -1,0 +1,1 @@
+"""Upstream's ``monarch.tools``: here only ``monarch.tools.config.Workspace``."""
