@@ -94,6 +94,10 @@ def kernel(tmp_path: Path) -> Iterator[tuple[KernelManager, BlockingKernelClient
         manager.shutdown_kernel(now=True)
 
 
+BANNER = "Monarch internal logs are being written"
+"""What the client says on stderr as its runtime starts (where the runtime's log goes)."""
+
+
 def execute(client: BlockingKernelClient, code: str, timeout: float = 60) -> dict[str, Any]:
     """Run ``code``; its reply's content, with ``text``: everything the cell showed."""
     shown: list[str] = []
@@ -101,7 +105,8 @@ def execute(client: BlockingKernelClient, code: str, timeout: float = 60) -> dic
     def output(message: dict[str, Any]) -> None:
         content = message["content"]
         if message["msg_type"] == "stream":
-            shown.append(content["text"])
+            lines = content["text"].splitlines(keepends=True)  # less the client's banner:
+            shown.extend(line for line in lines if not line.startswith(BANNER))
         elif message["msg_type"] in ("execute_result", "display_data"):
             shown.append(content["data"].get("text/plain", ""))
         elif message["msg_type"] == "error":
