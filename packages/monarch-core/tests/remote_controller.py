@@ -11,6 +11,7 @@ test puts the controller on its own "host". Each step prints one JSON line to st
     python remote_controller.py tls CA KEY ADDR...   (PEM paths; or trust_all_connections -)
     python remote_controller.py busy ADDR SECONDS
     python remote_controller.py gateway GATEWAY ADDR   (waits for a line on stdin midway)
+    python remote_controller.py root-far ADDR
 """
 
 from __future__ import annotations
@@ -115,6 +116,33 @@ def netns(addr2: str, addr3: str) -> None:
     )
 
 
+class Counter(Actor):
+    def __init__(self) -> None:
+        self.hits = 0
+
+    @endpoint
+    def hit(self) -> int:
+        self.hits += 1
+        return self.hits
+
+
+class Asker(Actor):
+    @endpoint
+    def ask(self) -> int:
+        counter = monarch.actor.get_or_spawn_controller("counter", Counter).get(timeout=30)
+        hits: int = counter.hit.call_one().get(timeout=30)
+        return hits
+
+
+def root_far(addr: str) -> None:
+    """The runtime starts on a local socket first (this_host()), then attaches: procs on
+    the worker must find the job's root at its network address, not the local one."""
+    monarch.actor.this_host()
+    hosts = attach_to_workers(workers=[addr], ca="trust_all_connections")
+    askers = hosts.spawn_procs(per_host={"gpus": 2}).spawn("askers", Asker)
+    emit(asked=outcome(askers.ask.call().then(lambda v: sorted(v.values())), 60))
+
+
 def shutdown(addr0: str, addr1: str) -> None:
     hosts = attach_to_workers(workers=[addr0, addr1], ca="trust_all_connections")
     procs = hosts.spawn_procs(per_host={"gpus": 1})
@@ -191,6 +219,7 @@ SCENARIOS: dict[str, Callable[..., None]] = {
     "local": local,
     "wrong-secret": wrong_secret,
     "netns": netns,
+    "root-far": root_far,
 }
 
 

@@ -385,6 +385,18 @@ def test_hosts_in_network_namespaces_and_a_partition(
     assert [v["host"] for v in second["survivor"]["value"]] == ["10.0.0.2", "10.0.0.2"]
 
 
+def test_procs_on_other_hosts_reach_the_root_of_a_client_that_attached_late(
+    netns_hosts: list[str], start: Callable[..., Child], env: dict[str, str]
+) -> None:
+    """A client whose runtime started on a local socket, then attached to a worker: the
+    worker's procs reach it at its network address (get_or_spawn_controller goes there)."""
+    h1, h2, _ = netns_hosts
+    _, a2 = start_worker(start, env, "tcp://10.0.0.2:0", netns=h2)
+    argv = ["ip", "netns", "exec", h1, sys.executable, str(CONTROLLER), "root-far", a2]
+    asked = start(argv, env).json(90)["asked"]
+    assert asked.get("value") == [1, 2], asked  # one counter, in the root, for both
+
+
 def test_a_controller_outside_the_network_attaches_through_a_gateway(
     netns_hosts: list[str], start: Callable[..., Child], env: dict[str, str]
 ) -> None:

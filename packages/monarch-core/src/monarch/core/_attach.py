@@ -18,12 +18,13 @@ from __future__ import annotations
 import concurrent.futures
 import enum
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
 from monarch.transport import Address, AuthenticationError, TransportError, open_listener
 
-from ._bootstrap import SECRET_ENV
+from ._bootstrap import ROOT_ENV, SECRET_ENV
 from ._config import BindSpec, configure, current_config
 from ._future import run_on
 from ._netaddr import WILDCARD_HOSTS, route_source, split_alias
@@ -176,6 +177,9 @@ async def _listen_at(runtime: Runtime, scheme: str, host: str) -> None:
         runtime.spawn_task(extra.serve(runtime._serve_connection))
         address = extra.address
     log.info("controller %s is now known as %s, for remote workers", runtime.address, address)
+    if runtime.root in ("", runtime.address):  # this client is the job's root: procs on
+        runtime.root = str(address)  # the workers find it there (get_or_spawn_controller)
+        os.environ[ROOT_ENV] = runtime.root
     runtime.address = str(address)
 
 
