@@ -63,7 +63,8 @@ def reload(src: Path, addresses: list[str]) -> None:
         )
     wait_for_next()
     procs.sync_workspace(workspace).get(timeout=60)  # the ProcMesh form, nothing changed
-    say(step="again")
+    later = hosts.spawn_procs(per_host={"gpus": 1})  # spawned after the syncs: found there
+    say(step="again", later=later.spawn("uses", Uses).version.call().get().values())
 
 
 def fault(src: Path, addresses: list[str]) -> None:

@@ -223,7 +223,8 @@ def test_sync_sends_changes_and_reloads_running_procs(
         assert not (d / "src" / "data" / "0.bin").exists()
         assert len(list((d / "src" / "data").iterdir())) == 19
     controller.send_line("next")
-    assert controller.json(60)["step"] == "again"
+    again = controller.json(60)
+    assert again["step"] == "again" and again["later"] == [2, 2]  # procs spawned later too
 
 
 def test_a_host_dying_mid_sync_is_named_and_leaves_only_whole_files(

@@ -64,6 +64,7 @@ from ._proc_mesh import handle_run_bootstrap, host_python, shutdown_context
 from ._runner import handle_spawn_actor, refuse_undeliverable, release_actors
 from ._runtime import Runtime, install_runtime, new_event_loop, running_runtime, set_starter
 from ._tls import current_identity, installed_identity
+from ._workspace import put_synced_on_path
 from ._zygote import (
     Child,
     ForkedProc,
@@ -257,6 +258,7 @@ async def serve_proc() -> None:
     runtime = Runtime(asyncio.get_running_loop(), job_secret())
     host_python[0] = os.environ.get(PYTHON_ENV, "")
     install_internal_logs(f"proc {os.environ[RANK_ENV]}")
+    put_synced_on_path()  # before any actor's class is unpickled
     await runtime.start(os.environ.get(LISTEN_ENV, "unix://@"))
     _boot(runtime, os.environ.get(ROOT_ENV, ""))
     log.info("proc %d listening at %s for %s", os.getpid(), runtime.address, parent)

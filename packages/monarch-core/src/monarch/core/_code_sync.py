@@ -40,6 +40,7 @@ from ._workspace import (
     changes,
     remove,
     remove_temporaries,
+    synced,
     workspace_root,
     write_whole,
 )
@@ -183,6 +184,7 @@ def sync_workspace(
     unique = list(dict.fromkeys(hosts))
     controller = _hosts_keeper()
     reloaders = [_reloader(mesh) for mesh in meshes if not mesh._stopped]
+    synced.update(dst or "." for dst in workspace.dirs.values())  # for procs spawned later
     return run_on(
         current_runtime(), _sync(controller, unique, reloaders, dict(workspace.dirs), auto_reload)
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import secrets
 import string
 import sys
@@ -51,6 +52,7 @@ from ._serialize import dumps, loads
 from ._shape import NDSlice, Point, Shape, ShapedMesh
 from ._supervision import call_fault_hook
 from ._table import gpus_per_host, mesh_table
+from ._workspace import SYNCED_ENV, synced
 
 log = logging.getLogger("monarch.actor")
 
@@ -203,6 +205,8 @@ async def _start_procs(
     # The procs get this process's configuration and the job's root, wherever they run.
     env = runtime_env()
     env[KEYS["proc_preload"].env[0]] = preload_list()
+    if synced:
+        env[SYNCED_ENV] = os.pathsep.join(sorted(synced))
     root = runtime.root or runtime.address
     try:
         for i, host in enumerate(hosts):

@@ -16,6 +16,7 @@ import hashlib
 import os
 import secrets
 import stat
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,22 @@ def check_relative(path: str) -> str:
     if Path(path).is_absolute() or ".." in parts or not parts:
         raise ValueError(f"{path!r} must be a relative path inside the workspace")
     return "/".join(parts)
+
+
+SYNCED_ENV: Final = "MONARCH_WORKSPACE_DIRS"
+"""The directories (under a host's workspace root) synced before a proc was spawned: on
+its ``sys.path`` from its start."""
+synced: set[str] = set()
+"""What ``sync_workspace`` pushed from this process (the procs it spawns later get them)."""
+
+
+def put_synced_on_path() -> None:
+    """A proc's start: the synced directories its spawner names, first on ``sys.path``."""
+    root = workspace_root()
+    for dst in reversed([d for d in os.environ.get(SYNCED_ENV, "").split(os.pathsep) if d]):
+        path = os.path.normpath(root / dst)
+        if path not in sys.path:
+            sys.path.insert(0, path)
 
 
 def workspace_root() -> Path:
