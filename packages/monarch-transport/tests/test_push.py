@@ -273,7 +273,9 @@ async def test_flush_for_writes_within_its_time_or_says_it_could_not(
         assert not client.flush_for(0.01)  # nobody reads: it gives up in time
         left = client.unsent
         assert left > 0
-        assert not client.flush_for(0.01, keep=left - 1)
+        # The kernel may still take some (its buffers grow: tcp_rmem's max is 32 MiB here),
+        # never all that is left while nobody reads.
+        assert not client.flush_for(0.01, keep=0)
         peer.resume_receiving()
         assert await anyio.to_thread.run_sync(client.flush_for, 60.0)
         assert client.unsent == 0
