@@ -9,7 +9,7 @@ import programs
 import pytest
 import torch
 
-from monarch.actor import ActorMesh, ProcMesh
+from monarch.actor import ActorMesh, ProcMesh, this_host
 from monarch.tensor import Tensor, inspect, rank_tensor, remote
 
 WAIT = 60.0
@@ -74,6 +74,23 @@ def test_a_failed_tensor_fails_the_call_with_its_error(
     with procs.activate():
         good = torch.ones(2)
     assert users.slice(gpus=1).total.call_one(good).get(timeout=WAIT) == 2.0
+
+
+def test_an_actor_on_other_procs_is_refused_at_the_call(procs: ProcMesh) -> None:
+    """Its proc would wait for a shard that never comes: the call is refused at once."""
+    others = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        strangers = others.spawn("strangers", programs.ShardUser)
+        strangers.initialized.get(timeout=WAIT)
+        with procs.activate():
+            t = torch.ones(3)
+        with pytest.raises(TypeError, match="not on the tensor's mesh"):
+            strangers.total.call(t)
+        # a slice of an actor mesh on the tensor's own procs is fine
+        users = procs.spawn("slice_users", programs.ShardUser)
+        assert users.slice(gpus=0).total.call_one(t).get(timeout=WAIT) == 3.0
+    finally:
+        others.stop().get(timeout=WAIT)
 
 
 def test_anywhere_else_pickling_is_refused(procs: ProcMesh) -> None:

@@ -15,7 +15,7 @@ the package README); ``_bootstrap``, at the top, alone starts a runtime, and imp
 ``monarch.core`` makes it the starter of ``current_runtime()``.
 """
 
-from ._actor_mesh import ActorMesh, spawn_actor_mesh
+from ._actor_mesh import ActorMesh, proc_addresses, spawn_actor_mesh
 from ._bootstrap import SECRET_ENV, job_secret, use_job_secret
 from ._code_sync import (
     WorkspaceHost,
@@ -55,7 +55,7 @@ from ._messages import TO_ACTOR, TO_PORT, TO_PROC, Body, PortRef, PortValue
 from ._port import Channel, Port
 from ._proc_mesh import HostMesh, ProcMesh, this_host, this_proc
 from ._runtime import Runtime, current_runtime, running_runtime
-from ._serialize import calling_endpoint, dumps, loads
+from ._serialize import calling_endpoint, calling_target, dumps, loads
 from ._shape import Extent, NDSlice, Point, Shape
 from ._value_mesh import ValueMesh
 from ._workspace import Workspace
@@ -105,6 +105,7 @@ __all__ = [
     "WorkspaceSyncError",
     "buffer_address",
     "calling_endpoint",
+    "calling_target",
     "context",
     "current_config",
     "current_instrumentation",
@@ -115,6 +116,7 @@ __all__ = [
     "job_secret",
     "lending_available",
     "loads",
+    "proc_addresses",
     "push_directories",
     "read_process_memory",
     "run_on",

@@ -140,7 +140,7 @@ class Endpoint(Generic[R]):
                 prop._signature.bind(*(None,) * leading, *args, **kwargs)
             except TypeError as exc:
                 raise TypeError(f"{self._name}() {exc}") from None
-        return dumps_call_arguments(self._name, args, kwargs)
+        return dumps_call_arguments(self._name, args, kwargs, self._mesh)
 
     def _oversize(self, payload: list[Buffer], adverb: str) -> SupervisionError | None:
         """The error of a message larger than ``codec_max_frame_length``, which is not sent."""
@@ -365,6 +365,15 @@ def _choose_one(mesh: ActorMesh[R]) -> ActorMesh[R]:
     return mesh._with_shape(
         Shape(labels, NDSlice(rank, [1] * len(labels), list(shape.ndslice.strides)))
     )
+
+
+def proc_addresses(mesh: ActorMesh[Any]) -> frozenset[str] | None:
+    """The procs that the actors of ``mesh`` (a slice: its ranks only) live on, once known
+    (None while its procs are starting)."""
+    addresses = mesh._state.addresses
+    if addresses is None:
+        return None
+    return frozenset(addresses[rank] for rank in mesh._shape.ndslice if rank < len(addresses))
 
 
 class _MeshState:

@@ -118,23 +118,33 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is unt
 _NO_ARGUMENTS: Final = pickle.dumps(((), {}), protocol=5)
 
 
-_calling: ContextVar[str | None] = ContextVar("monarch_calling_endpoint", default=None)
+_calling: ContextVar[tuple[str, Any] | None] = ContextVar(
+    "monarch_calling_endpoint", default=None
+)
 
 
 def calling_endpoint() -> str | None:
     """The endpoint whose call arguments this thread is pickling, else None: an object of
     a sibling wheel may pickle as a reference only there (a monarch-tensor Tensor travels
     to an actor as its proc's shard, and is refused anywhere else)."""
-    return _calling.get()
+    calling = _calling.get()
+    return None if calling is None else calling[0]
+
+
+def calling_target() -> Any:
+    """The actor mesh (or slice) whose endpoint is being called meanwhile, else None."""
+    calling = _calling.get()
+    return None if calling is None else calling[1]
 
 
 def dumps_call_arguments(
-    endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    endpoint: str, args: tuple[Any, ...], kwargs: dict[str, Any], target: Any = None
 ) -> list[Buffer]:
-    """``dumps_arguments`` of a call to ``endpoint`` (``calling_endpoint()`` says it meanwhile)."""
+    """``dumps_arguments`` of a call to ``endpoint`` of ``target`` (``calling_endpoint()``
+    and ``calling_target()`` say them meanwhile)."""
     if not args and not kwargs:
         return [_NO_ARGUMENTS]
-    token = _calling.set(endpoint)
+    token = _calling.set((endpoint, target))
     try:
         return dumps((args, kwargs))
     finally:

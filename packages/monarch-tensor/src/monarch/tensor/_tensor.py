@@ -17,7 +17,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
-from monarch.core import calling_endpoint
+from monarch.core import ActorMesh, calling_endpoint, calling_target, proc_addresses
 
 from ._active import current_client, pushed
 from ._client import MeshClient, coalesced
@@ -117,6 +117,7 @@ class Tensor(torch.Tensor):
                 "actor gets its proc's shard): fetch_shard it for its value"
             )
         client = self._client
+        _check_target(client, calling_target())
         key = client.transfer_key()
         client.record((LEND, self._ref, key))
         client.flush(now=True)
@@ -347,3 +348,22 @@ def _tensor(t: Any) -> Tensor:
     if not isinstance(t, Tensor):
         raise TypeError(f"expected a monarch.Tensor, not {type(t).__name__}")
     return t
+
+
+def _check_target(client: MeshClient, target: object) -> None:
+    """A shard reaches only an actor on a proc of the tensor's mesh: calling one elsewhere
+    is refused at the call (its proc would wait for a shard that never comes)."""
+    if not isinstance(target, ActorMesh):
+        return
+    called = proc_addresses(target)
+    ours = proc_addresses(client.workers())
+    if called is None or ours is None:
+        return  # procs still starting: the actor's proc says so if it gets no shard
+    outside = called - ours
+    if outside:
+        raise TypeError(
+            f"a monarch.Tensor passed to {target._name!r}, whose actors on "
+            f"{len(outside)} proc(s) are not on the tensor's mesh: an actor takes a "
+            "monarch.Tensor only on the procs of the tensor's mesh (fetch_shard it, or "
+            "move it with to_mesh)"
+        )
