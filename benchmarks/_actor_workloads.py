@@ -30,6 +30,7 @@ from _workloads import (
     check_echo,
     cold_figures,
     latency,
+    pids_pss,
     pids_rss,
     run_cold,
     script_main,
@@ -199,6 +200,9 @@ class MonarchSide:
 
     def worker_rss(self) -> list[float]:
         return pids_rss(self.pids)
+
+    def worker_pss(self) -> list[float]:
+        return pids_pss(self.pids)
 
     def stop(self) -> None:
         try:

@@ -228,6 +228,20 @@ def rss_kib(pid: int | str = "self") -> dict[str, int]:
     return out
 
 
+def pss_kib(pid: int | str = "self") -> int | None:
+    """A process's proportional set size in KiB: pages shared with other processes (a
+    forked proc's with its zygote and siblings) counted by share (None where unreadable)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key == "Pss":
+                    return int(value.split()[0])
+    except OSError:
+        pass
+    return None
+
+
 # -- the raw cold start -------------------------------------------------------------------
 
 

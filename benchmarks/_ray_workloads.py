@@ -47,6 +47,7 @@ from _workloads import (  # noqa: E402
     check_echo,
     cold_figures,
     latency,
+    pids_pss,
     pids_rss,
     run_cold,
     script_main,
@@ -186,6 +187,9 @@ class RaySide:
 
     def worker_rss(self) -> list[float]:
         return pids_rss(self.pids)
+
+    def worker_pss(self) -> list[float]:
+        return pids_pss(self.pids)
 
     def stop(self) -> None:
         try:

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from _raw_peer import cpu_ticks, rss_kib
+from _raw_peer import cpu_ticks, pss_kib, rss_kib
 from _results import percentile
 
 HERE = Path(__file__).resolve().parent
@@ -107,6 +107,7 @@ class Side(Protocol):
     def payload(self, mib: int, data: bytes, count: int) -> dict[str, float]: ...
     def cold_start(self, timeout: float) -> dict[str, float]: ...
     def worker_rss(self) -> list[float]: ...
+    def worker_pss(self) -> list[float]: ...
     def stop(self) -> None: ...
 
 
@@ -161,6 +162,10 @@ def mib(kib: dict[str, int]) -> float | None:
 
 def pids_rss(pids: Sequence[int]) -> list[float]:
     return [v for v in (mib(rss_kib(pid)) for pid in pids) if v is not None]
+
+
+def pids_pss(pids: Sequence[int]) -> list[float]:
+    return [v / 1024 for v in (pss_kib(pid) for pid in pids) if v is not None]
 
 
 # -- cold starts ------------------------------------------------------------------------
@@ -318,6 +323,8 @@ def run_sides(
     for side in sides:
         for value in side.worker_rss():
             sink.add(side.name, {"worker_rss_MiB": value})
+        for value in side.worker_pss():
+            sink.add(side.name, {"worker_pss_MiB": value})
     if "payload" in workloads or "tensor_payload" in workloads:
         payloads.update((size, make_payload(size)) for size in PAYLOAD_MIB)
         prime([w for w in workloads if w in ("payload", "tensor_payload")])

@@ -85,6 +85,7 @@ from _workloads import (
     cold_figures,
     drop_pycache,
     latency,
+    pids_pss,
     pids_rss,
     run_cold,
     run_sides,
@@ -190,6 +191,9 @@ def _figures() -> dict[str, Figure]:
     figs["cold_start_import_s"] = Figure("s", False, "cold start: import monarch.actor")
     figs["cold_start_stop_s"] = Figure("s", False, "cold start: procs.stop().get()")
     figs["worker_rss_MiB"] = Figure("MiB", False, "worker RSS after a few calls")
+    figs["worker_pss_MiB"] = Figure(
+        "MiB", False, "worker PSS after a few calls (shared pages by share)"
+    )
     figs["controller_rss_MiB"] = Figure("MiB", False, "controller RSS (cold-start script)")
     figs["cold_start_worker_rss_MiB"] = Figure(
         "MiB", False, "worker RSS (cold-start script, after a few calls)"
@@ -325,6 +329,9 @@ class RawSide:
 
     def worker_rss(self) -> list[float]:
         return pids_rss(self.pids)
+
+    def worker_pss(self) -> list[float]:
+        return pids_pss(self.pids)
 
     def stop(self) -> None:
         try:
