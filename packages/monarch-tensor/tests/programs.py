@@ -25,6 +25,21 @@ def split_halves(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return t[:half].clone(), t[half:].clone()
 
 
+def positives(t: torch.Tensor) -> torch.Tensor:
+    """A result whose shape depends on the values (a boolean mask): no meta run says it."""
+    return t[t > 0]
+
+
+def positives_and_count(t: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """A tensor and a plain value: the value comes back from the first proc's run."""
+    kept = t[t > 0]
+    return kept, int(kept.numel())
+
+
+def add_in_place(t: torch.Tensor) -> None:
+    t.add_(1)
+
+
 def exit_on_rank(t: torch.Tensor, rank: int) -> torch.Tensor:
     """Ends proc ``rank`` at once (a crash, as far as the mesh can tell)."""
     if t.device.type != "meta" and current_rank().rank == rank:

@@ -151,6 +151,37 @@ def test_remote_functions_run_on_every_proc(procs: ProcMesh) -> None:
     assert torch.equal(fetched, (torch.arange(4.0) + 1) * 3)
 
 
+def test_a_result_shaped_by_the_values_comes_from_the_first_procs_run(procs: ProcMesh) -> None:
+    """upstream's "cached" propagation: ``fn`` runs on the first proc's shards once per
+    signature to say its results' shapes; ours by default too where meta tensors cannot."""
+    default = remote(programs.positives)
+    cached = remote(programs.positives_and_count, propagate="cached")
+    with procs.activate():
+        t = torch.tensor([-1.0, 2.0, -3.0, 4.0]) * (rank_tensor("gpus") + 1)
+        p = default(t)
+        q, count = cached(t)
+        q2, _ = cached(t)  # the same signature: the shapes remembered
+        assert p.shape == (2,) and q.shape == q2.shape == (2,) and count == 2
+        with pytest.raises(NotImplementedError):  # other ops still run on meta tensors
+            torch.nonzero(t)
+    assert torch.equal(inspect(p, gpus=1), torch.tensor([4.0, 8.0]))
+    assert torch.equal(inspect(q2, gpus=0), torch.tensor([2.0, 4.0]))
+    assert len(cached._probed) == 1
+
+
+def test_inspect_propagation_runs_for_effects_and_returns_nothing(procs: ProcMesh) -> None:
+    bump = remote(programs.add_in_place, propagate="inspect")
+    with procs.activate():
+        t = torch.zeros(2)
+        assert bump(t) is None
+        u = t * 1
+    assert torch.equal(inspect(u, gpus=1), torch.ones(2))
+    with pytest.raises(NotImplementedError, match="mocked"):
+        remote(programs.scaled, propagate="mocked")
+    with pytest.raises(ValueError, match="'cached' or 'inspect'"):
+        remote(programs.scaled, propagate="guess")  # type: ignore[call-overload]
+
+
 def test_metadata_from_the_cache_is_what_torch_gives(procs: ProcMesh) -> None:
     """The second op of a signature takes its results' metadata from a cache: the same
     answers, fresh meta tensors, aliases still aliases, autograd still recorded."""

@@ -1,5 +1,6 @@
-"""A remote function's endpoint adverbs: ``call``/``call_one``/``stream`` bring each proc's
-result back as a value, ``broadcast`` runs it for its effects, in order with the ops."""
+"""A remote function's endpoint adverbs: ``call``/``call_one``/``choose``/``stream`` bring
+each proc's result back as a value, ``broadcast`` runs it for its effects, in order with the
+ops."""
 
 from __future__ import annotations
 
@@ -34,6 +35,13 @@ def test_stream_and_call_one(procs: ProcMesh) -> None:
     with procs.slice(gpus=1).activate():
         rank, _ = where.call_one().get(timeout=WAIT)
     assert rank == 0  # its rank in the one-proc slice
+
+
+def test_choose_runs_on_one_proc(procs: ProcMesh) -> None:
+    where = remote(programs.where)
+    with procs.activate():
+        ranks = {where.choose().get(timeout=WAIT)[0] for _ in range(20)}
+    assert ranks <= {0, 1} and len(ranks) == 2  # one proc each time, either of them
 
 
 def test_broadcast_runs_in_order_with_the_ops(procs: ProcMesh) -> None:

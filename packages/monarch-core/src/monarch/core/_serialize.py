@@ -118,9 +118,7 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is unt
 _NO_ARGUMENTS: Final = pickle.dumps(((), {}), protocol=5)
 
 
-_calling: ContextVar[tuple[str, Any] | None] = ContextVar(
-    "monarch_calling_endpoint", default=None
-)
+_calling: ContextVar[tuple[str, Any] | None] = ContextVar("monarch_calling_endpoint", default=None)
 
 
 def calling_endpoint() -> str | None:

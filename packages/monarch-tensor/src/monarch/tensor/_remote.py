@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import functools
 import math
+import random
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Generic, TypeVar, overload
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar, overload
 
 import torch
+from torch.utils._pytree import tree_map
 
 from monarch.core import Future, ValueMesh, context, dumps
 
@@ -16,31 +19,80 @@ from ._active import current_client
 from ._client import MeshClient
 from ._commands import CALL, Pickled, Ref
 from ._flat import flatten_call, unflatten
+from ._metacache import key_of
 from ._tensor import Tensor, dispatch
 
 R = TypeVar("R")
 
 
+Propagate = Callable[..., Any] | Literal["cached", "inspect", "mocked"] | None
+PROBE_WAIT = 120.0
+"""Seconds a ``cached`` propagation waits for the first shard's run."""
+
+
+class NeedsData(Exception):
+    """``fn`` could not run on meta tensors (its result's shape depends on the values)."""
+
+
 class Remote(Generic[R]):
     """``fn`` called on every proc of the mesh of its arguments (or the active mesh).
 
-    The result's shapes come from ``propagate(*args)`` run here on meta tensors; by
-    default ``fn`` itself is run on meta tensors, which works for any function written
-    with torch operations only.
+    Where its results are monarch Tensors (``fn(...)``), their shapes come from
+    ``propagate``, as upstream's:
+
+    - a callable: run here on meta tensors in place of ``fn``;
+    - ``"cached"``: ``fn`` run once per signature of its arguments on the first proc, with
+      that proc's shards, which says the shapes and dtypes of what it returns (``fn`` runs
+      there twice: that once, and as the op); remembered per signature;
+    - ``"inspect"``: ``fn`` returns no monarch Tensor (``fn(...)`` is None here), it runs
+      for its effects;
+    - ``None`` (ours): ``fn`` itself on meta tensors (no round trip), which works for any
+      function of torch operations whose result's shape does not depend on the values;
+      for one that does (a boolean mask, ``nonzero``, ``unique``), as ``"cached"``.
+
+    Each proc's result must then have the shape the first proc's has.
     """
 
-    def __init__(self, fn: Callable[..., R], propagate: Callable[..., Any] | None) -> None:
+    def __init__(self, fn: Callable[..., R], propagate: Propagate) -> None:
+        if propagate == "mocked":
+            raise NotImplementedError("mocked propagation")  # as upstream's
+        if isinstance(propagate, str) and propagate not in ("cached", "inspect"):
+            raise ValueError(f"propagate={propagate!r}: a callable, None, 'cached' or 'inspect'")
         self._fn = fn
         self._propagate = propagate
         self._wire: Pickled | None = None
+        self._probed: dict[Any, Any] = {}
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         """Run on every proc; the result is monarch Tensors (upstream's ``rref``)."""
-        result = dispatch(
-            self._fn, args, kwargs, current_client(), self._propagate, wire=self._wired()
-        )
-        return result  # type: ignore[no-any-return]
+        client, propagate = current_client(), self._propagate
+        if propagate == "inspect":
+            return dispatch(self._fn, args, kwargs, client, _nothing, wire=self._wired())  # type: ignore[no-any-return]
+        if callable(propagate):
+            return dispatch(self._fn, args, kwargs, client, propagate, wire=self._wired())  # type: ignore[no-any-return]
+        if propagate is None:
+            try:
+                return dispatch(  # type: ignore[no-any-return]
+                    self._fn, args, kwargs, client, None, wire=self._wired(), needs_data=NeedsData
+                )
+            except NeedsData:
+                pass  # its result's shape depends on the values: as "cached"
+        probed = self._probe(args, kwargs)
+        return dispatch(self._fn, args, kwargs, client, probed, wire=self._wired())  # type: ignore[no-any-return]
+
+    def _probe(self, args: Any, kwargs: Any) -> Callable[..., Any]:
+        """What ``fn`` returns for arguments like these, as the first proc's run says: a
+        stand-in for ``fn`` that makes those results of meta tensors."""
+        flat, _ = flatten_call(args, kwargs)
+        key = key_of(self._fn, args, kwargs, flat)
+        found = _MISSING if key is None else self._probed.get(key, _MISSING)
+        if found is _MISSING:
+            describe = Remote(functools.partial(_described, self._fn), None)
+            found = describe._from_rank(0, args, kwargs).get(timeout=PROBE_WAIT)
+            if key is not None:
+                self._probed[key] = found
+        return lambda *_args, **_kwargs: tree_map(_as_meta, found)
 
     rref = __call__
 
@@ -67,6 +119,12 @@ class Remote(Generic[R]):
                 f"({dict(zip(client.labels, client.sizes, strict=True))}): slice it, or use call()"
             )
         return self._from_rank(0, args, kwargs)
+
+    def choose(self, *args: Any, **kwargs: Any) -> Future[R]:
+        """Run on one proc of the active mesh, picked at random (as upstream's ``choose``
+        spreads calls over its actors); its result."""
+        client = self._client()
+        return self._from_rank(random.randrange(math.prod(client.sizes)), args, kwargs)
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Run on every proc of the active mesh, for its effects; nothing comes back."""
@@ -123,20 +181,57 @@ def _first(values: list[Any]) -> Any:
     return values[0]
 
 
+_MISSING: Any = object()
+
+
+def _nothing(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class _Described:
+    """A tensor result as the first proc's run of ``fn`` made it: what a meta one needs (a
+    dataclass: a leaf of the result's tree, where a named tuple would be a node)."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: str
+    requires_grad: bool
+
+
+def _describe(leaf: Any) -> Any:
+    if not isinstance(leaf, torch.Tensor):
+        return leaf
+    dtype = str(leaf.dtype).removeprefix("torch.")
+    return _Described(tuple(leaf.shape), tuple(leaf.stride()), dtype, leaf.requires_grad)
+
+
+def _described(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run on a proc: ``fn``'s result with each tensor replaced by its description."""
+    return tree_map(_describe, fn(*args, **kwargs))
+
+
+def _as_meta(leaf: Any) -> Any:
+    if not isinstance(leaf, _Described):
+        return leaf
+    made = torch.empty_strided(
+        leaf.shape, leaf.stride, dtype=getattr(torch, leaf.dtype), device="meta"
+    )
+    return made.requires_grad_(leaf.requires_grad) if leaf.requires_grad else made
+
+
 @overload
-def remote(fn: Callable[..., R], *, propagate: Callable[..., Any] | None = None) -> Remote[R]: ...
+def remote(fn: Callable[..., R], *, propagate: Propagate = None) -> Remote[R]: ...
 @overload
 def remote(
-    fn: None = None, *, propagate: Callable[..., Any] | None = None
+    fn: None = None, *, propagate: Propagate = None
 ) -> Callable[[Callable[..., R]], Remote[R]]: ...
 def remote(
-    fn: Callable[..., R] | None = None, *, propagate: Callable[..., Any] | None = None
+    fn: Callable[..., R] | None = None, *, propagate: Propagate = None
 ) -> Remote[R] | Callable[[Callable[..., R]], Remote[R]]:
-    """``remote(fn)``, ``@remote`` or ``@remote(propagate=...)``."""
+    """``remote(fn)``, ``@remote`` or ``@remote(propagate=...)`` (see ``Remote``)."""
     if fn is None:
         return lambda f: Remote(f, propagate)
-    if isinstance(propagate, str):
-        raise NotImplementedError(f"propagate={propagate!r}: only a callable or None for now")
     return Remote(fn, propagate)
 
 

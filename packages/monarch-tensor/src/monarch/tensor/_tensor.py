@@ -173,9 +173,12 @@ def dispatch(
     meta_func: Callable[..., Any] | None = None,
     wire: Any = None,
     factory: bool = False,
+    needs_data: type[Exception] | None = None,
 ) -> Any:
     """Record ``func(*args, **kwargs)`` on the mesh of its monarch Tensors (or ``client``,
-    for a factory) and return its result as monarch Tensors, computed without data."""
+    for a factory) and return its result as monarch Tensors, computed without data.
+    ``needs_data``: raised (from the error) where running it on meta tensors fails, as an
+    op whose result depends on the values does, before anything is recorded."""
     flat, spec = flatten_call(args, kwargs)
     clients = {x._client for x in flat if isinstance(x, Tensor)}
     if len(clients) > 1:
@@ -199,7 +202,12 @@ def dispatch(
         if "device" in meta_kwargs:
             meta_kwargs["device"] = "meta"
         with pushed(None), torch.device("meta"):
-            result = (meta_func or func)(*meta_args, **meta_kwargs)
+            try:
+                result = (meta_func or func)(*meta_args, **meta_kwargs)
+            except (NotImplementedError, RuntimeError) as exc:
+                if needs_data is None:
+                    raise
+                raise needs_data(exc) from exc
         leaves, out_spec = flatten(result)
         if key is not None:
             store(key, out_spec, leaves, set(inputs))
