@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
+import torch.distributed
 
 from monarch.actor import Actor, current_rank, endpoint
 
@@ -34,6 +36,17 @@ def positives_and_count(t: torch.Tensor) -> tuple[torch.Tensor, int]:
     """A tensor and a plain value: the value comes back from the first proc's run."""
     kept = t[t > 0]
     return kept, int(kept.numel())
+
+
+def all_summed(t: torch.Tensor, group: Any) -> torch.Tensor:
+    """torch.distributed's all_reduce over the process group the worker gives."""
+    out = t.clone()
+    torch.distributed.all_reduce(out, group=group)
+    return out
+
+
+def group_size(group: Any) -> tuple[int, int]:
+    return group.rank(), group.size()
 
 
 def add_in_place(t: torch.Tensor) -> None:

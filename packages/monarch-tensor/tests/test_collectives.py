@@ -7,7 +7,15 @@ import pytest
 import torch
 
 from monarch.actor import ProcMesh
-from monarch.tensor import RemoteException, Tensor, inspect, rank_tensor, reduce, remote
+from monarch.tensor import (
+    RemoteException,
+    Tensor,
+    inspect,
+    process_group,
+    rank_tensor,
+    reduce,
+    remote,
+)
 
 WAIT = 60.0
 
@@ -96,6 +104,27 @@ def test_a_slice_of_a_mesh_reduces_among_its_own_procs(grid: ProcMesh) -> None:
     assert torch.equal(inspect(r, gpus=0), torch.full((2,), 6.0))
     assert torch.equal(inspect(non_contiguous, gpus=1), torch.full((2, 3), 3.0))
     assert torch.equal(inspect(whole, hosts=1, gpus=1), torch.full((2,), 6.0))
+
+
+def test_a_remote_function_runs_its_own_collective_on_a_process_group(grid: ProcMesh) -> None:
+    """``process_group(dims)`` (upstream's ``RemoteProcessGroup``): the function gets its
+    worker's gloo group along those dimensions and calls torch.distributed itself."""
+    summed = remote(programs.all_summed)  # shapes from a meta run with a group that does nothing
+    cached = remote(programs.all_summed, propagate="cached")  # the first proc runs it alone
+    with grid.activate():
+        t = torch.ones(3) * (rank_tensor("hosts") * 2 + rank_tensor("gpus"))  # ranks 0..3
+        along_gpus = process_group("gpus")
+        rows = summed(t, along_gpus)
+        everything = cached(t, process_group(("hosts", "gpus")))
+    assert torch.equal(inspect(rows, hosts=1, gpus=0), torch.full((3,), 2.0 + 3.0))
+    assert torch.equal(inspect(rows, hosts=0, gpus=1), torch.full((3,), 0.0 + 1.0))
+    assert torch.equal(inspect(everything, hosts=1, gpus=1), torch.full((3,), 6.0))
+    with grid.activate():
+        sizes = remote(programs.group_size).call(along_gpus).get(timeout=60)
+    assert sizes.item(hosts=1, gpus=1) == (1, 2)
+    with pytest.raises(ValueError, match="dimensions"):
+        process_group("nope", grid)
+    assert repr(along_gpus) == "RemoteProcessGroup(dims=('gpus',))"
 
 
 def test_bad_arguments_raise_at_the_call(procs: ProcMesh) -> None:

@@ -17,6 +17,7 @@ from monarch.core import Future
 from ._coalescing import coalescing
 from ._errors import RemoteException
 from ._fetch import call_on_shard_and_fetch, fetch_shard, inspect, show
+from ._group import RemoteProcessGroup, process_group
 from ._mesh import activate, get_active_mesh, no_mesh
 from ._remote import Remote, rank_tensor, rank_tensors, remote
 from ._rref import rref as _rref  # noqa: F401 - loaded with the package (workers unpickle it)
@@ -30,6 +31,7 @@ __all__ = [
     "MeshSliceTensor",
     "Remote",
     "RemoteException",
+    "RemoteProcessGroup",
     "Stream",
     "Tensor",
     "activate",
@@ -40,6 +42,7 @@ __all__ = [
     "get_active_stream",
     "inspect",
     "no_mesh",
+    "process_group",
     "rank_tensor",
     "rank_tensors",
     "reduce",

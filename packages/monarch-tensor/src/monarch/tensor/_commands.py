@@ -27,6 +27,23 @@ class Ref:
         return f"Ref({self.id})"
 
 
+class GroupRef:
+    """A ``RemoteProcessGroup`` inside a command's arguments: the worker gives the function
+    its gloo group along mesh dimensions ``dims`` (indices), met at ``store``."""
+
+    __slots__ = ("dims", "store")
+
+    def __init__(self, dims: tuple[int, ...], store: tuple[str, int]) -> None:
+        self.dims = dims
+        self.store = store
+
+    def __reduce__(self) -> tuple[type[GroupRef], tuple[tuple[int, ...], tuple[str, int]]]:
+        return (GroupRef, (self.dims, self.store))
+
+    def __repr__(self) -> str:
+        return f"GroupRef({self.dims})"
+
+
 class Attr(NamedTuple):
     """``getattr``/``setattr`` of a tensor attribute, as a picklable callable."""
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar, overload
 
 import torch
+import torch.distributed as dist
 from torch.utils._pytree import tree_map
 
 from monarch.core import Future, ValueMesh, context, dumps
@@ -19,6 +20,7 @@ from ._active import current_client
 from ._client import MeshClient
 from ._commands import CALL, Pickled, Ref
 from ._flat import flatten_call, unflatten
+from ._group import fake_group
 from ._metacache import key_of
 from ._tensor import Tensor, dispatch
 
@@ -207,7 +209,16 @@ def _describe(leaf: Any) -> Any:
 
 
 def _described(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run on a proc: ``fn``'s result with each tensor replaced by its description."""
+    """Run on the first proc alone: ``fn``'s result with each tensor replaced by its
+    description. A process group given to ``fn`` is replaced by one whose collectives do
+    nothing (its peers do not run this)."""
+
+    def alone(leaf: Any) -> Any:
+        if isinstance(leaf, dist.ProcessGroup):
+            return fake_group(leaf.rank(), leaf.size())
+        return leaf
+
+    args, kwargs = tree_map(alone, (args, kwargs))
     return tree_map(_describe, fn(*args, **kwargs))
 
 

@@ -23,6 +23,7 @@ from ._active import current_client, pushed
 from ._client import MeshClient, coalesced
 from ._commands import LEND, OP, REDUCE, Ref, same, wire_func
 from ._flat import flatten, flatten_call, unflatten
+from ._group import RemoteProcessGroup
 from ._metacache import key_of, lookup, store
 from ._stream import StorageAliases, Stream, check_inputs, get_active_stream, mutated_input
 from ._to_mesh import MeshSliceTensor, select
@@ -243,6 +244,8 @@ def _root(meta: torch.Tensor) -> torch.Tensor:
 def _to_meta(x: Any) -> Any:
     if isinstance(x, Tensor):
         return x._meta
+    if isinstance(x, RemoteProcessGroup):
+        return x.fake()
     if isinstance(x, torch.Tensor):
         return x.to("meta")
     return x

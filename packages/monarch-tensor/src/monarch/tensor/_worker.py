@@ -22,7 +22,19 @@ import torch.distributed as dist
 
 from monarch.core import Actor, Point, context, endpoint, loads
 
-from ._commands import CALL, DELETE, LEND, OP, RECV, REDUCE, SEND, Pickled, Ref, op_name
+from ._commands import (
+    CALL,
+    DELETE,
+    LEND,
+    OP,
+    RECV,
+    REDUCE,
+    SEND,
+    GroupRef,
+    Pickled,
+    Ref,
+    op_name,
+)
 from ._errors import RemoteException
 from ._flat import flatten, flatten_call, unflatten
 from ._inbox import deliver, take
@@ -134,6 +146,8 @@ class TensorWorker(Actor):
                 if isinstance(value, _Poison):
                     raise _Failed(value)
                 return value
+            if isinstance(leaf, GroupRef):
+                return self._group(leaf.dims, leaf.store)[0]
             return leaf
 
         leaves, spec = flatten_call(args, kwargs)
