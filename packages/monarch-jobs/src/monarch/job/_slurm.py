@@ -10,6 +10,7 @@ one's stderr is the error.
 
 from __future__ import annotations
 
+import re
 import secrets
 import shlex
 import subprocess
@@ -26,6 +27,9 @@ from ._trait import JobError, JobTrait, checked_meshes, write_private
 
 START_TIMEOUT: Final = 300.0
 """Seconds for an allocation to start and its workers to listen."""
+
+_ADDRESS: Final = re.compile(r"[a-z][a-z0-9+.\-]*://\S+")
+"""What a worker's first line is when it listens (else it is why it could not)."""
 
 
 class SlurmJob(JobTrait):
@@ -117,7 +121,7 @@ class SlurmJob(JobTrait):
         job = self._jobs[name]
         files = [self._folder / f"{name}-{task}.out" for task in range(self._meshes[name])]
         while True:
-            found = []
+            found: list[str] = []
             for path in files:
                 try:
                     with open(path) as out:
@@ -126,6 +130,11 @@ class SlurmJob(JobTrait):
                     break
                 if not line.endswith("\n"):
                     break
+                if not _ADDRESS.fullmatch(line.strip()):
+                    raise JobError(
+                        f"Slurm job {job} (mesh {name!r}): the worker of node {len(found)} "
+                        f"did not start: {line.strip()} (its output: {path})"
+                    )
                 found.append(line.strip())
             if len(found) == len(files):
                 return found
