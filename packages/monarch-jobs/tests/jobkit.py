@@ -90,45 +90,23 @@ def ip(*args: str) -> None:
         raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
 
 
+HOSTS = Path(__file__).parents[3] / "tools" / "netns" / "hosts.sh"
+
+
 def make_hosts(count: int, prefix: str) -> list[str]:
-    """Namespaces ``{prefix}h1..`` at 10.0.0.1../24 on a bridge of their own (as
-    shared/infra/netns; the prefix keeps concurrent runs apart). ``drop_hosts`` undoes it."""
-    # The root namespace never routes 10.0.0.0/24: a stray connect fails here at once.
-    routes = subprocess.run(
-        ["ip", "route", "show", "type", "unreachable"], capture_output=True, text=True
-    ).stdout
-    if "unreachable 10.0.0.0/24" not in routes:
-        ip("route", "add", "unreachable", "10.0.0.0/24")
-    switch = f"{prefix}sw"
-    ip("netns", "add", switch)
-    ip("-n", switch, "link", "add", "br0", "type", "bridge")
-    ip("-n", switch, "link", "set", "br0", "up")
-    hosts = []
-    for i in range(1, count + 1):
-        host = f"{prefix}h{i}"
-        ip("netns", "add", host)
-        hosts.append(host)
-        veth, port = f"v{prefix}{i}", f"p{prefix}{i}"
-        ip("link", "add", veth, "type", "veth", "peer", "name", port)
-        ip("link", "set", veth, "netns", host)
-        ip("link", "set", port, "netns", switch)
-        ip("-n", switch, "link", "set", port, "master", "br0")
-        ip("-n", switch, "link", "set", port, "up")
-        ip("-n", host, "link", "set", veth, "name", "eth0")
-        ip("-n", host, "addr", "add", f"10.0.0.{i}/24", "dev", "eth0")
-        ip("-n", host, "link", "set", "eth0", "up")
-        ip("-n", host, "link", "set", "lo", "up")
-    return hosts
+    """Namespaces ``{prefix}h1..`` at 10.0.0.1../24 on a bridge of their own
+    (tools/netns/hosts.sh; the prefix keeps concurrent runs apart). ``drop_hosts`` undoes it."""
+    done = subprocess.run(
+        ["bash", str(HOSTS), "up", prefix, str(count)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"network namespaces {prefix}h1..: {done.stderr.strip()}")
+    return done.stdout.split()
 
 
 def drop_hosts(prefix: str) -> None:
     """Kill every process left in the ``{prefix}`` namespaces and delete them."""
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    for ns in (line.split()[0] for line in listed.splitlines() if line.startswith(prefix)):
-        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-        for pid in pids.stdout.split():
-            subprocess.run(["kill", "-9", pid], capture_output=True)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    subprocess.run(["bash", str(HOSTS), "down", prefix], capture_output=True)
 
 
 def start_sshd(host: str, address: str, pidfile: str) -> None:

@@ -105,7 +105,9 @@ class SlurmJob(JobTrait):
             ]
         )
         out = self._folder / f"{name}-%t.out"  # one per node (task), first line its address
-        script = f"#!/bin/sh\nexec srun --output={shlex.quote(str(out))} {worker}\n"
+        # The batch script starts once the allocation is granted: it says when, and where.
+        granted = 'echo "monarch: allocated at $(date +%s.%N) on $SLURM_JOB_NODELIST"'
+        script = f"#!/bin/sh\n{granted}\nexec srun --output={shlex.quote(str(out))} {worker}\n"
         argv = [
             "sbatch",
             "--parsable",
