@@ -158,13 +158,15 @@ def slurm_figures(reps: int, errors: dict[str, str]) -> list[dict[str, Any]]:
         return []
     samples: list[dict[str, float]] = []
     try:
-        with tempfile.TemporaryDirectory(prefix="jobs-bench-cluster-") as folder:
-            with slurm_cluster(Path(folder)) as (prefix, env):
-                for rep in range(reps + 1):
-                    result = slurm_repetition(prefix, env)
-                    if rep:
-                        samples.append(result)
-                    print(f"rep {rep} slurm: {json.dumps(result)}", file=sys.stderr, flush=True)
+        with (
+            tempfile.TemporaryDirectory(prefix="jobs-bench-cluster-") as folder,
+            slurm_cluster(Path(folder)) as (prefix, env),
+        ):
+            for rep in range(reps + 1):
+                result = slurm_repetition(prefix, env)
+                if rep:
+                    samples.append(result)
+                print(f"rep {rep} slurm: {json.dumps(result)}", file=sys.stderr, flush=True)
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
         errors["slurm"] = str(exc)
         return []
