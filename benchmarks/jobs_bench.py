@@ -138,8 +138,13 @@ def slurm_repetition(prefix: list[str], env: dict[str, str]) -> dict[str, float]
         path = Path(folder)
         try:
             return one(
-                sys.executable, path, "slurm", repr(time.time()), str(path / "logs"),
-                prefix=prefix, env=env,
+                sys.executable,
+                path,
+                "slurm",
+                repr(time.time()),
+                str(path / "logs"),
+                prefix=prefix,
+                env=env,
             )
         finally:
             one(sys.executable, path, "kill", prefix=prefix, env=env)
