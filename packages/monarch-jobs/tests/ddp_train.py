@@ -41,7 +41,8 @@ try:
     for _ in range(STEPS):
         optimizer.zero_grad()
         loss = F.mse_loss(model(x[shard]), y[shard])
-        loss.backward()  # DDP averages the gradients over the ranks (gloo all_reduce)
+        # DDP averages the gradients over the ranks (gloo all_reduce)
+        loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
         mean = loss.detach().clone()
         dist.all_reduce(mean)

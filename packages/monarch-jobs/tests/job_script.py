@@ -92,12 +92,12 @@ if __name__ == "__main__":
         cfg = {"python_exe": sys.executable, "exclusive": False, "log_dir": sys.argv[4]}
         spmd = serve(line, scheduler="slurm", scheduler_cfg=cfg)
         runs = []
-        for run in (1, 2):  # the second on the same hosts: no new allocation
+        for number in (1, 2):  # the second on the same hosts: no new allocation
             spmd.run_spmd(cached_path=".monarch/job_state.pkl")
             ranks = [json.loads(text) for text in out.read_text().splitlines()]
             out.unlink()
             losses = next(r["losses"] for r in ranks if r["rank"] == 0)
-            print(f"run {run}: losses {losses}", flush=True)
+            print(f"run {number}: losses {losses}", flush=True)
             runs.append({"losses": losses, "at": sorted((r["rank"], r["address"]) for r in ranks)})
         jobs = sorted(spmd._job._jobs.values())  # type: ignore[attr-defined]
         print(json.dumps({"runs": runs, "slurm_jobs": jobs}), flush=True)
