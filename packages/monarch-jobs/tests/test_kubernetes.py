@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from functools import partial
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -367,7 +368,7 @@ def test_pods_run_the_worker_from_the_manifests_and_a_client_attaches(
                 )
             )
             port = container["ports"][0]["containerPort"]
-            wait_until(lambda h=host, i=pod_ip, p=port: probe(h, i, p), 60, f"pod {rank} is Ready")
+            wait_until(partial(probe, host, pod_ip, port), 60, f"pod {rank} is Ready")
             assert pods[-1].stdout is not None
             assert pods[-1].stdout.readline().strip() == f"tcp://{pod_ip}:{port}"
             labels = {**template["metadata"]["labels"], RANK_LABEL: str(rank)}
