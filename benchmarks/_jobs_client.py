@@ -41,6 +41,9 @@ def run(started: float, logs: str | None = None) -> None:
         (batch,) = Path(logs).glob("slurm-*/hosts-batch.out")
         granted = float(batch.read_text().split()[3])
         result["from_allocation"] = end - granted
+        # When the last worker had written its address (its output file's first line).
+        listening = max(out.stat().st_mtime for out in batch.parent.glob("hosts-[0-9]*.out"))
+        result["workers_listening"] = listening - granted
     print(json.dumps(result), flush=True)
     os._exit(0)  # the workers stay up for the next run; nothing else to wait for
 

@@ -66,6 +66,7 @@ FIGURES = [
 TOOLS = HERE.parent / "tools"
 SLURM_FIGURES = [
     ("from_allocation", "SlurmJob, 2 nodes: allocation granted to first replies"),
+    ("workers_listening", "SlurmJob, 2 nodes: allocation granted to both workers listening"),
     ("from_state", "SlurmJob, 2 nodes: state() (sbatch) to first replies"),
     ("from_process_start", "SlurmJob, 2 nodes: process start to first replies"),
 ]

@@ -28,6 +28,10 @@ from ._trait import JobError, JobTrait, checked_meshes, write_private
 START_TIMEOUT: Final = 300.0
 """Seconds for an allocation to start and its workers to listen."""
 
+LOOK_EVERY: Final = 0.02
+"""Seconds between looks at the workers' output files while they start."""
+SQUEUE_EVERY: Final = 0.5
+"""Seconds between asking squeue whether the job still runs, meanwhile."""
 _ADDRESS: Final = re.compile(r"[a-z][a-z0-9+.\-]*://\S+")
 """What a worker's first line is when it listens (else it is why it could not)."""
 
@@ -122,6 +126,7 @@ class SlurmJob(JobTrait):
         """The addresses the mesh's workers printed, once every node's worker has."""
         job = self._jobs[name]
         files = [self._folder / f"{name}-{task}.out" for task in range(self._meshes[name])]
+        asked = -SQUEUE_EVERY  # when squeue was last asked (it costs a process, and slurmctld)
         while True:
             found: list[str] = []
             for path in files:
@@ -140,6 +145,10 @@ class SlurmJob(JobTrait):
                 found.append(line.strip())
             if len(found) == len(files):
                 return found
+            if time.monotonic() - asked < SQUEUE_EVERY:
+                time.sleep(LOOK_EVERY)
+                continue
+            asked = time.monotonic()
             state = _job_state(job)
             if state not in ("PENDING", "CONFIGURING", "RUNNING"):
                 log = self._folder / f"{name}-batch.out"
@@ -150,7 +159,7 @@ class SlurmJob(JobTrait):
                     f"Slurm job {job} (mesh {name!r}): its workers did not start within "
                     f"{START_TIMEOUT:g}s (state {state})"
                 )
-            time.sleep(0.1)
+            time.sleep(LOOK_EVERY)
 
     def _state(self) -> JobState:
         use_job_secret(self._secret)
