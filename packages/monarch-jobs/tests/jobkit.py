@@ -109,6 +109,17 @@ def drop_hosts(prefix: str) -> None:
     subprocess.run(["bash", str(HOSTS), "down", prefix], capture_output=True)
 
 
+def netns_of(host: str) -> str:
+    """The network namespace of ``host`` (as ``/proc/PID/ns/net`` names it)."""
+    done = subprocess.run(
+        ["ip", "netns", "exec", host, "readlink", "/proc/self/ns/net"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
 def start_sshd(host: str, address: str, pidfile: str) -> None:
     """A real sshd listening at ``address`` in namespace ``host`` (tools/ssh/start.sh)."""
     done = subprocess.run(

@@ -24,7 +24,7 @@ import kubernetes_validate
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jobkit import drop_hosts, make_hosts, wait_until
+from jobkit import drop_hosts, make_hosts, netns_of, wait_until
 from kubernetes import client
 
 from monarch.core import SECRET_ENV
@@ -413,13 +413,3 @@ def test_pods_run_the_worker_from_the_manifests_and_a_client_attaches(
 
 def in_host(host: str) -> list[str]:
     return ["ip", "netns", "exec", host]
-
-
-def netns_of(host: str) -> str:
-    done = subprocess.run(
-        ["ip", "netns", "exec", host, "readlink", "/proc/self/ns/net"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()

@@ -21,6 +21,7 @@ from ._process import ProcessJob
 from ._slurm import SlurmJob
 from ._ssh import SSHJob
 from ._state import JobState
+from ._store import StoreJob
 from ._trait import JobError, JobTrait
 
 SCHEDULERS: Final = ("local", "slurm", "ssh")
@@ -188,4 +189,4 @@ def serve(
     return SPMDJob(job, run)
 
 
-__all__ = ["SPMDJob", "TorchRun", "parse_torchrun", "serve"]
+__all__ = ["SPMDJob", "StoreJob", "TorchRun", "parse_torchrun", "serve"]
