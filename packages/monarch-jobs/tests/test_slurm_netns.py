@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jobkit import Dialog, Script, alive, drop_hosts, ip, make_hosts, wait_until
+from jobkit import Dialog, Script, alive, drop_hosts, ip, make_hosts, netns_of, wait_until
 
 HERE = Path(__file__).parent
 START = HERE.parents[2] / "tools" / "slurm" / "start-netns.sh"
@@ -217,3 +217,34 @@ def test_a_node_that_dies_is_a_supervision_event_not_a_hang(
         dialog.close()
         if idle.slurm("squeue", "-h").strip():
             idle.slurm("scancel", "--user=root")
+
+
+def test_a_batch_job_runs_its_client_in_the_allocation_and_ends_with_it(
+    idle: Cluster, tmp_path: Path
+) -> None:
+    out, logs = tmp_path / "seen.json", tmp_path / "slurm-logs"
+    client = f"{HERE / 'batch_client.py'} {out} {logs}"
+    code = f"""if True:
+        import sys
+        from monarch.job import SlurmJob
+        job = SlurmJob({{"hosts": 2}}, sys.executable, exclusive=False, log_dir={str(logs)!r})
+        job.apply(client_script={client!r})
+        print(job._jobs["hosts"])
+    """
+    done = subprocess.run(
+        [*idle.prefix, sys.executable, "-c", code],
+        cwd=tmp_path,
+        env={**os.environ, **idle.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    job = done.stdout.strip()
+    # The client's own state() attached to the job it runs in, from the first node (h2).
+    wait_until(out.exists, 120, f"the batch client wrote {out}: {idle.slurm('squeue')}")
+    seen = json.loads(out.read_text())
+    assert seen["batch"] == "1" and seen["job"] == job
+    assert seen["client"] == netns_of(idle.nodes[0])
+    assert seen["nets"] == [netns_of(node) for node in idle.nodes[:2]]
+    # It ended, and the allocation with it: the idle fixture waits for nothing left.

@@ -39,7 +39,7 @@ except ImportError:  # as upstream's: the module needs the client
 from monarch.core import SECRET_ENV, job_secret
 
 from ._state import JobState, attached_state
-from ._trait import JobError, JobTrait
+from ._trait import JobError, JobTrait, no_batch_mode
 
 DEFAULT_PORT: Final = 26600
 """The worker's port in a pod (upstream's)."""
@@ -349,6 +349,7 @@ class KubernetesJob(JobTrait):
         return self._namespace, sorted(meshes)
 
     def _create(self, client_script: str | None) -> None:
+        no_batch_mode(self, client_script)
         if not self._meshes:
             raise JobError("a KubernetesJob needs a mesh: call add_mesh(...) first")
         objects = self.manifests()

@@ -25,7 +25,7 @@ from typing import Final, Protocol
 from monarch.core import SECRET_ENV, job_secret
 
 from ._state import JobState, attached_state
-from ._trait import JobError, JobTrait
+from ._trait import JobError, JobTrait, no_batch_mode
 
 SECRET_KEY: Final = "monarch/spmd/secret"
 TRANSPORTS: Final = ("ipc", "tcp")
@@ -118,7 +118,8 @@ class StoreJob(JobTrait):
         return False
 
     def _create(self, client_script: str | None) -> None:
-        pass  # the workers run already
+        no_batch_mode(self, client_script)
+        # the workers run already
 
     def _state(self) -> JobState:
         return attached_state(self._secret, {self._name: self._worker_addrs})
