@@ -26,7 +26,9 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 def report(output: str) -> dict[str, Any]:
     """Rank 0's JSON line, among torchrun's own."""
-    (line,) = [text for text in output.splitlines() if text.startswith("{")]
+    lines = [text for text in output.splitlines() if text.startswith('{"extent"')]
+    assert len(lines) == 1, output[-3000:]
+    (line,) = lines
     found: dict[str, Any] = json.loads(line)
     return found
 
@@ -92,8 +94,8 @@ def test_a_torchrun_job_on_two_hosts_attaches_to_a_worker_on_each(
             if node.poll() is None:
                 node.kill()
                 node.communicate()
-    for done, (_, err) in zip(nodes, outputs, strict=True):
-        assert done.returncode == 0, err[-3000:]
+    for done, (out, err) in zip(nodes, outputs, strict=True):
+        assert done.returncode == 0, (out[-2000:], err[-3000:])
     found = report(outputs[0][0])  # rank 0 runs on the first host
     assert found["extent"] == {"hosts": 2}
     nets = [(a["point"]["hosts"], a["net"]) for a in found["actors"]]
