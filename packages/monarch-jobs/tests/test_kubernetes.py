@@ -31,6 +31,7 @@ from monarch.core import SECRET_ENV
 from monarch.job import JobError, SlurmJob, job_backend, job_loads
 from monarch.job._kubernetes import RANK_LABEL, ready_workers, serialize
 from monarch.job.kubernetes import ImageSpec, KubeConfig, KubernetesJob
+from monarch.job.spmd import serve
 
 HERE = Path(__file__).parent
 VERSIONS = ["1.28", kubernetes_validate.latest_version()]
@@ -235,6 +236,20 @@ def test_a_saved_job_is_the_same_job() -> None:
     other = full_job()
     other.add_mesh("more", 1, image_spec=ImageSpec("image"))
     assert not loaded.can_run(other)
+
+
+def test_serve_runs_a_torchrun_line_on_a_mesh_of_pods() -> None:
+    line = ["torchrun", "--nnodes=3", "--nproc-per-node=8", "train.py", "--lr", "0.1"]
+    cfg = {"namespace": "ml", "timeout": 600, "image_spec": ImageSpec("image:1")}
+    spmd = serve(line, scheduler="kubernetes", scheduler_cfg=cfg)
+    job = spmd._job
+    assert isinstance(job, KubernetesJob) and job._timeout == 600
+    sts = [validate(obj) for obj in job.manifests()][-1]
+    assert sts["kind"] == "StatefulSet" and sts["spec"]["replicas"] == 3
+    assert sts["metadata"]["namespace"] == "ml"
+    assert spmd.torchrun.script_args == ("train.py", "--lr", "0.1")
+    with pytest.raises(ValueError, match="namespace"):
+        serve(line, scheduler="kubernetes", scheduler_cfg={"image_spec": ImageSpec("i")})
 
 
 def test_kubernetes_is_a_job_backend() -> None:
