@@ -5,16 +5,9 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 install -m 644 "$HERE/slurm.conf" /etc/slurm/slurm.conf
-mkdir -p /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge
-chown munge:munge /run/munge
-[ -s /etc/munge/munge.key ] || {
-  mungekey --create --keyfile /etc/munge/munge.key
-  chown munge:munge /etc/munge/munge.key
-  chmod 600 /etc/munge/munge.key
-}
+mkdir -p /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
+bash "$HERE/munge.sh"
 running() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
-running /run/munge/munged.pid || runuser -u munge -- /usr/sbin/munged
-munge -n | unmunge >/dev/null
 running /run/slurmctld.pid || slurmctld
 running /run/slurmd.pid || slurmd -N localhost
 for _ in $(seq 1 120); do

@@ -9,6 +9,9 @@
                                        procs still up
     python job_script.py spmd TRAIN OUT   serve() a torchrun line (2 hosts x 2), run it twice
     python job_script.py spmd-again    job_load() that job and run it once more
+    python job_script.py spmd-slurm TRAIN OUT LOGS   serve() a torchrun line (2 nodes x 2)
+                                       on Slurm, run it twice on the same allocation; prints
+                                       each run's losses (what TRAIN wrote to OUT)
 Prints one JSON line: the workers' pids (the parents of the actors' procs).
 """
 
@@ -81,6 +84,23 @@ if __name__ == "__main__":
         saved = job_load()
         saved.run_spmd(cached_path=".monarch/job_state.pkl")  # type: ignore[attr-defined]
         print(json.dumps({"runs": 1}), flush=True)
+    elif sys.argv[1] == "spmd-slurm":
+        from monarch.job.spmd import serve
+
+        train, out = sys.argv[2], Path(sys.argv[3])
+        line = ["torchrun", "--nnodes=2", "--nproc-per-node=2", train, str(out)]
+        cfg = {"python_exe": sys.executable, "exclusive": False, "log_dir": sys.argv[4]}
+        spmd = serve(line, scheduler="slurm", scheduler_cfg=cfg)
+        runs = []
+        for number in (1, 2):  # the second on the same hosts: no new allocation
+            spmd.run_spmd(cached_path=".monarch/job_state.pkl")
+            ranks = [json.loads(text) for text in out.read_text().splitlines()]
+            out.unlink()
+            losses = next(r["losses"] for r in ranks if r["rank"] == 0)
+            print(f"run {number}: losses {losses}", flush=True)
+            runs.append({"losses": losses, "at": sorted((r["rank"], r["address"]) for r in ranks)})
+        jobs = sorted(spmd._job._jobs.values())  # type: ignore[attr-defined]
+        print(json.dumps({"runs": runs, "slurm_jobs": jobs}), flush=True)
     elif sys.argv[1] == "slurm":
         python, logs = sys.executable, sys.argv[2]
         run(SlurmJob({"hosts": 1}, python, monarch_port=0, exclusive=False, log_dir=logs))

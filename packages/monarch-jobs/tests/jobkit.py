@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -88,45 +90,34 @@ def ip(*args: str) -> None:
         raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
 
 
+HOSTS = Path(__file__).parents[3] / "tools" / "netns" / "hosts.sh"
+
+
 def make_hosts(count: int, prefix: str) -> list[str]:
-    """Namespaces ``{prefix}h1..`` at 10.0.0.1../24 on a bridge of their own (as
-    shared/infra/netns; the prefix keeps concurrent runs apart). ``drop_hosts`` undoes it."""
-    # The root namespace never routes 10.0.0.0/24: a stray connect fails here at once.
-    routes = subprocess.run(
-        ["ip", "route", "show", "type", "unreachable"], capture_output=True, text=True
-    ).stdout
-    if "unreachable 10.0.0.0/24" not in routes:
-        ip("route", "add", "unreachable", "10.0.0.0/24")
-    switch = f"{prefix}sw"
-    ip("netns", "add", switch)
-    ip("-n", switch, "link", "add", "br0", "type", "bridge")
-    ip("-n", switch, "link", "set", "br0", "up")
-    hosts = []
-    for i in range(1, count + 1):
-        host = f"{prefix}h{i}"
-        ip("netns", "add", host)
-        hosts.append(host)
-        veth, port = f"v{prefix}{i}", f"p{prefix}{i}"
-        ip("link", "add", veth, "type", "veth", "peer", "name", port)
-        ip("link", "set", veth, "netns", host)
-        ip("link", "set", port, "netns", switch)
-        ip("-n", switch, "link", "set", port, "master", "br0")
-        ip("-n", switch, "link", "set", port, "up")
-        ip("-n", host, "link", "set", veth, "name", "eth0")
-        ip("-n", host, "addr", "add", f"10.0.0.{i}/24", "dev", "eth0")
-        ip("-n", host, "link", "set", "eth0", "up")
-        ip("-n", host, "link", "set", "lo", "up")
-    return hosts
+    """Namespaces ``{prefix}h1..`` at 10.0.0.1../24 on a bridge of their own
+    (tools/netns/hosts.sh; the prefix keeps concurrent runs apart). ``drop_hosts`` undoes it."""
+    done = subprocess.run(
+        ["bash", str(HOSTS), "up", prefix, str(count)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"network namespaces {prefix}h1..: {done.stderr.strip()}")
+    return done.stdout.split()
 
 
 def drop_hosts(prefix: str) -> None:
     """Kill every process left in the ``{prefix}`` namespaces and delete them."""
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    for ns in (line.split()[0] for line in listed.splitlines() if line.startswith(prefix)):
-        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-        for pid in pids.stdout.split():
-            subprocess.run(["kill", "-9", pid], capture_output=True)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    subprocess.run(["bash", str(HOSTS), "down", prefix], capture_output=True)
+
+
+def netns_of(host: str) -> str:
+    """The network namespace of ``host`` (as ``/proc/PID/ns/net`` names it)."""
+    done = subprocess.run(
+        ["ip", "netns", "exec", host, "readlink", "/proc/self/ns/net"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
 
 
 def start_sshd(host: str, address: str, pidfile: str) -> None:
@@ -136,3 +127,53 @@ def start_sshd(host: str, address: str, pidfile: str) -> None:
     )
     if done.returncode != 0:
         raise RuntimeError(f"sshd did not start in {host}: {done.stderr}")
+
+
+class Dialog:
+    """A script run as its own process, told what to do next by lines on its stdin; its
+    stdout read a line at a time, each with a deadline."""
+
+    def __init__(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> None:
+        self.argv = list(argv)
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
+        self.popen = subprocess.Popen(
+            self.argv,
+            cwd=cwd,
+            env={**os.environ, **env},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+        )
+        self._buffer = b""
+
+    def said(self) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace")
+
+    def json(self, timeout: float) -> Any:
+        """The next line of its stdout (JSON)."""
+        assert self.popen.stdout is not None
+        fd = self.popen.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise AssertionError(f"no line within {timeout}s; stderr:\n{self.said()[-3000:]}")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                code = self.popen.wait()
+                raise AssertionError(f"exit {code} before a line; stderr:\n{self.said()[-3000:]}")
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return json.loads(line)
+
+    def tell(self, text: str = "") -> None:
+        assert self.popen.stdin is not None
+        self.popen.stdin.write(text.encode() + b"\n")
+        self.popen.stdin.flush()
+
+    def close(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait(10)
+        self.stderr.close()

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from jobkit import Script, alive
+from jobkit import Script, alive, wait_until
 
 from monarch.job import (
     JobError,
@@ -133,8 +133,59 @@ def test_bad_input_is_refused_clearly(tmp_path: Path) -> None:
         job_loads(b"junk")
     with pytest.raises(JobError, match="cannot read a saved job"):
         job_load(tmp_path / "missing.pkl")
-    with pytest.raises(NotImplementedError, match="client_script"):
-        LocalJob().apply(client_script="train.py")
+    with pytest.raises(ValueError, match="a script and its arguments"):
+        LocalJob().apply(client_script="  ")
+    with pytest.raises(JobError, match="ProcessJob cannot run batch-mode scripts"):
+        ProcessJob({"hosts": 1}).apply(client_script="train.py")
+    two = SlurmJob({"a": 1, "b": 1}, log_dir=str(tmp_path))
+    with pytest.raises(JobError, match="a SlurmJob of one mesh"):
+        two.apply(client_script="train.py")
+
+
+BATCH_CLIENT = """if True:
+    import json, os, signal, sys
+    from monarch.actor import Actor, endpoint
+    from monarch.job import LocalJob
+
+    class Pid(Actor):
+        @endpoint
+        def pid(self) -> int:
+            return os.getpid()
+
+    hosts = LocalJob().state(cached_path=None).hosts
+    proc = hosts.spawn_procs().spawn("pid", Pid).pid.call_one().get(timeout=60)
+    seen = {"batch": os.environ.get("MONARCH_BATCH_JOB"), "session": os.getsid(0),
+            "pid": os.getpid(), "proc": proc, "args": sys.argv[1:]}
+    with open(sys.argv[1] + ".part", "w") as out:
+        out.write(json.dumps(seen))
+    os.replace(sys.argv[1] + ".part", sys.argv[1])
+    if sys.argv[2:] == ["wait"]:
+        signal.pause()
+"""
+
+
+def test_a_local_job_runs_its_client_script_in_the_background(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    client = tmp_path / "client.py"
+    client.write_text(BATCH_CLIENT)
+    out = tmp_path / "seen.json"
+    job = LocalJob()
+    job.apply(client_script=f"{client} {out}")
+    assert job.process.wait(120) == 0, (Path(job.log_dir or "") / "stderr.log").read_text()
+    seen = json.loads(out.read_text())
+    assert seen["batch"] == "1" and seen["args"] == [str(out)]
+    assert seen["session"] == seen["pid"] == job.process.pid  # a session of its own
+    assert seen["proc"] != seen["pid"]
+    assert Path(job.log_dir or "").parent == Path(".monarch/logs")
+
+    # One that runs on: kill() ends it.
+    waiting = LocalJob()
+    waiting.apply(client_script=f"{client} {out}.2 wait")
+    wait_until(lambda: Path(f"{out}.2").exists(), 120, "the client is up")
+    waiting.kill()
+    assert waiting.process.wait(30) != 0
 
 
 def test_local_job_meshes_are_this_host() -> None:

@@ -164,7 +164,7 @@ def test_bad_torchrun_command_lines_and_schedulers_are_refused() -> None:
         parse_torchrun(["torchrun", "--nproc-per-node=gpu", "train.py"])
     with pytest.raises(ValueError, match="cannot read"):
         parse_torchrun(["torchrun", "--nnodes=2"])
-    with pytest.raises(ValueError, match=r"mast_conda.*local, slurm, ssh"):
+    with pytest.raises(ValueError, match=r"mast_conda.*local, slurm, ssh, kubernetes"):
         serve(["torchrun", "train.py"])
     with pytest.raises(ValueError, match="names 1 hosts for --nnodes=2"):
         serve(["torchrun", "--nnodes=2", "t.py"], scheduler="ssh", scheduler_cfg={"hosts": ["a"]})

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from jobkit import SSH_ARGS, Script, alive, drop_hosts, make_hosts, start_sshd, wait_until
+from jobkit import SSH_ARGS, Script, alive, drop_hosts, make_hosts, netns_of, start_sshd, wait_until
 
 from monarch.job import JobError, SSHJob, job_load
 
@@ -38,16 +38,6 @@ def hosts() -> Iterator[list[str]]:
         yield names
     finally:
         drop_hosts(prefix)
-
-
-def netns_of(host: str) -> str:
-    done = subprocess.run(
-        ["ip", "netns", "exec", host, "readlink", "/proc/self/ns/net"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
 
 
 def cmdlines() -> str:

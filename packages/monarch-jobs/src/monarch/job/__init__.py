@@ -3,7 +3,8 @@
 Upstream's ``monarch.job``: ``JobTrait`` and its ``JobState``, ``LocalJob``,
 ``ProcessJob``, ``SlurmJob``, ``SSHJob``, saving and loading a job (``job_load``,
 ``job_loads``), the current job (``set_current_job``, ``load_current_job``,
-``hosts_from_config``), running a command on a mesh's hosts (``exec_command``), and the
+``hosts_from_config``), running a command on a mesh's hosts (``exec_command``), job kinds
+by name (``job_backend``: the ``monarch.job_backends`` entry points), and the
 job's telemetry tables (``job.enable_telemetry(TelemetryConfig(...))``, then
 ``state.query_engine_client.query(sql)``; monarch-telemetry's).
 
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from monarch.telemetry import TelemetryConfig
 
+    from ._backends import job_backend
     from ._exec import exec_command
     from ._process import LocalJob, ProcessJob
     from ._slurm import SlurmJob
@@ -48,6 +50,7 @@ _WHERE = {
     "TelemetryConfig": "monarch.telemetry",
     "exec_command": "_exec",
     "hosts_from_config": "_trait",
+    "job_backend": "_backends",
     "job_load": "_trait",
     "job_loads": "_trait",
     "load_current_job": "_trait",
@@ -81,6 +84,7 @@ __all__ = [
     "TelemetryConfig",
     "exec_command",
     "hosts_from_config",
+    "job_backend",
     "job_load",
     "job_loads",
     "load_current_job",

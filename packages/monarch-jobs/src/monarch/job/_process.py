@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shlex
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from monarch.core import (
 
 from ._fork import can_fork, fork_worker
 from ._state import JobState, attached_state
-from ._trait import JobError, JobTrait, checked_meshes
+from ._trait import BATCH_ENV, JobError, JobTrait, checked_meshes, no_batch_mode
 
 START_TIMEOUT: Final = 60.0
 """Seconds a worker has to say it listens."""
@@ -35,19 +36,64 @@ KILL_GRACE: Final = 10.0
 
 
 class LocalJob(JobTrait):
-    """Each named mesh is this machine (``this_host()``): a script's own procs."""
+    """Each named mesh is this machine (``this_host()``): a script's own procs. With
+    ``apply(client_script=...)`` it runs the script in the background (a session of its
+    own, its output in ``log_dir``); ``kill()`` ends it."""
 
     def __init__(self, hosts: Sequence[str] = ("hosts",)) -> None:
         super().__init__()
         if isinstance(hosts, str):
             hosts = (hosts,)
         self._names = tuple(hosts)
+        self.log_dir: str | None = None
+        """Where the client ``apply(client_script=...)`` started writes its output."""
+        self._client: int | None = None
+        """That client's pid (it leads its session)."""
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        state = super().__getstate__()
+        state.pop("_process", None)
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        super().__setstate__({"log_dir": None, "_client": None, **state})  # older saves
+        self._process = None
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        """The client ``apply(client_script=...)`` started (upstream's), in this process."""
+        if self._process is None:
+            raise ValueError("no local batch job: apply(client_script=...) starts one")
+        return self._process
 
     def _spec(self) -> object:
         return self._names
 
     def _create(self, client_script: str | None) -> None:
-        pass
+        if client_script is None:
+            return  # this machine exists already
+        Path(".monarch/logs").mkdir(parents=True, exist_ok=True)
+        self.log_dir = tempfile.mkdtemp(prefix="job_", dir=".monarch/logs")
+        env = {**os.environ, BATCH_ENV: "1"}
+        with (
+            open(os.path.join(self.log_dir, "stdout.log"), "wb") as out,
+            open(os.path.join(self.log_dir, "stderr.log"), "wb") as err,
+        ):
+            self._process = subprocess.Popen(
+                [sys.executable, *shlex.split(client_script)],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,  # outlives this script
+            )
+        self._client = self._process.pid
+        print(
+            f"Started client script {client_script} with PID: {self._client}; "
+            f"its output: {self.log_dir}",
+            file=sys.stderr,
+        )
 
     def _state(self) -> JobState:
         host = this_host()
@@ -57,7 +103,18 @@ class LocalJob(JobTrait):
         return False  # this machine's procs belong to the script that spawned them
 
     def _kill(self) -> None:
-        pass
+        if self._client is None:
+            return
+        if self._process is None:  # another process started it
+            _end_groups([self._client])
+        else:  # its Popen reaps it (and keeps its status)
+            _signal(self._client, signal.SIGTERM)
+            try:
+                self._process.wait(KILL_GRACE)
+            except subprocess.TimeoutExpired:
+                _signal(self._client, signal.SIGKILL)
+                self._process.wait()
+        self._client = None
 
 
 class _Worker:
@@ -116,6 +173,7 @@ class ProcessJob(JobTrait):
         return self._meshes, self._env
 
     def _create(self, client_script: str | None) -> None:
+        no_batch_mode(self, client_script)
         self._secret = job_secret()
         self.logs.mkdir(mode=0o700, parents=True, exist_ok=True)
         env = {**os.environ, **self._env, SECRET_ENV: self._secret.hex()}

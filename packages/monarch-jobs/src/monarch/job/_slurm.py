@@ -10,6 +10,8 @@ one's stderr is the error.
 
 from __future__ import annotations
 
+import os
+import re
 import secrets
 import shlex
 import subprocess
@@ -22,10 +24,25 @@ from monarch.actor import attach_to_workers
 from monarch.core import HostMesh, job_secret, use_job_secret
 
 from ._state import JobState
-from ._trait import JobError, JobTrait, checked_meshes, write_private
+from ._trait import (
+    BATCH_ENV,
+    DEFAULT_JOB_PATH,
+    JobError,
+    JobTrait,
+    checked_meshes,
+    in_batch_job,
+    write_private,
+)
 
 START_TIMEOUT: Final = 300.0
 """Seconds for an allocation to start and its workers to listen."""
+
+LOOK_EVERY: Final = 0.02
+"""Seconds between looks at the workers' output files while they start."""
+SQUEUE_EVERY: Final = 0.5
+"""Seconds between asking squeue whether the job still runs, meanwhile."""
+_ADDRESS: Final = re.compile(r"[a-z][a-z0-9+.\-]*://\S+")
+"""What a worker's first line is when it listens (else it is why it could not)."""
 
 
 class SlurmJob(JobTrait):
@@ -71,23 +88,47 @@ class SlurmJob(JobTrait):
         self._secret = b""
         self._jobs: dict[str, str] = {}
         """Slurm job ids by mesh name."""
+        self._batch = False
+        """Runs its client itself (``apply(client_script=...)``)."""
 
     def _spec(self) -> object:
         return self._meshes, self._python, self._port, self._sbatch
 
     def _create(self, client_script: str | None) -> None:
+        if client_script is not None and len(self._meshes) != 1:
+            raise JobError(
+                "apply(client_script=...) runs the client in the job's allocation: a SlurmJob "
+                f"of one mesh (this one has {len(self._meshes)})"
+            )
         self._secret = job_secret()
         self._folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         secret_file = self._folder / "secret"
         write_private(secret_file, self._secret.hex().encode())
+        if client_script is not None:
+            # Saved before it is submitted: its client may start at once, and attaches to
+            # the job this file holds (its id comes from the allocation's environment).
+            self._batch = True
+            self.dump(DEFAULT_JOB_PATH)
         try:
             for name, nodes in self._meshes.items():
-                self._jobs[name] = self._submit(name, nodes, secret_file)
+                self._jobs[name] = self._submit(name, nodes, secret_file, client_script)
         except BaseException:
             self._kill()
             raise
+        if client_script is not None:
+            self.dump(DEFAULT_JOB_PATH)  # with its job id: job_load().kill() here ends it
 
-    def _submit(self, name: str, nodes: int, secret_file: Path) -> str:
+    def _job_ids(self) -> dict[str, str]:
+        """Slurm job ids by mesh name; in the client a batch job runs, its allocation's."""
+        if not self._jobs and self._batch and in_batch_job() and "SLURM_JOB_ID" in os.environ:
+            return dict.fromkeys(self._meshes, os.environ["SLURM_JOB_ID"])
+        return self._jobs
+
+    def can_run(self, spec: JobTrait) -> bool:
+        """In the client a batch job runs, the job it runs in (as upstream's BatchJob)."""
+        return (self._batch and in_batch_job()) or super().can_run(spec)
+
+    def _submit(self, name: str, nodes: int, secret_file: Path, client_script: str | None) -> str:
         worker = shlex.join(
             [
                 self._python,
@@ -101,7 +142,14 @@ class SlurmJob(JobTrait):
             ]
         )
         out = self._folder / f"{name}-%t.out"  # one per node (task), first line its address
-        script = f"#!/bin/sh\nexec srun --output={shlex.quote(str(out))} {worker}\n"
+        # The batch script starts once the allocation is granted: it says when, and where.
+        granted = 'echo "monarch: allocated at $(date +%s.%N) on $SLURM_JOB_NODELIST"'
+        srun = f"srun --output={shlex.quote(str(out))} {worker}"
+        if client_script is None:
+            script = f"#!/bin/sh\n{granted}\nexec {srun}\n"
+        else:  # the workers in the background, the client; the job ends with the client
+            client = shlex.join([self._python, *shlex.split(client_script)])
+            script = f"#!/bin/sh\n{granted}\n{srun} &\n{BATCH_ENV}=1 exec {client}\n"
         argv = [
             "sbatch",
             "--parsable",
@@ -114,10 +162,11 @@ class SlurmJob(JobTrait):
 
     def _addresses(self, name: str, deadline: float) -> list[str]:
         """The addresses the mesh's workers printed, once every node's worker has."""
-        job = self._jobs[name]
+        job = self._job_ids()[name]
         files = [self._folder / f"{name}-{task}.out" for task in range(self._meshes[name])]
+        asked = -SQUEUE_EVERY  # when squeue was last asked (it costs a process, and slurmctld)
         while True:
-            found = []
+            found: list[str] = []
             for path in files:
                 try:
                     with open(path) as out:
@@ -126,9 +175,18 @@ class SlurmJob(JobTrait):
                     break
                 if not line.endswith("\n"):
                     break
+                if not _ADDRESS.fullmatch(line.strip()):
+                    raise JobError(
+                        f"Slurm job {job} (mesh {name!r}): the worker of node {len(found)} "
+                        f"did not start: {line.strip()} (its output: {path})"
+                    )
                 found.append(line.strip())
             if len(found) == len(files):
                 return found
+            if time.monotonic() - asked < SQUEUE_EVERY:
+                time.sleep(LOOK_EVERY)
+                continue
+            asked = time.monotonic()
             state = _job_state(job)
             if state not in ("PENDING", "CONFIGURING", "RUNNING"):
                 log = self._folder / f"{name}-batch.out"
@@ -139,7 +197,7 @@ class SlurmJob(JobTrait):
                     f"Slurm job {job} (mesh {name!r}): its workers did not start within "
                     f"{START_TIMEOUT:g}s (state {state})"
                 )
-            time.sleep(0.1)
+            time.sleep(LOOK_EVERY)
 
     def _state(self) -> JobState:
         use_job_secret(self._secret)
@@ -150,11 +208,13 @@ class SlurmJob(JobTrait):
         return JobState(hosts)
 
     def _is_running(self) -> bool:
-        return bool(self._jobs) and all(_job_state(j) == "RUNNING" for j in self._jobs.values())
+        jobs = self._job_ids()
+        return bool(jobs) and all(_job_state(j) == "RUNNING" for j in jobs.values())
 
     def _kill(self) -> None:
-        if self._jobs:
-            _run(["scancel", *self._jobs.values()])
+        jobs = self._job_ids()
+        if jobs:
+            _run(["scancel", *set(jobs.values())])
 
 
 def _run(argv: list[str], stdin: str | None = None) -> str:

@@ -23,7 +23,7 @@ from typing import Final
 from monarch.core import SECRET_ENV, job_secret
 
 from ._state import JobState, attached_state
-from ._trait import JobError, JobTrait
+from ._trait import JobError, JobTrait, no_batch_mode
 
 START_TIMEOUT: Final = 60.0
 """Seconds for a login and its worker to listen."""
@@ -153,6 +153,7 @@ class SSHJob(JobTrait):
         return self._meshes, self._python, self._ssh, self._port
 
     def _create(self, client_script: str | None) -> None:
+        no_batch_mode(self, client_script)
         self._secret = job_secret()
         tries = str(int(START_TIMEOUT / 0.02))
         launches: list[tuple[str, str, subprocess.Popen[str]]] = []

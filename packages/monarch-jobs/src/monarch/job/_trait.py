@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shlex
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -27,6 +28,8 @@ if TYPE_CHECKING:  # imported on use: importing OpenTelemetry costs a client tha
     from monarch.telemetry import TelemetryConfig
 
 DEFAULT_JOB_PATH: Final = ".monarch/job_state.pkl"
+BATCH_ENV: Final = "MONARCH_BATCH_JOB"
+"""Set (to 1) for a client that a job runs itself (``apply(client_script=...)``)."""
 STOP_TIMEOUT: Final = 30.0
 """Seconds ``kill()`` gives the procs of this process to stop before ending the hosts."""
 _TRANSIENT: Final = ("_attaching", "_attached", "_telemetry", "_mounts", "_last_hosts")
@@ -78,13 +81,16 @@ class JobTrait(ABC):
     # -- the user's API ------------------------------------------------------------------
 
     def apply(self, client_script: str | None = None) -> None:
-        """Make the job's hosts exist. ``client_script`` is upstream's batch mode (the
-        script itself run on the job); only the interactive mode is offered here."""
-        if client_script is not None:
-            raise NotImplementedError(
-                "apply(client_script=...) runs the client on the job's hosts, which this "
-                "release does not offer: run the script where it attaches (apply())"
-            )
+        """Make the job's hosts exist. With ``client_script`` (upstream's batch mode: a
+        Python script and its arguments, ``"train.py --lr 0.1"``), the job also runs it
+        as its client, where the kind of job says (``SlurmJob``: in the allocation;
+        ``LocalJob``: in the background here), with ``MONARCH_BATCH_JOB=1``: its
+        ``state()`` attaches to this job (saved at ``.monarch/job_state.pkl`` in the
+        current folder), and the job ends with it. Kinds that cannot say so."""
+        if client_script is not None and (
+            type(client_script) is not str or not shlex.split(client_script)
+        ):
+            raise ValueError(f"client_script: a script and its arguments, not {client_script!r}")
         self._create(client_script)
         self._running = True
 
@@ -237,6 +243,20 @@ class JobTrait(ABC):
     @abstractmethod
     def _kill(self) -> None:
         """Stop the hosts."""
+
+
+def in_batch_job() -> bool:
+    """Whether this process is the client a job runs itself (``apply(client_script)``)."""
+    return os.environ.get(BATCH_ENV) == "1"
+
+
+def no_batch_mode(job: JobTrait, client_script: str | None) -> None:
+    """What a kind of job that cannot run its client says to ``apply(client_script=...)``."""
+    if client_script is not None:
+        raise JobError(
+            f"{type(job).__name__} cannot run batch-mode scripts (apply(client_script=...)): "
+            "run the script where it attaches (job.state()); SlurmJob and LocalJob can"
+        )
 
 
 def checked_meshes(meshes: Mapping[str, int], unit: str) -> dict[str, int]:

@@ -21,9 +21,12 @@ from ._process import ProcessJob
 from ._slurm import SlurmJob
 from ._ssh import SSHJob
 from ._state import JobState
+from ._store import StoreJob
 from ._trait import JobError, JobTrait
 
-SCHEDULERS: Final = ("local", "slurm", "ssh")
+SCHEDULERS: Final = ("local", "slurm", "ssh", "kubernetes")
+_KUBE_JOB_ARGS: Final = ("namespace", "timeout", "kubeconfig")
+"""``scheduler_cfg`` keys for ``KubernetesJob`` itself; the others are ``add_mesh``'s."""
 _IGNORED: Final = (
     "rdzv-backend",
     "rdzv-endpoint",
@@ -158,8 +161,10 @@ def serve(
     """An ``SPMDJob`` for a torchrun command line (``["torchrun", "--nnodes=2",
     "--nproc-per-node=8", "train.py", ...]``). ``scheduler``: ``"local"`` (worker
     processes on this machine, ``ProcessJob``), ``"slurm"`` (``SlurmJob``; ``scheduler_cfg``
-    holds its keyword arguments) or ``"ssh"`` (``SSHJob``; ``scheduler_cfg["hosts"]``, one
-    per node, and its other keyword arguments). Not started yet: ``run_spmd()`` or
+    holds its keyword arguments), ``"ssh"`` (``SSHJob``; ``scheduler_cfg["hosts"]``, one
+    per node, and its other keyword arguments) or ``"kubernetes"`` (``KubernetesJob``:
+    ``namespace``, ``timeout``, ``kubeconfig``; the rest are ``add_mesh``'s, e.g.
+    ``image_spec``, for its mesh of ``--nnodes`` pods). Not started yet: ``run_spmd()`` or
     ``state()`` start it."""
     if not isinstance(appdef, Sequence) or isinstance(appdef, str):
         raise TypeError(
@@ -180,6 +185,14 @@ def serve(
                 f"scheduler_cfg['hosts'] names {len(hosts)} hosts for --nnodes={run.nnodes}"
             )
         job = SSHJob(hosts, **cfg)
+    elif scheduler == "kubernetes":
+        from .kubernetes import KubernetesJob  # on use: it needs the kubernetes client
+
+        if "namespace" not in cfg:
+            raise ValueError("scheduler_cfg['namespace']: the Kubernetes namespace of the pods")
+        kube = KubernetesJob(**{key: cfg.pop(key) for key in _KUBE_JOB_ARGS if key in cfg})
+        kube.add_mesh("hosts", run.nnodes, **cfg)
+        job = kube
     else:
         raise ValueError(
             f"scheduler {scheduler!r} is not offered here (upstream's default, mast_conda, is "
@@ -188,4 +201,4 @@ def serve(
     return SPMDJob(job, run)
 
 
-__all__ = ["SPMDJob", "TorchRun", "parse_torchrun", "serve"]
+__all__ = ["SPMDJob", "StoreJob", "TorchRun", "parse_torchrun", "serve"]
