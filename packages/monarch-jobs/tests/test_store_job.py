@@ -40,6 +40,7 @@ def test_the_ranks_of_one_host_share_its_worker(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=180,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # a crash says where (seen once)
     )
     assert done.returncode == 0, done.stderr[-3000:]
     found = report(done.stdout)

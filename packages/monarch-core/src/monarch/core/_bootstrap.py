@@ -234,6 +234,7 @@ def start_controller(listen: str | None = None) -> Runtime:
     ready.wait()
     if failure:
         raise failure[0]
+    _controller_loops.append((loop, thread))
     os.environ.setdefault(ROOT_ENV, runtime.address)  # this client is the job's root
     log.info("client %d listening at %s (job root %s)", os.getpid(), runtime.address, runtime.root)
     return runtime
@@ -628,9 +629,32 @@ class WorkerRuntime:
 # -- this process ------------------------------------------------------------------------
 
 
+_controller_loops: list[tuple[asyncio.AbstractEventLoop, threading.Thread]] = []
+"""The controller's loop and the daemon thread that runs it (see ``_stop_controller``)."""
+
+STOP_WAIT: Final = 2.0
+"""Seconds the exit waits for the controller's loop to stop."""
+
+
+def _stop_controller() -> None:
+    """Stop the controller's loop and let its thread end, before the interpreter is torn
+    down: a daemon thread still in uvloop's ``uv_run`` would have a timer fire into a
+    finalized interpreter (a segfault at exit, seen with torch's torchrun ranks)."""
+    while _controller_loops:
+        loop, thread = _controller_loops.pop()
+        if loop.is_closed() or not thread.is_alive():
+            continue
+        try:
+            loop.call_soon_threadsafe(loop.stop)
+        except RuntimeError:  # closed meanwhile
+            continue
+        thread.join(STOP_WAIT)
+
+
 def _shutdown_at_exit() -> None:
-    """Stop the procs gracefully, then kill what is left: one handler, so that the
-    order does not depend on which module registered its handler first."""
+    """Stop the procs gracefully, then kill what is left, then the controller's loop: one
+    handler, so that the order does not depend on which module registered its handler
+    first."""
     try:
         shutdown_context(5.0).get(timeout=10.0)
     except Exception:  # noqa: BLE001 - exiting anyway; children are killed next
@@ -638,6 +662,7 @@ def _shutdown_at_exit() -> None:
     finally:
         kill_children()
         stop_zygote()
+        _stop_controller()
 
 
 atexit.register(_shutdown_at_exit)
