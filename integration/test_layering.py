@@ -272,6 +272,7 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_proc_mesh _controller",  # proc and host meshes; get_or_spawn_controller
         "_context _debugger",  # context(), Instance; breakpoints in endpoints, their sessions
         "_runner",  # the callee side: actor runners, sync and async apart
+        "_introspect",  # what a proc says of itself when asked (actors, process, stacks)
         "_bootstrap",  # starts runtimes (controller, proc, worker); owns MONARCH_* env names
         "__init__ _proc _worker",  # the face (low-level API); entry points of a proc and a worker
         "_attach _gateway",  # attach_to_workers, attach, enable_transport; monarch gateway

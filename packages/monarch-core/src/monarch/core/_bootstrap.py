@@ -39,11 +39,13 @@ from ._controller import handle_get_controller
 from ._debugger import breakpoint_hook, install_console
 from ._future import Future
 from ._instrument import load_instrumentation, shutdown_instrumentation
+from ._introspect import handle_introspect
 from ._logs import drain, forward_output, handle_set_log_level
 from ._messages import (
     ActorFailed,
     GetController,
     HowEnded,
+    Introspect,
     KillProcs,
     Launch,
     PortRef,
@@ -151,6 +153,7 @@ def install_services(runtime: Runtime) -> None:
             ProcsOf: handle_procs_of,
             HowEnded: handle_how_ended,
             SetLogLevel: handle_set_log_level,
+            Introspect: handle_introspect,
         }
     )
 

@@ -93,6 +93,14 @@ class ActorRunner:
         self._contexts: dict[ShapeSpec, Context] = {}
         self.owned: list[Any] = []
         """Meshes this actor spawned: they are stopped before it, and die with it."""
+        # What introspection reports (see ``_introspect``): plain fields, set once per
+        # message by the thread or task that runs it, read by the loop when asked.
+        self.handled = 0
+        """Messages it has begun to handle."""
+        self.current = ""
+        """The endpoint it runs now ("" when idle)."""
+        self.began = 0.0
+        """When (``time.monotonic``) its last message began (0: none yet)."""
 
     def start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Make the actor (``cls(*args, **kwargs)``) where its code runs, then serve."""
@@ -128,6 +136,10 @@ class ActorRunner:
 
     def join(self, timeout: float) -> None:
         """Wait up to ``timeout`` s for a released actor's code to have stopped."""
+
+    def queued(self) -> int:
+        """How many messages wait for the actor's code."""
+        return 0
 
     def enqueue(self, call: Call, payload: Sequence[Buffer]) -> None:
         """A call for this actor, in order (see ``_local``)."""

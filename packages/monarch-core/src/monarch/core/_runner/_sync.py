@@ -14,6 +14,7 @@ import inspect
 import logging
 import queue
 import threading
+from time import monotonic
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -68,6 +69,9 @@ class SyncRunner(ActorRunner):
 
     def _put(self, item: Item) -> None:
         self.calls.put(item)
+
+    def queued(self) -> int:
+        return self.calls.qsize()
 
     def _on_own_thread(self) -> bool:
         return threading.get_ident() == self.thread_id
@@ -126,6 +130,9 @@ class SyncRunner(ActorRunner):
             current_context.set(context)
             plain = self._plain.get(message.method)
             scope = self._scope(message)
+            self.handled += 1
+            self.current = message.method
+            self.began = monotonic()
             try:
                 if plain is not None:  # the common case, in fewer steps (see _prepare)
                     args, kwargs = loads_arguments(parts)
@@ -134,10 +141,12 @@ class SyncRunner(ActorRunner):
                     fn, args, kwargs = self._prepare(message, parts, context)
                     result = self._call_sync(fn, args, kwargs)
             except BaseException as exc:  # noqa: BLE001 - see _conclude
+                self.current = ""
                 if scope is not None:
                     scope.close(exc)
                 self._conclude(message, context, None, exc, held)
             else:
+                self.current = ""
                 if scope is not None:
                     scope.close(None)
                 self._conclude(message, context, result, None, held)
