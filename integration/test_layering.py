@@ -1,6 +1,6 @@
 """The packages form a DAG and move as one version train.
 
-Layers (DESIGN.md): transport < core < rdma < tensor; core < jobs. A package may import its own
+Layers (DESIGN.md): transport < core < rdma < tensor; core < telemetry, admin < jobs. A package may import its own
 modules and those of the packages below it, never one above it or beside it. Imports are read
 with ``ast`` from every ``.py`` under ``packages/*/src`` (relative imports resolved,
 ``importlib.import_module("monarch.x")`` literals, upstream's lazy top-level names such as
@@ -35,14 +35,16 @@ OWNS: dict[str, frozenset[str]] = {
     "monarch-tensor": frozenset({"tensor", "mesh_controller"}),
     "monarch-jobs": frozenset({"job", "spmd"}),
     "monarch-telemetry": frozenset({"telemetry"}),
+    "monarch-admin": frozenset({"admin"}),
 }
 USES: dict[str, frozenset[str]] = {
     "monarch-transport": frozenset(),
     "monarch-core": frozenset({"monarch-transport"}),
     "monarch-rdma": frozenset({"monarch-core"}),
     "monarch-tensor": frozenset({"monarch-core", "monarch-rdma"}),
-    "monarch-jobs": frozenset({"monarch-core", "monarch-telemetry"}),
+    "monarch-jobs": frozenset({"monarch-core", "monarch-telemetry", "monarch-admin"}),
     "monarch-telemetry": frozenset({"monarch-core"}),
+    "monarch-admin": frozenset({"monarch-core"}),
 }
 SUBPACKAGES = frozenset().union(*OWNS.values())
 

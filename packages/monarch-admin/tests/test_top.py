@@ -1,0 +1,119 @@
+"""``monarch top`` driven as a user would: textual's own pilot, and a real terminal (tmux)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import pytest
+from adminkit import Job, wait_for
+
+from monarch.admin._client import AdminClient
+from monarch.admin._top import TopApp
+
+
+async def until(pilot_pause: Callable[[], object], check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot_pause()  # type: ignore[misc]
+
+
+def labels(app: TopApp) -> dict[str, str]:
+    return {ref: str(node.label) for ref, node in app.nodes.items()}
+
+
+def test_the_pilot_finds_the_stuck_actor_and_sees_a_failure(job: Job) -> None:
+    async def drive() -> None:
+        app = TopApp(AdminClient(job.addr, job.token), interval=0.2)
+        async with app.run_test(size=(180, 50)) as pilot:
+            pause = lambda: pilot.pause(0.05)  # noqa: E731
+            await until(pause, lambda: sum(r.startswith("actor:") for r in app.nodes) == 3, "actors")
+            shown = labels(app)
+            assert any("workers {'gpus': 0/2}" in label and "running" in label for label in shown.values())
+            assert any(label.startswith("workers[1] pid") for label in shown.values())
+            await asyncio.to_thread(job.command, "hang")
+            await until(pause, lambda: any("in hang for" in s for s in labels(app).values()), "hang")
+            await pilot.press("b")
+            await until(pause, lambda: "Thread actor-workers" in app.detail, "the stuck stack")
+            assert "in hang" in app.detail
+            assert app.query_one("#tree").cursor_node.data.startswith("actor:workers")  # type: ignore[union-attr]
+            await asyncio.to_thread(job.command, "fail")
+            await until(pause, lambda: any("disk on fire" in s for s in labels(app).values()), "the failure")
+            failed = next(n for n in app.nodes.values() if "disk on fire" in str(n.label))
+            assert "failed" in str(failed.label)
+            assert any(span.style == "bold red" for span in failed.label.spans)  # type: ignore[union-attr]
+            await pilot.press("f")
+            await until(pause, lambda: "disk on fire" in app.detail, "the failure's error in the side pane")
+            await pilot.press("q")
+
+    asyncio.run(drive())
+
+
+def test_the_pilot_keeps_going_when_the_server_goes(job: Job) -> None:
+    async def drive() -> None:
+        app = TopApp(AdminClient(job.addr, job.token), interval=0.2)
+        async with app.run_test(size=(160, 40)) as pilot:
+            pause = lambda: pilot.pause(0.05)  # noqa: E731
+            await until(pause, lambda: bool(app.nodes), "the tree")
+            await asyncio.to_thread(job.close)
+            await until(pause, lambda: "cannot reach" in app.error, "the server gone")
+            assert app.nodes  # what it saw last stays
+            await pilot.press("q")
+
+    asyncio.run(drive())
+
+
+def tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (tools/system-packages.sh)")
+def test_monarch_top_in_a_real_terminal(job: Job) -> None:
+    session = f"top-{os.getpid()}"
+    monarch = os.path.join(os.path.dirname(sys.executable), "monarch")
+    command = f"{monarch} top --addr {job.addr} --interval 0.3"
+    env = {"MONARCH_ADMIN_TOKEN": job.token, "TERM": "xterm-256color"}
+    tmux(
+        "new-session", "-d", "-s", session, "-x", "200", "-y", "50",
+        *(arg for key, value in env.items() for arg in ("-e", f"{key}={value}")),
+        command,
+    )  # fmt: skip
+    try:
+
+        def screen() -> str:
+            return tmux("capture-pane", "-p", "-t", session)
+
+        wait_for(lambda: "workers {'gpus': 1/2}" in screen(), message=f"the actors in:\n{screen()}")
+        job.command("hang")
+        wait_for(lambda: "in hang for" in screen(), message=f"the stuck call in:\n{screen()}")
+        tmux("send-keys", "-t", session, "b")
+        wait_for(lambda: "Thread actor-workers" in screen(), message=f"the stack in:\n{screen()}")
+        assert "in hang" in screen()
+        job.command("fail")
+        wait_for(lambda: "disk on fire" in screen(), message=f"the failure in:\n{screen()}")
+        tmux("send-keys", "-t", session, "q")
+        wait_for(
+            lambda: session not in subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout,
+            message="monarch top to quit",
+        )
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_monarch_top_without_a_token_says_what_to_do(tmp_path: object) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "monarch.core._cli", "top", "--addr", "127.0.0.1:9"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HOME": str(tmp_path), "MONARCH_ADMIN_TOKEN": ""},
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "no token for 127.0.0.1:9" in done.stderr
