@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from monarch.admin import AdminServer, parse_addr, start_admin
 from monarch.admin._auth import token_file
+from monarch.admin._stacks import pyspy_path
 from monarch.config import configured
 
 
@@ -219,3 +220,18 @@ def test_a_taken_address_is_refused_when_asked_for() -> None:
     with AdminServer("127.0.0.1:0") as first:
         with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{first.port}"):
             AdminServer(f"127.0.0.1:{first.port}")
+
+
+def test_py_spy_reads_a_proc_that_cannot_answer(job: Job) -> None:
+    """py-spy dumps from outside: the stack of an async actor holding its proc's loop."""
+    if pyspy_path() is None:
+        pytest.skip("py-spy is not installed (hatch.toml's test environment has it)")
+    job.snapshot()
+    job.command("block")
+    snap = wait_for(lambda: (s := job.snapshot()) and s["summary"]["not_answering"] == 1 and s)
+    [held] = [p for p in procs(snap) if p["state"] == "not answering"]
+    dump = job.json(f"/v1/stacks/{quote(held['ref'])}")
+    assert dump["source"] == "py-spy"
+    [main] = [t for t in dump["threads"] if t["frames"] and t["frames"][-1]["function"].endswith("block")]
+    assert main["frames"][-1]["function"] == "Looper.block"  # py-spy names the class too
+    assert main["actors"] == [a["actor_id"] for a in held["actors"]]  # the loop's thread

@@ -70,41 +70,46 @@ def test_the_pilot_keeps_going_when_the_server_goes(job: Job) -> None:
     asyncio.run(drive())
 
 
-def tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], check=True, capture_output=True, text=True).stdout
+def tmux(socket: str, *args: str, env: dict[str, str] | None = None) -> str:
+    """Run tmux on a server of its own (``-L``), without a configuration file."""
+    command = ["tmux", "-L", socket, "-f", "/dev/null", *args]
+    return subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (tools/system-packages.sh)")
 def test_monarch_top_in_a_real_terminal(job: Job) -> None:
-    session = f"top-{os.getpid()}"
+    server = f"monarch-top-test-{os.getpid()}"
     monarch = os.path.join(os.path.dirname(sys.executable), "monarch")
+    # A terminal as a user's: none of pytest's environment (COLUMNS, say) in the way.
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", "/"),
+        "TERM": "xterm-256color",
+        "LANG": "C.UTF-8",
+        "MONARCH_ADMIN_TOKEN": job.token,
+    }
     command = f"{monarch} top --addr {job.addr} --interval 0.3"
-    env = {"MONARCH_ADMIN_TOKEN": job.token, "TERM": "xterm-256color"}
-    tmux(
-        "new-session", "-d", "-s", session, "-x", "200", "-y", "50",
-        *(arg for key, value in env.items() for arg in ("-e", f"{key}={value}")),
-        command,
-    )  # fmt: skip
+    tmux(server, "new-session", "-d", "-s", "top", "-x", "200", "-y", "50", command, env=env)
     try:
 
         def screen() -> str:
-            return tmux("capture-pane", "-p", "-t", session)
+            return tmux(server, "capture-pane", "-p", "-t", "top")
 
         wait_for(lambda: "workers {'gpus': 1/2}" in screen(), message=f"the actors in:\n{screen()}")
         job.command("hang")
         wait_for(lambda: "in hang for" in screen(), message=f"the stuck call in:\n{screen()}")
-        tmux("send-keys", "-t", session, "b")
+        tmux(server, "send-keys", "-t", "top", "b")
         wait_for(lambda: "Thread actor-workers" in screen(), message=f"the stack in:\n{screen()}")
         assert "in hang" in screen()
         job.command("fail")
         wait_for(lambda: "disk on fire" in screen(), message=f"the failure in:\n{screen()}")
-        tmux("send-keys", "-t", session, "q")
+        tmux(server, "send-keys", "-t", "top", "q")
         wait_for(
-            lambda: session not in subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout,
-            message="monarch top to quit",
+            lambda: subprocess.run(["tmux", "-L", server, "has-session"], capture_output=True).returncode,
+            message="monarch top to quit (its session ends with it)",
         )
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        subprocess.run(["tmux", "-L", server, "kill-server"], capture_output=True)
 
 
 def test_monarch_top_without_a_token_says_what_to_do(tmp_path: object) -> None:

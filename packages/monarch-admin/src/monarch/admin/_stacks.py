@@ -10,8 +10,10 @@ other; it needs the proc on this machine and leave to trace it (root, or
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 from typing import Any, Final
 
 from monarch.core import ThreadStack, current_config
@@ -21,9 +23,12 @@ PYSPY_TIMEOUT: Final = 10.0
 
 
 def pyspy_path() -> str | None:
-    """py-spy as the ``pyspy_bin`` key (``PYSPY_BIN``) says, else on PATH; None if absent."""
+    """py-spy as the ``pyspy_bin`` key (``PYSPY_BIN``) says, else on PATH or beside this
+    Python (pip installs it there); None if absent."""
     configured = current_config().pyspy_bin
-    return shutil.which(configured or "py-spy")
+    if configured:
+        return shutil.which(configured)
+    return shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
 
 
 def pyspy_dump(pid: int, program: str) -> list[dict[str, Any]]:

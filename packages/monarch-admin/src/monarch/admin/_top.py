@@ -23,6 +23,7 @@ from textual.widgets import Footer, Header, Static, Tree
 from textual.widgets.tree import TreeNode
 
 from ._client import AdminClient, AdminError, find_server
+from ._view import last_line
 
 BAD: dict[str, str] = {
     "failed": "bold red",
@@ -45,11 +46,11 @@ def host_label(host: dict[str, Any]) -> Text:
 def proc_label(proc: dict[str, Any]) -> Text:
     cpu = proc.get("cpu_percent")
     text = Text.assemble(
-        (f"{proc['mesh']}[{proc['rank']}]", "bold"),
-        f" pid {proc['pid']}  ",
+        (f"{proc['mesh']}[{proc['rank']}] ", "bold"),
         (proc["state"], BAD.get(proc["state"], "green")),
         f"  cpu {cpu:.0f}%" if cpu is not None else "",
         f"  rss {_mib(proc.get('rss'))}" if proc.get("rss") is not None else "",
+        (f"  pid {proc['pid']}", "grey50"),
     )
     if proc["error"] and proc["state"] != "stopped":
         text.append("  " + proc["error"].splitlines()[0][:100], BAD.get(proc["state"], ""))
@@ -57,20 +58,16 @@ def proc_label(proc: dict[str, Any]) -> Text:
 
 
 def actor_label(actor: dict[str, Any]) -> Text:
+    """State first, then what it does: a narrow tree still shows what matters."""
     state = actor["state"]
-    text = Text.assemble(
-        (f"{actor['mesh']} {actor['point']}", "bold"),
-        (f" {actor['class_name'].rpartition('.')[2]}  ", "grey70"),
-        (state, BAD.get(state, "green")),
-        f"  {actor['rate']:.1f} msg/s  queued {actor['queued']}  handled {actor['handled']}",
-    )
+    text = Text.assemble((f"{actor['mesh']} {actor['point']} ", "bold"), (state, BAD.get(state, "green")))
     if actor["current"]:
         busy = actor["busy_for"]
-        style = "bold yellow" if busy >= 5 else ""
-        text.append(f"  in {actor['current']} for {busy:.1f}s", style)
+        text.append(f"  in {actor['current']} for {busy:.1f}s", "bold yellow" if busy >= 5 else "")
     if actor["error"] and state == "failed":
-        last = [line for line in actor["error"].splitlines() if line.strip()]
-        text.append("  " + (last[-1] if last else "")[:120], "red")
+        text.append("  " + last_line(actor["error"])[:120], "red")
+    text.append(f"  {actor['rate']:.1f} msg/s  queued {actor['queued']}  handled {actor['handled']}")
+    text.append(f"  {actor['class_name'].rpartition('.')[2]}", "grey50")
     return text
 
 
@@ -81,7 +78,7 @@ class TopApp(App[None]):
     CSS = """
     #status { height: 1; padding: 0 1; background: $boost; }
     #tree { width: 3fr; }
-    #side { width: 2fr; border-left: solid $primary; }
+    #side { width: 2fr; min-width: 40; border-left: solid $primary; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "quit"),
