@@ -40,7 +40,8 @@ UPSTREAM_DEFAULT: Final = "[::]:1729"
 LOOPBACK_DEFAULT: Final = ("127.0.0.1", 1729)
 
 Query = Callable[[str], Any]
-"""SQL over the job's telemetry tables: rows as a list of dicts, or a pyarrow table."""
+"""SQL over the job's telemetry tables: ``{"rows": [...]}`` (monarch-telemetry's), a list of
+rows, or a pyarrow table."""
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -183,10 +184,15 @@ class AdminServer:
         sql = params.get("sql", [""])[0]
         if not sql.strip():
             raise ValueError("/v1/query needs ?sql=SELECT ...")
-        rows = self.query(sql)
-        if hasattr(rows, "to_pylist"):
-            rows = rows.to_pylist()
-        return {"rows": rows}
+        try:
+            result = self.query(sql)
+        except Exception as exc:  # noqa: BLE001 - a query that cannot run is a bad request
+            raise ValueError(str(exc)) from None
+        if isinstance(result, dict):
+            return result
+        if hasattr(result, "to_pylist"):
+            result = result.to_pylist()
+        return {"rows": result}
 
 
 def _bind(host: str, port: int) -> _HTTPServer:

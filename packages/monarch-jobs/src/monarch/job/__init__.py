@@ -5,7 +5,8 @@ Upstream's ``monarch.job``: ``JobTrait`` and its ``JobState``, ``LocalJob``,
 ``job_loads``), the current job (``set_current_job``, ``load_current_job``,
 ``hosts_from_config``), running a command on a mesh's hosts (``exec_command``), and the
 job's telemetry tables (``job.enable_telemetry(TelemetryConfig(...))``, then
-``state.query_engine_client.query(sql)``; monarch-telemetry's).
+``state.query_engine_client.query(sql)``; monarch-telemetry's), and its admin server
+(``job.enable_admin(MeshAdminConfig())``, then ``state.admin_url``; monarch-admin's).
 
 The names are imported on first use: a worker (``monarch worker``, whose command loads
 this package's subcommands) and the ``monarch`` command itself then import only what they
@@ -18,6 +19,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from monarch.admin import MeshAdminConfig
     from monarch.telemetry import TelemetryConfig
 
     from ._exec import exec_command
@@ -42,6 +44,7 @@ _WHERE = {
     "JobState": "_state",
     "JobTrait": "_trait",
     "LocalJob": "_process",
+    "MeshAdminConfig": "monarch.admin",
     "ProcessJob": "_process",
     "SSHJob": "_ssh",
     "SlurmJob": "_slurm",
@@ -75,6 +78,7 @@ __all__ = [
     "JobState",
     "JobTrait",
     "LocalJob",
+    "MeshAdminConfig",
     "ProcessJob",
     "SSHJob",
     "SlurmJob",
