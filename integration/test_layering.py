@@ -1,10 +1,11 @@
 """The packages form a DAG and move as one version train.
 
-Layers (DESIGN.md): transport < core < rdma < tensor; core < telemetry, admin < jobs. A package may import its own
-modules and those of the packages below it, never one above it or beside it. Imports are read
-with ``ast`` from every ``.py`` under ``packages/*/src`` (relative imports resolved,
-``importlib.import_module("monarch.x")`` literals, upstream's lazy top-level names such as
-``from monarch import Tensor``), plus the entry points and scripts each pyproject declares.
+Layers (DESIGN.md): transport < core < rdma < tensor; core < telemetry, admin < jobs. A
+package may import its own modules and those of the packages below it, never one above it or
+beside it. Imports are read with ``ast`` from every ``.py`` under ``packages/*/src`` (relative
+imports resolved, ``importlib.import_module("monarch.x")`` literals, upstream's lazy top-level
+names such as ``from monarch import Tensor``), plus the entry points and scripts each pyproject
+declares.
 """
 
 from __future__ import annotations

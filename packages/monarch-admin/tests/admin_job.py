@@ -45,7 +45,7 @@ class Looper(Actor):
 
     @endpoint
     async def block(self, seconds: float) -> None:
-        time.sleep(seconds)  # holds its proc's loop: the proc cannot answer
+        time.sleep(seconds)  # noqa: ASYNC251 - holds its proc's loop: the proc cannot answer
 
 
 def quiet_hook(failure: MeshFailure) -> None:

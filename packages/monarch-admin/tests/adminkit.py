@@ -30,7 +30,8 @@ class Job:
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
         if not line:
-            raise RuntimeError(f"the job ended before its admin server started ({self.process.wait()})")
+            code = self.process.wait()
+            raise RuntimeError(f"the job ended before its admin server started ({code})")
         hello = json.loads(line)
         self.url: str = hello["url"]
         self.addr: str = hello["addr"]

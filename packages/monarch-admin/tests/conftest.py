@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from adminkit import Job  # noqa: E402
+from adminkit import Job
 
 
 @pytest.fixture

@@ -28,8 +28,9 @@ pytestmark = pytest.mark.skipif(
 def browser() -> Iterator[WebDriver]:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM or ""
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1600,1000"):
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
         options.add_argument(argument)
+    options.add_argument("--window-size=1600,1000")
     driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(CHROMEDRIVER))
     try:
         yield driver
@@ -47,7 +48,8 @@ def rows(browser: WebDriver, state: str | None = None) -> list[str]:
 
 
 def text_of(browser: WebDriver, element_id: str) -> str:
-    return str(browser.execute_script("return document.getElementById(arguments[0]).innerText", element_id))
+    script = "return document.getElementById(arguments[0]).innerText"
+    return str(browser.execute_script(script, element_id))
 
 
 def click_proc(browser: WebDriver, starting: str) -> bool:
@@ -93,7 +95,7 @@ def test_the_page_shows_the_actors_and_their_failure(job: Job, browser: WebDrive
 
 
 def test_the_page_without_the_token_shows_the_refusal(job: Job, browser: WebDriver) -> None:
-    status, body = job.get("/", token="")
+    status, _ = job.get("/", token="")
     assert status == 401
     browser.get(f"{job.url}/?token={job.token}&interval=300")
     WebDriverWait(browser, 30).until(lambda _: len(rows(browser)) == 3)

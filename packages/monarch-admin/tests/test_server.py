@@ -120,9 +120,11 @@ def test_a_stopped_mesh_is_shown_stopped(job: Job) -> None:
     job.snapshot()  # what its procs say last
     job.command("stop")
     snap = wait_for(
-        lambda: (s := job.snapshot())
-        and all(p["state"] == "stopped" for p in procs(s) if p["mesh"] == "workers")
-        and s
+        lambda: (
+            (s := job.snapshot())
+            and all(p["state"] == "stopped" for p in procs(s) if p["mesh"] == "workers")
+            and s
+        )
     )
     assert [p["state"] for p in procs(snap) if p["mesh"] != "workers"] == ["running", "running"]
     assert {a["state"] for a in actors(snap) if a["mesh"] == "workers"} == {"stopped"}
@@ -173,7 +175,9 @@ def test_bad_requests_get_4xx_json(job: Job) -> None:
     assert job.get("/v1/root")[0] == 200
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.text(alphabet=string.printable + "é\u2603", max_size=40))
 def test_any_path_is_answered_with_json_never_a_crash(job: Job, tail: str) -> None:
     path = "/v1/" + urllib.parse.quote(tail, safe="/%?=&:")
@@ -188,7 +192,8 @@ def test_any_path_is_answered_with_json_never_a_crash(job: Job, tail: str) -> No
 def test_the_openapi_document_names_the_routes(job: Job) -> None:
     spec = job.json("/openapi.json")
     assert spec["openapi"].startswith("3.")
-    assert {"/v1/root", "/v1/tree", "/v1/snapshot", "/v1/stacks/{ref}", "/v1/{ref}"} <= set(spec["paths"])
+    routes = {"/v1/root", "/v1/tree", "/v1/snapshot", "/v1/stacks/{ref}", "/v1/{ref}"}
+    assert routes <= set(spec["paths"])
 
 
 def test_the_token_file_is_private_and_goes_with_the_server() -> None:
@@ -217,9 +222,8 @@ def test_a_bad_address_is_refused(addr: str) -> None:
 
 
 def test_a_taken_address_is_refused_when_asked_for() -> None:
-    with AdminServer("127.0.0.1:0") as first:
-        with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{first.port}"):
-            AdminServer(f"127.0.0.1:{first.port}")
+    with AdminServer("127.0.0.1:0") as first, pytest.raises(OSError, match="cannot listen on"):
+        AdminServer(f"127.0.0.1:{first.port}")
 
 
 def test_py_spy_reads_a_proc_that_cannot_answer(job: Job) -> None:
@@ -232,6 +236,8 @@ def test_py_spy_reads_a_proc_that_cannot_answer(job: Job) -> None:
     [held] = [p for p in procs(snap) if p["state"] == "not answering"]
     dump = job.json(f"/v1/stacks/{quote(held['ref'])}")
     assert dump["source"] == "py-spy"
-    [main] = [t for t in dump["threads"] if t["frames"] and t["frames"][-1]["function"].endswith("block")]
+    [main] = [
+        t for t in dump["threads"] if t["frames"] and t["frames"][-1]["function"].endswith("block")
+    ]
     assert main["frames"][-1]["function"] == "Looper.block"  # py-spy names the class too
     assert main["actors"] == [a["actor_id"] for a in held["actors"]]  # the loop's thread

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import pytest
 from adminkit import Job, wait_for
+from textual.widgets import Tree
 
 from monarch.admin._client import AdminClient
 from monarch.admin._top import TopApp
@@ -34,23 +35,24 @@ def test_the_pilot_finds_the_stuck_actor_and_sees_a_failure(job: Job) -> None:
         app = TopApp(AdminClient(job.addr, job.token), interval=0.2)
         async with app.run_test(size=(180, 50)) as pilot:
             pause = lambda: pilot.pause(0.05)  # noqa: E731
-            await until(pause, lambda: sum(r.startswith("actor:") for r in app.nodes) == 3, "actors")
+            await until(pause, lambda: sum(r.startswith("actor:") for r in app.nodes) == 3, "3")
             shown = labels(app)
-            assert any("workers {'gpus': 0/2}" in label and "running" in label for label in shown.values())
+            assert any(s.startswith("workers {'gpus': 0/2} running") for s in shown.values())
             assert any(label.startswith("workers[1] pid") for label in shown.values())
             await asyncio.to_thread(job.command, "hang")
-            await until(pause, lambda: any("in hang for" in s for s in labels(app).values()), "hang")
+            await until(pause, lambda: any("in hang for" in s for s in labels(app).values()), "1")
             await pilot.press("b")
             await until(pause, lambda: "Thread actor-workers" in app.detail, "the stuck stack")
             assert "in hang" in app.detail
-            assert app.query_one("#tree").cursor_node.data.startswith("actor:workers")  # type: ignore[union-attr]
+            cursor = app.query_one("#tree", Tree).cursor_node
+            assert cursor is not None and str(cursor.data).startswith("actor:workers")
             await asyncio.to_thread(job.command, "fail")
-            await until(pause, lambda: any("disk on fire" in s for s in labels(app).values()), "the failure")
+            await until(pause, lambda: any("disk on fire" in s for s in labels(app).values()), "!")
             failed = next(n for n in app.nodes.values() if "disk on fire" in str(n.label))
             assert "failed" in str(failed.label)
             assert any(span.style == "bold red" for span in failed.label.spans)  # type: ignore[union-attr]
             await pilot.press("f")
-            await until(pause, lambda: "disk on fire" in app.detail, "the failure's error in the side pane")
+            await until(pause, lambda: "disk on fire" in app.detail, "the error in the side pane")
             await pilot.press("q")
 
     asyncio.run(drive())
@@ -76,7 +78,9 @@ def tmux(socket: str, *args: str, env: dict[str, str] | None = None) -> str:
     return subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (tools/system-packages.sh)")
+@pytest.mark.skipif(
+    shutil.which("tmux") is None, reason="tmux is not installed (tools/system-packages.sh)"
+)
 def test_monarch_top_in_a_real_terminal(job: Job) -> None:
     server = f"monarch-top-test-{os.getpid()}"
     monarch = os.path.join(os.path.dirname(sys.executable), "monarch")
@@ -105,7 +109,11 @@ def test_monarch_top_in_a_real_terminal(job: Job) -> None:
         wait_for(lambda: "disk on fire" in screen(), message=f"the failure in:\n{screen()}")
         tmux(server, "send-keys", "-t", "top", "q")
         wait_for(
-            lambda: subprocess.run(["tmux", "-L", server, "has-session"], capture_output=True).returncode,
+            lambda: (
+                subprocess.run(
+                    ["tmux", "-L", server, "has-session"], capture_output=True
+                ).returncode
+            ),
             message="monarch top to quit (its session ends with it)",
         )
     finally:

@@ -61,7 +61,8 @@ def main() -> None:
         }
         for host in snap["hosts"]
     ]
-    print(json.dumps({"hosts": hosts, "telemetry": root["properties"]["telemetry"], "rows": rows, "closed": closed}))
+    telemetry = root["properties"]["telemetry"]
+    print(json.dumps({"hosts": hosts, "telemetry": telemetry, "rows": rows, "closed": closed}))
 
 
 if __name__ == "__main__":

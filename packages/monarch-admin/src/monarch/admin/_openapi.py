@@ -22,11 +22,13 @@ def _get(summary: str, schema: dict[str, Any], *params: dict[str, Any]) -> dict[
     }
 
 
+_HTML = {"description": "HTML"}
 _REF = {
     "name": "ref",
     "in": "path",
     "required": True,
-    "description": "a reference from a node's children (URL-encoded): root, host:..., proc:..., actor:...",
+    "description": "a reference from a node's children (URL-encoded): root, host:..., proc:..., "
+    "actor:...",
     "schema": {"type": "string"},
 }
 
@@ -52,7 +54,10 @@ def openapi() -> dict[str, Any]:
                     "description": "what went wrong",
                     "content": {
                         "application/json": {
-                            "schema": {"type": "object", "properties": {"error": {"type": "string"}}}
+                            "schema": {
+                                "type": "object",
+                                "properties": {"error": {"type": "string"}},
+                            }
                         }
                     },
                 }
@@ -74,7 +79,7 @@ def openapi() -> dict[str, Any]:
         },
         "security": [{"bearer": []}, {"query": []}],
         "paths": {
-            "/": {"get": {"summary": "the dashboard page", "responses": {"200": {"description": "HTML"}}}},
+            "/": {"get": {"summary": "the dashboard page", "responses": {"200": _HTML}}},
             "/v1/root": _get("the root node", {"$ref": "#/components/schemas/NodePayload"}),
             "/v1/tree": _get("the job as a text tree", {"type": "string"}),
             "/v1/snapshot": _get(
@@ -99,6 +104,8 @@ def openapi() -> dict[str, Any]:
                 obj,
                 {"name": "sql", "in": "query", "required": True, "schema": {"type": "string"}},
             ),
-            "/v1/{ref}": _get("a node: host, proc or actor", {"$ref": "#/components/schemas/NodePayload"}, _REF),
+            "/v1/{ref}": _get(
+                "a node: host, proc or actor", {"$ref": "#/components/schemas/NodePayload"}, _REF
+            ),
         },
     }

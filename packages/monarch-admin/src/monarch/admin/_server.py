@@ -89,7 +89,8 @@ class AdminServer:
             self._http = _bind(host, port)
         except OSError as exc:
             if not (fallback and exc.errno == errno.EADDRINUSE):
-                raise OSError(exc.errno, f"admin server cannot listen on {host}:{port}: {exc.strerror}") from None
+                why = f"admin server cannot listen on {host}:{port}: {exc.strerror}"
+                raise OSError(exc.errno, why) from None
             self._http = _bind(host, 0)
         self._http.admin = self
         self.host, self.port = str(self._http.server_address[0]), int(self._http.server_address[1])
@@ -160,7 +161,8 @@ class AdminServer:
         elif path == "/openapi.json":
             request.send_json(HTTPStatus.OK, openapi())
         elif path == "/v1/tree":
-            request.send_text(HTTPStatus.OK, tree_text(self.view.collect()), "text/plain; charset=utf-8")
+            text = tree_text(self.view.collect())
+            request.send_text(HTTPStatus.OK, text, "text/plain; charset=utf-8")
         elif path == "/v1/snapshot":
             request.send_json(HTTPStatus.OK, self.view.collect())
         elif path.startswith("/v1/stacks/"):
@@ -223,7 +225,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "monarch-admin"
 
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_GET(self) -> None:
         try:
             self.server.admin.respond(self)
         except NotFound as exc:
@@ -234,14 +236,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
         except (BrokenPipeError, ConnectionResetError):
             pass
-        except Exception as exc:  # noqa: BLE001 - a request's failure is its answer, not the client's
+        except Exception as exc:
             log.exception("admin request %s failed", self.path)
-            self.send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(exc).__name__}: {exc}"})
+            error = f"{type(exc).__name__}: {exc}"
+            self.send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": error})
 
     def _refuse_method(self) -> None:
-        self.send_json(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{self.command} is not served; use GET"})
+        error = f"{self.command} is not served; use GET"
+        self.send_json(HTTPStatus.METHOD_NOT_ALLOWED, {"error": error})
 
-    do_POST = do_PUT = do_DELETE = do_PATCH = _refuse_method  # noqa: N815
+    do_POST = do_PUT = do_DELETE = do_PATCH = _refuse_method
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """The stdlib's answer to a request it cannot read, as JSON."""
@@ -266,5 +270,5 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("admin %s: " + format, self.address_string(), *args)

@@ -60,13 +60,16 @@ def proc_label(proc: dict[str, Any]) -> Text:
 def actor_label(actor: dict[str, Any]) -> Text:
     """State first, then what it does: a narrow tree still shows what matters."""
     state = actor["state"]
-    text = Text.assemble((f"{actor['mesh']} {actor['point']} ", "bold"), (state, BAD.get(state, "green")))
+    text = Text.assemble(
+        (f"{actor['mesh']} {actor['point']} ", "bold"), (state, BAD.get(state, "green"))
+    )
     if actor["current"]:
         busy = actor["busy_for"]
         text.append(f"  in {actor['current']} for {busy:.1f}s", "bold yellow" if busy >= 5 else "")
     if actor["error"] and state == "failed":
         text.append("  " + last_line(actor["error"])[:120], "red")
-    text.append(f"  {actor['rate']:.1f} msg/s  queued {actor['queued']}  handled {actor['handled']}")
+    text.append(f"  {actor['rate']:.1f} msg/s  queued {actor['queued']}")
+    text.append(f"  handled {actor['handled']}")
     text.append(f"  {actor['class_name'].rpartition('.')[2]}", "grey50")
     return text
 
@@ -137,7 +140,8 @@ class TopApp(App[None]):
             f"{s['hosts']} hosts  {s['procs']} procs  {s['actors']} actors  ",
         )
         line.append(f"{s['failed']} failed  ", "bold red" if s["failed"] else "")
-        line.append(f"{s['not_answering']} not answering  ", "bold dark_orange" if s["not_answering"] else "")
+        orange = "bold dark_orange" if s["not_answering"] else ""
+        line.append(f"{s['not_answering']} not answering  ", orange)
         line.append(f"{s['died']} died", "bold red" if s["died"] else "")
         status.update(line)
 
@@ -219,7 +223,8 @@ class TopApp(App[None]):
         if kind not in ("proc", "actor"):
             return
         self.set_detail(Text(f"asking {ref} for its stacks...", "grey50"))
-        self.run_worker(self._stacks(ref, item if kind == "actor" else None), exclusive=True, group="stacks")
+        work = self._stacks(ref, item if kind == "actor" else None)
+        self.run_worker(work, exclusive=True, group="stacks")
 
     async def _stacks(self, ref: str, actor: dict[str, Any] | None) -> None:
         try:
@@ -295,10 +300,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--addr",
         default=None,
-        help="the admin server's HOST:PORT (default: this user's newest one here, else 127.0.0.1:1729)",
+        help="the admin server's HOST:PORT (default: this user's newest one here, "
+        "else 127.0.0.1:1729)",
     )
     parser.add_argument(
-        "--token", default=None, help="its token (default: $MONARCH_ADMIN_TOKEN, or the file it wrote)"
+        "--token",
+        default=None,
+        help="its token (default: $MONARCH_ADMIN_TOKEN, or the file it wrote)",
     )
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
     parser.set_defaults(func=run)

@@ -175,7 +175,8 @@ class JobView:
             if fresh:
                 node["cpu_percent"] = self._cpu_rate(address or "", last)
             node["stale"] = not fresh
-            node["actors"] = [self._actor(actor, now, fresh, node["state"]) for actor in last.actors]
+            state = node["state"]
+            node["actors"] = [self._actor(actor, now, fresh, state) for actor in last.actors]
         return node
 
     def _cpu_rate(self, address: str, snap: ProcSnapshot) -> float | None:
@@ -346,7 +347,7 @@ def tree_text(snap: Json) -> str:
                 f"    proc {proc['mesh']}[{proc['rank']}] pid {proc['pid']}  {proc['state']}{extra}"
             )
             for actor in proc["actors"]:
-                doing = f"  in {actor['current']} for {actor['busy_for']:.1f}s" if actor["current"] else ""
+                doing = actor["current"] and f"  in {actor['current']} for {actor['busy_for']:.1f}s"
                 error = f"  {last_line(actor['error'])}" if actor["error"] else ""
                 lines.append(
                     f"      actor {actor['mesh']}{actor['point']} {actor['class_name']}  "

@@ -144,7 +144,7 @@ def inspect_proc(
     return run_on(runtime, _ask(runtime, address, stacks, timeout))
 
 
-async def _ask(runtime: Runtime, address: str, stacks: bool, timeout: float) -> ProcSnapshot:
+async def _ask(runtime: Runtime, address: str, stacks: bool, seconds: float) -> ProcSnapshot:
     answer: asyncio.Future[ProcSnapshot] = runtime.loop.create_future()
 
     def on_answer(body: Body, payload: Sequence[Buffer]) -> None:
@@ -159,9 +159,9 @@ async def _ask(runtime: Runtime, address: str, stacks: bool, timeout: float) -> 
     key = runtime.watch_peer(address, lost)
     try:
         runtime.post(address, TO_PROC, "", Introspect(port, stacks))
-        return await asyncio.wait_for(answer, timeout)
+        return await asyncio.wait_for(answer, seconds)
     except TimeoutError:
-        raise TimeoutError(f"proc {address} did not answer within {timeout:g}s") from None
+        raise TimeoutError(f"proc {address} did not answer within {seconds:g}s") from None
     finally:
         runtime.close_port(port)
         runtime.unwatch_peer(address, key)

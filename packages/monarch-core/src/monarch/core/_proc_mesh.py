@@ -14,8 +14,8 @@ import secrets
 import string
 import threading
 import warnings
-from dataclasses import dataclass
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from monarch.transport import Buffer
@@ -805,6 +805,7 @@ def spawned_procs() -> list[SpawnedProc]:
         for name, group in list(_spawned)
         for rank in range(group.count)
     ]
+
 
 _UNITY = Shape([], NDSlice(0, [], []))
 

@@ -71,9 +71,9 @@ class JobTrait(ABC):
         self._attaching = False
         self._attached = []
         # What this process asked for, kept on re-attaching.
-        self._telemetry = telemetry  # type: ignore[assignment]
-        self._admin = admin  # type: ignore[assignment]
-        self._admin_server = server  # type: ignore[assignment]
+        self._telemetry = telemetry
+        self._admin = admin
+        self._admin_server = server
 
     # -- the user's API ------------------------------------------------------------------
 

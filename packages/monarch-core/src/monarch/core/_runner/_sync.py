@@ -14,8 +14,8 @@ import inspect
 import logging
 import queue
 import threading
-from time import monotonic
 from collections.abc import Callable, Sequence
+from time import monotonic
 from typing import Any
 
 from monarch.core._config import current_config
