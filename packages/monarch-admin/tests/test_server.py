@@ -106,7 +106,15 @@ def test_a_proc_whose_loop_is_held_is_not_answering_and_not_waited_on(job: Job) 
 def test_a_killed_proc_is_shown_dead_and_the_server_goes_on(job: Job) -> None:
     victim = next(p for p in procs(job.snapshot()) if p["mesh"] == "workers" and p["rank"] == 1)
     os.kill(victim["pid"], signal.SIGKILL)
-    snap = wait_for(lambda: (s := job.snapshot()) and s["summary"]["died"] == 1 and s)
+    # Seen at once (its connection ends), then named by its host agent's report.
+    snap = wait_for(
+        lambda: (
+            (s := job.snapshot())
+            and any(p["ref"] == victim["ref"] and "signal 9" in p["error"] for p in procs(s))
+            and s
+        )
+    )
+    assert snap["summary"]["died"] == 1
     dead = next(p for p in procs(snap) if p["ref"] == victim["ref"])
     assert dead["state"] == "died"
     assert "signal 9" in dead["error"]
