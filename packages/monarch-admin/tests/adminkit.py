@@ -19,13 +19,17 @@ T = TypeVar("T")
 
 
 class Job:
-    def __init__(self, timeout: float = 1.0) -> None:
+    def __init__(self, timeout: float = 1.0, home: str | None = None) -> None:
+        """``home``: the job's HOME (where its server writes its token file)."""
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        if home is not None:
+            env["HOME"] = home
         self.process = subprocess.Popen(
             [sys.executable, str(HERE / "admin_job.py"), str(timeout)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+            env=env,
         )
         assert self.process.stdout is not None
         line = self.process.stdout.readline()

@@ -7,7 +7,10 @@ import signal
 import socket
 import stat
 import string
+import subprocess
+import sys
 import urllib.parse
+from pathlib import Path
 
 import pytest
 from adminkit import Job, actor, actors, procs, wait_for
@@ -213,6 +216,25 @@ def test_the_token_file_is_private_and_goes_with_the_server() -> None:
         assert stat.S_IMODE(path.parent.stat().st_mode) & 0o077 == 0
     finally:
         server.close()
+    assert not path.exists()
+
+
+def test_the_token_file_goes_when_the_client_ends_without_closing(tmp_path: Path) -> None:
+    script = (
+        "from monarch.admin import start_admin\n"
+        "server = start_admin('127.0.0.1:0', quiet=True)\n"
+        "print(server.token_path, flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HOME": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr
+    path = Path(done.stdout.strip())
+    assert path.parent == tmp_path / ".monarch" / "admin"
     assert not path.exists()
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from adminkit import Job, wait_for
@@ -81,19 +82,20 @@ def tmux(socket: str, *args: str, env: dict[str, str] | None = None) -> str:
 @pytest.mark.skipif(
     shutil.which("tmux") is None, reason="tmux is not installed (tools/system-packages.sh)"
 )
-def test_monarch_top_in_a_real_terminal(job: Job) -> None:
+def test_monarch_top_in_a_real_terminal(tmp_path: Path) -> None:
+    """As the README says: the job runs, ``monarch top`` (no arguments: it finds the server
+    and its token) in another terminal, ``b`` shows the stuck actor's stack."""
+    job = Job(home=str(tmp_path))
     server = f"monarch-top-test-{os.getpid()}"
     monarch = os.path.join(os.path.dirname(sys.executable), "monarch")
     # A terminal as a user's: none of pytest's environment (COLUMNS, say) in the way.
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": os.environ.get("HOME", "/"),
+        "HOME": str(tmp_path),
         "TERM": "xterm-256color",
         "LANG": "C.UTF-8",
-        "MONARCH_ADMIN_TOKEN": job.token,
     }
-    command = f"{monarch} top --addr {job.addr} --interval 0.3"
-    tmux(server, "new-session", "-d", "-s", "top", "-x", "200", "-y", "50", command, env=env)
+    tmux(server, "new-session", "-d", "-s", "top", "-x", "200", "-y", "50", monarch + " top", env=env)
     try:
 
         def screen() -> str:
@@ -118,6 +120,7 @@ def test_monarch_top_in_a_real_terminal(job: Job) -> None:
         )
     finally:
         subprocess.run(["tmux", "-L", server, "kill-server"], capture_output=True)
+        job.close()
 
 
 def test_monarch_top_without_a_token_says_what_to_do(tmp_path: object) -> None:

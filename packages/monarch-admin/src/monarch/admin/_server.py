@@ -14,6 +14,7 @@ tables, when a query function was given), ``/v1/<ref>`` (a node).
 
 from __future__ import annotations
 
+import atexit
 import errno
 import json
 import logging
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
+from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -94,7 +96,12 @@ class AdminServer:
             self._http = _bind(host, 0)
         self._http.admin = self
         self.host, self.port = str(self._http.server_address[0]), int(self._http.server_address[1])
-        self.token_path = write_token(self.port, self.token)
+        try:
+            self.token_path: Path | None = write_token(self.port, self.token)
+        except OSError as exc:  # a home that cannot be written: the printed token still works
+            log.warning("admin server: cannot write its token file: %s", exc)
+            self.token_path = None
+        atexit.register(self._forget_token)  # a client that ends without close()
         self._thread = threading.Thread(
             target=self._http.serve_forever, name="monarch-admin", daemon=True
         )
@@ -118,9 +125,9 @@ class AdminServer:
 
     def announce(self) -> None:
         """Say where the server is and its token (stderr)."""
+        where = f"; token in {self.token_path}" if self.token_path is not None else ""
         print(
-            f"monarch admin: {self.url}/?token={self.token}  (monarch top --addr {self.addr}; "
-            f"token in {self.token_path})",
+            f"monarch admin: {self.url}/?token={self.token}  (monarch top --addr {self.addr}{where})",
             file=sys.stderr,
         )
 
@@ -130,7 +137,12 @@ class AdminServer:
         self._closed = True
         self._http.shutdown()
         self._http.server_close()
-        remove_token(self.port, self.token)
+        atexit.unregister(self._forget_token)
+        self._forget_token()
+
+    def _forget_token(self) -> None:
+        if self.token_path is not None:
+            remove_token(self.port, self.token)
 
     def __enter__(self) -> AdminServer:
         return self
