@@ -95,7 +95,8 @@ def test_monarch_top_in_a_real_terminal(tmp_path: Path) -> None:
         "TERM": "xterm-256color",
         "LANG": "C.UTF-8",
     }
-    tmux(server, "new-session", "-d", "-s", "top", "-x", "200", "-y", "50", monarch + " top", env=env)
+    size = ("-x", "200", "-y", "50")
+    tmux(server, "new-session", "-d", "-s", "top", *size, monarch + " top", env=env)
     try:
 
         def screen() -> str:

@@ -127,7 +127,8 @@ class AdminServer:
         """Say where the server is and its token (stderr)."""
         where = f"; token in {self.token_path}" if self.token_path is not None else ""
         print(
-            f"monarch admin: {self.url}/?token={self.token}  (monarch top --addr {self.addr}{where})",
+            f"monarch admin: {self.url}/?token={self.token}  "
+            f"(monarch top --addr {self.addr}{where})",
             file=sys.stderr,
         )
 
