@@ -124,9 +124,10 @@ def test_monarch_top_in_a_real_terminal(tmp_path: Path) -> None:
         job.close()
 
 
-def test_monarch_top_without_a_token_says_what_to_do(tmp_path: object) -> None:
+@pytest.mark.parametrize("command", ["top", "tui"])  # tui: upstream's name
+def test_monarch_top_without_a_token_says_what_to_do(tmp_path: Path, command: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "monarch.core._cli", "top", "--addr", "127.0.0.1:9"],
+        [sys.executable, "-m", "monarch.core._cli", command, "--addr", "127.0.0.1:9"],
         capture_output=True,
         text=True,
         env={**os.environ, "HOME": str(tmp_path), "MONARCH_ADMIN_TOKEN": ""},

@@ -296,7 +296,16 @@ class TopApp(App[None]):
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("top", help="a live view of a job, from its admin server")
+    _add(subparsers, "top")
+
+
+def register_tui(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``monarch tui``: upstream's name for it."""
+    _add(subparsers, "tui")
+
+
+def _add(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> None:
+    parser = subparsers.add_parser(name, help="a live view of a job, from its admin server")
     parser.add_argument(
         "--addr",
         default=None,

@@ -108,6 +108,10 @@ class JobView:
                 host["hostname"] = socket.gethostname() if host["local"] else host["address"]
         every = [actor for host in hosts.values() for p in host["procs"] for actor in p["actors"]]
         every_proc = [p for host in hosts.values() for p in host["procs"]]
+        self._forget(
+            {proc.address for proc in procs if proc.address},
+            {actor["actor_id"] for actor in every},
+        )
         return {
             "time": now,
             "client": client,
@@ -121,6 +125,16 @@ class JobView:
             },
             "hosts": list(hosts.values()),
         }
+
+    def _forget(self, addresses: set[str], actor_ids: set[str]) -> None:
+        """Let go of what belongs to procs no longer listed (``spawned_procs`` keeps the
+        newest ended ones only) and to their actors."""
+        with self._lock:
+            for table, keep in ((self._last, addresses), (self._cpu, addresses)):
+                for key in [key for key in table if key not in keep]:
+                    del table[key]
+            for key in [key for key in self._handled if key not in actor_ids]:
+                del self._handled[key]
 
     def _proc(
         self, proc: SpawnedProc, answer: ProcSnapshot | BaseException | None, now: float
