@@ -40,6 +40,7 @@ class Job:
         self.url: str = hello["url"]
         self.addr: str = hello["addr"]
         self.token: str = hello["token"]
+        self.secret: str = hello["secret"]
 
     def command(self, line: str) -> None:
         """Send a command to the job and wait until it has done it."""

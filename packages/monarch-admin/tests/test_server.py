@@ -165,6 +165,8 @@ def test_every_request_needs_the_token(job: Job) -> None:
     status, page = job.get(f"/?token={job.token}", token="")
     assert status == 200 and "<title>Monarch job</title>" in page
     assert job.get(f"/v1/root?token={job.token}", token="")[0] == 200
+    assert job.get("/v1/root", token=job.secret)[0] == 200  # the job's secret is accepted too
+    assert job.get("/v1/root", token=job.secret[:-2])[0] == 401
 
 
 def test_bad_requests_get_4xx_json(job: Job) -> None:
