@@ -5,9 +5,12 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from adminkit import Job
+
+from monarch.admin import AdminServer
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
@@ -105,3 +108,25 @@ def test_the_page_without_the_token_shows_the_refusal(job: Job, browser: WebDriv
         lambda _: "admin server:" in text_of(browser, "status")
     )
     assert len(rows(browser)) == 3
+
+
+def test_the_sql_box_shows_the_telemetry_rows(browser: WebDriver) -> None:
+    """With telemetry tables (a query function), the page offers SQL and shows the rows."""
+    asked: list[str] = []
+
+    def query(sql: str) -> dict[str, Any]:
+        asked.append(sql)
+        return {"rows": [{"actor": "trainers[0]", "messages": 3}]}
+
+    with AdminServer("127.0.0.1:0", query=query) as server:
+        browser.get(f"{server.url}/?token={server.token}&interval=300")
+        wait = WebDriverWait(browser, 30, poll_frequency=0.1)
+        shown = "return !document.getElementById('sql').hidden"
+        wait.until(lambda _: browser.execute_script(shown))
+        browser.execute_script(
+            "document.getElementById('sql-text').value = arguments[0];"
+            "document.getElementById('sql-run').click();",
+            "SELECT actor, count(*) AS messages FROM messages GROUP BY 1",
+        )
+        wait.until(lambda _: "trainers[0]" in text_of(browser, "sql-result"))
+        assert asked == ["SELECT actor, count(*) AS messages FROM messages GROUP BY 1"]

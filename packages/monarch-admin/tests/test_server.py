@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -9,8 +10,11 @@ import stat
 import string
 import subprocess
 import sys
+import urllib.error
 import urllib.parse
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from adminkit import Job, actor, actors, procs, wait_for
@@ -276,3 +280,32 @@ def test_py_spy_reads_a_proc_that_cannot_answer(job: Job) -> None:
     ]
     assert main["frames"][-1]["function"] == "Looper.block"  # py-spy names the class too
     assert main["actors"] == [a["actor_id"] for a in held["actors"]]  # the loop's thread
+
+
+def test_sql_goes_to_the_query_function_given() -> None:
+    """``/v1/query``: the telemetry tables' SQL (monarch-jobs passes its engine's query)."""
+
+    def query(sql: str) -> dict[str, Any]:
+        if "nope" in sql:
+            raise RuntimeError("SQL error: no table nope")
+        return {"rows": [{"asked": sql}]}
+
+    with AdminServer("127.0.0.1:0", query=query) as server:
+
+        def get(path: str) -> tuple[int, Any]:
+            request = urllib.request.Request(
+                server.url + path, headers={"Authorization": f"Bearer {server.token}"}
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    return response.status, json.loads(response.read())
+            except urllib.error.HTTPError as exc:
+                return exc.code, json.loads(exc.read())
+
+        assert get("/v1/root")[1]["properties"]["telemetry"] is True
+        assert get("/v1/query?sql=SELECT%201") == (200, {"rows": [{"asked": "SELECT 1"}]})
+        assert get("/v1/query?sql=SELECT%20*%20FROM%20nope") == (
+            400,
+            {"error": "SQL error: no table nope"},
+        )
+        assert get("/v1/query")[0] == 400
