@@ -45,6 +45,13 @@ def test_the_pilot_finds_the_stuck_actor_and_sees_a_failure(job: Job) -> None:
             await pilot.press("b")
             await until(pause, lambda: "Thread actor-workers" in app.detail, "the stuck stack")
             assert "in hang" in app.detail
+            side, tree = app.query_one("#side"), app.query_one("#tree", Tree)
+            width = side.size.width
+            await pilot.press("w")
+            await until(pause, lambda: side.size.width > width, "a wider side pane")
+            assert tree.has_class("narrow")
+            await pilot.press("w")
+            await until(pause, lambda: side.size.width == width, "the side pane back")
             cursor = app.query_one("#tree", Tree).cursor_node
             assert cursor is not None and str(cursor.data).startswith("actor:workers")
             await asyncio.to_thread(job.command, "fail")

@@ -5,7 +5,7 @@ per second, queue depth, the endpoint running and for how long), refreshed every
 ``--interval`` seconds; a failed actor shows in red with its error, a proc that does not
 answer in orange. Enter (or ``s``) on a proc or an actor shows the proc's Python stacks,
 the actor's thread first; ``b`` jumps to the actor busy the longest (a stuck one) and
-shows its stack, ``f`` to the next failure.
+shows its stack, ``f`` to the next failure; ``w`` widens the side pane for long stacks.
 """
 
 from __future__ import annotations
@@ -82,6 +82,8 @@ class TopApp(App[None]):
     #status { height: 1; padding: 0 1; background: $boost; }
     #tree { width: 3fr; }
     #side { width: 2fr; min-width: 40; border-left: solid $primary; }
+    #tree.narrow { width: 1fr; }
+    #side.wide { width: 3fr; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "quit"),
@@ -89,6 +91,7 @@ class TopApp(App[None]):
         Binding("s", "stacks", "stacks"),
         Binding("b", "busiest", "busiest actor"),
         Binding("f", "failure", "next failure"),
+        Binding("w", "widen", "wide stacks"),
     ]
 
     def __init__(self, client: AdminClient, interval: float = 1.0) -> None:
@@ -257,6 +260,11 @@ class TopApp(App[None]):
                 if frame["line"]:
                     text.append(f"    {frame['line']}\n", "grey70")
         self.set_detail(text)
+
+    def action_widen(self) -> None:
+        """Give the side pane (long stack lines) most of the width, or back."""
+        self.query_one("#tree", Tree).toggle_class("narrow")
+        self.query_one("#side").toggle_class("wide")
 
     # -- jumps --------------------------------------------------------------------------
 
