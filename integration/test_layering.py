@@ -1,10 +1,11 @@
 """The packages form a DAG and move as one version train.
 
-Layers (DESIGN.md): transport < core < rdma < tensor; core < jobs. A package may import its own
-modules and those of the packages below it, never one above it or beside it. Imports are read
-with ``ast`` from every ``.py`` under ``packages/*/src`` (relative imports resolved,
-``importlib.import_module("monarch.x")`` literals, upstream's lazy top-level names such as
-``from monarch import Tensor``), plus the entry points and scripts each pyproject declares.
+Layers (DESIGN.md): transport < core < rdma < tensor; core < telemetry, admin < jobs. A
+package may import its own modules and those of the packages below it, never one above it or
+beside it. Imports are read with ``ast`` from every ``.py`` under ``packages/*/src`` (relative
+imports resolved, ``importlib.import_module("monarch.x")`` literals, upstream's lazy top-level
+names such as ``from monarch import Tensor``), plus the entry points and scripts each pyproject
+declares.
 """
 
 from __future__ import annotations
@@ -35,14 +36,16 @@ OWNS: dict[str, frozenset[str]] = {
     "monarch-tensor": frozenset({"tensor", "mesh_controller"}),
     "monarch-jobs": frozenset({"job", "spmd"}),
     "monarch-telemetry": frozenset({"telemetry"}),
+    "monarch-admin": frozenset({"admin"}),
 }
 USES: dict[str, frozenset[str]] = {
     "monarch-transport": frozenset(),
     "monarch-core": frozenset({"monarch-transport"}),
     "monarch-rdma": frozenset({"monarch-core"}),
     "monarch-tensor": frozenset({"monarch-core", "monarch-rdma"}),
-    "monarch-jobs": frozenset({"monarch-core", "monarch-telemetry"}),
+    "monarch-jobs": frozenset({"monarch-core", "monarch-telemetry", "monarch-admin"}),
     "monarch-telemetry": frozenset({"monarch-core"}),
+    "monarch-admin": frozenset({"monarch-core"}),
 }
 SUBPACKAGES = frozenset().union(*OWNS.values())
 
@@ -273,6 +276,7 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_proc_mesh _controller",  # proc and host meshes; get_or_spawn_controller
         "_context _debugger _code_sync",  # context(); breakpoints; sync_workspace
         "_runner",  # the callee side: actor runners, sync and async apart
+        "_introspect",  # what a proc says of itself when asked (actors, process, stacks)
         "_bootstrap",  # starts runtimes (controller, proc, worker); owns MONARCH_* env names
         "_zygote_proc",  # the zygote's loop (a program, or forked by monarch worker)
         "__init__ _proc _worker",  # the face (low-level API); entry points

@@ -3,9 +3,9 @@
 # (CI and fresh machines); otherwise the tests that need them skip and say why.
 set -euo pipefail
 # openssh-*: tools/ssh (SSHJob); slurm*, munge: tools/slurm; qemu ... python3-pyverbs: monarch-rdma's soft-RoCE VM
-# (packages/monarch-rdma/tests/rxevm)
+# (packages/monarch-rdma/tests/rxevm); tmux, chromium*: monarch-admin's monarch top and dashboard tests
 needed=(iproute2 iptables openssh-server openssh-client slurmctld slurmd slurm-client munge qemu-system-x86 linux-image-amd64
-  busybox-static kmod cpio rdma-core ibverbs-utils python3-pyverbs)
+  busybox-static kmod cpio rdma-core ibverbs-utils python3-pyverbs tmux chromium chromium-driver)
 missing=()
 for pkg in "${needed[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

@@ -13,6 +13,7 @@ SIBLINGS = [
     "monarch-tensor",
     "monarch-jobs",
     "monarch-telemetry",
+    "monarch-admin",
 ]
 
 

@@ -8,7 +8,8 @@ returns and how to complete one from the runtime loop, the wire messages, pickli
 out-of-band buffers, lending large buffers between processes of one machine and
 reading another process's memory (``read_process_memory``, ``buffer_address``), the
 configuration snapshot (``current_config``), and where telemetry plugs in
-(``set_instrumentation``: monarch-telemetry's hooks on both sides of every call).
+(``set_instrumentation``: monarch-telemetry's hooks on both sides of every call), and
+what a proc says of itself (``inspect_proc``, ``spawned_procs``: monarch-admin's view).
 
 The modules behind this face stand on floors, each importing only those below it (see
 the package README); ``_bootstrap``, at the top, alone starts a runtime, and importing
@@ -47,13 +48,25 @@ from ._instrument import (
     current_instrumentation,
     set_instrumentation,
 )
+from ._introspect import inspect_proc
 from ._lending import LEND_MIN, Lender
 from ._lending import available as lending_available
 from ._lending import read_range as read_process_memory
 from ._memory import address_of as buffer_address
-from ._messages import TO_ACTOR, TO_PORT, TO_PROC, Body, PortRef, PortValue
+from ._messages import (
+    TO_ACTOR,
+    TO_PORT,
+    TO_PROC,
+    ActorState,
+    Body,
+    PortRef,
+    PortValue,
+    ProcSnapshot,
+    StackFrame,
+    ThreadStack,
+)
 from ._port import Channel, Port
-from ._proc_mesh import HostMesh, ProcMesh, this_host, this_proc
+from ._proc_mesh import HostMesh, ProcMesh, SpawnedProc, spawned_procs, this_host, this_proc
 from ._runtime import Runtime, current_runtime, running_runtime
 from ._serialize import calling_endpoint, calling_target, dumps, loads
 from ._shape import Extent, NDSlice, Point, Shape
@@ -69,6 +82,7 @@ __all__ = [
     "Actor",
     "ActorError",
     "ActorMesh",
+    "ActorState",
     "Body",
     "Channel",
     "Context",
@@ -91,12 +105,16 @@ __all__ = [
     "PortRef",
     "PortValue",
     "ProcMesh",
+    "ProcSnapshot",
     "PullError",
     "RemoteFailure",
     "Runtime",
     "Scope",
     "Shape",
+    "SpawnedProc",
+    "StackFrame",
     "SupervisionError",
+    "ThreadStack",
     "ValueMesh",
     "WorkerConfigError",
     "Workspace",
@@ -113,6 +131,7 @@ __all__ = [
     "dumps",
     "endpoint",
     "gather_directories",
+    "inspect_proc",
     "job_secret",
     "lending_available",
     "loads",
@@ -123,6 +142,7 @@ __all__ = [
     "running_runtime",
     "set_instrumentation",
     "spawn_actor_mesh",
+    "spawned_procs",
     "submit_into",
     "this_host",
     "this_proc",

@@ -41,11 +41,13 @@ from ._debugger import breakpoint_hook, install_console
 from ._future import Future
 from ._instrument import load_instrumentation, shutdown_instrumentation
 from ._internal_logs import install_internal_logs
+from ._introspect import handle_introspect
 from ._logs import drain, forward_output, handle_set_log_level
 from ._messages import (
     ActorFailed,
     GetController,
     HowEnded,
+    Introspect,
     KillProcs,
     Launch,
     PortRef,
@@ -162,6 +164,7 @@ def install_services(runtime: Runtime) -> None:
             ProcsOf: handle_procs_of,
             HowEnded: handle_how_ended,
             SetLogLevel: handle_set_log_level,
+            Introspect: handle_introspect,
         }
     )
 

@@ -255,6 +255,77 @@ class SetLogLevel(msgspec.Struct, array_like=True, tag=34, frozen=True, gc=False
     level: int
 
 
+class Introspect(msgspec.Struct, array_like=True, tag=40, frozen=True, gc=False):
+    """Ask a proc for a ``ProcSnapshot`` of itself (see ``_introspect``), to ``reply``;
+    with ``stacks``, its threads' Python stacks too (the dump a proc takes of itself)."""
+
+    reply: PortRef
+    stacks: bool = False
+
+
+class ActorState(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """One actor of a proc, as its runner sees it."""
+
+    actor_id: str
+    mesh: str
+    """The name the mesh was spawned with."""
+    class_name: str
+    rank: int
+    point: str
+    """Its coordinates in its mesh (``{'gpus': 0/2}``)."""
+    state: str
+    """``starting``, ``running``, ``stopped`` or ``failed``."""
+    error: str = ""
+    """Why it failed (the supervision report), or why it stopped."""
+    handled: int = 0
+    """Messages it has begun to handle."""
+    queued: int = 0
+    """Messages waiting for it."""
+    current: str = ""
+    """The endpoint it runs now ("" when idle)."""
+    busy_for: float = 0.0
+    """Seconds it has been in ``current``."""
+    idle_for: float = -1.0
+    """Seconds since its last message began (-1: none yet)."""
+    thread: int = 0
+    """The thread that runs its code (``ThreadStack.ident``): its own for a ``def`` actor,
+    the loop's for an ``async def`` one (0 before it starts)."""
+
+
+class StackFrame(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    filename: str
+    lineno: int
+    function: str
+    line: str = ""
+
+
+class ThreadStack(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A thread's Python stack, outermost frame first."""
+
+    name: str
+    ident: int
+    frames: list[StackFrame]
+    daemon: bool = False
+
+
+class ProcSnapshot(msgspec.Struct, array_like=True, tag=41, frozen=True, gc=False):
+    """What a proc says of itself when asked (``Introspect``)."""
+
+    address: str
+    pid: int
+    hostname: str
+    cpu_user: float
+    """Seconds of CPU this process has used, in user mode and in the kernel."""
+    cpu_system: float
+    rss: int
+    """Resident memory, bytes."""
+    threads: int
+    actors: list[ActorState]
+    stacks: list[ThreadStack] = msgspec.field(default_factory=list)
+    uptime: float = 0.0
+    """Seconds since the process started."""
+
+
 Body = (
     Call
     | PortValue
@@ -274,6 +345,8 @@ Body = (
     | HowEnded
     | LogLines
     | SetLogLevel
+    | Introspect
+    | ProcSnapshot
 )
 
 

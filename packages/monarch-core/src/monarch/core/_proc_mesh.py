@@ -17,6 +17,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 
 from monarch.transport import Buffer
@@ -653,6 +654,7 @@ class HostMesh(ShapedMesh):
         # Made here, not on the loop: spawn_procs must not block (an async actor's
         # __init__ runs on the loop itself).
         group = _ProcGroup(runtime, len(hosts) * processes)
+        _remember(name or "procs", group)
         owner = current_owner.get()
         group.logger = _LoggerMesh(runtime, owner, shape, per, together)
         if current_config().enable_log_forwarding:
@@ -821,6 +823,55 @@ def _syncer() -> tuple[WorkspaceSync, Callable[[ProcMesh], list[str]]]:
 
 _owned: list[ProcMesh] = []
 """Proc meshes this process spawned, for shutdown_context."""
+
+
+@dataclass(frozen=True)
+class SpawnedProc:
+    """A process this one spawned (``spawned_procs``)."""
+
+    mesh: str
+    """The name ``spawn_procs`` was given (``procs`` by default)."""
+    rank: int
+    """Its rank among the processes of that call (a process per rank, unless
+    ``procs_per_process`` puts several ranks in one)."""
+    host: str
+    """Its host agent's address (this process for ``this_host()``)."""
+    address: str | None
+    """Where it listens (``None`` while it starts)."""
+    pid: int
+    exited: str | None
+    """How it ended ("exited with code 0", "was killed by signal 9"), or ``None``."""
+
+
+_spawned: list[tuple[str, _ProcGroup]] = []
+"""Every ``spawn_procs`` of this process, by name, for ``spawned_procs``."""
+KEEP_ENDED = 32
+"""Groups whose procs have all ended that ``spawned_procs`` still lists (the newest)."""
+
+
+def _remember(name: str, group: _ProcGroup) -> None:
+    _spawned.append((name, group))
+    ended_groups = [entry for entry in _spawned if len(entry[1].exited) == entry[1].count]
+    for entry in ended_groups[:-KEEP_ENDED]:
+        _spawned.remove(entry)
+
+
+def spawned_procs() -> list[SpawnedProc]:
+    """The processes this one spawned (from any thread), those that ended included: what
+    an admin server of the client walks (``monarch.admin``)."""
+    return [
+        SpawnedProc(
+            name,
+            rank,
+            group.hosts[rank],
+            group.addresses[rank],
+            group.pids[rank],
+            group.exited.get(rank),
+        )
+        for name, group in list(_spawned)
+        for rank in range(group.count)
+    ]
+
 
 _UNITY = Shape([], NDSlice(0, [], []))
 

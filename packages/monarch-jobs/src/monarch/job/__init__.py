@@ -6,7 +6,8 @@ Upstream's ``monarch.job``: ``JobTrait`` and its ``JobState``, ``LocalJob``,
 ``hosts_from_config``), running a command on a mesh's hosts (``exec_command``), job kinds
 by name (``job_backend``: the ``monarch.job_backends`` entry points), and the
 job's telemetry tables (``job.enable_telemetry(TelemetryConfig(...))``, then
-``state.query_engine_client.query(sql)``; monarch-telemetry's).
+``state.query_engine_client.query(sql)``; monarch-telemetry's), and its admin server
+(``job.enable_admin(MeshAdminConfig())``, then ``state.admin_url``; monarch-admin's).
 
 The names are imported on first use: a worker (``monarch worker``, whose command loads
 this package's subcommands) and the ``monarch`` command itself then import only what they
@@ -19,6 +20,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from monarch.admin import MeshAdminConfig
     from monarch.telemetry import TelemetryConfig
 
     from ._backends import job_backend
@@ -44,6 +46,7 @@ _WHERE = {
     "JobState": "_state",
     "JobTrait": "_trait",
     "LocalJob": "_process",
+    "MeshAdminConfig": "monarch.admin",
     "ProcessJob": "_process",
     "SSHJob": "_ssh",
     "SlurmJob": "_slurm",
@@ -78,6 +81,7 @@ __all__ = [
     "JobState",
     "JobTrait",
     "LocalJob",
+    "MeshAdminConfig",
     "ProcessJob",
     "SSHJob",
     "SlurmJob",

@@ -19,6 +19,8 @@ class JobState:
         self._hosts = dict(hosts)
         self.query_engine_client: QueryEngineClient | None = None
         """SQL over the job's telemetry tables, when ``job.enable_telemetry()`` was called."""
+        self.admin_url: str | None = None
+        """The admin server's ``http://HOST:PORT``, when ``job.enable_admin()`` was called."""
 
     def __getattr__(self, name: str) -> HostMesh:
         hosts: dict[str, HostMesh] = self.__dict__.get("_hosts", {})

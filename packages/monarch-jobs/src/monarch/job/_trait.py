@@ -25,6 +25,7 @@ from ._mounts import GatherMount, Mounts, RemoteMount
 from ._state import JobState
 
 if TYPE_CHECKING:  # imported on use: importing OpenTelemetry costs a client that has no need
+    from monarch.admin import AdminServer, MeshAdminConfig
     from monarch.telemetry import TelemetryConfig
 
 DEFAULT_JOB_PATH: Final = ".monarch/job_state.pkl"
@@ -32,7 +33,15 @@ BATCH_ENV: Final = "MONARCH_BATCH_JOB"
 """Set (to 1) for a client that a job runs itself (``apply(client_script=...)``)."""
 STOP_TIMEOUT: Final = 30.0
 """Seconds ``kill()`` gives the procs of this process to stop before ending the hosts."""
-_TRANSIENT: Final = ("_attaching", "_attached", "_telemetry", "_mounts", "_last_hosts")
+_TRANSIENT: Final = (
+    "_attaching",
+    "_attached",
+    "_telemetry",
+    "_mounts",
+    "_last_hosts",
+    "_admin",
+    "_admin_server",
+)
 """What a saved job leaves out: it belongs to the process that attached."""
 FORMAT: Final = 1
 """The saved job's format: one saved by another version is not loaded (a fresh start)."""
@@ -61,6 +70,9 @@ class JobTrait(ABC):
         """``remote_mount``/``gather_mount`` (not saved: each client declares its own)."""
         self._last_hosts: dict[str, HostMesh] = {}
         """The meshes ``state()`` attached to, as the job made them (for the mounts)."""
+        self._admin: MeshAdminConfig | None = None
+        """Serve the job's admin API from this client (``enable_admin``; not saved)."""
+        self._admin_server: AdminServer | None = None
 
     def __getstate__(self) -> dict[str, object]:
         state = dict(vars(self))
@@ -69,12 +81,16 @@ class JobTrait(ABC):
         return state
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        telemetry = vars(self).get("_telemetry")
-        mounts = vars(self).get("_mounts") or Mounts()
-        vars(self).update(state)
+        mine = vars(self)
+        telemetry, admin, server = (mine.get(k) for k in ("_telemetry", "_admin", "_admin_server"))
+        mounts = mine.get("_mounts") or Mounts()
+        mine.update(state)
         self._attaching = False
         self._attached = []
-        self._telemetry = telemetry  # what this process asked for, kept on re-attaching
+        # What this process asked for, kept on re-attaching.
+        self._telemetry = telemetry
+        self._admin = admin
+        self._admin_server = server
         self._mounts = mounts
         self._last_hosts = {}
 
@@ -136,6 +152,9 @@ class JobTrait(ABC):
         on them are stopped first (their end is then no supervision failure, which would
         end this client before every host is)."""
         attached, self._attached = self._attached, []
+        if self._admin_server is not None:
+            self._admin_server.close()
+            self._admin_server = None
         for mesh in attached:
             try:
                 mesh.stop().get(timeout=STOP_TIMEOUT)
@@ -190,9 +209,17 @@ class JobTrait(ABC):
         self._mounts.push(self._last_hosts)
         return self._mounts.refresh_gathered(self._last_hosts)
 
+    def enable_admin(self, config: MeshAdminConfig | None = None) -> None:
+        """Serve the job's admin API (hosts, procs, actors, stacks; ``monarch top`` and the
+        dashboard read it) from this client once ``state()`` is taken: upstream's. Its
+        address is ``state().admin_url``; the server prints its token (see monarch-admin)."""
+        from monarch.admin import MeshAdminConfig
+
+        self._admin = config or MeshAdminConfig()
+
     def _attach(self) -> JobState:
         """``_state()``, remembering its meshes for ``kill()``; with telemetry enabled, the
-        state's ``query_engine_client``."""
+        state's ``query_engine_client``; with the admin server, its ``admin_url``."""
         if self._telemetry is not None:
             from monarch.telemetry import enable_telemetry
 
@@ -203,6 +230,13 @@ class JobTrait(ABC):
         state._hosts = self._mounts.apply(state._hosts)
         if self._telemetry is not None:
             state.query_engine_client = engine
+        if self._admin is not None:
+            if self._admin_server is None:
+                from monarch.admin import start_admin
+
+                query = engine.query if self._telemetry is not None else None
+                self._admin_server = start_admin(self._admin.admin_addr, query=query)
+            state.admin_url = self._admin_server.url
         return state
 
     @property

@@ -93,6 +93,14 @@ class ActorRunner:
         self._contexts: dict[ShapeSpec, Context] = {}
         self.owned: list[Any] = []
         """Meshes this actor spawned: they are stopped before it, and die with it."""
+        # What introspection reports (see ``_introspect``): plain fields, set once per
+        # message by the thread or task that runs it, read by the loop when asked.
+        self.handled = 0
+        """Messages it has begun to handle."""
+        self.current = ""
+        """The endpoint it runs now ("" when idle)."""
+        self.began = 0.0
+        """When (``time.monotonic``) its last message began (0: none yet)."""
 
     def start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Make the actor (``cls(*args, **kwargs)``) where its code runs, then serve."""
@@ -129,6 +137,10 @@ class ActorRunner:
     def join(self, timeout: float) -> None:
         """Wait up to ``timeout`` s for a released actor's code to have stopped."""
 
+    def queued(self) -> int:
+        """How many messages wait for the actor's code."""
+        return 0
+
     def enqueue(self, call: Call, payload: Sequence[Buffer]) -> None:
         """A call for this actor, in order (see ``_local``)."""
         # A stop is queued like any message: it drains what came before it.
@@ -141,10 +153,6 @@ class ActorRunner:
     def request_abort(self, reason: str) -> None:
         """Fail now (from any thread): as if an endpoint had raised with nobody to tell."""
         self._fail(RuntimeError(reason), aborted(reason))
-
-    def _waiting(self) -> int:
-        """Messages queued for the actor's code (its queue depth)."""
-        raise NotImplementedError
 
     def _scope(self, call: Call, parts: Sequence[Buffer]) -> Scope | None:
         """The instrumentation's scope of the endpoint ``call`` runs, on the thread or task
@@ -160,7 +168,7 @@ class ActorRunner:
             self.rank.rank,
             call.trace,
             size,
-            self._waiting(),
+            self.queued(),
         )
 
     def _context_for(self, call: Call) -> Context:

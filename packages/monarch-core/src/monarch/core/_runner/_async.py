@@ -12,6 +12,7 @@ import contextvars
 import inspect
 import logging
 from collections.abc import Callable, Sequence
+from time import monotonic
 from typing import Any
 
 from monarch.core._config import current_config
@@ -51,7 +52,7 @@ class AsyncRunner(ActorRunner):
     def _put(self, item: Item) -> None:
         self.queue.put_nowait(item)
 
-    def _waiting(self) -> int:
+    def queued(self) -> int:
         return self.queue.qsize()
 
     async def _run_async(
@@ -121,20 +122,26 @@ class AsyncRunner(ActorRunner):
     async def _handle_one(self, call: Call, parts: Sequence[Buffer]) -> None:
         context = self._context_for(call)
         scope = self._scope(call, parts)
+        self.handled += 1
+        self.current = call.method
+        self.began = monotonic()
         try:
             fn, args, kwargs = self._prepare(call, parts, context)
             result = await self._invoke(context.message_rank, fn, *args, **kwargs)
         except asyncio.CancelledError as exc:
+            self.current = ""
             if scope is not None:
                 scope.close(exc)
             if self.stopped is not None:  # a concurrent endpoint the stop cancelled
                 self._refuse(call)
             raise
         except BaseException as exc:  # noqa: BLE001 - see _conclude
+            self.current = ""
             if scope is not None:
                 scope.close(exc)
             self._conclude(call, context, None, exc)
         else:
+            self.current = ""
             if scope is not None:
                 scope.close(None)
             self._conclude(call, context, result, None)

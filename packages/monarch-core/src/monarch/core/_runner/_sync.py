@@ -15,6 +15,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Sequence
+from time import monotonic
 from typing import Any
 
 from monarch.core._config import current_config
@@ -69,7 +70,7 @@ class SyncRunner(ActorRunner):
     def _put(self, item: Item) -> None:
         self.calls.put(item)
 
-    def _waiting(self) -> int:
+    def queued(self) -> int:
         return self.calls.qsize()
 
     def _on_own_thread(self) -> bool:
@@ -129,6 +130,9 @@ class SyncRunner(ActorRunner):
             current_context.set(context)
             plain = self._plain.get(message.method)
             scope = self._scope(message, parts)
+            self.handled += 1
+            self.current = message.method
+            self.began = monotonic()
             try:
                 if plain is not None:  # the common case, in fewer steps (see _prepare)
                     args, kwargs = loads_arguments(parts)
@@ -137,10 +141,12 @@ class SyncRunner(ActorRunner):
                     fn, args, kwargs = self._prepare(message, parts, context)
                     result = self._call_sync(fn, args, kwargs)
             except BaseException as exc:  # noqa: BLE001 - see _conclude
+                self.current = ""
                 if scope is not None:
                     scope.close(exc)
                 self._conclude(message, context, None, exc, held)
             else:
+                self.current = ""
                 if scope is not None:
                     scope.close(None)
                 self._conclude(message, context, result, None, held)

@@ -1,0 +1,132 @@
+"""The dashboard page in a real headless Chromium against a real running job."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from adminkit import Job
+
+from monarch.admin import AdminServer
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
+"""Screenshots kept after the run (.gitignore'd)."""
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or CHROMEDRIVER is None,
+    reason="chromium and chromium-driver are not installed (tools/system-packages.sh)",
+)
+
+
+@pytest.fixture
+def browser() -> Iterator[WebDriver]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM or ""
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
+        options.add_argument(argument)
+    options.add_argument("--window-size=1600,1000")
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def rows(browser: WebDriver, state: str | None = None) -> list[str]:
+    """The actor rows' text, read in one script: the page redraws its tables as it polls."""
+    texts = browser.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map(row => row.innerText)",
+        "tr.actor" + (f"[data-state='{state}']" if state else ""),
+    )
+    return [" ".join(text.split()) for text in texts]
+
+
+def text_of(browser: WebDriver, element_id: str) -> str:
+    script = "return document.getElementById(arguments[0]).innerText"
+    return str(browser.execute_script(script, element_id))
+
+
+def click_proc(browser: WebDriver, starting: str) -> bool:
+    """Click the first proc row whose text starts with ``starting`` (in one script)."""
+    return bool(
+        browser.execute_script(
+            "const row = [...document.querySelectorAll('tr.proc')]"
+            ".find(row => row.innerText.startsWith(arguments[0]));"
+            "if (row) row.click(); return !!row;",
+            starting,
+        )
+    )
+
+
+def test_the_page_shows_the_actors_and_their_failure(job: Job, browser: WebDriver) -> None:
+    browser.get(f"{job.url}/?token={job.token}&interval=300")
+    wait = WebDriverWait(browser, 30, poll_frequency=0.1)
+    wait.until(lambda _: len(rows(browser)) == 3)
+    assert browser.title == "Monarch job"
+    assert len(rows(browser, "running")) == 3
+    assert any(text.startswith("workers {'gpus': 1/2}") for text in rows(browser))
+    summary = text_of(browser, "summary")
+    assert summary.startswith("1 hosts, 4 procs, 3 actors, 0 failed")
+    assert text_of(browser, "failures") == "none"
+
+    job.command("fail")
+    wait.until(lambda _: len(rows(browser, "failed")) == 1)
+    [failed] = rows(browser, "failed")
+    assert failed.startswith("workers {'gpus': 1/2} failed") and "disk on fire" in failed
+    wait.until(lambda _: "disk on fire" in text_of(browser, "failures"))
+    assert "1 failed" in text_of(browser, "summary")
+
+    job.command("hang")
+    wait.until(lambda _: any("hang for" in text for text in rows(browser)))
+    assert click_proc(browser, "workers[0]")
+    wait.until(lambda _: "Thread actor-workers" in text_of(browser, "stacks-text"))
+    assert "hang" in text_of(browser, "stacks-text")
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "dashboard.png"
+    assert browser.save_screenshot(str(shot))
+    assert shot.stat().st_size > 10_000
+
+
+def test_the_page_without_the_token_shows_the_refusal(job: Job, browser: WebDriver) -> None:
+    status, _ = job.get("/", token="")
+    assert status == 401
+    browser.get(f"{job.url}/?token={job.token}&interval=300")
+    WebDriverWait(browser, 30).until(lambda _: len(rows(browser)) == 3)
+    # The page keeps its token; a server that goes away is said so, and the page stays.
+    job.close()
+    WebDriverWait(browser, 30, poll_frequency=0.1).until(
+        lambda _: "admin server:" in text_of(browser, "status")
+    )
+    assert len(rows(browser)) == 3
+
+
+def test_the_sql_box_shows_the_telemetry_rows(browser: WebDriver) -> None:
+    """With telemetry tables (a query function), the page offers SQL and shows the rows."""
+    asked: list[str] = []
+
+    def query(sql: str) -> dict[str, Any]:
+        asked.append(sql)
+        return {"rows": [{"actor": "trainers[0]", "messages": 3}]}
+
+    with AdminServer("127.0.0.1:0", query=query) as server:
+        browser.get(f"{server.url}/?token={server.token}&interval=300")
+        wait = WebDriverWait(browser, 30, poll_frequency=0.1)
+        shown = "return !document.getElementById('sql').hidden"
+        wait.until(lambda _: browser.execute_script(shown))
+        browser.execute_script(
+            "document.getElementById('sql-text').value = arguments[0];"
+            "document.getElementById('sql-run').click();",
+            "SELECT actor, count(*) AS messages FROM messages GROUP BY 1",
+        )
+        wait.until(lambda _: "trainers[0]" in text_of(browser, "sql-result"))
+        assert asked == ["SELECT actor, count(*) AS messages FROM messages GROUP BY 1"]

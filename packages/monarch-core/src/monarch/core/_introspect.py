@@ -1,0 +1,167 @@
+"""What a proc says of itself when asked: its actors, its process, its Python stacks.
+
+Any process answers an ``Introspect`` control message with a ``ProcSnapshot``: the actors
+it hosts (state, why one failed or stopped, messages handled, queue depth, the endpoint
+running now and for how long, the last activity), its pid, CPU times and resident memory
+(from ``/proc/self``), and on request every thread's Python stack, the dump a process
+takes of itself (``sys._current_frames``). Nothing is kept or sampled between requests:
+a proc pays only when asked, and its runners keep three plain fields per message.
+
+``inspect_proc`` asks one proc and never waits longer than its timeout: a proc whose
+loop is held (an ``async def`` endpoint blocking it, a proc stopped by a signal) is
+reported as not answering, a dead one as lost. The admin server (``monarch.admin``)
+walks ``spawned_procs`` with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from typing import Final
+
+from monarch.transport import Buffer
+
+from ._context import running
+from ._errors import PeerLost
+from ._future import Future, run_on
+from ._messages import TO_PROC, ActorState, Body, Introspect, ProcSnapshot, StackFrame, ThreadStack
+from ._runner import ActorRunner, SyncRunner
+from ._runtime import Runtime, current_runtime
+
+_STARTED: Final = time.monotonic()
+"""About when this process started (the core is among the first things a proc imports)."""
+
+ANSWER_TIMEOUT: Final = 2.0
+"""Seconds ``inspect_proc`` waits for an answer by default."""
+
+
+def actor_state(runner: ActorRunner, now: float, loop_thread: int) -> ActorState:
+    """One actor as its runner sees it (read from the loop; the runner's thread may be
+    writing its fields meanwhile: each read is one attribute, whole)."""
+    if runner.failure is not None:
+        state, error = "failed", runner.failure_report or repr(runner.failure)
+    elif runner.stopped is not None:
+        state, error = "stopped", runner.stopped
+    elif runner.instance is None:
+        state, error = "starting", ""
+    else:
+        state, error = "running", ""
+    began, current = runner.began, runner.current
+    thread = runner.thread_id or 0 if isinstance(runner, SyncRunner) else loop_thread
+    return ActorState(
+        actor_id=runner.info.actor_id,
+        mesh=runner.spawn.name,
+        class_name=runner.info.class_name or "",
+        rank=runner.rank.rank,
+        point=repr(runner.rank),
+        state=state,
+        error=error,
+        handled=runner.handled,
+        queued=runner.queued(),
+        current=current,
+        busy_for=now - began if current else 0.0,
+        idle_for=now - began if began else -1.0,
+        thread=thread,
+    )
+
+
+def thread_stacks() -> list[ThreadStack]:
+    """Every thread's Python stack, outermost frame first (the caller's included)."""
+    threads = {t.ident: t for t in threading.enumerate()}
+    stacks = []
+    for ident, frame in sys._current_frames().items():
+        thread = threads.get(ident)
+        frames = [
+            StackFrame(f.filename, f.lineno or 0, f.name, f.line or "")
+            for f in traceback.extract_stack(frame)
+        ]
+        name = thread.name if thread is not None else f"thread {ident}"
+        daemon = thread.daemon if thread is not None else False
+        stacks.append(ThreadStack(name, ident, frames, daemon))
+    return stacks
+
+
+def _rss() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def snapshot(runtime: Runtime, stacks: bool = False) -> ProcSnapshot:
+    """This process as an ``Introspect`` answers it."""
+    now = time.monotonic()
+    loop_thread = runtime.loop_thread_id or 0
+    actors = [
+        actor_state(runner, now, loop_thread)
+        for runner in list(running.values())
+        if isinstance(runner, ActorRunner)
+    ]
+    times = os.times()
+    return ProcSnapshot(
+        address=runtime.address,
+        pid=os.getpid(),
+        hostname=socket.gethostname(),
+        cpu_user=times.user,
+        cpu_system=times.system,
+        rss=_rss(),
+        threads=_thread_count(),
+        actors=actors,
+        stacks=thread_stacks() if stacks else [],
+        uptime=now - _STARTED,
+    )
+
+
+def handle_introspect(
+    runtime: Runtime, body: Introspect, payload: Sequence[Buffer], sender: str
+) -> None:
+    runtime.send_to_port(body.reply, snapshot(runtime, body.stacks))
+
+
+def inspect_proc(
+    address: str, stacks: bool = False, timeout: float = ANSWER_TIMEOUT
+) -> Future[ProcSnapshot]:
+    """Ask the proc at ``address`` for its ``ProcSnapshot`` (from any thread).
+
+    Fails with ``TimeoutError`` when it does not answer within ``timeout`` seconds (its
+    loop is held, or it is stopped), and with ``PeerLost`` when it is gone.
+    """
+    runtime = current_runtime()
+    return run_on(runtime, _ask(runtime, address, stacks, timeout))
+
+
+async def _ask(runtime: Runtime, address: str, stacks: bool, seconds: float) -> ProcSnapshot:
+    answer: asyncio.Future[ProcSnapshot] = runtime.loop.create_future()
+
+    def on_answer(body: Body, payload: Sequence[Buffer]) -> None:
+        if isinstance(body, ProcSnapshot) and not answer.done():
+            answer.set_result(body)
+
+    def lost(peer: str, exc: BaseException) -> None:
+        if not answer.done():
+            answer.set_exception(PeerLost(f"proc {peer} is gone: {exc}"))
+
+    port = runtime.open_port(on_answer)
+    key = runtime.watch_peer(address, lost)
+    try:
+        runtime.post(address, TO_PROC, "", Introspect(port, stacks))
+        return await asyncio.wait_for(answer, seconds)
+    except TimeoutError:
+        raise TimeoutError(f"proc {address} did not answer within {seconds:g}s") from None
+    finally:
+        runtime.close_port(port)
+        runtime.unwatch_peer(address, key)
