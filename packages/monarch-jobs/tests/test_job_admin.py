@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).with_name("admin_script.py")
+DASHBOARD = Path(__file__).with_name("dashboard_script.py")
 
 
 @pytest.mark.parametrize("telemetry", [False, True], ids=["alone", "with-telemetry"])
@@ -35,3 +36,16 @@ def test_a_jobs_admin_server_shows_its_hosts_and_actors(tmp_path: Path, telemetr
     assert result["rows"] == ([{"n": 2}] if telemetry else [])
     assert result["closed"] is True  # job.kill() ends it
     assert "monarch admin: http://127.0.0.1:" in done.stderr  # where, and its token
+
+
+def test_a_telemetry_dashboard_alone_is_served_with_its_sql(tmp_path: Path) -> None:
+    """``TelemetryConfig(include_dashboard=True)``: ``state.dashboard_url`` is the admin
+    server's page (with its token), the job's tables behind it, no admin API asked for."""
+    if importlib.util.find_spec("duckdb") is None:
+        pytest.skip("the telemetry tables need duckdb (monarch-jobs[telemetry])")
+    done = subprocess.run(
+        [sys.executable, str(DASHBOARD)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result == {"page": True, "rows": [{"n": 2}]}

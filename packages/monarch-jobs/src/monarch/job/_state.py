@@ -21,6 +21,9 @@ class JobState:
         """SQL over the job's telemetry tables, when ``job.enable_telemetry()`` was called."""
         self.admin_url: str | None = None
         """The admin server's ``http://HOST:PORT``, when ``job.enable_admin()`` was called."""
+        self.dashboard_url: str | None = None
+        """The dashboard page (with its token), when ``TelemetryConfig(include_dashboard=True)``
+        was enabled: the admin server's page, with the telemetry tables' SQL box."""
 
     def __getattr__(self, name: str) -> HostMesh:
         hosts: dict[str, HostMesh] = self.__dict__.get("_hosts", {})

@@ -230,13 +230,26 @@ class JobTrait(ABC):
         state._hosts = self._mounts.apply(state._hosts)
         if self._telemetry is not None:
             state.query_engine_client = engine
-        if self._admin is not None:
+        dashboard = self._telemetry is not None and self._telemetry.include_dashboard
+        if self._admin is not None or dashboard:
             if self._admin_server is None:
                 from monarch.admin import start_admin
 
                 query = engine.query if self._telemetry is not None else None
-                self._admin_server = start_admin(self._admin.admin_addr, query=query)
-            state.admin_url = self._admin_server.url
+                assert self._telemetry is not None or self._admin is not None
+                # The admin server serves the dashboard page too (monarch-admin): with
+                # only the dashboard asked for, at its port (upstream's 8265), loopback.
+                addr = (
+                    self._admin.admin_addr
+                    if self._admin is not None
+                    else f"127.0.0.1:{self._telemetry.dashboard_port}"  # type: ignore[union-attr]
+                )
+                self._admin_server = start_admin(addr, query=query)
+            server = self._admin_server
+            if self._admin is not None:
+                state.admin_url = server.url
+            if dashboard:
+                state.dashboard_url = f"{server.url}/?token={server.token}"
         return state
 
     @property

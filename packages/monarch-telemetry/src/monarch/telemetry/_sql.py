@@ -77,8 +77,9 @@ class TelemetryQueryError(ValueError):
 
 @dataclass
 class TelemetryConfig:
-    """Upstream's: how long rows are kept (``retention_secs``). The dashboard and snapshot
-    fields are accepted; ours serves no dashboard and takes no snapshots yet."""
+    """Upstream's: how long rows are kept (``retention_secs``); on a job (monarch-jobs),
+    ``include_dashboard`` serves monarch-admin's dashboard page at ``dashboard_port`` (its
+    ``state.dashboard_url``). ``snapshot_interval_secs`` is accepted (the tables are live)."""
 
     retention_secs: int = 3600
     include_dashboard: bool = False
