@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 
 import monarch.actor
 from monarch.actor import (
@@ -15,6 +16,7 @@ from monarch.actor import (
     Actor,
     ActorError,
     Channel,
+    MeshFailure,
     Port,
     SupervisionError,
     context,
@@ -118,9 +120,15 @@ def main() -> None:
     except ActorError as error:
         print("caught ActorError:", repr(error.exception))
     print("the actor lives on:", trainers.slice(gpus=1).train.call_one(step=1).get())
+
     # A crash nobody supervises reaches the client's fault hook; the default one ends the
     # client (as upstream's does). Here we only report it, and carry on.
-    monarch.actor.unhandled_fault_hook = lambda failure: print("fault hook:", failure.report())
+    def report(failure: MeshFailure) -> None:
+        # On the runtime's thread, beside this one: one write per report, so the lines of
+        # the two threads do not interleave (print() writes its parts one by one).
+        sys.stdout.write(f"fault hook: {failure.report()}\n")
+
+    monarch.actor.unhandled_fault_hook = report
     doomed = this_host().spawn_procs(per_host={"gpus": 1}).spawn("doomed", Trainer, lr=1.0)
     try:
         doomed.crash.call_one().get(timeout=30)
