@@ -1,4 +1,5 @@
-"""``monarch top`` driven as a user would: textual's own pilot, and a real terminal (tmux)."""
+"""``monarch top`` driven as a user would: textual's own pilot, and a real terminal (tmux);
+``monarch dashboard``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -142,3 +144,32 @@ def test_monarch_top_without_a_token_says_what_to_do(tmp_path: Path, command: st
     )
     assert done.returncode == 2
     assert "no token for 127.0.0.1:9" in done.stderr
+
+
+def test_monarch_dashboard_gives_the_newest_servers_page(tmp_path: Path) -> None:
+    """``monarch dashboard`` (upstream's command): the link to the job's dashboard page, its
+    token in it, found as ``monarch top`` finds the server; the link opens the page."""
+    job = Job(home=str(tmp_path))
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "monarch.core._cli", "dashboard"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "HOME": str(tmp_path), "MONARCH_ADMIN_TOKEN": ""},
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        url = done.stdout.strip()
+        assert url == f"{job.url}/?token={job.token}"
+        with urllib.request.urlopen(url, timeout=30) as page:
+            assert "<html" in page.read().decode().lower()
+    finally:
+        job.close()
+    missing = subprocess.run(
+        [sys.executable, "-m", "monarch.core._cli", "dashboard", "--addr", "127.0.0.1:9"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HOME": str(tmp_path), "MONARCH_ADMIN_TOKEN": ""},
+        timeout=60,
+    )
+    assert missing.returncode == 2 and "no token for 127.0.0.1:9" in missing.stderr
