@@ -5,7 +5,6 @@ unhandled, so reassigning it (``monarch.actor.unhandled_fault_hook = my_hook``) 
 """
 
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from typing import Any
 
 from monarch.core._actor_mesh import (
@@ -55,6 +54,8 @@ _WHEELS = dict.fromkeys(("span", "traced", "get_meter"), "monarch-telemetry")
 
 
 def __getattr__(name: str) -> Any:
+    from importlib.metadata import entry_points  # ~20 ms to import: only when asked
+
     found = entry_points(group=EXTRAS_GROUP, name=name)
     if found:
         return next(iter(found)).load()
