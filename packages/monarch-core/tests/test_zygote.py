@@ -111,6 +111,31 @@ def test_procs_of_a_spawner_that_imported_torch_have_it_imported_already() -> No
         assert done.stdout.splitlines()[-1] == expected
 
 
+LONE = """if True:
+    import os
+    from monarch.actor import Actor, endpoint, this_host
+
+    class Parent(Actor):
+        @endpoint
+        def parent(self) -> int:
+            return os.getppid()
+
+    first = this_host().spawn_procs(per_host={"gpus": 1})  # the agent's first: alone
+    print(first.spawn("p", Parent).parent.call_one().get(timeout=60) == os.getpid())
+    more = this_host().spawn_procs(per_host={"gpus": 2})  # the zygote started beside it
+    parents = set(more.spawn("p", Parent).parent.call().get(timeout=60).values())
+    print(len(parents) == 1 and os.getpid() not in parents)
+"""
+
+
+def test_a_lone_first_proc_starts_itself_and_the_zygote_beside_it() -> None:
+    """A script's first proc, alone: a new Python (as fast as the zygote's own start would
+    be, without the fork after it); the procs after it are forks of the zygote."""
+    done = subprocess.run([sys.executable, "-c", LONE], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "True"]
+
+
 def test_with_fork_procs_off_each_proc_is_a_new_python() -> None:
     with configured(fork_procs=False):
         procs = this_host().spawn_procs(per_host={"gpus": 2})

@@ -73,6 +73,7 @@ from ._zygote import (
     fork_proc,
     prestart_zygote,
     stop_zygote,
+    zygote_started,
     zygote_usable,
 )
 
@@ -335,6 +336,12 @@ def handle_spawn_procs(
     if identity is not None or ours[LISTEN_ENV].startswith("tls:"):
         ours.update((identity or current_identity()).environment())  # certificates, as the secret
     forking = spawner_says(body.env, "fork_procs") and zygote_usable()
+    # A lone proc on an agent whose zygote has not started yet: the zygote's start and then
+    # a fork take longer than the proc's own start (a script's first proc: its cold start),
+    # so it starts as a new Python, and the zygote starts beside it for the procs to come.
+    alone = forking and body.count == 1 and not zygote_started()
+    if alone:
+        forking = False
     for i, rank in enumerate(range(body.base_rank, body.base_rank + body.count)):
         launch = body.launches[i] if i < len(body.launches) else Launch()
         try:
@@ -348,6 +355,8 @@ def handle_spawn_procs(
             fork_proc(env, body.forward_output, functools.partial(_forked, start, on_child))
         else:
             _started(start(), on_child)
+    if alone:
+        prestart_zygote()
 
 
 def spawner_says(env: dict[str, str], name: str) -> Any:

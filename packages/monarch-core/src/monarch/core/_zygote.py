@@ -315,5 +315,10 @@ def zygote_usable() -> bool:
     return zygote.usable()
 
 
+def zygote_started() -> bool:
+    """Whether this agent's zygote was started (it may still be importing)."""
+    return zygote.sock is not None
+
+
 def stop_zygote() -> None:
     zygote.stop()
