@@ -128,7 +128,7 @@ LONE = """if True:
 """
 
 
-def test_a_lone_first_proc_starts_itself_and_the_zygote_beside_it() -> None:
+def test_a_lone_first_proc_starts_itself_and_the_zygote_after_it() -> None:
     """A script's first proc, alone: a new Python (as fast as the zygote's own start would
     be, without the fork after it); the procs after it are forks of the zygote."""
     done = subprocess.run([sys.executable, "-c", LONE], capture_output=True, text=True, timeout=120)

@@ -338,7 +338,7 @@ def handle_spawn_procs(
     forking = spawner_says(body.env, "fork_procs") and zygote_usable()
     # A lone proc on an agent whose zygote has not started yet: the zygote's start and then
     # a fork take longer than the proc's own start (a script's first proc: its cold start),
-    # so it starts as a new Python, and the zygote starts beside it for the procs to come.
+    # so it starts as a new Python, and the zygote starts after it for the procs to come.
     alone = forking and body.count == 1 and not zygote_started()
     if alone:
         forking = False
@@ -355,8 +355,13 @@ def handle_spawn_procs(
             fork_proc(env, body.forward_output, functools.partial(_forked, start, on_child))
         else:
             _started(start(), on_child)
-    if alone:
-        prestart_zygote()
+    if alone:  # once the proc has started (both at once contend for the CPUs it needs)
+        runtime.loop.call_later(ZYGOTE_AFTER, prestart_zygote)
+
+
+ZYGOTE_AFTER: Final = 0.5
+"""Seconds after a lone first proc's start that its agent starts the zygote (sooner, if a
+fork is asked for first)."""
 
 
 def spawner_says(env: dict[str, str], name: str) -> Any:
