@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import socket
+import sys
 import urllib.error
 import urllib.request
 from typing import Any, Final
@@ -74,6 +76,35 @@ def find_server(addr: str | None, token: str | None) -> tuple[str, str | None]:
                 addr = f"127.0.0.1:{path.stem}"
                 break
     return addr, token or read_token(port_of(addr))
+
+
+def add_server_options(parser: argparse.ArgumentParser) -> None:
+    """``--addr`` and ``--token``: how a command finds the admin server (``found_server``)."""
+    parser.add_argument(
+        "--addr",
+        default=None,
+        help="the admin server's HOST:PORT (default: this user's newest one here, "
+        "else 127.0.0.1:1729)",
+    )
+    parser.add_argument(
+        "--token",
+        default=None,
+        help="its token (default: $MONARCH_ADMIN_TOKEN, or the file it wrote)",
+    )
+
+
+def found_server(args: argparse.Namespace, command: str) -> tuple[str, str] | None:
+    """The server the options of ``add_server_options`` name, with its token; None (and a
+    sentence on stderr) where no token can be had."""
+    addr, token = find_server(args.addr, args.token)
+    if not token:
+        print(
+            f"monarch {command}: no token for {addr}: pass --token, set MONARCH_ADMIN_TOKEN, "
+            "or run as the user whose job started the admin server",
+            file=sys.stderr,
+        )
+        return None
+    return addr, token
 
 
 def _listens(port: int) -> bool:

@@ -7,37 +7,23 @@ import argparse
 import sys
 import webbrowser
 
-from ._client import find_server
+from ._client import add_server_options, found_server
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "dashboard", help="the dashboard page of a job's admin server (its link, or open it)"
     )
-    parser.add_argument(
-        "--addr",
-        default=None,
-        help="the admin server's HOST:PORT (default: this user's newest one here, "
-        "else 127.0.0.1:1729)",
-    )
-    parser.add_argument(
-        "--token",
-        default=None,
-        help="its token (default: $MONARCH_ADMIN_TOKEN, or the file it wrote)",
-    )
+    add_server_options(parser)
     parser.add_argument("--open", action="store_true", help="open it in a web browser too")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    addr, token = find_server(args.addr, args.token)
-    if not token:
-        print(
-            f"monarch dashboard: no token for {addr}: pass --token, set MONARCH_ADMIN_TOKEN, "
-            "or run as the user whose job started the admin server",
-            file=sys.stderr,
-        )
+    found = found_server(args, "dashboard")
+    if found is None:
         return 2
+    addr, token = found
     url = f"http://{addr}/?token={token}"
     print(url, flush=True)
     if args.open and not webbrowser.open(url):

@@ -22,7 +22,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Footer, Header, Static, Tree
 from textual.widgets.tree import TreeNode
 
-from ._client import AdminClient, AdminError, find_server
+from ._client import AdminClient, AdminError, add_server_options, found_server
 from ._view import last_line
 
 BAD: dict[str, str] = {
@@ -314,30 +314,16 @@ def register_tui(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
 
 def _add(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> None:
     parser = subparsers.add_parser(name, help="a live view of a job, from its admin server")
-    parser.add_argument(
-        "--addr",
-        default=None,
-        help="the admin server's HOST:PORT (default: this user's newest one here, "
-        "else 127.0.0.1:1729)",
-    )
-    parser.add_argument(
-        "--token",
-        default=None,
-        help="its token (default: $MONARCH_ADMIN_TOKEN, or the file it wrote)",
-    )
+    add_server_options(parser)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    addr, token = find_server(args.addr, args.token)
-    if not token:
-        print(
-            f"monarch top: no token for {addr}: pass --token, set MONARCH_ADMIN_TOKEN, or run "
-            "as the user whose job started the admin server",
-            file=sys.stderr,
-        )
+    found = found_server(args, "top")
+    if found is None:
         return 2
+    addr, token = found
     if args.interval <= 0:
         print("monarch top: --interval must be positive", file=sys.stderr)
         return 2
