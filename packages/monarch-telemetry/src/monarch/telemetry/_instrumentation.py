@@ -55,7 +55,8 @@ fills ``messages.from_actor_id``), else the traceparent alone."""
 
 
 class Rows:
-    """A handled message's rows: ``active`` when it starts, ``complete`` when done."""
+    """A handled message's rows: ``active`` when it starts, ``complete`` when done (also
+    the endpoint's whole scope where only the job's tables record: no SDK)."""
 
     __slots__ = ("message", "sink", "token")
 
@@ -71,7 +72,7 @@ class Rows:
         )
         self.token = _current_actor.set(actor)
 
-    def close(self) -> None:
+    def close(self, error: BaseException | None = None) -> None:
         self.sink.add([message_status_row(self.message, "complete")])
         _current_actor.reset(self.token)
 
@@ -129,18 +130,6 @@ class _Idle:
         pass
 
 
-class RowsOnly:
-    """The scope of an endpoint when only the job's tables record (no SDK)."""
-
-    __slots__ = ("rows",)
-
-    def __init__(self, rows: Rows) -> None:
-        self.rows = rows
-
-    def close(self, error: BaseException | None) -> None:
-        self.rows.close()
-
-
 IDLE: Final = _Idle()
 
 
@@ -186,12 +175,12 @@ class OpenTelemetry:
         carried: str,
         size: int = 0,
         waiting: int = 0,
-    ) -> EndpointScope | RowsOnly | _Idle:
+    ) -> EndpointScope | Rows | _Idle:
         carried, _, sender = carried.partition(_SENDER)
         sink = current_sink()
         rows = None if sink is None else Rows(sink, actor_key(mesh, rank), endpoint, sender)
         if idle():
-            return IDLE if rows is None else RowsOnly(rows)
+            return IDLE if rows is None else rows
         return EndpointScope(endpoint, actor, rank, carried, size, waiting, rows)
 
     def spawned(self, mesh: str, name: str, cls: str, size: int, owner: str) -> None:
