@@ -69,19 +69,21 @@ class Remote(Generic[R]):
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         """Run on every proc; the result is monarch Tensors (upstream's ``rref``)."""
         client, propagate = current_client(), self._propagate
+        meta_func: Callable[..., Any]
         if propagate == "inspect":
-            return dispatch(self._fn, args, kwargs, client, _nothing, wire=self._wired())  # type: ignore[no-any-return]
-        if callable(propagate):
-            return dispatch(self._fn, args, kwargs, client, propagate, wire=self._wired())  # type: ignore[no-any-return]
-        if propagate is None:
+            meta_func = _nothing
+        elif callable(propagate):
+            meta_func = propagate
+        elif propagate is None:
             try:
                 return dispatch(  # type: ignore[no-any-return]
                     self._fn, args, kwargs, client, None, wire=self._wired(), needs_data=NeedsData
                 )
-            except NeedsData:
-                pass  # its result's shape depends on the values: as "cached"
-        probed = self._probe(args, kwargs)
-        return dispatch(self._fn, args, kwargs, client, probed, wire=self._wired())  # type: ignore[no-any-return]
+            except NeedsData:  # its result's shape depends on the values: as "cached"
+                meta_func = self._probe(args, kwargs)
+        else:
+            meta_func = self._probe(args, kwargs)
+        return dispatch(self._fn, args, kwargs, client, meta_func, wire=self._wired())  # type: ignore[no-any-return]
 
     def _probe(self, args: Any, kwargs: Any) -> Callable[..., Any]:
         """What ``fn`` returns for arguments like these, as the first proc's run says: a
