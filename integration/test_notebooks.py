@@ -155,7 +155,9 @@ def test_interrupt_while_waiting_leaves_the_mesh_usable(
     started, release = tmp_path / "started", tmp_path / "release"
     call = f"gate.wait.call({str(started)!r}, {str(release)!r})"
     code = f"{call}.get()" if style == "get" else f"await {call}"
-    message_id = client.execute(code)
+    # ipykernel aborts the requests that reach it while it clears its queue after a failed
+    # cell (``stop_on_error``): the next cell, sent at once here, could be aborted unrun.
+    message_id = client.execute(code, stop_on_error=False)
     wait_for(started.exists, 30, "the actors to start waiting")
     manager.interrupt_kernel()
     reply = reply_to(client, message_id)

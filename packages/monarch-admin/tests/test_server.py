@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import stat
 import string
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -309,3 +311,44 @@ def test_sql_goes_to_the_query_function_given() -> None:
             {"error": "SQL error: no table nope"},
         )
         assert get("/v1/query")[0] == 400
+
+
+def test_close_lets_the_request_being_answered_finish_and_refuses_later_ones() -> None:
+    """A job that closes its server and then stops its meshes must not be shown half stopped:
+    close() returns once the answer in hand is sent; a kept-alive connection is refused."""
+    entered, release = threading.Event(), threading.Event()
+
+    def query(sql: str) -> dict[str, Any]:
+        entered.set()
+        assert release.wait(30)
+        return {"rows": [{"asked": sql}]}
+
+    server = AdminServer("127.0.0.1:0", query=query)
+    headers = {"Authorization": f"Bearer {server.token}"}
+    early = http.client.HTTPConnection(server.host, server.port, timeout=30)
+    early.request("GET", "/v1/root", headers=headers)
+    assert early.getresponse().read()  # a kept-alive connection, open before the close
+    slow = http.client.HTTPConnection(server.host, server.port, timeout=30)
+    answers: list[tuple[int, Any]] = []
+
+    def ask() -> None:
+        slow.request("GET", "/v1/query?sql=SELECT%201", headers=headers)
+        response = slow.getresponse()
+        answers.append((response.status, json.loads(response.read())))
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    assert entered.wait(30)
+    closer = threading.Thread(target=server.close)
+    closer.start()
+    wait_for(lambda: server._http.socket.fileno() == -1, message="the listening socket to close")
+    closer.join(0.2)  # it would be over at once after that without the wait
+    assert closer.is_alive(), "close() returned while a request was being answered"
+    release.set()
+    closer.join(30)
+    asker.join(30)
+    assert not closer.is_alive()
+    assert answers == [(200, {"rows": [{"asked": "SELECT 1"}]})]
+    early.request("GET", "/v1/root", headers=headers)
+    refused = early.getresponse()
+    assert (refused.status, json.loads(refused.read())) == (503, {"error": "admin server closed"})

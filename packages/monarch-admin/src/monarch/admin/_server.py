@@ -107,6 +107,9 @@ class AdminServer:
         )
         self._thread.start()
         self._closed = False
+        self._busy = threading.Condition()
+        self._answering = 0
+        """Requests being answered; close() waits for them."""
 
     @property
     def url(self) -> str:
@@ -133,11 +136,17 @@ class AdminServer:
         )
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        """Stop serving: the requests being answered finish first (a job that goes on to
+        stop its meshes must not show them half stopped), later ones on open connections
+        are refused."""
+        with self._busy:
+            if self._closed:
+                return
+            self._closed = True
         self._http.shutdown()
         self._http.server_close()
+        with self._busy:
+            self._busy.wait_for(lambda: self._answering == 0, timeout=self.view.timeout + 5)
         atexit.unregister(self._forget_token)
         self._forget_token()
 
@@ -152,6 +161,19 @@ class AdminServer:
         self.close()
 
     # -- requests -----------------------------------------------------------------------
+
+    def admit(self) -> bool:
+        """Count a request in (False once closed); ``done()`` counts it out."""
+        with self._busy:
+            if self._closed:
+                return False
+            self._answering += 1
+            return True
+
+    def done(self) -> None:
+        with self._busy:
+            self._answering -= 1
+            self._busy.notify_all()
 
     def accepted(self) -> tuple[str, ...]:
         try:
@@ -239,6 +261,17 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "monarch-admin"
 
     def do_GET(self) -> None:
+        admin = self.server.admin
+        if not admin.admit():  # a keep-alive connection outliving close()
+            self.close_connection = True
+            self.send_json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "admin server closed"})
+            return
+        try:
+            self._answer()
+        finally:
+            admin.done()
+
+    def _answer(self) -> None:
         try:
             self.server.admin.respond(self)
         except NotFound as exc:
