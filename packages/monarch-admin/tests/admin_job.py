@@ -7,7 +7,7 @@ each command with a line ``ok <command>``:
   worker 1 only;
 * ``hang``: worker 0 starts an endpoint that sleeps for 10 minutes (a stuck actor);
 * ``fail``: worker 1 fails (a broadcast whose endpoint raises: nobody to tell);
-* ``block``: the async actor blocks its proc's loop for 10 minutes (not answering);
+* ``block``: the async actor holds its proc's GIL for 10 minutes (not answering);
 * ``stop``: the workers' proc mesh stops;
 * ``quit``: the job ends.
 """
@@ -46,7 +46,12 @@ class Looper(Actor):
 
     @endpoint
     async def block(self, seconds: float) -> None:
-        time.sleep(seconds)  # noqa: ASYNC251 - holds its proc's loop: the proc cannot answer
+        """Hold the GIL (as a long C call that keeps it does): no other thread of the proc,
+        its loop's included, runs, so the proc cannot answer."""
+        sys.setswitchinterval(seconds + 60)  # the GIL is not handed over while this runs
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
 
 
 def quiet_hook(failure: MeshFailure) -> None:

@@ -268,7 +268,7 @@ def test_a_taken_address_is_refused_when_asked_for() -> None:
 
 
 def test_py_spy_reads_a_proc_that_cannot_answer(job: Job) -> None:
-    """py-spy dumps from outside: the stack of an async actor holding its proc's loop."""
+    """py-spy dumps from outside: the stack of an actor holding its proc's GIL."""
     if pyspy_path() is None:
         pytest.skip("py-spy is not installed (hatch.toml's test environment has it)")
     job.snapshot()
@@ -281,7 +281,7 @@ def test_py_spy_reads_a_proc_that_cannot_answer(job: Job) -> None:
         t for t in dump["threads"] if t["frames"] and t["frames"][-1]["function"].endswith("block")
     ]
     assert main["frames"][-1]["function"] == "Looper.block"  # py-spy names the class too
-    assert main["actors"] == [a["actor_id"] for a in held["actors"]]  # the loop's thread
+    assert main["actors"] == [a["actor_id"] for a in held["actors"]]  # the actor's thread
 
 
 def test_sql_goes_to_the_query_function_given() -> None:

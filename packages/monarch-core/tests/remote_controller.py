@@ -51,7 +51,7 @@ class Where(Actor):
 
 
 class Hog(Actor):
-    """An async actor whose endpoint keeps its proc's loop busy (a computation, an import)."""
+    """An async actor whose endpoint keeps the CPU and the GIL busy (a computation, an import)."""
 
     @endpoint
     async def compute(self, seconds: float) -> int:

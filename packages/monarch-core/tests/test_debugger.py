@@ -190,8 +190,8 @@ def test_an_async_actor_stops_and_its_proc_keeps_serving_others(home: Path) -> N
     other = procs.spawn("other", Debugee)
     result = stopped.compute.call_one(5)
     wait_for_sessions(1)
-    # The async actor's breakpoint blocks its proc's loop; its session has a connection
-    # of its own, and once it goes on, the proc answers again.
+    # The async actor's breakpoint blocks its own loop; its session has a connection of
+    # its own, and once it goes on, the actor answers again.
     terminal = open_terminal(home)
     terminal.send("attach adebugee 0")
     terminal.expect(r"\(Pdb\) ")

@@ -302,8 +302,8 @@ def test_host_mesh_shutdown_stops_the_workers_and_their_procs(
 def test_a_proc_whose_loop_is_busy_past_the_heartbeat_timeout_is_not_declared_dead(
     start: Callable[..., Child], env: dict[str, str]
 ) -> None:
-    """An async endpoint computing (or importing torch) for seconds holds its proc's loop;
-    the heartbeats go on from a thread of their own, so the peers wait for its answer."""
+    """An endpoint computing (or importing torch) for seconds keeps the GIL most of the
+    time; the heartbeats go on from a thread of their own, so the peers wait for its answer."""
     _, address = start_worker(start, env, "tcp://127.0.0.1:0")
     seconds = 3 * HEARTBEAT_TIMEOUT
     controller = start([sys.executable, str(CONTROLLER), "busy", address, str(seconds)], env)

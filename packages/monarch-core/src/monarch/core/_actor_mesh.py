@@ -431,8 +431,8 @@ class _MeshState:
             return procs
         if not procs.done() and self.runtime.on_loop():
             raise TypeError(
-                "an ActorMesh whose procs are still starting cannot be sent from inside "
-                "an async endpoint; await mesh.initialized first"
+                "an ActorMesh whose procs are still starting cannot be sent from the "
+                "runtime's loop; await mesh.initialized first"
             )
         return list(procs._wait())
 

@@ -279,7 +279,7 @@ async def serve_proc() -> None:
     runtime.send_to_port(PortRef(ready_proc, int(ready_port)), ready)
     await runtime.stopped.wait()
     release_actors(runtime)
-    await asyncio.sleep(0)  # async actors' tasks take their exit and end
+    await asyncio.sleep(0)  # let what the release scheduled run before the loop closes
     shutdown_instrumentation()  # what telemetry holds goes out while the loop still runs
     await runtime.aclose()
 

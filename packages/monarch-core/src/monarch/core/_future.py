@@ -221,8 +221,8 @@ class Future(Outcome[R]):
         if self._cf._state != _DONE:
             if on_loop_thread():
                 raise RuntimeError(
-                    "Future.get() inside an async endpoint would block the actor's event loop; "
-                    "use `await future` instead"
+                    "Future.get() on the runtime's own event loop would block the loop that "
+                    "receives its result; use `await future` instead"
                 )
             if asyncio._get_running_loop() is not None and not _in_notebook_cell():
                 warnings.warn(BLOCKING_GET, UserWarning, stacklevel=2)  # upstream's warning

@@ -31,7 +31,7 @@ from ._context import running
 from ._errors import PeerLost
 from ._future import Future, run_on
 from ._messages import TO_PROC, ActorState, Body, Introspect, ProcSnapshot, StackFrame, ThreadStack
-from ._runner import ActorRunner, SyncRunner
+from ._runner import ActorRunner
 from ._runtime import Runtime, current_runtime
 
 _STARTED: Final = time.monotonic()
@@ -41,7 +41,7 @@ ANSWER_TIMEOUT: Final = 2.0
 """Seconds ``inspect_proc`` waits for an answer by default."""
 
 
-def actor_state(runner: ActorRunner, now: float, loop_thread: int) -> ActorState:
+def actor_state(runner: ActorRunner, now: float) -> ActorState:
     """One actor as its runner sees it (read from the loop; the runner's thread may be
     writing its fields meanwhile: each read is one attribute, whole)."""
     if runner.failure is not None:
@@ -53,7 +53,6 @@ def actor_state(runner: ActorRunner, now: float, loop_thread: int) -> ActorState
     else:
         state, error = "running", ""
     began, current = runner.began, runner.current
-    thread = runner.thread_id or 0 if isinstance(runner, SyncRunner) else loop_thread
     return ActorState(
         actor_id=runner.info.actor_id,
         mesh=runner.spawn.name,
@@ -67,7 +66,7 @@ def actor_state(runner: ActorRunner, now: float, loop_thread: int) -> ActorState
         current=current,
         busy_for=now - began if current else 0.0,
         idle_for=now - began if began else -1.0,
-        thread=thread,
+        thread=runner.thread_id,
     )
 
 
@@ -105,9 +104,8 @@ def _thread_count() -> int:
 def snapshot(runtime: Runtime, stacks: bool = False) -> ProcSnapshot:
     """This process as an ``Introspect`` answers it."""
     now = time.monotonic()
-    loop_thread = runtime.loop_thread_id or 0
     actors = [
-        actor_state(runner, now, loop_thread)
+        actor_state(runner, now)
         for runner in list(running.values())
         if isinstance(runner, ActorRunner)
     ]

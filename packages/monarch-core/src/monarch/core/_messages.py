@@ -288,8 +288,8 @@ class ActorState(msgspec.Struct, array_like=True, frozen=True, gc=False):
     idle_for: float = -1.0
     """Seconds since its last message began (-1: none yet)."""
     thread: int = 0
-    """The thread that runs its code (``ThreadStack.ident``): its own for a ``def`` actor,
-    the loop's for an ``async def`` one (0 before it starts)."""
+    """The thread that runs its code (``ThreadStack.ident``), its own (an ``async def``
+    actor's runs its event loop); 0 before it starts."""
 
 
 class StackFrame(msgspec.Struct, array_like=True, frozen=True, gc=False):

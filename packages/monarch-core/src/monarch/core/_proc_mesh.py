@@ -651,8 +651,8 @@ class HostMesh(ShapedMesh):
         together = min(current_config().procs_per_process, per)
         processes = -(-per // together)
         launches = _launches(shape, len(hosts), per, together, proc_bind, bootstrap_command)
-        # Made here, not on the loop: spawn_procs must not block (an async actor's
-        # __init__ runs on the loop itself).
+        # Made here, not on the loop: spawn_procs must not block (it may be called on an
+        # event loop, an async actor's).
         group = _ProcGroup(runtime, len(hosts) * processes)
         _remember(name or "procs", group)
         owner = current_owner.get()

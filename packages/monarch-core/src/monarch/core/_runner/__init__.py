@@ -2,8 +2,8 @@
 
 ``_actor_runner`` holds what every runner does (routing, replies, failure, stop);
 ``_sync`` runs an actor of ``def`` endpoints on its own thread, ``_async`` one of
-``async def`` endpoints as a task on the proc's loop; ``_local`` starts the runners of a
-spawn and hands a mesh's calls to them in order.
+``async def`` endpoints on an event loop of its own, on its thread; ``_local`` starts the
+runners of a spawn and hands a mesh's calls to them in order.
 """
 
 from ._actor_runner import ActorRunner

@@ -1,9 +1,9 @@
 """What every actor runner does, sync or async: routing, replies, failure, stop.
 
 A runner hosts one actor in its proc and handles its messages one at a time, in order
-(``_local`` hands them over). Two kinds run actor code: ``SyncRunner`` (an actor of
-``def`` endpoints, on a thread of its own) and ``AsyncRunner`` (``async def``
-endpoints, a task on the proc's loop); this base class holds what they share.
+(``_local`` hands them over). Two kinds run actor code, each on a thread of its own:
+``SyncRunner`` (an actor of ``def`` endpoints) and ``AsyncRunner`` (``async def``
+endpoints, on an event loop of its own); this base class holds what they share.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -101,6 +102,10 @@ class ActorRunner:
         """The endpoint it runs now ("" when idle)."""
         self.began = 0.0
         """When (``time.monotonic``) its last message began (0: none yet)."""
+        self.thread: threading.Thread | None = None
+        """The thread the actor's code runs on (``start`` makes it)."""
+        self.thread_id = 0
+        """That thread's ``threading.get_ident()``, once it runs."""
 
     def start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Make the actor (``cls(*args, **kwargs)``) where its code runs, then serve."""
@@ -113,8 +118,8 @@ class ActorRunner:
         raise NotImplementedError
 
     def _on_own_thread(self) -> bool:
-        """Whether the caller runs the actor's code (a sync actor's thread)."""
-        return False
+        """Whether the caller runs the actor's code (is the actor's thread)."""
+        return threading.get_ident() == self.thread_id
 
     def request_stop(self, reason: str) -> None:
         """Stop once the messages queued so far are handled (from any thread).
@@ -136,6 +141,8 @@ class ActorRunner:
 
     def join(self, timeout: float) -> None:
         """Wait up to ``timeout`` s for a released actor's code to have stopped."""
+        if self.thread is not None:
+            self.thread.join(timeout)
 
     def queued(self) -> int:
         """How many messages wait for the actor's code."""

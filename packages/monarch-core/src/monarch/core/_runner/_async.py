@@ -1,8 +1,12 @@
-"""The runner of an async actor (all ``async def`` endpoints): a task on the proc's loop.
+"""The runner of an async actor (all ``async def`` endpoints): a loop of its own, on a thread.
 
-Its messages are handled one at a time by that task; a ``concurrent_endpoint`` body runs
-as a task of its own, started in arrival order. Its ``__init__`` runs on a thread
-(``_off_loop``), where it may block on a Future.
+As upstream's: each async actor has its event loop, so its code may block on a Future
+(``future.get()`` in an endpoint or in ``__init__``) and only that actor waits, while the
+proc's loop keeps receiving (the reply among what it receives). Its messages are handled one
+at a time by one task; a ``concurrent_endpoint`` body runs as a task of its own, started in
+arrival order. Messages come from the proc's loop (``call_soon_threadsafe``); replies go out
+from the actor's thread (``Runtime.post`` takes any thread); a task whose sends outrun a peer
+waits at its next ``await``, not the thread (``_runtime._flow``).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import asyncio
 import contextvars
 import inspect
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from time import monotonic
 from typing import Any
@@ -21,14 +26,13 @@ from monarch.core._errors import MeshFailure
 from monarch.core._instrument import status
 from monarch.core._messages import Call, SpawnActor
 from monarch.core._reports import aborted_by
-from monarch.core._runtime import Runtime
+from monarch.core._runtime import Runtime, new_event_loop, suspend_senders
 from monarch.core._scope import current_context, current_owner
 from monarch.core._serialize import loads
 from monarch.core._shape import Point
 from monarch.transport import Buffer
 
 from ._actor_runner import EXIT, STOP, SUPERVISE, ActorRunner, Item, NoHandler
-from ._off_loop import construct_off_loop
 
 log = logging.getLogger("monarch.actor")
 
@@ -36,6 +40,8 @@ log = logging.getLogger("monarch.actor")
 class AsyncRunner(ActorRunner):
     def __init__(self, runtime: Runtime, spawn: SpawnActor, cls: type | None) -> None:
         super().__init__(runtime, spawn, cls)
+        self.loop = new_event_loop()
+        """The actor's own loop (its thread's), where all its code runs."""
         self.queue: asyncio.Queue[Item] = asyncio.Queue()
         """The actor's messages, taken by its task."""
         self.concurrent: set[asyncio.Task[None]] = set()
@@ -47,10 +53,40 @@ class AsyncRunner(ActorRunner):
         unpickling: Exception | None = None,
     ) -> None:
         """``unpickling``: why the class could not be read (the actor fails at once)."""
-        self.runtime.spawn_task(self._run_async(args, kwargs, unpickling))
+        self.thread = threading.Thread(
+            target=self._run_thread,
+            args=(args, kwargs, unpickling),
+            name=f"actor-{self.spawn.name}",
+            daemon=True,
+        )
+        self.thread.start()
+
+    def _run_thread(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], unpickling: Exception | None
+    ) -> None:
+        self.thread_id = threading.get_ident()
+        loop = self.loop
+        asyncio.set_event_loop(loop)
+        suspend_senders(loop)  # a send that outruns its peer suspends its task, not the thread
+        try:
+            loop.run_until_complete(self._run_async(args, kwargs, unpickling))
+            # what the actor left running (tasks of its own) ends with it
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
 
     def _put(self, item: Item) -> None:
-        self.queue.put_nowait(item)
+        if self._on_own_thread():
+            self.queue.put_nowait(item)
+        else:
+            try:
+                self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+            except RuntimeError:  # its loop is closed: the actor is gone
+                pass
 
     def queued(self) -> int:
         return self.queue.qsize()
@@ -87,14 +123,9 @@ class AsyncRunner(ActorRunner):
                 await self._handle_async(message, parts)
 
     async def _construct(self, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """The actor; an ``__init__`` of its own runs off the loop, where it may block on a
-        Future as upstream's may (see ``_off_loop``)."""
-        if getattr(cls, "__init__", None) is object.__init__:
-            return await self._invoke(self.rank, cls, *args, **kwargs)
-        ctx = contextvars.copy_context()
-        ctx.run(current_context.set, Context(self.info, self.rank))
-        ctx.run(current_owner.set, self)
-        return await construct_off_loop(self.runtime.loop, ctx, cls, *args, **kwargs)
+        """The actor, made on its loop: its ``__init__`` may start tasks, and block on a
+        Future as upstream's may (with upstream's warning)."""
+        return await self._invoke(self.rank, cls, *args, **kwargs)
 
     async def _invoke(
         self, message_rank: Point, fn: Callable[..., Any], *args: Any, **kwargs: Any
@@ -112,7 +143,7 @@ class AsyncRunner(ActorRunner):
     async def _handle_async(self, call: Call, parts: Sequence[Buffer]) -> None:
         prop = self._endpoint(call)
         if prop is not None and prop._concurrent:
-            task = self.runtime.loop.create_task(self._handle_one(call, parts))
+            task = self.loop.create_task(self._handle_one(call, parts))
             self.concurrent.add(task)
             task.add_done_callback(self.concurrent.discard)
             await asyncio.sleep(0)  # let it start before the next message: start order

@@ -50,9 +50,6 @@ class SyncRunner(ActorRunner):
         }
         """The declared ``def`` endpoints without a response port, by name: the thread
         calls them directly, without ``_prepare``."""
-        self.thread_id: int | None = None
-        """The actor's thread (``threading.get_ident``)."""
-        self.thread: threading.Thread | None = None
 
     def start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.thread = threading.Thread(
@@ -63,18 +60,11 @@ class SyncRunner(ActorRunner):
         )
         self.thread.start()
 
-    def join(self, timeout: float) -> None:
-        if self.thread is not None:
-            self.thread.join(timeout)
-
     def _put(self, item: Item) -> None:
         self.calls.put(item)
 
     def queued(self) -> int:
         return self.calls.qsize()
-
-    def _on_own_thread(self) -> bool:
-        return threading.get_ident() == self.thread_id
 
     def _run_sync(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         cls = self.cls

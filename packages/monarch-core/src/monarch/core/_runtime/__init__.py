@@ -17,12 +17,13 @@ Which thread does what:
   (``_peers``); one thread's messages to one peer keep their order either way. A thread
   may cast without the loop only when ``Runtime.idle()`` (nothing it asked earlier is
   still queued).
-- **A sync actor** runs on its own thread and replies from there; an async actor is a
-  task on the loop (``monarch.core._runner``).
+- **An actor** runs on its own thread and replies from there: a sync actor's code
+  directly, an async actor's on an event loop of its own (``monarch.core._runner``); only
+  the runtime's own work runs on the runtime loop.
 - **The heartbeat thread** (``_beats``) beats to the peers on other machines that asked,
-  whatever the loop is doing: a loop busy for seconds (an async endpoint's computation,
-  an import) is no death. Reading a spawn (which may import the actor's module) and a
-  bootstrap function also happen off the loop.
+  whatever the loop is doing: a loop busy for seconds (an import) is no death. Reading a
+  spawn (which may import the actor's module) and a bootstrap function also happen off
+  the loop.
 - **Waiting**: every waiter (a thread blocked on a Future, an idle actor thread, the loop
   after messages) first yields the CPU for ``wait_spin``, then sleeps (``_spin``).
 
@@ -38,7 +39,7 @@ from ._current import (
     running_runtime,
     set_starter,
 )
-from ._flow import CONSUMER_TURN, MESSAGE_COST, Flow
+from ._flow import CONSUMER_TURN, MESSAGE_COST, Flow, suspend_senders
 from ._loop import new_event_loop
 from ._peers import DEFER, PeerWriter, dial
 from ._router import ActorSink, ControlHandler, PeerWatcher, PortHandler, Runtime, Service
@@ -66,4 +67,5 @@ __all__ = [
     "set_starter",
     "spin",
     "spin_seconds",
+    "suspend_senders",
 ]

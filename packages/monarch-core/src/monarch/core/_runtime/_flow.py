@@ -21,6 +21,12 @@ send. So:
   ``PATIENCE`` may itself be waiting for this sender (two actors that each send all,
   then receive all): its senders then buffer, as they would with no flow control,
   rather than deadlock.
+- **A sender on an async actor's loop is suspended, not blocked.** Each async actor runs
+  on an event loop of its own, on its own thread, where its consumers run too: blocking
+  that thread for the peer would stop the very task the peer may wait for (two actors
+  flooding each other). There ``throttle`` only notes what the thread owes (``owed``); the
+  sending task waits for the room at its next ``await`` (``suspend_owed``), while the
+  actor's other tasks run.
 - **A waiting receiver is never starved by a held lane.** While some ``recv()`` waits
   on an empty inbox, its message may be behind a lane held for another inbox: held
   lanes are read on, up to ``HARD_LIMIT`` each (the bound on a receiver's memory), the
@@ -29,9 +35,12 @@ send. So:
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
-from collections.abc import Callable
-from typing import Final
+import types
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any, Final
 
 TURN_MESSAGES: Final = 256
 """Messages one connection delivers per loop turn (a full ``Batch`` frame is one turn)."""
@@ -104,3 +113,121 @@ class Flow:
     def over(self, wanted: bool) -> bool:
         """Whether the lane must be held now (``wanted``: a receiver may wait on it)."""
         return self.held > (HARD_LIMIT if wanted else HIGH_WATER) and self.count > 1
+
+
+class Room:
+    """A lane's "the backlog is low again": waited for by a thread (``wait``) or by a task
+    on an actor's loop (``wait_async``: only that task waits). Set from any thread."""
+
+    __slots__ = ("_event", "_lock", "_waiters")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def clear(self) -> None:
+        self._event.clear()
+
+    def set(self) -> None:
+        self._event.set()
+        with self._lock:
+            waiters, self._waiters = self._waiters, []
+        for loop, future in waiters:
+            try:
+                loop.call_soon_threadsafe(_resolve, future)
+            except RuntimeError:  # that loop is closed: its actor is gone
+                pass
+
+    def wait(self, timeout: float) -> bool:
+        return self._event.wait(timeout)
+
+    def wait_async(self, timeout: float) -> asyncio.Future[None]:
+        """A future of the running loop, done when the room is set or ``timeout`` passed."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        entry = (loop, future)
+        with self._lock:
+            if self._event.is_set():
+                future.set_result(None)
+                return future
+            self._waiters.append(entry)
+
+        def expire() -> None:
+            with self._lock:
+                if entry in self._waiters:
+                    self._waiters.remove(entry)
+            _resolve(future)
+
+        handle = loop.call_later(timeout, expire)
+        future.add_done_callback(lambda _: handle.cancel())
+        return future
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class _Owed(threading.local):
+    suspends = False
+    """This thread runs an async actor's loop: its senders are suspended, not blocked."""
+    owed: Room | None = None
+    """The room the task running now must wait for at its next ``await``."""
+
+
+owed = _Owed()
+
+
+def owe(room: Room) -> None:
+    """Called by a sender on an actor's loop instead of waiting (see ``suspend_owed``)."""
+    owed.owed = room
+
+
+@types.coroutine
+def suspend_owed(coro: Coroutine[Any, Any, Any]) -> Generator[Any, Any, Any]:
+    """Run ``coro`` as it is, except that at each point where it gives up the loop, the
+    room its sends owe (``owe``) is waited for first, ``STALL`` seconds at most: what an
+    actor loop's task factory wraps every task's coroutine in."""
+    send, throw = coro.send, coro.throw
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            if error is None:
+                waits_on = send(value)
+            else:
+                waits_on = throw(error)
+                error = None
+        except StopIteration as stop:
+            return stop.value
+        room = owed.owed
+        if room is not None:
+            owed.owed = None
+            try:
+                yield from room.wait_async(STALL).__await__()
+            except BaseException as exc:  # noqa: BLE001 - cancelled while it waits for the room
+                if isinstance(waits_on, asyncio.Future):
+                    waits_on.cancel()
+                error, value = exc, None
+                continue
+        try:
+            value = yield waits_on
+        except BaseException as exc:  # noqa: BLE001 - the task's cancellation, passed on
+            error, value = exc, None
+
+
+def _suspending_task(
+    loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any
+) -> asyncio.Task[Any]:
+    return asyncio.Task(suspend_owed(coro), loop=loop, **kwargs)
+
+
+def suspend_senders(loop: asyncio.AbstractEventLoop) -> None:
+    """Make ``loop``, which this thread runs (an async actor's), suspend a task whose sends
+    outrun their peer rather than block the thread (see the module)."""
+    owed.suspends = True
+    loop.set_task_factory(_suspending_task)

@@ -32,7 +32,7 @@ from monarch.transport import (
 )
 from monarch.transport.wire import Envelope, decode_envelope, encode
 
-from ._flow import MESSAGE_COST, PATIENCE, SEND_HIGH, SEND_LOW, STALL
+from ._flow import MESSAGE_COST, PATIENCE, SEND_HIGH, SEND_LOW, STALL, Room, owe, owed
 
 log = logging.getLogger("monarch.core")
 
@@ -102,7 +102,7 @@ class PeerWriter:
         self.connected = asyncio.Event()
         self.queued = 0
         """Bytes of a lane's messages in ``pending`` (not yet handed to the connection)."""
-        self.room = threading.Event()
+        self.room = Room()
         """Set by the writer task when a lane's backlog is low (see ``throttle``)."""
         self.progress = time.monotonic()
         """When the peer last took something from a lane, or said its inboxes consume."""
@@ -258,7 +258,8 @@ class PeerWriter:
         """Slow the calling thread down while the peer does not keep up (see ``_flow``):
         wait until the backlog is below ``SEND_LOW``, ``STALL`` seconds at most.
 
-        Another thread waits for the writer task to make room. On the loop, which the
+        Another thread waits for the writer task to make room (a task on an async actor's
+        loop waits at its next ``await``, see ``_flow``). On the loop, which the
         writer task needs, this thread writes instead: it moves what is queued into the
         connection and writes it, ``busy`` keeping other threads off the connection.
         """
@@ -267,7 +268,10 @@ class PeerWriter:
         if not on_loop:
             self.room.clear()
             if self.backlog() > SEND_LOW and self.failure is None:
-                self.room.wait(STALL)
+                if owed.suspends:  # an async actor's loop: its task waits, not the thread
+                    owe(self.room)
+                else:
+                    self.room.wait(STALL)
             return
         with self.lock:
             conn = self.conn
