@@ -148,6 +148,39 @@ def test_ports_travel_to_actors_and_keep_order(procs: ProcMesh) -> None:
         assert mine == [f"{rank}:{i}" for i in range(20)]
 
 
+class Collector(Actor):
+    """An async actor taking values from its own loop, several ``recv()`` asked at once."""
+
+    def __init__(self) -> None:
+        self.port, self.inbox = Channel[str].open_ranked()
+
+    @endpoint
+    async def inbox_port(self) -> Port[str]:
+        return self.port
+
+    @endpoint
+    async def collect(self, count: int) -> list[tuple[int, str]]:
+        got: list[tuple[int, str]] = []
+        while len(got) < count:
+            asked = [self.inbox.recv() for _ in range(min(7, count - len(got)))]
+            for future in asked:  # some asked before their value came, some after
+                got.append(await future)
+            await asyncio.sleep(0)
+        return got
+
+
+def test_an_async_actor_takes_a_flood_from_its_own_loop_in_order(procs: ProcMesh) -> None:
+    collector = procs.slice(gpus=0).spawn("collector", Collector)
+    port = collector.inbox_port.call_one().get(timeout=30)
+    collected = collector.collect.call_one(2 * 300)
+    procs.spawn("flooders", Worker).push.call(port, 300).get(timeout=60)
+    got = collected.get(timeout=60)
+    for rank in (0, 1):
+        assert [value for sender, value in got if sender == rank] == [
+            f"{rank}:{i}" for i in range(300)
+        ]
+
+
 def test_send_replies_to_a_port_per_rank(procs: ProcMesh) -> None:
     workers = procs.spawn("senders", Worker)
     port, receiver = Channel[int].open_ranked()

@@ -9,6 +9,7 @@ one sender arrive in send order.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -61,24 +62,33 @@ class Port(Generic[R]):
         return f"<Port {self._ref.proc}#{self._ref.port}>"
 
 
+_Item = tuple[int, bool, Sequence[Buffer], Flow | None, int]
+"""A value as it came: the sender's rank, whether it is an error, its parts, the lane that
+delivered it (held until it is taken) and the bytes it holds there."""
+
+
 class _Inbox:
-    """The receiving end, living on the runtime loop.
+    """The receiving end, fed on the runtime loop.
 
     Values wait here as they came, undecoded: their consumer unpickles them, so a
     flood costs the loop no more than reading it. One that came on a lane holds it
-    until consumed (see ``_runtime._flow``).
+    until consumed (see ``_runtime._flow``). A consumer on another thread (an async
+    actor's loop) takes a value already here itself, under ``lock``: a flood costs it
+    no round trip through the runtime loop per value.
     """
 
     def __init__(self, runtime: Runtime, once: bool) -> None:
         self.runtime = runtime
         self.once = once
-        self.items: deque[tuple[int, bool, Sequence[Buffer], Flow | None, int]] = deque()
+        self.lock = threading.Lock()
+        """Guards ``items`` and ``getting`` (the loop feeds, any thread takes)."""
+        self.items: deque[_Item] = deque()
         self.waiters: deque[asyncio.Future[None]] = deque()
         self.sources: set[Flow] = set()
         """The lanes that have fed this inbox."""
         self.getting = 0
-        """``recv()`` calls not answered yet (counted on the loop): a value taken at
-        once must not overtake them."""
+        """``recv()`` calls waiting on the loop: a value taken at once must not overtake
+        them."""
         self._streak: float | None = None
         """When the consumer began taking values at once, if the loop has not turned
         since (see ``receive``)."""
@@ -94,7 +104,8 @@ class _Inbox:
             size = MESSAGE_COST + sum(memoryview(part).nbytes for part in payload)
             flow.hold(size)
             self.sources.add(flow)
-        self.items.append((body.rank, body.error, payload, flow, size))
+        with self.lock:
+            self.items.append((body.rank, body.error, payload, flow, size))
         waiters = self.waiters
         while waiters:
             waiter = waiters.popleft()
@@ -105,11 +116,14 @@ class _Inbox:
             self.closed = True
             self.runtime.close_port(self.ref)
 
-    def take(self) -> tuple[int, Any]:
-        """The oldest value (there is one), decoded; raises what was sent as an error."""
-        rank, error, payload, flow, size = self.items.popleft()
+    def _decode(self, item: _Item) -> tuple[int, Any]:
+        """A value taken out, decoded; raises what was sent as an error."""
+        rank, error, payload, flow, size = item
         if flow is not None:
-            flow.release(size)
+            if self.runtime.on_loop():
+                flow.release(size)
+            else:
+                self.runtime.call_soon(flow.release, size)
         value = loads(payload)  # a value that cannot be read raises in the receiver
         if error:
             raise value.to_error() if isinstance(value, RemoteFailure) else value
@@ -125,17 +139,21 @@ class _Inbox:
         """
         future: Future[Any] = Future._new()
         runtime = self.runtime
-        if runtime.on_loop():
+        item: _Item | None = None
+        with self.lock:
             if self.items and not self.getting and self._in_turn():
-                self._take_into(future, ranked)
+                item = self.items.popleft()
             else:
-                self._start_get(future, ranked)
+                self.getting += 1
+        if item is not None:
+            self._decode_into(item, future, ranked)
+        elif runtime.on_loop():
+            self._start_get(future, ranked)
         else:
             runtime.call_soon(self._start_get, future, ranked)
         return future
 
     def _start_get(self, future: Future[Any], ranked: bool) -> None:
-        self.getting += 1
         self.runtime.spawn_task(self._get_into(future, ranked))
 
     async def _get_into(self, future: Future[Any], ranked: bool) -> None:
@@ -148,21 +166,32 @@ class _Inbox:
                 future.set_exception(asyncio.CancelledError("the runtime stopped the operation"))
             raise
         finally:
-            self.getting -= 1
+            with self.lock:
+                self.getting -= 1
 
     def _take_into(self, future: Future[Any], ranked: bool) -> None:
+        with self.lock:
+            item = self.items.popleft()
+        self._decode_into(item, future, ranked)
+
+    def _decode_into(self, item: _Item, future: Future[Any], ranked: bool) -> None:
         try:
-            rank, value = self.take()
+            rank, value = self._decode(item)
         except Exception as exc:  # noqa: BLE001 - handed to the future
             future.set_exception(exc)
         else:
             future.set_result((rank, value) if ranked else value)
 
     def _in_turn(self) -> bool:
+        """Whether the consumer may take a value at once: for ``CONSUMER_TURN`` after its
+        loop last turned (a thread with no loop of its own holds none up: always)."""
+        loop = asyncio._get_running_loop()
+        if loop is None:
+            return True
         now = time.perf_counter()
         if self._streak is None:
             self._streak = now
-            self.runtime.loop.call_soon(self._turned)
+            loop.call_soon(self._turned)
             return True
         return now - self._streak < CONSUMER_TURN
 
