@@ -36,6 +36,8 @@ from ._endpoint import (
 )
 from ._errors import MeshFailure, SupervisionError
 from ._exits import ASKED_GRACE, asking, ended, unknown, when_ended
+from ._filling import deferred_fills
+from ._filling import settle as settle_fills
 from ._future import Future, Outcome, run_on, submit_into, wait_outcome
 from ._gather import Gather
 from ._instrument import instrumented, outgoing, spawned
@@ -166,6 +168,7 @@ class Endpoint(Generic[R]):
         trace = outgoing(mesh._name, self._name, mesh._mesh_id, mesh._shape)
         procs = mesh._cast_here() if want != "stream" else None
         if procs is None:
+            settle_fills()  # handed to the loop: as it is at the call
             start, name = ActorMesh._start_cast, self._name
             return submit_into(mesh._runtime, start, mesh, name, payload, want, explicit, trace)
         future: Future[Any] = Future._new()
@@ -174,19 +177,22 @@ class Endpoint(Generic[R]):
 
     def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
         """Call every actor of the (sliced) mesh; gather one value per rank."""
-        return self._submit(self._mesh, self._bind(args, kwargs), "mesh")
+        with deferred_fills():
+            return self._submit(self._mesh, self._bind(args, kwargs), "mesh")
 
     def call_one(self, *args: Any, **kwargs: Any) -> Future[R]:
         """Call the one actor of a mesh of one."""
         size = len(self._mesh._shape.ndslice)
         if size != 1:
             raise ValueError(f"call_one requires exactly 1 actor, but mesh has {size}")
-        return self._submit(self._mesh, self._bind(args, kwargs), "one")
+        with deferred_fills():
+            return self._submit(self._mesh, self._bind(args, kwargs), "one")
 
     def choose(self, *args: Any, **kwargs: Any) -> Future[R]:
         """Call one actor of the mesh, chosen uniformly at random."""
-        payload = self._bind(args, kwargs)
-        return self._submit(_choose_one(self._mesh), payload, "one")
+        with deferred_fills():
+            payload = self._bind(args, kwargs)
+            return self._submit(_choose_one(self._mesh), payload, "one")
 
     def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[R]]:
         """One future per rank, in arrival order. Never waits (an async endpoint may stream:
@@ -199,10 +205,11 @@ class Endpoint(Generic[R]):
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Fire and forget to every actor of the mesh."""
-        payload = self._bind(args, kwargs)
-        if (error := self._oversize(payload, "broadcast")) is not None:
-            raise error
-        self._mesh._send_cast(self._name, payload, None, self._prop._explicit_response_port)
+        with deferred_fills():
+            payload = self._bind(args, kwargs)
+            if (error := self._oversize(payload, "broadcast")) is not None:
+                raise error
+            self._mesh._send_cast(self._name, payload, None, self._prop._explicit_response_port)
 
     def _send(
         self,
@@ -217,14 +224,15 @@ class Endpoint(Generic[R]):
             raise TypeError(f"argument 'selection': '{kind}' object cannot be cast as 'str'")
         if selection not in ("all", "choose"):
             raise ValueError(f"Invalid selection: {selection}")
-        payload = self._bind(args, kwargs)
-        if (error := self._oversize(payload, "send")) is not None:
-            raise error
-        mesh = self._mesh
-        if selection == "choose":
-            mesh = _choose_one(mesh)
-        reply = port._ref if port is not None else None
-        mesh._send_cast(self._name, payload, reply, self._prop._explicit_response_port)
+        with deferred_fills():
+            payload = self._bind(args, kwargs)
+            if (error := self._oversize(payload, "send")) is not None:
+                raise error
+            mesh = self._mesh
+            if selection == "choose":
+                mesh = _choose_one(mesh)
+            reply = port._ref if port is not None else None
+            mesh._send_cast(self._name, payload, reply, self._prop._explicit_response_port)
 
 
 def _follow_arrivals(
@@ -653,6 +661,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
         if procs is not None:
             self._post_to(procs, method, payload, reply, explicit, False, trace)
         else:
+            settle_fills()  # handed to the loop: as it is at the call
             self._runtime.call_soon(self._post_cast, method, payload, reply, explicit, trace)
 
     def _post_cast(

@@ -24,6 +24,7 @@ import itertools
 import os
 import struct
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
@@ -32,6 +33,7 @@ from monarch.transport import Buffer
 
 from . import _memory as memory
 from ._errors import PullError
+from ._filling import FILLED, MARKER_SIZE, fill_now, filling_of
 from ._per_process import PerProcess
 from ._ring import RING_MIN, Ring, RingReader
 
@@ -46,6 +48,11 @@ this size and prefix (pickles start with the PROTO opcode; out-of-band buffers a
 large)."""
 _BYTES: Final = 1
 _BUFFER: Final = 2
+_FILLING: Final = 3
+"""A snapshot lent before it is filled (see ``_filling``): what its ring does not bring is
+read once its marker says it is filled."""
+FILL_TIMEOUT: Final = 120.0
+"""Seconds a borrower waits for a lender's snapshot to be filled (a copy in progress)."""
 
 
 class _IoVec(ctypes.Structure):
@@ -96,8 +103,25 @@ def pull(
     base = memory.address_of(into)
     done = ring.take(loan, base, size) if ring is not None else 0
     if done < size:
+        if kind == _FILLING:
+            _await_filled(pid, address + size)
         read_range(pid, base + done, address + done, size - done)
     return into
+
+
+def _await_filled(pid: int, marker: int) -> None:
+    """Wait until the lender has filled the snapshot whose marker is at ``marker``."""
+    word = ctypes.c_uint64(0)
+    deadline = time.monotonic() + FILL_TIMEOUT
+    pause = 0.00005
+    while True:
+        _read(pid, ctypes.addressof(word), marker, MARKER_SIZE)
+        if word.value == FILLED:
+            return
+        if time.monotonic() > deadline:
+            raise PullError(0, f"process {pid} did not fill a lent tensor in {FILL_TIMEOUT:.0f} s")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.001)
 
 
 def read_range(pid: int, base: int, address: int, size: int) -> None:
@@ -228,6 +252,7 @@ class Lender:
         self, view: memoryview, borrower: str, ring: Callable[[], Ring | None] | None
     ) -> bytes:
         kind = _BYTES if type(view.obj) is bytes and view.nbytes == len(view.obj) else _BUFFER
+        filling = filling_of(view)
         key = next(self._keys)
         with self._lock:
             self._loans[key] = (view, borrower)
@@ -236,7 +261,12 @@ class Lender:
         fd, ring_id, loan = -1, 0, 0
         pushed = ring() if ring is not None and size >= RING_MIN else None
         if pushed is not None and not pushed.closed:
-            fd, ring_id, loan = pushed.fd, pushed.id, pushed.push(view)
+            fd, ring_id, loan = pushed.fd, pushed.id, pushed.push(view, filling)
+            if filling is not None:
+                kind = _FILLING
+                filling.loans.append((pushed, loan))
+        elif filling is not None:
+            fill_now(filling)  # no ring to push it through while it fills: filled first
         return _DESCRIPTOR.pack(MAGIC, key, self._pid, address, size, kind, fd, ring_id, loan)
 
     def give_back(self, keys: Sequence[int]) -> None:

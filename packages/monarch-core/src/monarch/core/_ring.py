@@ -36,7 +36,7 @@ import secrets
 import struct
 import threading
 import time
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from ._memory import address_of
 from ._per_process import PerProcess
@@ -62,6 +62,11 @@ itself, with ``_lending``'s threads, which wait for it side by side."""
 
 _PAGE: Final = 4096
 _ID, _HEAD, _TAIL, _AT, _HEAD_WAITER, _TAIL_WAITER, _SLOT_INFO = 0, 64, 128, 192, 256, 320, 384
+_TAKEN = 1024
+"""Bytes of the loan the borrower was last done with (``at``) it took from the slots."""
+TAKEN_PATIENCE: Final = 0.005
+"""How long a lender waiting to learn what its borrower took (``Ring.taken``) waits for
+the borrower to start on the loan, and at most between two slots taken."""
 _INFO: Final = struct.Struct("<QQ")
 SIZE: Final = _PAGE + SLOTS * SLOT
 
@@ -130,6 +135,7 @@ class _Mapping:
         self.head_at, self.tail_at = base + _HEAD, base + _TAIL
         """Where ``head`` and ``tail`` are: the futex words."""
         self.at = ctypes.c_uint64.from_address(base + _AT)
+        self.taken = ctypes.c_uint64.from_address(base + _TAKEN)
         self.head_waiter = ctypes.c_uint32.from_address(base + _HEAD_WAITER)
         self.tail_waiter = ctypes.c_uint32.from_address(base + _TAIL_WAITER)
         self.slots = base + _PAGE
@@ -185,12 +191,39 @@ class Ring:
         mapping.id.value = secrets.randbits(63) | 1
         return cls(fd, mapping)
 
-    def push(self, view: memoryview) -> int:
-        """Queue ``view`` to be pushed; returns its loan number (what the descriptor says)."""
+    def push(self, view: memoryview, source: Source | None = None) -> int:
+        """Queue ``view`` to be pushed; returns its loan number (what the descriptor says).
+        ``source``: where its bytes are read meanwhile, if elsewhere (see ``_filling``)."""
         with self._lock:
             loan = next(self._loans)
-            _pusher.get().put((self._mapping, loan, view, self))
+            _pusher.get().put((self._mapping, loan, view, self, source))
         return loan
+
+    def taken(self, loan: int) -> int:
+        """Bytes of loan ``loan`` its borrower took from the slots, once it is done with
+        them; 0 when that cannot be known (it did not start on the loan in time, stopped
+        taking, or has moved on to a later loan). Waits while the borrower takes."""
+        mapping, clock = self._mapping, time.monotonic
+        at, tail, taken = mapping.at, mapping.tail, mapping.taken
+        done = 2 * loan + 1
+        last, since = tail.value, clock()
+        while not self.closed:
+            where = at.value
+            if where == done:
+                count = taken.value
+                if at.value == done:  # still this loan's count: written before ``at``
+                    return int(count)
+                continue
+            if where > done:
+                return 0
+            now = clock()
+            emptied = tail.value
+            if emptied != last:
+                last, since = emptied, now
+            elif now - since > TAKEN_PATIENCE:
+                return 0
+            _wait(mapping.tail_at, emptied, 0.0002)
+        return 0
 
     def filled(self) -> int:
         """Slots filled so far (modulo 2**32): how a test sees the pusher at work."""
@@ -212,8 +245,16 @@ class Ring:
             self.close()
 
 
-_Push = tuple[_Mapping, int, memoryview, Ring]
-"""A loan to push: the ring's mapping, the loan's number, the buffer, the ring."""
+class Source(Protocol):
+    """Where a loan's bytes are read while its buffer is being filled (``_filling``)."""
+
+    address: int
+    lock: threading.Lock
+
+
+_Push = tuple[_Mapping, int, memoryview, Ring, "Source | None"]
+"""A loan to push: the ring's mapping, the loan's number, the buffer, the ring, and where
+its bytes are if elsewhere."""
 
 
 class _Pusher:
@@ -230,22 +271,25 @@ class _Pusher:
     def _run(self) -> None:
         get = self.queue.get
         while True:
-            mapping, loan, view, ring = get()
+            mapping, loan, view, ring, source = get()
             try:
                 if not ring.closed:
-                    _push(mapping, loan, view, ring)
+                    _push(mapping, loan, view, ring, source)
             except Exception:  # a bug here must not stop every later push
                 log.exception("pushing a loan failed")
-            del mapping, view, ring
+            del mapping, view, ring, source
 
 
-def _push(mapping: _Mapping, loan: int, view: memoryview, ring: Ring) -> None:
-    """Copy ``view`` into ``mapping``'s slots, one piece after the other, while the
-    borrower wants it (``at`` below ``2 * loan + 1``: not done with it, not past it).
+def _push(
+    mapping: _Mapping, loan: int, view: memoryview, ring: Ring, source: Source | None
+) -> None:
+    """Copy ``view`` (or what ``source`` says holds its bytes) into ``mapping``'s slots,
+    one piece after the other, while the borrower wants it (``at`` below ``2 * loan + 1``:
+    not done with it, not past it).
 
     Each side wakes the other only when it says it sleeps (``*_waiter``); a wake-up
     missed in the moment between saying so and sleeping costs one short sleep."""
-    source, size = address_of(view), view.nbytes
+    address, size = address_of(view), view.nbytes
     head, tail, at, waiter = mapping.head, mapping.tail, mapping.at, mapping.tail_waiter
     reader_waits = mapping.head_waiter
     slots, memmove, clock = mapping.slots, ctypes.memmove, time.monotonic
@@ -271,7 +315,11 @@ def _push(mapping: _Mapping, loan: int, view: memoryview, ring: Ring) -> None:
         elif at.value >= wanted or ring.closed:
             return
         slot = filled % SLOTS
-        memmove(slots + slot * SLOT, source + start, min(SLOT, size - start))
+        if source is None:
+            memmove(slots + slot * SLOT, address + start, min(SLOT, size - start))
+        else:
+            with source.lock:  # the filling may not move meanwhile
+                memmove(slots + slot * SLOT, source.address + start, min(SLOT, size - start))
         mapping.set_info(slot, loan, piece)
         head.value = (filled + 1) & 0xFFFFFFFF
         if reader_waits.value:
@@ -361,6 +409,7 @@ class RingReader:
                 if slow:
                     break
         finally:
+            mapping.taken.value = done  # before ``at``: see ``Ring.taken``
             at.value = 2 * loan + 1
             if pusher_waits.value:
                 _wake(tail_at)

@@ -7,7 +7,9 @@ any large buffer, and which the receiver's tensor is built on without a copy.
 
 The buffer is a copy made when the message is sent, as upstream's pickle is: a sender
 may change the tensor in place as soon as ``send`` or ``call`` returns (an optimizer step
-after sending the weights) without the receiver seeing torn values. A dense layout
+after sending the weights) without the receiver seeing torn values. In a call (or a reply)
+to one process of this machine, a large dense tensor's copy is made while the tensor
+travels, before the call returns (see ``_filling``). A dense layout
 (contiguous, channels-last, any permutation) keeps its strides; any other is made
 contiguous by that same copy.
 
@@ -30,6 +32,7 @@ import sys
 from typing import Any, Final
 
 from . import _memory as memory
+from ._filling import DEFER_MIN, MARKER_SIZE, deferring, new_filling
 
 _DENSE_MIN: Final = 2
 """Dimensions from which a non-contiguous dense layout is worth keeping as is."""
@@ -84,10 +87,17 @@ def reduce_tensor(tensor: Any) -> tuple[Any, ...] | None:
     if len(shape) < _DENSE_MIN or not _dense_strides(shape, stride):
         stride = _contiguous_strides(shape)
     numel = source.numel()
-    data = memory.fresh_bytearray(numel * source.element_size())
-    if numel:
-        target = torch.frombuffer(data, dtype=source.dtype, count=numel)
-        target.as_strided(shape, stride).copy_(source)
+    size = numel * source.element_size()
+    data: bytearray | memoryview
+    if size >= DEFER_MIN and stride == tuple(source.stride()) and deferring():
+        # its elements lie as they will travel: copied while they do (see ``_filling``)
+        snapshot = memory.fresh_bytearray(size + MARKER_SIZE)
+        data = new_filling(snapshot, source, source.data_ptr()).view
+    else:
+        data = memory.fresh_bytearray(size)
+        if numel:
+            target = torch.frombuffer(data, dtype=source.dtype, count=numel)
+            target.as_strided(shape, stride).copy_(source)
     dtype = str(source.dtype).removeprefix("torch.")
     args = (pickle.PickleBuffer(data), dtype, shape, stride, requires_grad, os.getpid())
     return rebuild_tensor, args

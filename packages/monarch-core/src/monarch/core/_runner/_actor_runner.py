@@ -21,6 +21,8 @@ from monarch.core._context import Context, Instance
 from monarch.core._debugger import post_mortem
 from monarch.core._endpoint import EndpointProperty, endpoints_of
 from monarch.core._errors import MeshFailure, RemoteFailure, SupervisionError
+from monarch.core._filling import any_pending as any_pending_fills
+from monarch.core._filling import deferred_fills
 from monarch.core._future import wait_outcome
 from monarch.core._instrument import Scope, enter, instrumented, status
 from monarch.core._messages import (
@@ -322,6 +324,18 @@ class ActorRunner:
         ``method``: the endpoint whose call raised the error."""
         if error:
             value = RemoteFailure.of(value, actor_call_failed(self.spawn.name, method))
+        with deferred_fills():  # a large tensor returned is copied as it travels
+            self._send_reply(port, value, error, rank, batch, method)
+
+    def _send_reply(
+        self,
+        port: PortRef,
+        value: Any,
+        error: bool,
+        rank: int,
+        batch: list[Any] | None,
+        method: str,
+    ) -> None:
         try:
             payload = dumps(value)
         except Exception as exc:  # noqa: BLE001 - an unpicklable result fails the call
@@ -340,6 +354,8 @@ class ActorRunner:
                 payload = dumps(RemoteFailure.of(refusal, message))
                 error = True
         self.runtime.send_to_port(port, PortValue(rank, error), payload, batch)
+        if batch and any_pending_fills():
+            self.runtime.flush_writes(batch)  # out now: its copy waits for its reader
 
 
 class NoHandler(Exception):
