@@ -130,3 +130,33 @@ class Doubler(Actor):
     @endpoint
     def plain(self, t: torch.Tensor) -> torch.Tensor:
         return t
+
+
+def make_linear(seed: int) -> Any:
+    """A model that stays on the worker: the controller holds an ``OpaqueRef`` to it."""
+    from monarch import OpaqueRef
+
+    torch.manual_seed(seed)
+    return OpaqueRef(torch.nn.Linear(3, 2))
+
+
+def apply_linear(ref: Any, x: torch.Tensor) -> torch.Tensor:
+    model = ref.value
+    if x.device.type == "meta":  # the controller's shapes: the model is not there
+        return torch.empty(x.shape[0], 2)
+    return model(x).detach()
+
+
+def scale_linear_(ref: Any, by: float) -> None:
+    with torch.no_grad():
+        ref.value.weight.mul_(by)
+
+
+def square_with_own_backward(x: torch.Tensor) -> Any:
+    """``x * x`` whose backward is said by hand (and doubled, so it is seen to be used)."""
+    result = x * x
+
+    def backward(grad: torch.Tensor) -> torch.Tensor:
+        return grad * 4 * x
+
+    return result, backward

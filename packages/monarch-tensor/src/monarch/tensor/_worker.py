@@ -13,12 +13,15 @@ at once (a user's actor call beside the worker's spawn) can deadlock in the impo
 from __future__ import annotations
 
 import itertools
+import threading
 import traceback
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.utils._pytree import register_pytree_node
+from torch.utils.weak import WeakTensorKeyDictionary
 
 from monarch.core import Actor, Point, context, endpoint, loads
 
@@ -88,6 +91,7 @@ class TensorWorker(Actor):
         """Run a batch of commands (fire and forget: failures poison, never raise)."""
         self._here()
         self._batches += 1
+        running.commands = True
         for command in commands:
             tag = command[0]
             try:
@@ -332,6 +336,75 @@ def lent(key: str) -> Any:
     if isinstance(value, BaseException):
         raise value
     return value
+
+
+class _Running(threading.local):
+    """Whether this thread is running a worker's commands (where an ``OpaqueRef`` resolves)."""
+
+    def __init__(self) -> None:
+        self.commands = False
+
+
+running = _Running()
+
+_opaque_values: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
+_opaque_keys = itertools.count(1)
+
+
+class OpaqueRef:
+    """An object that lives on the workers, passed between remote functions by reference
+    (upstream's ``monarch.OpaqueRef``): a remote function makes one (``OpaqueRef(model)``)
+    and returns it; the controller holds it (its key is a monarch Tensor, one per proc)
+    and passes it to other remote functions, where ``ref.value`` is that proc's object.
+    The object lives as long as the controller's ``OpaqueRef`` does.
+
+    Its key is a 0-d int64 tensor: a pytree leaf, so the engine treats it as any tensor
+    result (ids, poisoning, deletion); the object is held by the key tensor's identity.
+    """
+
+    _key: Any
+
+    def __init__(self, value: Any = None) -> None:
+        self._key = torch.tensor(next(_opaque_keys), dtype=torch.int64)
+        self._check("create")
+        _opaque_values[self._key] = value
+
+    @classmethod
+    def _create(cls, key: Any) -> OpaqueRef:
+        made = cls.__new__(cls)
+        made._key = key
+        return made
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return (OpaqueRef._create, (self._key,))
+
+    def __repr__(self) -> str:
+        return f"OpaqueRef({self._key!r})"
+
+    @property
+    def value(self) -> Any:
+        self._check("access")
+        return _opaque_values[self._key]
+
+    @value.setter
+    def value(self, value: Any) -> None:
+        self._check("set")
+        _opaque_values[self._key] = value
+
+    def _check(self, what: str) -> None:
+        """A worker's command, or the controller's run on meta tensors (shapes only)."""
+        if not (running.commands or self._key.device.type == "meta"):
+            raise RuntimeError(
+                f"the controller tried to {what} an OpaqueRef's value: only a remote "
+                "function (run by the workers) can"
+            )
+
+
+register_pytree_node(
+    OpaqueRef,
+    lambda ref: ([ref._key], None),
+    lambda keys, _: OpaqueRef._create(keys[0]),
+)
 
 
 def _all_reduce(group: Any, tensor: torch.Tensor, op: Any) -> None:
