@@ -403,7 +403,7 @@ class OpaqueRef:
 register_pytree_node(
     OpaqueRef,
     lambda ref: ([ref._key], None),
-    lambda keys, _: OpaqueRef._create(keys[0]),
+    lambda keys, _: OpaqueRef._create(next(iter(keys))),
 )
 
 
