@@ -144,7 +144,8 @@ def apply_linear(ref: Any, x: torch.Tensor) -> torch.Tensor:
     model = ref.value
     if x.device.type == "meta":  # the controller's shapes: the model is not there
         return torch.empty(x.shape[0], 2)
-    return model(x).detach()
+    result: torch.Tensor = model(x).detach()
+    return result
 
 
 def scale_linear_(ref: Any, by: float) -> None:
@@ -160,3 +161,30 @@ def square_with_own_backward(x: torch.Tensor) -> Any:
         return grad * 4 * x
 
     return result, backward
+
+
+def held_until(t: torch.Tensor, path: str) -> torch.Tensor:
+    """``t + 0`` once ``path`` exists (at most 60 s): an op as long as the test wants."""
+    import time
+
+    if t.device.type != "meta":
+        deadline = time.monotonic() + 60
+        while not os.path.exists(path):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{path} never appeared")
+            time.sleep(0.005)
+    return t + 0
+
+
+def slow_copy(t: torch.Tensor, seconds: float) -> torch.Tensor:
+    """``t.clone()`` read after a pause: a read that a write racing it would change."""
+    import time
+
+    if t.device.type != "meta":
+        time.sleep(seconds)
+    return t.clone()
+
+
+def rank_sized(t: torch.Tensor) -> torch.Tensor:
+    """A result with as many elements as the proc's rank + 1 (a shape that differs)."""
+    return t.new_ones(current_rank().rank + 1)

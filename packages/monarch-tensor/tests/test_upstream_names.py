@@ -64,7 +64,7 @@ def test_grad_function_backward_is_its_own(procs: ProcMesh) -> None:
     square = monarch.grad_function(programs.square_with_own_backward)
     x = torch.arange(3.0, requires_grad=True)
     square(x).sum().backward()
-    assert torch.equal(x.grad, 4 * torch.arange(3.0))
+    assert x.grad is not None and torch.equal(x.grad, 4 * torch.arange(3.0))
     with procs.activate():
         x = torch.arange(3.0).requires_grad_()
         y = square(x)

@@ -18,8 +18,8 @@ from monarch.core import Future, ValueMesh, context, dumps
 
 from ._active import current_client
 from ._client import MeshClient
-from ._commands import CALL, Pickled, Ref
-from ._flat import flatten_call, unflatten
+from ._commands import CALL, Pickled, Ref, Shaped
+from ._flat import flatten, flatten_call, unflatten
 from ._group import fake_group
 from ._metacache import key_of
 from ._tensor import Tensor, dispatch
@@ -70,6 +70,7 @@ class Remote(Generic[R]):
         """Run on every proc; the result is monarch Tensors (upstream's ``rref``)."""
         client, propagate = current_client(), self._propagate
         meta_func: Callable[..., Any]
+        wire: Any = self._wired()
         if propagate == "inspect":
             meta_func = _nothing
         elif callable(propagate):
@@ -77,17 +78,18 @@ class Remote(Generic[R]):
         elif propagate is None:
             try:
                 return dispatch(  # type: ignore[no-any-return]
-                    self._fn, args, kwargs, client, None, wire=self._wired(), needs_data=NeedsData
+                    self._fn, args, kwargs, client, None, wire=wire, needs_data=NeedsData
                 )
             except NeedsData:  # its result's shape depends on the values: as "cached"
-                meta_func = self._probe(args, kwargs)
+                meta_func, wire = self._probe(args, kwargs)
         else:
-            meta_func = self._probe(args, kwargs)
-        return dispatch(self._fn, args, kwargs, client, meta_func, wire=self._wired())  # type: ignore[no-any-return]
+            meta_func, wire = self._probe(args, kwargs)
+        return dispatch(self._fn, args, kwargs, client, meta_func, wire=wire)  # type: ignore[no-any-return]
 
-    def _probe(self, args: Any, kwargs: Any) -> Callable[..., Any]:
+    def _probe(self, args: Any, kwargs: Any) -> tuple[Callable[..., Any], Shaped]:
         """What ``fn`` returns for arguments like these, as the first proc's run says: a
-        stand-in for ``fn`` that makes those results of meta tensors."""
+        stand-in for ``fn`` that makes those results of meta tensors, and ``fn`` as sent
+        with those shapes, which every worker checks its own results against."""
         flat, _ = flatten_call(args, kwargs)
         key = key_of(self._fn, args, kwargs, flat)
         found = _MISSING if key is None else self._probed.get(key, _MISSING)
@@ -96,7 +98,10 @@ class Remote(Generic[R]):
             found = describe._from_rank(0, args, kwargs).get(timeout=PROBE_WAIT)
             if key is not None:
                 self._probed[key] = found
-        return lambda *_args, **_kwargs: tree_map(_as_meta, found)
+        shapes = [
+            (leaf.shape, leaf.dtype) for leaf in flatten(found)[0] if isinstance(leaf, _Described)
+        ]
+        return lambda *_args, **_kwargs: tree_map(_as_meta, found), Shaped(self._wired(), shapes)
 
     rref = __call__
 
