@@ -109,11 +109,12 @@ class TensorWorker(Actor):
     @endpoint
     def run(self, commands: list[tuple[Any, ...]]) -> None:
         """Queue a batch of commands on their streams (fire and forget: failures poison,
-        never raise). Until a second stream appears, the batch goes to ``main`` whole."""
+        never raise). Until a second stream appears, the batch runs here, on the actor's
+        thread, as it comes (no thread to hand it to, nothing to overlap with)."""
         self._here()
         self._batches += 1
         if not self._streams and not any(command[0] == STREAM for command in commands):
-            self._lane(0).push(commands)
+            self._execute(0, commands)
             return
         self._streams = True
         lane = self._current
