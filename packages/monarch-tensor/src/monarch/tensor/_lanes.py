@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 Needs = Sequence[tuple["Lane", int]]
 """Other lanes, and how many segments each must have done first."""
@@ -57,10 +60,16 @@ class Lane:
                 changed.wait_for(lambda: bool(self._segments))
                 context, commands, needs = self._segments.popleft()
                 changed.wait_for(functools.partial(_met, needs))
-            context.run(self._execute, commands)
-            with changed:
-                self.done += 1
-                changed.notify_all()
+            try:
+                context.run(self._execute, commands)
+            except BaseException:  # SystemExit from a user's function, say:
+                # the segment's other commands are lost (their ids are missing at a fetch,
+                # which says so), the stream goes on.
+                logger.exception("stream %d of the tensor worker lost a segment", self.sid)
+            finally:
+                with changed:
+                    self.done += 1
+                    changed.notify_all()
 
 
 def settled(changed: threading.Condition, needs: Needs, timeout: float | None = None) -> bool:

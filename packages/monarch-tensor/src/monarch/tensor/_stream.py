@@ -1,12 +1,13 @@
 """Streams and borrows (upstream's ``Stream``, ``get_active_stream``, ``stream.borrow``).
 
 A tensor belongs to the stream active when it was made, and an op may only use tensors of
-the active stream: another stream's tensor is used through a borrow, which upstream turns
-into overlap between streams. Here every worker runs one queue in order, so the streams
-never overlap and a borrow costs nothing but its rules, which are upstream's: a borrow
-reads the tensor's storage (and the lender may still read it, neither may write) or, when
-``mutable``, takes it (the lender may not touch it) until ``drop()``; the borrowed tensor
-and its views are unusable after. Programs written for upstream's streams run unchanged.
+the active stream: another stream's tensor is used through a borrow. Each stream of a
+worker runs on a thread of its own (``_lanes``), so the work of two streams overlaps; a
+borrow is where they meet: the borrowing stream waits for the lender's commands recorded
+before the borrow, and after ``drop()`` the lender waits for the borrower's. The rules are
+upstream's: a borrow reads the tensor's storage (and the lender may still read it, neither
+may write) or, when ``mutable``, takes it (the lender may not touch it) until ``drop()``;
+the borrowed tensor and its views are unusable after.
 """
 
 from __future__ import annotations
