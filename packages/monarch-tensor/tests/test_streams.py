@@ -147,12 +147,14 @@ step = st.one_of(
     st.tuples(st.just("side"), st.integers(0, 1), st.integers(1, 3)),
     st.tuples(st.just("read"), st.integers(0, 1), st.integers(1, 3)),
     st.tuples(st.just("write"), st.integers(0, 1), st.integers(1, 3)),
+    st.tuples(st.just("sum"), st.integers(0, 2), st.just(1)),
 )
 
 
 def two_streams(steps: list[tuple[str, int, int]], side: Stream | None) -> list[Any]:
     """A program over tensors of ``main`` (``m``) and of ``side`` (``x``), with borrows
-    between them; with ``side`` None, the same program on one stream (the reference)."""
+    between them and collectives on both; with ``side`` None, the same program on one
+    stream of local tensors (the reference)."""
     slow = remote(programs.slow_copy) if side else programs.slow_copy
 
     def on_side() -> AbstractContextManager[Any]:
@@ -162,6 +164,9 @@ def two_streams(steps: list[tuple[str, int, int]], side: Stream | None) -> list[
         if side is None:
             return t, None
         return side.borrow(t, mutable=mutable)
+
+    def summed(t: Any) -> Any:  # over the 2 procs, which hold the same values
+        return t.reduce("gpus") if side else t * 2
 
     m = [torch.arange(2.0), torch.ones(2)]
     with on_side():
@@ -174,6 +179,12 @@ def two_streams(steps: list[tuple[str, int, int]], side: Stream | None) -> list[
         elif kind == "side":
             with on_side():
                 x = x * k - 1
+        elif kind == "sum":  # a collective, on main (m[0], m[1]) or on side (x)
+            if i < 2:
+                m[i] = summed(m[i])
+            else:
+                with on_side():
+                    x = summed(x)
         elif kind == "read":  # side reads m[i] late, main reads it meanwhile, then writes it
             b, lent = borrow(m[i], mutable=False)
             with on_side():
