@@ -188,3 +188,28 @@ def slow_copy(t: torch.Tensor, seconds: float) -> torch.Tensor:
 def rank_sized(t: torch.Tensor) -> torch.Tensor:
     """A result with as many elements as the proc's rank + 1 (a shape that differs)."""
     return t.new_ones(current_rank().rank + 1)
+
+
+def loader(pipe: Any, batch: int) -> Any:
+    """A data loader for a pipe: batches numbered per proc, then what it was sent, doubled."""
+    for step in range(2):
+        yield {"x": torch.full((batch, 2), float(step + 10 * pipe.ranks["gpus"])), "n": step}
+    sent = pipe.recv()
+    yield {"x": sent * 2, "n": 2}
+
+
+def loader_shapes(pipe: Any, batch: int) -> Any:
+    """The controller's side of ``loader``: what it yields, shaped alike."""
+    for step in range(2):
+        yield {"x": torch.empty(batch, 2), "n": step}
+    yield {"x": pipe.recv() * 2, "n": 2}
+
+
+def failing_loader(pipe: Any) -> Any:
+    yield torch.zeros(1)
+    raise ValueError("the loader broke")
+
+
+def one_shape(pipe: Any) -> Any:
+    while True:
+        yield torch.empty(1)

@@ -12,7 +12,7 @@ import torch
 
 import monarch
 from monarch.actor import ProcMesh
-from monarch.tensor import inspect, remote
+from monarch.tensor import inspect, rank_tensor, remote
 
 
 def test_an_opaque_ref_keeps_an_object_on_each_worker(procs: ProcMesh) -> None:
@@ -136,15 +136,45 @@ def test_set_meta_labels_and_changes_nothing() -> None:
     assert current_meta() is None
 
 
+def test_a_pipe_feeds_each_proc_its_generators_values(procs: ProcMesh) -> None:
+    from monarch.tensor import create_pipe, remote_generator
+
+    loader = remote(programs.loader, propagate=programs.loader_shapes)
+    with procs.activate():
+        pipe = create_pipe(loader, 3, max_messages=1)
+        first, second = pipe.recv(), pipe.recv()
+        assert first["n"] == 0 and first["x"].shape == (3, 2)
+        pipe.send(rank_tensor("gpus") + torch.ones(2))
+        echoed = pipe.recv()
+        assert echoed["x"].shape == (2,)
+        with pytest.raises(ValueError, match="propagate generator ended"):
+            pipe.recv()  # the controller's generator has no more: refused here
+    assert torch.equal(inspect(second["x"], gpus=1), torch.full((3, 2), 11.0))
+    assert torch.equal(inspect(first["x"], gpus=0), torch.zeros(3, 2))
+    assert torch.equal(inspect(echoed["x"], gpus=1), torch.full((2,), 4.0))
+
+    failing = remote_generator(programs.failing_loader)(programs.one_shape)
+    with procs.activate():
+        pipe = failing()
+        ok, broken, after = pipe.recv(), pipe.recv(), pipe.recv()
+        with pytest.raises(TypeError, match=r"monarch\.remote function"):
+            monarch.create_pipe(programs.loader, 1)
+        with pytest.raises(ValueError, match="references"):
+            monarch.create_pipe(loader, torch.ones(1))
+    assert torch.equal(inspect(ok), torch.zeros(1))
+    for failed in (broken, after):
+        with pytest.raises(monarch.RemoteException, match="the loader broke"):
+            inspect(failed, gpus=1)
+    with pytest.raises(ValueError, match="active device mesh"):
+        monarch.create_pipe(loader, 1)
+
+
 @pytest.mark.parametrize(
     ("call", "why"),
     [
         (lambda: monarch.Simulator(1, 2), "model of CUDA kernels"),
         (lambda: monarch.world_mesh(None, [], 2), "monarch_supervisor"),
         (lambda: monarch.tensor.python_local_mesh(gpus=2), "monarch_supervisor"),
-        (lambda: monarch.tensor.create_pipe(None, 1), "subprocess"),
-        (lambda: monarch.Pipe(None, 1, (), {}), "subprocess"),
-        (lambda: monarch.tensor.remote_generator("m.f"), "subprocess"),
     ],
 )
 def test_what_is_not_here_says_why(call: object, why: str) -> None:

@@ -23,20 +23,13 @@ from ._fetch import call_on_shard_and_fetch, fetch_shard, inspect, show
 from ._grad import grad_function, grad_generator
 from ._group import RemoteProcessGroup, process_group
 from ._mesh import activate, get_active_mesh, no_mesh
+from ._pipe import Pipe, create_pipe, remote_generator
 from ._remote import Remote, rank_tensor, rank_tensors, remote
 from ._rref import rref as _rref  # noqa: F401 - loaded with the package (workers unpickle it)
 from ._stream import Borrow, Stream, get_active_stream
 from ._tensor import Tensor, reduce, reduce_, slice_mesh, to_mesh
 from ._to_mesh import MeshSliceTensor
-from ._unsupported import (
-    Pipe,
-    Simulator,
-    create_pipe,
-    python_local_mesh,
-    remote_generator,
-    set_meta,
-    world_mesh,
-)
+from ._unsupported import Simulator, python_local_mesh, set_meta, world_mesh
 from ._worker import OpaqueRef
 
 __all__ = [

@@ -54,28 +54,3 @@ def set_meta(value: Any) -> Iterator[None]:
 def current_meta() -> Any:
     """The innermost ``set_meta`` label, or None."""
     return _meta[-1] if _meta else None
-
-
-_PIPE = (
-    "runs a generator in a subprocess of each proc, talking to its worker over an ipc socket "
-    "(upstream 0.7.0's own panics on proc meshes: 'no entry found for key'); this project "
-    "has no such subprocess: run the generator in a remote function, or in an actor, and "
-    "pass its tensors to the mesh"
-)
-
-
-class Pipe:
-    """Upstream's pipe between a proc's worker and a generator in a subprocess of it."""
-
-    def __init__(self, fn: Any, max_messages: int, args: Any, kwargs: Any) -> None:
-        raise NotImplementedError(f"Pipe {_PIPE}")
-
-
-def create_pipe(fn: Any, *args: Any, max_messages: int = 50, **kwargs: Any) -> Pipe:
-    """Upstream's ``Pipe`` of ``fn(pipe, *args, **kwargs)`` (see ``Pipe``)."""
-    return Pipe(fn, max_messages, args, kwargs)
-
-
-def remote_generator(path: str, max_messages: int = 50) -> Any:
-    """Upstream's decorator making a ``Pipe`` factory (see ``Pipe``)."""
-    raise NotImplementedError(f"remote_generator makes a Pipe, which {_PIPE}")
