@@ -101,6 +101,27 @@ def test_the_timer_measures_on_the_workers(procs: ProcMesh) -> None:
         inspect(missing)
 
 
+def test_a_remote_function_by_its_path_and_the_resolvers(procs: ProcMesh) -> None:
+    add = remote("torch.add")
+    now = remote(
+        "monarch.timer.remote_execution_timer.get_time_perfcounter",  # upstream's example's
+        propagate=lambda: torch.tensor(0.0, dtype=torch.float64),
+    )
+    monarch.function_resolvers.append(lambda name: torch.mul if name == "times" else None)
+    try:
+        times = remote("times")
+    finally:
+        monarch.function_resolvers.pop()
+    with procs.activate():
+        total = add(torch.ones(2), rank_tensor("gpus"))
+        twice = times(total, 2)
+        t = now()
+    assert torch.equal(inspect(twice, gpus=1), torch.full((2,), 4.0))
+    assert float(inspect(t, gpus=0)) > 0
+    with pytest.raises(TypeError, match="dotted path"):
+        remote("times")
+
+
 def test_builtins_seed_and_log_on_the_workers(procs: ProcMesh) -> None:
     from monarch.builtins import log_remote, set_logging_level_remote
     from monarch.builtins.random import (

@@ -24,7 +24,7 @@ from ._grad import grad_function, grad_generator
 from ._group import RemoteProcessGroup, process_group
 from ._mesh import activate, get_active_mesh, no_mesh
 from ._pipe import Pipe, create_pipe, remote_generator
-from ._remote import Remote, rank_tensor, rank_tensors, remote
+from ._remote import Remote, function_resolvers, rank_tensor, rank_tensors, remote
 from ._rref import rref as _rref  # noqa: F401 - loaded with the package (workers unpickle it)
 from ._stream import Borrow, Stream, get_active_stream
 from ._tensor import Tensor, reduce, reduce_, slice_mesh, to_mesh
@@ -49,6 +49,7 @@ __all__ = [
     "coalescing",
     "create_pipe",
     "fetch_shard",
+    "function_resolvers",
     "get_active_mesh",
     "get_active_stream",
     "grad_function",

@@ -14,7 +14,6 @@ function's ``propagate``: a generator of the same arguments yielding tensors sha
 from __future__ import annotations
 
 import contextvars
-import importlib
 import queue
 import threading
 from collections import deque
@@ -207,18 +206,6 @@ def create_pipe(fn: Any, *args: Any, max_messages: int = 50, **kwargs: Any) -> P
     return Pipe(fn, max_messages, args, kwargs)
 
 
-class _Imported:
-    """A function named by its path (``"package.module.function"``), imported where called."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.__qualname__ = path
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        module, _, name = self.path.rpartition(".")
-        return getattr(importlib.import_module(module), name)(*args, **kwargs)
-
-
 def remote_generator(
     fn: str | Callable[..., Any], max_messages: int = 50
 ) -> Callable[[Callable[..., Any]], Callable[..., Pipe]]:
@@ -226,8 +213,7 @@ def remote_generator(
     generator: calling the decorated name makes a ``Pipe`` of ``fn`` with those arguments."""
 
     def wrapper(annotation: Callable[..., Any]) -> Callable[..., Pipe]:
-        target = _Imported(fn) if isinstance(fn, str) else fn
-        on_mesh = remote(target, propagate=annotation)
+        on_mesh = remote(fn, propagate=annotation)
         return lambda *args, **kwargs: create_pipe(
             on_mesh, *args, max_messages=max_messages, **kwargs
         )

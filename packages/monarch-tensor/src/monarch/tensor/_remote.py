@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import random
 from collections.abc import Callable, Iterator, Sequence
@@ -238,19 +239,65 @@ def _as_meta(leaf: Any) -> Any:
     return made.requires_grad_(leaf.requires_grad) if leaf.requires_grad else made
 
 
+class ImportedFunction:
+    """A function named by its path (``"package.module.function"``), imported where it is
+    called: on the workers, from their own modules (upstream's ``remote("path")``)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.__qualname__ = path
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        module, _, name = self.path.rpartition(".")
+        found = getattr(importlib.import_module(module), name)
+        if isinstance(found, Remote):  # a remote function's path: the function itself
+            found = found._fn
+        return found(*args, **kwargs)
+
+    def __reduce__(self) -> tuple[type[ImportedFunction], tuple[str]]:
+        return (ImportedFunction, (self.path,))
+
+
+def _by_path(fn: Any) -> Callable[..., Any] | None:
+    if isinstance(fn, str) and "." in fn:
+        return ImportedFunction(fn)
+    return None
+
+
+function_resolvers: list[Callable[[Any], Callable[..., Any] | None]] = [_by_path]
+"""How ``remote`` turns what it is given that is not callable into a function (upstream's
+``monarch.function_resolvers``): each is tried in order, the first that does not return
+None wins. The default one takes a dotted path, ``"package.module.function"``."""
+
+
 @overload
 def remote(fn: Callable[..., R], *, propagate: Propagate = None) -> Remote[R]: ...
+@overload
+def remote(fn: str, *, propagate: Propagate = None) -> Remote[Any]: ...
 @overload
 def remote(
     fn: None = None, *, propagate: Propagate = None
 ) -> Callable[[Callable[..., R]], Remote[R]]: ...
 def remote(
-    fn: Callable[..., R] | None = None, *, propagate: Propagate = None
+    fn: Callable[..., R] | str | None = None, *, propagate: Propagate = None
 ) -> Remote[R] | Callable[[Callable[..., R]], Remote[R]]:
-    """``remote(fn)``, ``@remote`` or ``@remote(propagate=...)`` (see ``Remote``)."""
+    """``remote(fn)``, ``remote("module.function")``, ``@remote`` or
+    ``@remote(propagate=...)`` (see ``Remote``)."""
     if fn is None:
         return lambda f: Remote(f, propagate)
-    return Remote(fn, propagate)
+    return Remote(_resolved(fn), propagate)
+
+
+def _resolved(fn: Any) -> Callable[..., Any]:
+    if callable(fn):
+        return fn  # type: ignore[no-any-return]
+    for resolver in function_resolvers:
+        found = resolver(fn)
+        if found is not None:
+            return found
+    raise TypeError(
+        f"remote() takes a function or a dotted path to one ('module.function'), not {fn!r}"
+    )
 
 
 def _rank_along(label: str) -> torch.Tensor:
