@@ -1,12 +1,14 @@
 """The worker: one actor per proc holding one local shard per tensor id.
 
-It runs the controller's commands in the order they were recorded. A failing command never
+It runs each stream's commands in the order they were recorded (the streams at once, each
+on its thread, ordered between them where they share a tensor: see ``_lanes``, ``run``
+and ``_needs``). A failing command never
 raises out of the endpoint (a broadcast's failure has nobody to tell): its outputs become
 ``_Poison``, and every later command reading a poisoned id poisons its own outputs, so
 exactly the dependents fail, at the fetch that asks for them.
 
-Everything a proc unpickles by reference from this package lives here (the worker, the
-inbox, ``lent``): a proc unpickling objects of two modules of one package on two threads
+Everything a proc unpickles by reference from this package outside a command lives here
+(the worker, the inbox, ``lent``, ``OpaqueRef``): a proc unpickling objects of two modules of one package on two threads
 at once (a user's actor call beside the worker's spawn) can deadlock in the import system.
 """
 
