@@ -8,8 +8,9 @@ raises out of the endpoint (a broadcast's failure has nobody to tell): its outpu
 exactly the dependents fail, at the fetch that asks for them.
 
 Everything a proc unpickles by reference from this package outside a command lives here
-(the worker, the inbox, ``lent``, ``OpaqueRef``): a proc unpickling objects of two modules of one package on two threads
-at once (a user's actor call beside the worker's spawn) can deadlock in the import system.
+(the worker, the inbox, ``lent``, ``OpaqueRef``): a proc unpickling objects of two modules
+of one package on two threads at once (a user's actor call beside the worker's spawn) can
+deadlock in the import system.
 """
 
 from __future__ import annotations
