@@ -53,7 +53,8 @@ class Remote(Generic[R]):
       function of torch operations whose result's shape does not depend on the values;
       for one that does (a boolean mask, ``nonzero``, ``unique``), as ``"cached"``.
 
-    Each proc's result must then have the shape the first proc's has.
+    Each proc's result must then have the shape the first proc's has: a worker whose result
+    differs poisons it (the controller's tensor would be wrong there).
     """
 
     def __init__(self, fn: Callable[..., R], propagate: Propagate) -> None:
