@@ -33,7 +33,7 @@ OWNS: dict[str, frozenset[str]] = {
     "monarch-transport": frozenset({"transport"}),
     "monarch-core": frozenset({"actor", "config", "core", "tools", "_rust_bindings", "_src"}),
     "monarch-rdma": frozenset({"rdma"}),
-    "monarch-tensor": frozenset({"tensor", "mesh_controller"}),
+    "monarch-tensor": frozenset({"tensor", "mesh_controller", "timer", "builtins"}),
     "monarch-jobs": frozenset({"job", "spmd"}),
     "monarch-telemetry": frozenset({"telemetry"}),
     "monarch-admin": frozenset({"admin"}),

@@ -130,3 +130,86 @@ class Doubler(Actor):
     @endpoint
     def plain(self, t: torch.Tensor) -> torch.Tensor:
         return t
+
+
+def make_linear(seed: int) -> Any:
+    """A model that stays on the worker: the controller holds an ``OpaqueRef`` to it."""
+    from monarch import OpaqueRef
+
+    torch.manual_seed(seed)
+    return OpaqueRef(torch.nn.Linear(3, 2))
+
+
+def apply_linear(ref: Any, x: torch.Tensor) -> torch.Tensor:
+    model = ref.value
+    if x.device.type == "meta":  # the controller's shapes: the model is not there
+        return torch.empty(x.shape[0], 2)
+    result: torch.Tensor = model(x).detach()
+    return result
+
+
+def scale_linear_(ref: Any, by: float) -> None:
+    with torch.no_grad():
+        ref.value.weight.mul_(by)
+
+
+def square_with_own_backward(x: torch.Tensor) -> Any:
+    """``x * x`` whose backward is said by hand (and doubled, so it is seen to be used)."""
+    result = x * x
+
+    def backward(grad: torch.Tensor) -> torch.Tensor:
+        return grad * 4 * x
+
+    return result, backward
+
+
+def held_until(t: torch.Tensor, path: str) -> torch.Tensor:
+    """``t + 0`` once ``path`` exists (at most 60 s): an op as long as the test wants."""
+    import time
+
+    if t.device.type != "meta":
+        deadline = time.monotonic() + 60
+        while not os.path.exists(path):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{path} never appeared")
+            time.sleep(0.005)
+    return t + 0
+
+
+def slow_copy(t: torch.Tensor, seconds: float) -> torch.Tensor:
+    """``t.clone()`` read after a pause: a read that a write racing it would change."""
+    import time
+
+    if t.device.type != "meta":
+        time.sleep(seconds)
+    return t.clone()
+
+
+def rank_sized(t: torch.Tensor) -> torch.Tensor:
+    """A result with as many elements as the proc's rank + 1 (a shape that differs)."""
+    return t.new_ones(current_rank().rank + 1)
+
+
+def loader(pipe: Any, batch: int) -> Any:
+    """A data loader for a pipe: batches numbered per proc, then what it was sent, doubled."""
+    for step in range(2):
+        yield {"x": torch.full((batch, 2), float(step + 10 * pipe.ranks["gpus"])), "n": step}
+    sent = pipe.recv()
+    yield {"x": sent * 2, "n": 2}
+
+
+def loader_shapes(pipe: Any, batch: int) -> Any:
+    """The controller's side of ``loader``: what it yields, shaped alike."""
+    for step in range(2):
+        yield {"x": torch.empty(batch, 2), "n": step}
+    yield {"x": pipe.recv() * 2, "n": 2}
+
+
+def failing_loader(pipe: Any) -> Any:
+    yield torch.zeros(1)
+    raise ValueError("the loader broke")
+
+
+def one_shape(pipe: Any) -> Any:
+    while True:
+        yield torch.empty(1)

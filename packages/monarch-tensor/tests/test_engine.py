@@ -169,6 +169,22 @@ def test_a_result_shaped_by_the_values_comes_from_the_first_procs_run(procs: Pro
     assert len(cached._probed) == 1
 
 
+def test_a_cached_result_shaped_otherwise_on_another_proc_fails_there(procs: ProcMesh) -> None:
+    """The first proc's run says the shapes; a proc whose result differs poisons its own
+    result (the controller's tensor would be wrong there), naming both shapes."""
+    sized = remote(programs.rank_sized, propagate="cached")
+    positives = remote(programs.positives)
+    with procs.activate():
+        r = sized(torch.zeros(1))
+        after = r * 2
+        p = positives(torch.tensor([1.0, -1.0]) * (rank_tensor("gpus") * 2 - 1))
+        assert r.shape == (1,) and p.shape == (1,)
+    assert torch.equal(inspect(after, gpus=0), torch.full((1,), 2.0))
+    with pytest.raises(RemoteException, match=r"float32\[2\] here but float32\[1\] on the first"):
+        inspect(after, gpus=1)
+    assert torch.equal(inspect(p, gpus=1), torch.tensor([1.0]))  # the same shape: fine
+
+
 def test_inspect_propagation_runs_for_effects_and_returns_nothing(procs: ProcMesh) -> None:
     bump = remote(programs.add_in_place, propagate="inspect")
     with procs.activate():

@@ -1,14 +1,32 @@
 """Streams and borrows: upstream's rules (a tensor is used on its own stream, another
-stream borrows it, for reading or mutably, until ``drop()``); the values are right."""
+stream borrows it, for reading or mutably, until ``drop()``); the values are right; the
+streams of a worker run at once, ordered only where a borrow says."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import programs
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import monarch
 from monarch.actor import ProcMesh
-from monarch.tensor import Stream, Tensor, get_active_stream, inspect, rank_tensor
+from monarch.tensor import (
+    Stream,
+    Tensor,
+    fetch_shard,
+    get_active_stream,
+    inspect,
+    rank_tensor,
+    remote,
+)
+
+WAIT = 60.0
 
 
 def mesh(t: torch.Tensor) -> Tensor:
@@ -78,3 +96,120 @@ def test_a_mutable_borrow_takes_the_tensor_until_dropped(procs: ProcMesh) -> Non
         reading.drop()
         comms.borrow(u, mutable=True)[1].drop()  # once the reader is done
     assert torch.equal(inspect(u, gpus=1), torch.full((2,), 14.0))
+
+
+def test_a_long_op_on_one_stream_does_not_delay_another(procs: ProcMesh, tmp_path: Path) -> None:
+    side = Stream("side")
+    gate = tmp_path / "gate"
+    hold = remote(programs.held_until)
+    try:
+        with procs.activate():
+            held = hold(torch.ones(2), str(gate))  # main runs this until the gate opens
+            after = held * 3  # main's: waits for it
+            with side.activate():
+                quick = mesh(torch.arange(3.0) * 2)
+                reduced = quick.reduce("gpus")  # a collective of side's, while main's waits
+            value = fetch_shard(quick, gpus=1).result(timeout=WAIT)
+            total = fetch_shard(reduced, gpus=0).result(timeout=WAIT)
+            assert not fetch_shard(after).done()  # main is still held
+    finally:
+        gate.touch()
+    assert torch.equal(value, torch.arange(3.0) * 2)
+    assert torch.equal(total, torch.arange(3.0) * 4)
+    assert torch.equal(inspect(after, gpus=1), torch.full((2,), 3.0))
+
+
+def test_a_borrow_orders_the_streams_around_it(procs: ProcMesh) -> None:
+    side = Stream("side")
+    slow = remote(programs.slow_copy)
+    with procs.activate():
+        t = torch.zeros(2)
+        b, borrow = side.borrow(t, mutable=True)
+        with side.activate():
+            slow(b, 0.2)  # side is busy a while before it writes
+            b.add_(5)
+        borrow.drop()
+        after = t + 1  # main waits for side's write
+        u = torch.ones(2)
+        r, reading = side.borrow(u)
+        with side.activate():
+            seen = slow(r, 0.2)  # side reads late
+        reading.drop()
+        u.mul_(10)  # main's write waits for side's read
+    assert torch.equal(inspect(after, gpus=1), torch.full((2,), 6.0))
+    assert torch.equal(inspect(seen, gpus=1), torch.ones(2))
+    assert torch.equal(inspect(u, gpus=0), torch.full((2,), 10.0))
+
+
+step = st.one_of(
+    st.tuples(st.just("main"), st.integers(0, 1), st.integers(1, 3)),
+    st.tuples(st.just("main_"), st.integers(0, 1), st.integers(1, 3)),
+    st.tuples(st.just("side"), st.integers(0, 1), st.integers(1, 3)),
+    st.tuples(st.just("read"), st.integers(0, 1), st.integers(1, 3)),
+    st.tuples(st.just("write"), st.integers(0, 1), st.integers(1, 3)),
+    st.tuples(st.just("sum"), st.integers(0, 2), st.just(1)),
+)
+
+
+def two_streams(steps: list[tuple[str, int, int]], side: Stream | None) -> list[Any]:
+    """A program over tensors of ``main`` (``m``) and of ``side`` (``x``), with borrows
+    between them and collectives on both; with ``side`` None, the same program on one
+    stream of local tensors (the reference)."""
+    slow = remote(programs.slow_copy) if side else programs.slow_copy
+
+    def on_side() -> AbstractContextManager[Any]:
+        return side.activate() if side else nullcontext()
+
+    def borrow(t: Any, mutable: bool) -> tuple[Any, Any]:
+        if side is None:
+            return t, None
+        return side.borrow(t, mutable=mutable)
+
+    def summed(t: Any) -> Any:  # over the 2 procs, which hold the same values
+        return t.reduce("gpus") if side else t * 2
+
+    m = [torch.arange(2.0), torch.ones(2)]
+    with on_side():
+        x = torch.zeros(2)
+    for kind, i, k in steps:
+        if kind == "main":
+            m[i] = m[i] * k + 1
+        elif kind == "main_":
+            m[i].mul_(k)
+        elif kind == "side":
+            with on_side():
+                x = x * k - 1
+        elif kind == "sum":  # a collective, on main (m[0], m[1]) or on side (x)
+            if i < 2:
+                m[i] = summed(m[i])
+            else:
+                with on_side():
+                    x = summed(x)
+        elif kind == "read":  # side reads m[i] late, main reads it meanwhile, then writes it
+            b, lent = borrow(m[i], mutable=False)
+            with on_side():
+                x = x + slow(b, 0.01) * k
+            m[1 - i] = m[1 - i] + m[i]
+            if lent:
+                lent.drop()
+            m[i].add_(k)
+        else:  # side writes m[i] late; main reads it after the drop
+            b, lent = borrow(m[i], mutable=True)
+            with on_side():
+                slow(b, 0.01)
+                b.mul_(k)
+            if lent:
+                lent.drop()
+            m[1 - i] = m[1 - i] - m[i]
+    return [*m, x]
+
+
+@settings(max_examples=12, deadline=None)
+@given(steps=st.lists(step, min_size=1, max_size=6))
+def test_two_streams_give_what_one_does(procs: ProcMesh, steps: list[tuple[str, int, int]]) -> None:
+    expected = two_streams(steps, None)
+    with procs.activate():
+        got = two_streams(steps, Stream("side"))
+    fetched = fetch_shard(got, gpus=1).result(timeout=WAIT)
+    for have, want in zip(fetched, expected, strict=True):
+        assert torch.equal(have, want), (steps, fetched, expected)

@@ -18,8 +18,9 @@ import torch
 
 from monarch.core import ActorMesh, Future, ProcMesh, ValueMesh, current_runtime
 
-from ._commands import DELETE
+from ._commands import DELETE, STREAM
 from ._errors import RemoteException
+from ._stream import Stream, get_active_stream
 from ._worker import TensorInbox, TensorWorker
 
 BATCH = 512
@@ -62,12 +63,20 @@ class MeshClient:
         self._store: Any = None
         self._token = uuid.uuid4().hex
         self._transfers = itertools.count()
+        self._recording = 0
+        """The stream of the last command recorded (the workers' too: they see every batch)."""
 
     def new_id(self) -> int:
         return next(self._ids)
 
-    def record(self, command: tuple[Any, ...]) -> None:
+    def record(self, command: tuple[Any, ...], stream: Stream | None = None) -> None:
+        """Buffer ``command``, for ``stream`` (default: the active one): a change of stream
+        between two commands is a ``STREAM`` command (none in a program of one stream)."""
+        sid = (stream or get_active_stream()).sid
         with self._lock:
+            if sid != self._recording:
+                self._commands.append((STREAM, sid))
+                self._recording = sid
             self._commands.append(command)
             full = len(self._commands) >= BATCH
         if full and not coalesced.depth:

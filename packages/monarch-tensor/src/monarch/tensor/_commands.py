@@ -72,6 +72,21 @@ class Pickled:
         return (Pickled, (self.name, self.parts))
 
 
+class Shaped:
+    """A function whose results' shapes the controller took from the first proc's run (a
+    ``"cached"`` propagation): each worker checks that its own results have them."""
+
+    __slots__ = ("func", "shapes")
+
+    def __init__(self, func: Any, shapes: list[tuple[tuple[int, ...], str]]) -> None:
+        self.func = func
+        self.shapes = shapes
+        """Each tensor result's shape and dtype, in the order of the result's leaves."""
+
+    def __reduce__(self) -> tuple[type[Shaped], tuple[Any, list[tuple[tuple[int, ...], str]]]]:
+        return (Shaped, (self.func, self.shapes))
+
+
 def wire_func(func: Any) -> Any:
     """``func`` as it can be pickled: attribute descriptors become ``Attr``."""
     owner: Any = getattr(func, "__self__", None)
@@ -86,6 +101,8 @@ def op_name(func: Any) -> str:
         return f"Tensor.{func.name}"
     if isinstance(func, Pickled):
         return func.name
+    if isinstance(func, Shaped):
+        return op_name(func.func)
     owner: Any = getattr(func, "__self__", None)
     if type(owner).__name__ == "getset_descriptor":
         return f"Tensor.{owner.__name__}"
@@ -103,6 +120,8 @@ SEND = 3  # (SEND, in_id, key, {rank: destination coords...}, destination inbox 
 RECV = 4  # (RECV, out_id, key)
 LEND = 5  # (LEND, in_id, key): the shard to this proc's actor that an endpoint call names
 CALL = 6  # (CALL, out_id, func, args, kwargs, grad enabled): a remote function's adverb call
+STREAM = 7  # (STREAM, stream id): the commands after it (this batch and later) are that stream's
+WAIT = 8  # (WAIT, stream id): the current stream waits for that one's commands recorded so far
 
 
 def same(x: Any) -> Any:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import random
 from collections.abc import Callable, Iterator, Sequence
@@ -18,8 +19,8 @@ from monarch.core import Future, ValueMesh, context, dumps
 
 from ._active import current_client
 from ._client import MeshClient
-from ._commands import CALL, Pickled, Ref
-from ._flat import flatten_call, unflatten
+from ._commands import CALL, Pickled, Ref, Shaped
+from ._flat import flatten, flatten_call, unflatten
 from ._group import fake_group
 from ._metacache import key_of
 from ._tensor import Tensor, dispatch
@@ -52,7 +53,8 @@ class Remote(Generic[R]):
       function of torch operations whose result's shape does not depend on the values;
       for one that does (a boolean mask, ``nonzero``, ``unique``), as ``"cached"``.
 
-    Each proc's result must then have the shape the first proc's has.
+    Each proc's result must then have the shape the first proc's has: a worker whose result
+    differs poisons it (the controller's tensor would be wrong there).
     """
 
     def __init__(self, fn: Callable[..., R], propagate: Propagate) -> None:
@@ -70,6 +72,7 @@ class Remote(Generic[R]):
         """Run on every proc; the result is monarch Tensors (upstream's ``rref``)."""
         client, propagate = current_client(), self._propagate
         meta_func: Callable[..., Any]
+        wire: Any = self._wired()
         if propagate == "inspect":
             meta_func = _nothing
         elif callable(propagate):
@@ -77,17 +80,18 @@ class Remote(Generic[R]):
         elif propagate is None:
             try:
                 return dispatch(  # type: ignore[no-any-return]
-                    self._fn, args, kwargs, client, None, wire=self._wired(), needs_data=NeedsData
+                    self._fn, args, kwargs, client, None, wire=wire, needs_data=NeedsData
                 )
             except NeedsData:  # its result's shape depends on the values: as "cached"
-                meta_func = self._probe(args, kwargs)
+                meta_func, wire = self._probe(args, kwargs)
         else:
-            meta_func = self._probe(args, kwargs)
-        return dispatch(self._fn, args, kwargs, client, meta_func, wire=self._wired())  # type: ignore[no-any-return]
+            meta_func, wire = self._probe(args, kwargs)
+        return dispatch(self._fn, args, kwargs, client, meta_func, wire=wire)  # type: ignore[no-any-return]
 
-    def _probe(self, args: Any, kwargs: Any) -> Callable[..., Any]:
+    def _probe(self, args: Any, kwargs: Any) -> tuple[Callable[..., Any], Shaped]:
         """What ``fn`` returns for arguments like these, as the first proc's run says: a
-        stand-in for ``fn`` that makes those results of meta tensors."""
+        stand-in for ``fn`` that makes those results of meta tensors, and ``fn`` as sent
+        with those shapes, which every worker checks its own results against."""
         flat, _ = flatten_call(args, kwargs)
         key = key_of(self._fn, args, kwargs, flat)
         found = _MISSING if key is None else self._probed.get(key, _MISSING)
@@ -96,7 +100,10 @@ class Remote(Generic[R]):
             found = describe._from_rank(0, args, kwargs).get(timeout=PROBE_WAIT)
             if key is not None:
                 self._probed[key] = found
-        return lambda *_args, **_kwargs: tree_map(_as_meta, found)
+        shapes = [
+            (leaf.shape, leaf.dtype) for leaf in flatten(found)[0] if isinstance(leaf, _Described)
+        ]
+        return lambda *_args, **_kwargs: tree_map(_as_meta, found), Shaped(self._wired(), shapes)
 
     rref = __call__
 
@@ -233,19 +240,65 @@ def _as_meta(leaf: Any) -> Any:
     return made.requires_grad_(leaf.requires_grad) if leaf.requires_grad else made
 
 
+class ImportedFunction:
+    """A function named by its path (``"package.module.function"``), imported where it is
+    called: on the workers, from their own modules (upstream's ``remote("path")``)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.__qualname__ = path
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        module, _, name = self.path.rpartition(".")
+        found = getattr(importlib.import_module(module), name)
+        if isinstance(found, Remote):  # a remote function's path: the function itself
+            found = found._fn
+        return found(*args, **kwargs)
+
+    def __reduce__(self) -> tuple[type[ImportedFunction], tuple[str]]:
+        return (ImportedFunction, (self.path,))
+
+
+def _by_path(fn: Any) -> Callable[..., Any] | None:
+    if isinstance(fn, str) and "." in fn:
+        return ImportedFunction(fn)
+    return None
+
+
+function_resolvers: list[Callable[[Any], Callable[..., Any] | None]] = [_by_path]
+"""How ``remote`` turns what it is given that is not callable into a function (upstream's
+``monarch.function_resolvers``): each is tried in order, the first that does not return
+None wins. The default one takes a dotted path, ``"package.module.function"``."""
+
+
 @overload
 def remote(fn: Callable[..., R], *, propagate: Propagate = None) -> Remote[R]: ...
+@overload
+def remote(fn: str, *, propagate: Propagate = None) -> Remote[Any]: ...
 @overload
 def remote(
     fn: None = None, *, propagate: Propagate = None
 ) -> Callable[[Callable[..., R]], Remote[R]]: ...
 def remote(
-    fn: Callable[..., R] | None = None, *, propagate: Propagate = None
+    fn: Callable[..., R] | str | None = None, *, propagate: Propagate = None
 ) -> Remote[R] | Callable[[Callable[..., R]], Remote[R]]:
-    """``remote(fn)``, ``@remote`` or ``@remote(propagate=...)`` (see ``Remote``)."""
+    """``remote(fn)``, ``remote("module.function")``, ``@remote`` or
+    ``@remote(propagate=...)`` (see ``Remote``)."""
     if fn is None:
         return lambda f: Remote(f, propagate)
-    return Remote(fn, propagate)
+    return Remote(_resolved(fn), propagate)
+
+
+def _resolved(fn: Any) -> Callable[..., Any]:
+    if callable(fn):
+        return fn  # type: ignore[no-any-return]
+    for resolver in function_resolvers:
+        found = resolver(fn)
+        if found is not None:
+            return found
+    raise TypeError(
+        f"remote() takes a function or a dotted path to one ('module.function'), not {fn!r}"
+    )
 
 
 def _rank_along(label: str) -> torch.Tensor:

@@ -1,21 +1,25 @@
 """Streams and borrows (upstream's ``Stream``, ``get_active_stream``, ``stream.borrow``).
 
 A tensor belongs to the stream active when it was made, and an op may only use tensors of
-the active stream: another stream's tensor is used through a borrow, which upstream turns
-into overlap between streams. Here every worker runs one queue in order, so the streams
-never overlap and a borrow costs nothing but its rules, which are upstream's: a borrow
-reads the tensor's storage (and the lender may still read it, neither may write) or, when
-``mutable``, takes it (the lender may not touch it) until ``drop()``; the borrowed tensor
-and its views are unusable after. Programs written for upstream's streams run unchanged.
+the active stream: another stream's tensor is used through a borrow. Each stream of a
+worker runs on a thread of its own (``_lanes``), so the work of two streams overlaps; a
+borrow is where they meet: the borrowing stream waits for the lender's commands recorded
+before the borrow, and after ``drop()`` the lender waits for the borrower's. The rules are
+upstream's: a borrow reads the tensor's storage (and the lender may still read it, neither
+may write) or, when ``mutable``, takes it (the lender may not touch it) until ``drop()``;
+the borrowed tensor and its views are unusable after.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
+
+from ._commands import WAIT
 
 
 class Tensor(Protocol):
@@ -33,6 +37,8 @@ class Stream:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self.sid = next(_sids)
+        """How commands name it to the workers (``main`` is 0)."""
 
     def __repr__(self) -> str:
         return f"<Stream({self.name!r}) at {hex(id(self))}>"
@@ -69,7 +75,7 @@ class Stream:
         else:
             lender.access = access = "r"
         aliases = StorageAliases(access)
-        borrow = Borrow(lender, aliases)
+        borrow = Borrow(lender, aliases, t._client, t._stream, self)
         lender.live_borrows.add(borrow)
         return t._borrowed_by(self, aliases), borrow
 
@@ -88,9 +94,19 @@ class StorageAliases:
 class Borrow:
     """A borrow of a tensor by another stream; ``drop()`` (or leaving ``with``) ends it."""
 
-    def __init__(self, lender: StorageAliases, aliases: StorageAliases) -> None:
+    def __init__(
+        self,
+        lender: StorageAliases,
+        aliases: StorageAliases,
+        client: Any,
+        lending: Stream,
+        borrowing: Stream,
+    ) -> None:
         self._lender = lender
         self._aliases = aliases
+        self._client = client
+        self._lending = lending
+        self._borrowing = borrowing
 
     def __enter__(self) -> Borrow:
         return self
@@ -104,6 +120,10 @@ class Borrow:
         if self._aliases.dropped:
             return
         self._aliases.dropped = True
+        if self._borrowing is not self._lending:
+            # The lender's later commands wait for the borrower's so far (its reads, or
+            # its writes of a mutable borrow), as upstream's stream synchronization does.
+            self._client.record((WAIT, self._borrowing.sid), self._lending)
         for tensor in list(self._aliases.tensors):
             tensor._client.free(tensor._ref)
         lender = self._lender
@@ -117,6 +137,7 @@ class _Active(threading.local):
         self.stream = MAIN
 
 
+_sids = itertools.count()
 MAIN = Stream("main")
 _active = _Active()
 

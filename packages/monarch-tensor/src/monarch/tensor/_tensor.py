@@ -144,7 +144,8 @@ class Tensor(torch.Tensor):
         with stream.activate():
             r = Tensor._wrap(fresh, self._client, aliases)
         grad = torch.is_grad_enabled()
-        self._client.record((OP, (r._ref,), same, (Ref(self._ref),), {}, grad))
+        # On the borrowing stream: it waits there for the lender's commands so far.
+        self._client.record((OP, (r._ref,), same, (Ref(self._ref),), {}, grad), stream)
         return r
 
     def reduce(self, dims: str | Any, reduction: str = "sum", scatter: bool = False) -> Tensor:

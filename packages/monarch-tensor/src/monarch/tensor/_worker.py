@@ -1,24 +1,32 @@
 """The worker: one actor per proc holding one local shard per tensor id.
 
-It runs the controller's commands in the order they were recorded. A failing command never
+It runs each stream's commands in the order they were recorded (the streams at once, each
+on its thread, ordered between them where they share a tensor: see ``_lanes``, ``run``
+and ``_needs``). A failing command never
 raises out of the endpoint (a broadcast's failure has nobody to tell): its outputs become
 ``_Poison``, and every later command reading a poisoned id poisons its own outputs, so
 exactly the dependents fail, at the fetch that asks for them.
 
-Everything a proc unpickles by reference from this package lives here (the worker, the
-inbox, ``lent``): a proc unpickling objects of two modules of one package on two threads
-at once (a user's actor call beside the worker's spawn) can deadlock in the import system.
+Everything a proc unpickles by reference from this package outside a command lives here
+(the worker, the inbox, ``lent``, ``OpaqueRef``): a proc unpickling objects of two modules
+of one package on two threads at once (a user's actor call beside the worker's spawn) can
+deadlock in the import system.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
+import threading
 import traceback
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.utils._pytree import register_pytree_node
+from torch.utils.weak import WeakTensorKeyDictionary
 
 from monarch.core import Actor, Point, context, endpoint, loads
 
@@ -30,14 +38,18 @@ from ._commands import (
     RECV,
     REDUCE,
     SEND,
+    STREAM,
+    WAIT,
     GroupRef,
     Pickled,
     Ref,
+    Shaped,
     op_name,
 )
 from ._errors import RemoteException
 from ._flat import flatten, flatten_call, unflatten
 from ._inbox import deliver, take
+from ._lanes import Lane, settled
 
 LENT_WAIT = 120.0
 """Seconds an actor call waits for the shard it was given (its worker may be busy)."""
@@ -69,9 +81,23 @@ class TensorWorker(Actor):
         self._env: dict[int, Any] = {}
         self._point: Point | None = None
         self._groups: dict[tuple[int, ...], tuple[Any, int, int]] = {}
+        """Per stream and set of mesh dimensions: each stream has its own groups (two
+        streams' collectives, issued in different orders by different ranks, must not
+        meet in one group)."""
         self._store: Any = None
         self._functions: dict[tuple[bytes, ...], Any] = {}
         self._batches = 0
+        self._changed = threading.Condition()
+        self._lanes: dict[int, Lane] = {}
+        self._current = 0
+        """The stream the commands of the next batch are for (a ``STREAM`` command says)."""
+        self._streams = False
+        """Whether a stream other than ``main`` has had commands (then each is routed)."""
+        self._writer: dict[int, int] = {}
+        """The stream that last wrote each id, where it is not ``main``."""
+        self._readers: dict[int, set[int]] = {}
+        """The other streams that read each id since it was written."""
+        self._group_lock = threading.Lock()
 
     @property
     def _rank(self) -> int:
@@ -85,9 +111,47 @@ class TensorWorker(Actor):
 
     @endpoint
     def run(self, commands: list[tuple[Any, ...]]) -> None:
-        """Run a batch of commands (fire and forget: failures poison, never raise)."""
+        """Queue a batch of commands on their streams (fire and forget: failures poison,
+        never raise). Until a second stream appears, the batch runs here, on the actor's
+        thread, as it comes (no thread to hand it to, nothing to overlap with)."""
         self._here()
         self._batches += 1
+        if not self._streams and not any(command[0] == STREAM for command in commands):
+            self._execute(0, commands)
+            return
+        self._streams = True
+        lane = self._current
+        segment: list[tuple[Any, ...]] = []
+        needs: list[tuple[Lane, int]] = []
+
+        def push() -> None:
+            if segment or needs:
+                self._lane(lane).push(segment, needs)
+
+        for command in commands:
+            tag = command[0]
+            if tag in (STREAM, WAIT, DELETE):
+                push()
+                segment, needs = [], []
+                if tag == STREAM:
+                    lane = command[1]
+                elif tag == WAIT:
+                    self._lane(lane).push([], self._now({command[1]}))
+                else:
+                    self._delete(command[1])
+                continue
+            waits = self._needs(lane, command)
+            if waits:
+                push()
+                segment, needs = [], waits
+            segment.append(command)
+        push()
+        self._current = lane
+
+    def _execute(self, sid: int, commands: list[tuple[Any, ...]]) -> None:
+        """Run a segment of stream ``sid``'s commands (on that stream's thread)."""
+        running.commands = True
+        running.stream = sid
         for command in commands:
             tag = command[0]
             try:
@@ -109,11 +173,70 @@ class TensorWorker(Actor):
             except Exception as exc:  # noqa: BLE001 - a bug here must not fail the actor
                 self._poison(_outputs(command), f"command {tag}", exc)
 
+    # -- streams: which commands wait for which ---------------------------------------------
+
+    def _lane(self, sid: int) -> Lane:
+        lane = self._lanes.get(sid)
+        if lane is None:
+            lane = self._lanes[sid] = Lane(
+                sid, functools.partial(self._execute, sid), self._changed
+            )
+        return lane
+
+    def _now(self, sids: Iterable[int]) -> list[tuple[Lane, int]]:
+        """Each of these streams' commands queued so far (what a command after them waits
+        for)."""
+        return [(lane, lane.pushed) for sid in sids if (lane := self._lanes.get(sid))]
+
+    def _needs(self, sid: int, command: tuple[Any, ...]) -> list[tuple[Lane, int]]:
+        """What ``command``, on stream ``sid``, waits for: the stream that last wrote a
+        tensor it reads or writes, and the streams that read one it writes since. (Within
+        the rules, only a borrow reads another stream's tensor; actor calls, ``to_mesh``
+        and adverbs may, and are ordered alike.)"""
+        reads, writes = _touches(command)
+        others: set[int] = set()
+        for ref in reads:
+            writer = self._writer.get(ref, 0)
+            if writer != sid:
+                others.add(writer)
+                self._readers.setdefault(ref, set()).add(sid)
+        for ref in writes:
+            # A new id has no writer, nor has one of main's (not noted): a command writing
+            # a tensor it did not make reads it too (in place, ``out=``), which orders it.
+            last = self._writer.get(ref)
+            if last is not None:
+                others.add(last)
+            others.update(self._readers.pop(ref, ()))
+            if sid:
+                self._writer[ref] = sid
+            else:
+                self._writer.pop(ref, None)
+        others.discard(sid)
+        return self._now(others)
+
+    def _delete(self, refs: tuple[int, ...]) -> None:
+        """Delete each id on the stream that wrote it last, after the other streams' reads."""
+        by_writer: dict[int, list[int]] = {}
+        after: dict[int, set[int]] = {}
+        for ref in refs:
+            writer = self._writer.pop(ref, 0)
+            by_writer.setdefault(writer, []).append(ref)
+            after.setdefault(writer, set()).update(self._readers.pop(ref, ()))
+        for writer, gone in by_writer.items():
+            waits = after[writer] - {writer}
+            self._lane(writer).push([(DELETE, tuple(gone))], self._now(waits))
+
+    def _settled(self, refs: Iterable[int] | None = None) -> None:
+        """Wait until the commands queued so far that write ``refs`` (default: all) ran."""
+        sids = self._lanes if refs is None else {self._writer.get(ref, 0) for ref in refs}
+        settled(self._changed, self._now(sids))
+
     @endpoint
     def fetch(self, ids: list[int], rank: int) -> Any:
         """The values of ``ids`` here (the controller calls ``rank``'s worker alone), or the
         exception that one of them holds, returned (not raised) so the controller can raise
         it as is. (Not ``_here()``: a sliced call's point is the slice's.)"""
+        self._settled(ids)
         values = []
         for ref in ids:
             value = self._env.get(ref, _MISSING)
@@ -131,7 +254,9 @@ class TensorWorker(Actor):
 
     @endpoint
     def live_ids(self) -> list[int]:
-        """The ids this worker holds (what the controller has not freed)."""
+        """The ids this worker holds (what the controller has not freed), once the commands
+        sent so far ran."""
+        self._settled()
         return sorted(self._env)
 
     def _resolve(self, args: Any, kwargs: Any) -> tuple[Any, Any]:
@@ -156,12 +281,17 @@ class TensorWorker(Actor):
 
     def _op(self, out: tuple[int, ...], func: Any, args: Any, kwargs: Any, grad: bool) -> None:
         try:
+            shapes = None
+            if isinstance(func, Shaped):
+                func, shapes = func.func, func.shapes
             result = self._apply(func, args, kwargs, grad)
             tensors = [x for x in flatten(result)[0] if isinstance(x, torch.Tensor)]
             if len(tensors) != len(out):
                 raise TypeError(
                     f"returned {len(tensors)} tensors where the controller expected {len(out)}"
                 )
+            if shapes is not None:
+                _check_shapes(tensors, shapes)
         except _Failed as failed:
             for ref in out:
                 self._env[ref] = failed.poison
@@ -252,14 +382,21 @@ class TensorWorker(Actor):
         """This rank's gloo group along ``dims`` (the ranks that differ from it only there),
         with its rank in the group and the group's size. The groups are this worker's own,
         not torch.distributed's global one: meshes and their slices may share a process."""
-        if dims not in self._groups:
+        sid = running.stream
+        key = (sid, *dims)
+        if key not in self._groups:
             here = self._here()
             sizes = here.extent.sizes
-            if self._store is None:
-                host, port = store
-                self._store = dist.TCPStore(  # type: ignore[attr-defined]
-                    host, port, here.extent.nelements, is_master=False, timeout=COLLECTIVE_TIMEOUT
-                )
+            with self._group_lock:  # not around the group: that waits for the peers
+                if self._store is None:
+                    host, port = store
+                    self._store = dist.TCPStore(  # type: ignore[attr-defined]
+                        host,
+                        port,
+                        here.extent.nelements,
+                        is_master=False,
+                        timeout=COLLECTIVE_TIMEOUT,
+                    )
             coords = [here[label] for label in here.extent.labels]
             ranks = []
             for varied in itertools.product(*(range(sizes[d]) for d in dims)):
@@ -269,15 +406,15 @@ class TensorWorker(Actor):
                 ranks.append(_linear(point, sizes))
             ranks.sort()
             kept = ",".join(str(c) for d, c in enumerate(coords) if d not in dims)
-            prefix = f"reduce/{','.join(map(str, dims))}/{kept}"
+            prefix = f"reduce/{sid}/{','.join(map(str, dims))}/{kept}"
             group = dist.ProcessGroupGloo(
                 dist.PrefixStore(prefix, self._store),  # type: ignore[attr-defined]
                 ranks.index(here.rank),
                 len(ranks),
                 COLLECTIVE_TIMEOUT,
             )
-            self._groups[dims] = (group, ranks.index(here.rank), len(ranks))
-        return self._groups[dims]
+            self._groups[key] = (group, ranks.index(here.rank), len(ranks))
+        return self._groups[key]
 
     def _reduce(
         self,
@@ -334,6 +471,77 @@ def lent(key: str) -> Any:
     return value
 
 
+class _Running(threading.local):
+    """Whether this thread runs a worker's commands (where an ``OpaqueRef`` resolves), and
+    of which stream."""
+
+    def __init__(self) -> None:
+        self.commands = False
+        self.stream = 0
+
+
+running = _Running()
+
+_opaque_values: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
+_opaque_keys = itertools.count(1)
+
+
+class OpaqueRef:
+    """An object that lives on the workers, passed between remote functions by reference
+    (upstream's ``monarch.OpaqueRef``): a remote function makes one (``OpaqueRef(model)``)
+    and returns it; the controller holds it (its key is a monarch Tensor, one per proc)
+    and passes it to other remote functions, where ``ref.value`` is that proc's object.
+    The object lives as long as the controller's ``OpaqueRef`` does.
+
+    Its key is a 0-d int64 tensor: a pytree leaf, so the engine treats it as any tensor
+    result (ids, poisoning, deletion); the object is held by the key tensor's identity.
+    """
+
+    _key: Any
+
+    def __init__(self, value: Any = None) -> None:
+        self._key = torch.tensor(next(_opaque_keys), dtype=torch.int64)
+        self._check("create")
+        _opaque_values[self._key] = value
+
+    @classmethod
+    def _create(cls, key: Any) -> OpaqueRef:
+        made = cls.__new__(cls)
+        made._key = key
+        return made
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return (OpaqueRef._create, (self._key,))
+
+    def __repr__(self) -> str:
+        return f"OpaqueRef({self._key!r})"
+
+    @property
+    def value(self) -> Any:
+        self._check("access")
+        return _opaque_values[self._key]
+
+    @value.setter
+    def value(self, value: Any) -> None:
+        self._check("set")
+        _opaque_values[self._key] = value
+
+    def _check(self, what: str) -> None:
+        """A worker's command, or the controller's run on meta tensors (shapes only)."""
+        if not (running.commands or self._key.device.type == "meta"):
+            raise RuntimeError(
+                f"the controller tried to {what} an OpaqueRef's value: only a remote "
+                "function (run by the workers) can"
+            )
+
+
+register_pytree_node(
+    OpaqueRef,
+    lambda ref: ([ref._key], None),
+    lambda keys, _: OpaqueRef._create(next(iter(keys))),
+)
+
+
 def _all_reduce(group: Any, tensor: torch.Tensor, op: Any) -> None:
     options = dist.AllreduceOptions()
     options.reduceOp = op
@@ -384,6 +592,39 @@ def _outputs(command: tuple[Any, ...]) -> tuple[int, ...]:
     if command[0] in (REDUCE, RECV, CALL):
         return (command[1],)
     return ()
+
+
+def _check_shapes(tensors: list[torch.Tensor], shapes: list[tuple[tuple[int, ...], str]]) -> None:
+    """A ``"cached"`` propagation's results must have, on every proc, the first proc's
+    shapes and dtypes (the controller's tensors have them): else the op fails here."""
+    for i, (tensor, (shape, dtype)) in enumerate(zip(tensors, shapes, strict=True)):
+        mine = (tuple(tensor.shape), str(tensor.dtype).removeprefix("torch."))
+        if mine != (shape, dtype):
+            raise ValueError(
+                f"result {i} is {mine[1]}{list(mine[0])} here but {dtype}{list(shape)} on the "
+                "first proc, whose run said the shapes (propagate='cached'): every proc's "
+                "results must have the first proc's shapes; give propagate= a function instead"
+            )
+
+
+def _touches(command: tuple[Any, ...]) -> tuple[list[int], tuple[int, ...]]:
+    """The ids a command reads and those it writes."""
+    tag = command[0]
+    if tag == OP:
+        return _refs(command[3], command[4]), command[1]
+    if tag == CALL:
+        return _refs(command[3], command[4]), (command[1],)
+    if tag == REDUCE:
+        return [command[2]], (command[1],)
+    if tag in (SEND, LEND):
+        return [command[1]], ()
+    if tag == RECV:
+        return [], (command[1],)
+    return [], ()
+
+
+def _refs(args: Any, kwargs: Any) -> list[int]:
+    return [leaf.id for leaf in flatten_call(args, kwargs)[0] if isinstance(leaf, Ref)]
 
 
 def _linear(coords: list[int], sizes: list[int]) -> int:
