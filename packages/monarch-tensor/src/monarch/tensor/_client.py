@@ -16,10 +16,11 @@ from typing import Any
 
 import torch
 
-from monarch.core import ActorMesh, Future, ProcMesh, ValueMesh, current_runtime
+from monarch.core import ActorMesh, Future, ProcMesh, ValueMesh
 
 from ._commands import DELETE, STREAM
 from ._errors import RemoteException
+from ._host import reachable_host
 from ._stream import Stream, get_active_stream
 from ._worker import TensorInbox, TensorWorker
 
@@ -181,7 +182,7 @@ class MeshClient:
             self._store = torch.distributed.TCPStore(  # type: ignore[attr-defined]
                 "0.0.0.0", 0, None, is_master=True, wait_for_workers=False
             )
-        return (_reachable_host(), int(self._store.port))
+        return (reachable_host(), int(self._store.port))
 
 
 def client_for(proc_mesh: ProcMesh) -> MeshClient:
@@ -192,13 +193,3 @@ def client_for(proc_mesh: ProcMesh) -> MeshClient:
         proc_mesh.__dict__[_ATTRIBUTE] = client
     assert isinstance(client, MeshClient)
     return client
-
-
-def _reachable_host() -> str:
-    """The controller's host as its procs see it: the host of a tcp address, else loopback."""
-    address = current_runtime().address
-    if address.startswith(("tcp://", "tls://")):
-        host = address.split("://", 1)[1].rsplit(":", 1)[0].strip("[]")
-        if host not in ("", "0.0.0.0", "::"):
-            return host
-    return "127.0.0.1"

@@ -48,6 +48,7 @@ from ._commands import (
 )
 from ._errors import RemoteException
 from ._flat import flatten, flatten_call, unflatten
+from ._host import reachable_host
 from ._inbox import deliver, take
 from ._lanes import Lane, settled
 
@@ -411,7 +412,7 @@ class TensorWorker(Actor):
                 dist.PrefixStore(prefix, self._store),  # type: ignore[attr-defined]
                 ranks.index(here.rank),
                 len(ranks),
-                COLLECTIVE_TIMEOUT,
+                _gloo_options(),
             )
             self._groups[key] = (group, ranks.index(here.rank), len(ranks))
         return self._groups[key]
@@ -646,6 +647,16 @@ def _portable(value: Any) -> Any:
     if value.untyped_storage().nbytes() != value.numel() * value.element_size():
         value = value.clone()
     return value
+
+
+def _gloo_options() -> Any:
+    """gloo on this proc's network address: by default gloo listens where the machine's
+    name resolves, which peers on other machines may not reach (loopback; no address at all
+    in a container or a network namespace): their collectives would wait out the timeout."""
+    options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
+    options._timeout = COLLECTIVE_TIMEOUT
+    options._devices = [dist.ProcessGroupGloo.create_device(hostname=reachable_host())]
+    return options
 
 
 _MISSING = object()
