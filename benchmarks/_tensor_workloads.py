@@ -5,7 +5,7 @@ interpreter) and once with upstream torchmonarch 0.7.0 (``benchmarks/.venvs/upst
 both measure the very same code: ``this_host().spawn_procs``, ``ProcMesh.activate()``,
 plain torch inside it, ``monarch.fetch_shard``, ``monarch.remote`` and ``Tensor.reduce``.
 
-    python _tensor_workloads.py --json OUT [--reps N] [--ops N] [--big-mib N]
+    python _tensor_workloads.py --json OUT [--reps N] [--ops N] [--big-mib N] [--procs N]
 
 The JSON is rewritten after every figure: a workload that takes the process down (upstream's
 reduce on CPU may) leaves the figures measured before it.
@@ -72,7 +72,7 @@ def progress(text: str) -> None:
     print(f"  [{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def run(rec: Recorder, reps: int, ops: int, big_mib: int, timeout: float) -> None:
+def run(rec: Recorder, reps: int, ops: int, big_mib: int, timeout: float, size: int = 2) -> None:
     def fault(failure: Any) -> None:  # upstream's default hook ends the client
         rec.doc["faults"].append(str(failure)[:1000])
         rec.save()
@@ -81,7 +81,7 @@ def run(rec: Recorder, reps: int, ops: int, big_mib: int, timeout: float) -> Non
     remote_add = monarch.remote(add_one, propagate=lambda t: t.clone())
 
     t0 = time.perf_counter()
-    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    procs = this_host().spawn_procs(per_host={"gpus": size})
     procs.initialized.get(timeout=timeout)
     spawned = time.perf_counter()
     rec.doc["figures"]["spawn_s"] = spawned - t0
@@ -165,8 +165,8 @@ def run(rec: Recorder, reps: int, ops: int, big_mib: int, timeout: float) -> Non
             head = r[:1]
         value = monarch.fetch_shard(head, gpus=1).get(timeout=min(timeout, 30.0))
         took = time.perf_counter() - begun
-        if float(value[0]) != 2.0:
-            raise AssertionError(f"sum over 2 procs of ones gave {value}")
+        if float(value[0]) != float(size):
+            raise AssertionError(f"sum over {size} procs of ones gave {value}")
         return took
 
     def reduce_in_place() -> list[float]:
@@ -177,7 +177,7 @@ def run(rec: Recorder, reps: int, ops: int, big_mib: int, timeout: float) -> Non
                 big.reduce_("gpus", "sum")  # type: ignore[attr-defined]
             value = monarch.fetch_shard(head, gpus=1).get(timeout=timeout)
             seconds.append(time.perf_counter() - begun)
-            if float(value[0]) != 2.0 ** (k + 1):
+            if float(value[0]) != float(size) ** (k + 1):
                 raise AssertionError(f"reduce_ {k + 1} times gave {value}")
         return seconds
 
@@ -204,11 +204,12 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--ops", type=int, default=1000)
     p.add_argument("--big-mib", type=int, default=128)
+    p.add_argument("--procs", type=int, default=2, help="the mesh's size (gpus)")
     p.add_argument("--timeout", type=float, default=60.0)
     args = p.parse_args()
     rec = Recorder(args.json)
     try:
-        run(rec, args.reps, args.ops, args.big_mib, args.timeout)
+        run(rec, args.reps, args.ops, args.big_mib, args.timeout, args.procs)
     except BaseException as error:  # noqa: BLE001 - recorded for the driver
         rec.doc["errors"]["run"] = f"{type(error).__name__}: {error}"[:1500]
         rec.save()

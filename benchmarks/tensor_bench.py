@@ -1,7 +1,7 @@
-"""Distributed tensors on a mesh of 2 procs: ours against upstream torchmonarch 0.7.0, a
-memcpy and a plain gloo all_reduce, all in one run.
+"""Distributed tensors on a mesh of 2 procs (``--procs``): ours against upstream torchmonarch
+0.7.0, a memcpy and a plain gloo all_reduce, all in one run.
 
-    hatch run bench:tensor [--quick] [--reps N] [--upstream-python PATH] [--out FILE]
+    hatch run bench:tensor [--quick] [--reps N] [--procs N] [--upstream-python PATH] [--out FILE]
 
 The workloads (``_tensor_workloads.py``) use upstream's API only and run in a process of
 their own, once with our monarch and once with upstream when its venv exists
@@ -82,12 +82,14 @@ def run_workloads(python: str, args: list[str], timeout: float) -> dict[str, Any
         return doc
 
 
-def _gloo_rank(rank: int, port: int, numel: int, reps: int, out: Any) -> None:
+def _gloo_rank(rank: int, size: int, port: int, numel: int, reps: int, out: Any) -> None:
     """One rank of the plain gloo baseline (torch.distributed, no Monarch)."""
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size
+    )
     t = torch.ones(numel)
     dist.all_reduce(t)  # warm-up: connections
     seconds: dict[str, list[float]] = {"in_place": [], "new_tensor": []}
@@ -107,15 +109,17 @@ def _gloo_rank(rank: int, port: int, numel: int, reps: int, out: Any) -> None:
     dist.destroy_process_group()
 
 
-def gloo_all_reduce(numel: int, reps: int) -> dict[str, list[float]]:
-    """Seconds per ``all_reduce`` of ``numel`` float32 between 2 processes over gloo, in
+def gloo_all_reduce(numel: int, reps: int, size: int = 2) -> dict[str, list[float]]:
+    """Seconds per ``all_reduce`` of ``numel`` float32 between ``size`` processes over gloo, in
     place (``in_place``) and into a fresh copy (``new_tensor``, as ``t.reduce`` makes)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    ranks = [ctx.Process(target=_gloo_rank, args=(r, port, numel, reps, out)) for r in (0, 1)]
+    ranks = [
+        ctx.Process(target=_gloo_rank, args=(r, size, port, numel, reps, out)) for r in range(size)
+    ]
     for p in ranks:
         p.start()
     try:
@@ -134,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--quick", action="store_true", help="16 MiB, 300 ops, 3 repetitions")
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--procs", type=int, default=2, help="the mesh's size (issue 15's reduce: 4)")
     p.add_argument("--upstream-python", help="torchmonarch 0.7.0's interpreter (default: its venv)")
     p.add_argument("--no-upstream", action="store_true")
     p.add_argument("--out", default=str(RESULTS_DIR / "tensor.json"))
@@ -143,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     reps = 3 if args.quick else args.reps
     big = 16 if args.quick else 128
     ops = 300 if args.quick else 1000
+    size = args.procs
     workload_args = ["--reps", str(reps), "--ops", str(ops), "--big-mib", str(big)]
+    workload_args += ["--procs", str(size)]
 
     impls = {"monarch": sys.executable}
     notes: list[str] = []
@@ -167,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         progress(started, "memcpy and plain gloo all_reduce")
         copies.extend(memcpy_bandwidth(big * MIB, n)["reps"])
         try:
-            for kind, seconds in gloo_all_reduce(big * MIB // 4, n).items():
+            for kind, seconds in gloo_all_reduce(big * MIB // 4, n, size).items():
                 gloo.setdefault(kind, []).extend(seconds)
         except Exception as error:  # noqa: BLE001 - recorded; the other figures stand
             errors["gloo"] = repr(error)[:1000]
@@ -254,14 +261,14 @@ def main(argv: list[str] | None = None) -> int:
             med(f"memcpy_{big}MiB"),
         ),
         ratio_entry(
-            f"reduce of {big} MiB over 2 procs vs plain gloo clone + all_reduce (time)",
+            f"reduce of {big} MiB over {size} procs vs plain gloo clone + all_reduce (time)",
             1.5,
             med(f"monarch/reduce_{big}MiB"),
             med(f"gloo_all_reduce_new_tensor_{big}MiB"),
             higher_is_better=False,
         ),
         ratio_entry(
-            f"reduce_ of {big} MiB over 2 procs vs plain gloo all_reduce (time)",
+            f"reduce_ of {big} MiB over {size} procs vs plain gloo all_reduce (time)",
             1.5,
             med(f"monarch/reduce_inplace_{big}MiB"),
             med(f"gloo_all_reduce_in_place_{big}MiB"),
@@ -280,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "tensor",
         "machine": machine_info(),
         "versions": package_versions(["monarch-core", "monarch-tensor", "torch"]),
-        "settings": {"reps": reps, "ops": ops, "big_mib": big, "mesh": {"gpus": 2}},
+        "settings": {"reps": reps, "ops": ops, "big_mib": big, "mesh": {"gpus": size}},
         "figures": figures,
         "targets": targets,
         "errors": errors,

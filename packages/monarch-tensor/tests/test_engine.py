@@ -159,6 +159,7 @@ def test_a_result_shaped_by_the_values_comes_from_the_first_procs_run(procs: Pro
     with procs.activate():
         t = torch.tensor([-1.0, 2.0, -3.0, 4.0]) * (rank_tensor("gpus") + 1)
         p = default(t)
+        p2 = default(t)  # known to need the values: probed at once, no meta run tried
         q, count = cached(t)
         q2, _ = cached(t)  # the same signature: the shapes remembered
         assert p.shape == (2,) and q.shape == q2.shape == (2,) and count == 2
@@ -167,6 +168,8 @@ def test_a_result_shaped_by_the_values_comes_from_the_first_procs_run(procs: Pro
     assert torch.equal(inspect(p, gpus=1), torch.tensor([4.0, 8.0]))
     assert torch.equal(inspect(q2, gpus=0), torch.tensor([2.0, 4.0]))
     assert len(cached._probed) == 1
+    assert len(default._needs_data) == 1 and len(default._probed) == 1
+    assert torch.equal(inspect(p2, gpus=1), torch.tensor([4.0, 8.0]))
 
 
 def test_a_cached_result_shaped_otherwise_on_another_proc_fails_there(procs: ProcMesh) -> None:

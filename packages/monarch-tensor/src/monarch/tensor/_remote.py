@@ -66,6 +66,8 @@ class Remote(Generic[R]):
         self._propagate = propagate
         self._wire: Pickled | None = None
         self._probed: dict[Any, Any] = {}
+        self._needs_data: set[Any] = set()
+        """Signatures whose meta run needed the values: probed at once from then on."""
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
@@ -78,22 +80,33 @@ class Remote(Generic[R]):
         elif callable(propagate):
             meta_func = propagate
         elif propagate is None:
-            try:
-                return dispatch(  # type: ignore[no-any-return]
-                    self._fn, args, kwargs, client, None, wire=wire, needs_data=NeedsData
-                )
-            except NeedsData:  # its result's shape depends on the values: as "cached"
+            key = self._key(args, kwargs) if self._needs_data else None
+            if key is not None and key in self._needs_data:
                 meta_func, wire = self._probe(args, kwargs)
+            else:
+                try:
+                    return dispatch(  # type: ignore[no-any-return]
+                        self._fn, args, kwargs, client, None, wire=wire, needs_data=NeedsData
+                    )
+                except NeedsData:  # its result's shape depends on the values: as "cached"
+                    key = self._key(args, kwargs)
+                    if key is not None:
+                        self._needs_data.add(key)
+                    meta_func, wire = self._probe(args, kwargs)
         else:
             meta_func, wire = self._probe(args, kwargs)
         return dispatch(self._fn, args, kwargs, client, meta_func, wire=wire)  # type: ignore[no-any-return]
+
+    def _key(self, args: Any, kwargs: Any) -> Any:
+        """The signature of a call (None where it has none: not cached)."""
+        flat, _ = flatten_call(args, kwargs)
+        return key_of(self._fn, args, kwargs, flat)
 
     def _probe(self, args: Any, kwargs: Any) -> tuple[Callable[..., Any], Shaped]:
         """What ``fn`` returns for arguments like these, as the first proc's run says: a
         stand-in for ``fn`` that makes those results of meta tensors, and ``fn`` as sent
         with those shapes, which every worker checks its own results against."""
-        flat, _ = flatten_call(args, kwargs)
-        key = key_of(self._fn, args, kwargs, flat)
+        key = self._key(args, kwargs)
         found = _MISSING if key is None else self._probed.get(key, _MISSING)
         if found is _MISSING:
             describe = Remote(functools.partial(_described, self._fn), None)
