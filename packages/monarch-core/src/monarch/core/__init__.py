@@ -6,7 +6,8 @@ module: this process's ``Runtime`` (its address, the job's secret and root, post
 message to a proc or a port, watching a peer), the ``Future`` that every operation
 returns and how to complete one from the runtime loop, the wire messages, pickling with
 out-of-band buffers, lending large buffers between processes of one machine and
-reading another process's memory (``read_process_memory``, ``buffer_address``), the
+reading another process's memory (``read_process_memory``, ``buffer_address``), fresh
+memory on huge pages (``advise_huge_pages``), the
 configuration snapshot (``current_config``), and where telemetry plugs in
 (``set_instrumentation``: monarch-telemetry's hooks on both sides of every call), and
 what a proc says of itself (``inspect_proc``, ``spawned_procs``: monarch-admin's view).
@@ -53,6 +54,7 @@ from ._lending import LEND_MIN, Lender
 from ._lending import available as lending_available
 from ._lending import read_range as read_process_memory
 from ._memory import address_of as buffer_address
+from ._memory import advise_huge_pages
 from ._messages import (
     TO_ACTOR,
     TO_PORT,
@@ -121,6 +123,7 @@ __all__ = [
     "WorkspaceHost",
     "WorkspaceReloader",
     "WorkspaceSyncError",
+    "advise_huge_pages",
     "buffer_address",
     "calling_endpoint",
     "calling_target",
