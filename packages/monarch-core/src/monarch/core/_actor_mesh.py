@@ -177,7 +177,7 @@ class Endpoint(Generic[R]):
 
     def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
         """Call every actor of the (sliced) mesh; gather one value per rank."""
-        with deferred_fills():
+        with deferred_fills:
             return self._submit(self._mesh, self._bind(args, kwargs), "mesh")
 
     def call_one(self, *args: Any, **kwargs: Any) -> Future[R]:
@@ -185,12 +185,12 @@ class Endpoint(Generic[R]):
         size = len(self._mesh._shape.ndslice)
         if size != 1:
             raise ValueError(f"call_one requires exactly 1 actor, but mesh has {size}")
-        with deferred_fills():
+        with deferred_fills:
             return self._submit(self._mesh, self._bind(args, kwargs), "one")
 
     def choose(self, *args: Any, **kwargs: Any) -> Future[R]:
         """Call one actor of the mesh, chosen uniformly at random."""
-        with deferred_fills():
+        with deferred_fills:
             payload = self._bind(args, kwargs)
             return self._submit(_choose_one(self._mesh), payload, "one")
 
@@ -205,7 +205,7 @@ class Endpoint(Generic[R]):
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Fire and forget to every actor of the mesh."""
-        with deferred_fills():
+        with deferred_fills:
             payload = self._bind(args, kwargs)
             if (error := self._oversize(payload, "broadcast")) is not None:
                 raise error
@@ -224,7 +224,7 @@ class Endpoint(Generic[R]):
             raise TypeError(f"argument 'selection': '{kind}' object cannot be cast as 'str'")
         if selection not in ("all", "choose"):
             raise ValueError(f"Invalid selection: {selection}")
-        with deferred_fills():
+        with deferred_fills:
             payload = self._bind(args, kwargs)
             if (error := self._oversize(payload, "send")) is not None:
                 raise error

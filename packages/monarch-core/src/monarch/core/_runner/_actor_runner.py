@@ -324,7 +324,7 @@ class ActorRunner:
         ``method``: the endpoint whose call raised the error."""
         if error:
             value = RemoteFailure.of(value, actor_call_failed(self.spawn.name, method))
-        with deferred_fills():  # a large tensor returned is copied as it travels
+        with deferred_fills:  # a large tensor returned is copied as it travels
             self._send_reply(port, value, error, rank, batch, method)
 
     def _send_reply(
