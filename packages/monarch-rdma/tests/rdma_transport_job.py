@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from monarch.actor import Actor, endpoint, enable_transport, this_host
+from monarch.actor import Actor, enable_transport, endpoint, this_host
 from monarch.config import configure
 from monarch.core._runtime import running_runtime
 from monarch.rdma._transport import transport_stats

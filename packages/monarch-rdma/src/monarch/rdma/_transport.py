@@ -490,11 +490,13 @@ async def _upgrade(conn: Connection, options: TransportOptions) -> Connection:
         except Exception as error:  # noqa: BLE001 - out of queue pairs...: plain TCP
             log.warning("no queue pair for a connection (%s): its parts go by TCP", error)
     try:
-        mine = Hello(VERSION, int(link.qp.qp_num), nic.gid) if link and nic else Hello(VERSION, 0, "")
+        mine = Hello(VERSION, 0, "")
+        if link is not None and nic is not None:
+            mine = Hello(VERSION, int(link.qp.qp_num), nic.gid)
         with anyio.fail_after(options.handshake_timeout):
             await conn.send([HELLO_MAGIC + _encode(mine)])
             frame = await conn.receive()
-        if len(frame) != 1 or not bytes(frame[0][: len(HELLO_MAGIC)]) == HELLO_MAGIC:
+        if len(frame) != 1 or bytes(frame[0][: len(HELLO_MAGIC)]) != HELLO_MAGIC:
             raise HandshakeError("the peer sent no ibverbs hello (is it an ibverbs:// listener?)")
         try:
             theirs = _decode_hello(frame[0][len(HELLO_MAGIC) :])
@@ -510,9 +512,7 @@ async def _upgrade(conn: Connection, options: TransportOptions) -> Connection:
             _close_link(link)
         await conn.aclose()
         if isinstance(error, TimeoutError):
-            raise HandshakeError(
-                f"no ibverbs hello within {options.handshake_timeout}s"
-            ) from None
+            raise HandshakeError(f"no ibverbs hello within {options.handshake_timeout}s") from None
         if isinstance(error, TransportError) and not isinstance(error, HandshakeError):
             raise HandshakeError(f"connection lost in the ibverbs hello: {error}") from error
         raise
@@ -523,7 +523,7 @@ def _close_link(link: verbs.Connection) -> None:
     for item in (link.qp, link.cq, link.pd):
         try:
             item.close()
-        except Exception:  # noqa: BLE001,S110 - closing what never carried anything
+        except Exception:  # noqa: BLE001 - closing what never carried anything
             pass
 
 

@@ -203,7 +203,8 @@ class Device:
     def offer(self, link: Connection, address: int, size: int) -> Any:
         """A memory region over ``size`` bytes at ``address`` that the link's peer may only
         read (RDMA READ), nothing around them."""
-        return self.v["mr"].MR(link.pd, size, self.v["enums"].IBV_ACCESS_REMOTE_READ, address=address)
+        read_only = self.v["enums"].IBV_ACCESS_REMOTE_READ
+        return self.v["mr"].MR(link.pd, size, read_only, address=address)
 
     # -- transfers ----------------------------------------------------------------------------
 
