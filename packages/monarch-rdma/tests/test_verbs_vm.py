@@ -51,7 +51,7 @@ def guest(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     build, share = tmp_path / "build", tmp_path / "share"
     (share / "pyverbs-path").mkdir(parents=True)
     (share / "pyverbs-path" / "pyverbs").symlink_to(PYVERBS)
-    for name in ("guest-test.sh", "rdma_guest.py"):
+    for name in ("guest-test.sh", "rdma_guest.py", "transport_faults.py"):
         shutil.copy(HERE / name, share / name)
     shutil.copy(HERE.parent / "rdma_transport_job.py", share / "rdma_transport_job.py")
     (share / "python").write_text(sys.executable)
@@ -91,3 +91,13 @@ def test_actor_calls_move_large_parts_by_rdma_over_the_ibverbs_transport(
     assert "TRANSPORT-JOB-OK" in log, f"{vm}\n{log[-6000:]}"
     assert "ok: large bytes and tensors delivered equal over the ibverbs transport" in log
     assert "moved by RDMA READ over ibverbs" in log
+
+
+def test_the_ibverbs_transport_reads_only_what_was_offered_and_fails_on_a_dead_sender(
+    guest: tuple[str, str],
+) -> None:
+    log, vm = guest
+    assert "TRANSPORT-FAULTS-OK" in log, f"{vm}\n{log[-6000:]}"
+    assert log.count("refused by the NIC") == 2
+    assert "a dead sender fails the connection" in log
+    assert "an end with rdma_disable_ibverbs makes the connection plain TCP" in log

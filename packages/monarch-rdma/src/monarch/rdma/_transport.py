@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import select
 import threading
 import time
 from collections import deque
@@ -65,6 +66,7 @@ from monarch.transport._memory import fresh_bytearray
 from monarch.transport._tcp import TcpTransport
 
 from . import _verbs as verbs
+from ._errors import RDMAOwnerDied
 from ._region import Region
 
 log = logging.getLogger("monarch.rdma")
@@ -316,6 +318,7 @@ class IbverbsConnection(Connection):
     def _read(self, read: _Read) -> None:
         """On a reader thread: RDMA READ each offered part into a fresh buffer."""
         deadline = time.monotonic() + READ_SECONDS + read.size / READ_PER_SECOND
+        gone = self._hung_up()
         try:
             with self._link_use:
                 if self._released:
@@ -331,7 +334,7 @@ class IbverbsConnection(Connection):
                         address,
                         rkey,
                         deadline,
-                        lambda: self._inner.closed,
+                        gone,
                     )
                     read.parts[index] = memoryview(buf)
             _count(read_parts=len(read.offers), read_bytes=read.size)
@@ -345,6 +348,22 @@ class IbverbsConnection(Connection):
                     loop.call_soon_threadsafe(self._read_done)
                 except RuntimeError:  # the loop is closed: nobody to tell
                     pass
+
+    def _hung_up(self) -> Callable[[], bool]:
+        """Whether the peer has gone, asked between completion polls: our connection closed,
+        or its socket hung up by the peer (a process that died closes it; seen at once,
+        even behind frames not read yet, where its queue pair may never answer)."""
+        raw = self._inner.extra(ConnectionAttribute.raw_socket, None)
+        if raw is None or raw.fileno() < 0:
+            return lambda: self._inner.closed
+        poll = select.poll()
+        poll.register(raw.fileno(), select.POLLRDHUP)
+        ended = select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL
+
+        def gone() -> bool:
+            return self._inner.closed or any(mask & ended for _, mask in poll.poll(0))
+
+        return gone
 
     def _read_done(self) -> None:
         if self._ready and isinstance(self._ready[0], _Read) and self._ready[0].done.is_set():
@@ -422,6 +441,8 @@ class IbverbsConnection(Connection):
 
     def _read_failed(self, read: _Read) -> TransportError:
         error = read.error
+        if isinstance(error, RDMAOwnerDied):
+            error = "the sender closed the connection or died"
         reason = f"RDMA read of an offered {read.size}-byte message failed: {error}"
         log.warning("closing connection to %s: %s", self._peer(), reason)
         return self._fail(ConnectionClosed(reason))
