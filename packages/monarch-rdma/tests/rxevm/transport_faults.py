@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -51,65 +50,70 @@ def _read(conn: IbverbsConnection, local: bytearray, size: int, address: int, rk
     )
 
 
+async def _attempt(
+    server: IbverbsConnection, local: bytearray, size: int, address: int, rkey: int
+) -> Exception | None:
+    """A read over the server's link: None, or why the NIC refused it."""
+    try:
+        await anyio.to_thread.run_sync(_read, server, local, size, address, rkey)
+    except Exception as error:  # noqa: BLE001 - the refusal is the outcome
+        return error
+    return None
+
+
 async def only_what_was_offered() -> None:
     data = os.urandom(2 * MIB)
     other = bytearray(os.urandom(MIB))
     theirs = RDMABuffer(other)  # registered in the device's own domain, with its rkey
-    received: list[IbverbsConnection] = []
-    frames: list[list[memoryview]] = []
+    for attempt in ("past the range", "another domain", "the offer itself"):
+        await one_attempt(attempt, data, theirs)
+    theirs.drop().get()
+
+
+async def one_attempt(attempt: str, data: bytes, theirs: RDMABuffer) -> None:
+    """Offer ``data``; the server's end then reads what ``attempt`` names."""
+    received: list[tuple[IbverbsConnection, list[memoryview]]] = []
+    arrived = anyio.Event()
 
     async def take(conn: Connection) -> None:
         assert isinstance(conn, IbverbsConnection), conn
-        received.append(conn)
-        frames.append(await conn._inner.receive())  # the raw frame: its offer
+        received.append((conn, await conn._inner.receive()))  # the raw frame: its offer
+        arrived.set()
         await anyio.sleep_forever()
 
-    for attempt in ("past the range", "another domain", "the offer itself"):
-        received.clear()
-        frames.clear()
-        async with await open_listener(f"ibverbs://{HOST}:0", secret=SECRET) as listener:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(listener.serve, take)
-                async with await open_connection(listener.address, secret=SECRET) as conn:
-                    await conn.send([b"head", data])
-                    with anyio.fail_after(60):
-                        while not frames:
-                            await anyio.sleep(0.01)
-                    offer = _decode_control(frames[0][0])
-                    ((index, _key, address, rkey, length),) = offer.parts  # type: ignore[union-attr]
-                    assert index == 1 and length == len(data)
-                    server = received[0]
-                    local = bytearray(length + 4096)
-                    try:
-                        if attempt == "past the range":
-                            await anyio.to_thread.run_sync(
-                                _read, server, local, length + 4096, address, rkey
-                            )
-                        elif attempt == "another domain":
-                            handle = theirs._handle
-                            await anyio.to_thread.run_sync(
-                                _read, server, local, handle.size, handle.address, handle.rkey
-                            )
-                        else:
-                            await anyio.to_thread.run_sync(
-                                _read, server, local, length, address, rkey
-                            )
-                    except Exception as error:  # noqa: BLE001
-                        assert attempt != "the offer itself", error
-                        print(f"ok: a read of {attempt} refused by the NIC: {error}", flush=True)
-                    else:
-                        assert attempt == "the offer itself", f"{attempt} was read"
-                        assert bytes(local[:length]) == data
-                        print("ok: the offered range itself is read", flush=True)
-                tg.cancel_scope.cancel()
-    theirs.drop().get()
+    listener = await open_listener(f"ibverbs://{HOST}:0", secret=SECRET)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, take)
+        async with await open_connection(listener.address, secret=SECRET) as conn:
+            await conn.send([b"head", data])
+            with anyio.fail_after(60):
+                await arrived.wait()
+            server, frame = received[0]
+            offer = _decode_control(frame[0])
+            ((index, _key, address, rkey, length),) = offer.parts  # type: ignore[union-attr]
+            assert index == 1 and length == len(data)
+            local = bytearray(length + 4096)
+            if attempt == "past the range":
+                refused = await _attempt(server, local, length + 4096, address, rkey)
+            elif attempt == "another domain":
+                handle = theirs._handle
+                refused = await _attempt(server, local, handle.size, handle.address, handle.rkey)
+            else:
+                assert await _attempt(server, local, length, address, rkey) is None
+                assert bytes(local[:length]) == data
+                print("ok: the offered range itself is read", flush=True)
+                refused = None
+            if attempt != "the offer itself":
+                assert refused is not None, f"{attempt} was read"
+                print(f"ok: a read of {attempt} refused by the NIC: {refused}", flush=True)
+        tg.cancel_scope.cancel()
 
 
 async def a_dead_sender_fails_the_connection() -> None:
     recorder = Recorder()
     logging.getLogger("monarch.rdma").addHandler(recorder)
     outcome: list[BaseException | None] = []
-    arrived = anyio.Event()
+    arrived, died, ended = anyio.Event(), anyio.Event(), anyio.Event()
 
     async def take(conn: Connection) -> None:
         assert isinstance(conn, IbverbsConnection), conn
@@ -121,22 +125,20 @@ async def a_dead_sender_fails_the_connection() -> None:
             outcome.append(None)
         except TransportError as error:
             outcome.append(error)
+        ended.set()
 
-    died = anyio.Event()
-    async with await open_listener(f"ibverbs://{HOST}:0", secret=SECRET) as listener:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(listener.serve, take)
-            child = subprocess.Popen([sys.executable, __file__, "die", str(listener.address)])
-            with anyio.fail_after(300):
-                await arrived.wait()
-                while child.poll() is None:
-                    await anyio.sleep(0.05)
-            assert child.returncode == -signal.SIGKILL, child.returncode
-            died.set()
-            with anyio.fail_after(180):
-                while not outcome:
-                    await anyio.sleep(0.05)
-            tg.cancel_scope.cancel()
+    listener = await open_listener(f"ibverbs://{HOST}:0", secret=SECRET)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, take)
+        child = await anyio.open_process([sys.executable, __file__, "die", str(listener.address)])
+        with anyio.fail_after(300):
+            await arrived.wait()
+            code = await child.wait()
+        assert code == -signal.SIGKILL, code
+        died.set()
+        with anyio.fail_after(180):
+            await ended.wait()
+        tg.cancel_scope.cancel()
     error = outcome[0]
     assert error is not None, "a dead sender's part was read"
     logged = [m for m in recorder.messages if "RDMA read of an offered" in m]
@@ -147,26 +149,26 @@ async def a_dead_sender_fails_the_connection() -> None:
 async def disabled_end_is_plain_tcp() -> None:
     kinds: list[str] = []
     got: list[bytes] = []
+    arrived = anyio.Event()
 
     async def take(conn: Connection) -> None:
         kinds.append(type(conn).__name__)
         frame = await conn.receive()
         got.append(bytes(frame[1]))
+        arrived.set()
 
-    async with await open_listener(f"ibverbs://{HOST}:0", secret=SECRET) as listener:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(listener.serve, take)
-            child = await anyio.run_process(
-                [sys.executable, __file__, "disabled", str(listener.address)],
-                env={**os.environ, "MONARCH_RDMA_DISABLE_IBVERBS": "1"},
-                stdout=None,
-                stderr=None,
-            )
-            assert child.returncode == 0
-            with anyio.fail_after(60):
-                while not got:
-                    await anyio.sleep(0.05)
-            tg.cancel_scope.cancel()
+    listener = await open_listener(f"ibverbs://{HOST}:0", secret=SECRET)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, take)
+        await anyio.run_process(
+            [sys.executable, __file__, "disabled", str(listener.address)],
+            env={**os.environ, "MONARCH_RDMA_DISABLE_IBVERBS": "1"},
+            stdout=None,
+            stderr=None,
+        )
+        with anyio.fail_after(60):
+            await arrived.wait()
+        tg.cancel_scope.cancel()
     assert kinds == ["SocketConnection"], kinds
     assert got == [bytes(range(256)) * 8192]
     print("ok: an end with rdma_disable_ibverbs makes the connection plain TCP", flush=True)

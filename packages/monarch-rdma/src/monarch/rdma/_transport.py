@@ -440,10 +440,9 @@ class IbverbsConnection(Connection):
         task.add_done_callback(self._tasks.discard)
 
     def _read_failed(self, read: _Read) -> TransportError:
-        error = read.error
-        if isinstance(error, RDMAOwnerDied):
-            error = "the sender closed the connection or died"
-        reason = f"RDMA read of an offered {read.size}-byte message failed: {error}"
+        why = read.error
+        said = "the sender closed the connection or died" if isinstance(why, RDMAOwnerDied) else why
+        reason = f"RDMA read of an offered {read.size}-byte message failed: {said}"
         log.warning("closing connection to %s: %s", self._peer(), reason)
         return self._fail(ConnectionClosed(reason))
 
