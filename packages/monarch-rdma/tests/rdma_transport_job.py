@@ -39,7 +39,8 @@ class Peer(Actor):
     @endpoint
     def relay(self, other: Peer, size: int, seed: int) -> str:
         """Send ``other`` (an actor of another proc) large bytes; the digest it saw."""
-        return other.digest.call_one(pattern(size, seed)).get(timeout=600)
+        digest: str = other.digest.call_one(pattern(size, seed)).get(timeout=600)
+        return digest
 
     @endpoint
     def stats(self) -> dict[str, int]:

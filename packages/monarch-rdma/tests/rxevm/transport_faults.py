@@ -90,7 +90,7 @@ async def one_attempt(attempt: str, data: bytes, theirs: RDMABuffer) -> None:
                 await arrived.wait()
             server, frame = received[0]
             offer = _decode_control(frame[0])
-            ((index, _key, address, rkey, length),) = offer.parts  # type: ignore[union-attr]
+            ((index, _key, address, rkey, length),) = offer.parts
             assert index == 1 and length == len(data)
             local = bytearray(length + 4096)
             if attempt == "past the range":
