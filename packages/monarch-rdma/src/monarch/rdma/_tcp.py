@@ -253,8 +253,11 @@ def _answer(
     if not tagger.covers_data:
         # The tag does not depend on the bytes: status, bytes and tag in one call, so
         # the reader's first wake-up brings bytes, not a lone status byte.
-        parts = [head, data, tagger.digest(has_data)] if data is not None and has_data else []
-        _send_all(conn, parts or [head, tagger.digest(False)])
+        parts: list[Buffer] = [head]
+        if data is not None and has_data:
+            parts.append(data)
+        parts.append(tagger.digest(has_data))
+        _send_all(conn, parts)
         return
     _send(conn, head)
     if data is not None and has_data:
