@@ -98,3 +98,10 @@ def test_a_job_over_ibverbs_without_a_device_falls_back_to_tcp() -> None:
     )
     assert "TRANSPORT-JOB-OK" in job.stdout, job.stdout[-3000:] + job.stderr[-3000:]
     assert "every part went by TCP" in job.stdout
+
+
+def test_buffers_of_a_runtime_on_ibverbs_are_served_on_its_host() -> None:
+    """The TCP plane's data server listens where the runtime does (not loopback)."""
+    from monarch.rdma._process import _tcp_host
+
+    assert _tcp_host("ibverbs://10.1.2.3:4000") == "10.1.2.3"

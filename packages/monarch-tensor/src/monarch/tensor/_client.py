@@ -188,7 +188,7 @@ def client_for(proc_mesh: ProcMesh) -> MeshClient:
 def _reachable_host() -> str:
     """The controller's host as its procs see it: the host of a tcp address, else loopback."""
     address = current_runtime().address
-    if address.startswith(("tcp://", "tls://")):
+    if address.startswith(("tcp://", "tls://", "ibverbs://")):  # ibverbs: TCP underneath
         host = address.split("://", 1)[1].rsplit(":", 1)[0].strip("[]")
         if host not in ("", "0.0.0.0", "::"):
             return host
