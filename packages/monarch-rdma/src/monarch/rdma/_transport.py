@@ -477,26 +477,32 @@ class IbverbsConnection(Connection):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
-        if not self._released:
+        if self._released:
+            return
+        if self._link_use.acquire(blocking=False):  # no read in progress: at once
+            try:
+                self._release_now()
+            finally:
+                self._link_use.release()
+            return
+        with anyio.CancelScope(shield=True):  # a read ends soon: our connection is closed
             await anyio.to_thread.run_sync(self._release)
 
     def _release(self) -> None:
         """Deregister what we offered, then the link: after any read over it has ended."""
         with self._link_use:
-            if self._released:
-                return
+            self._release_now()
+
+    def _release_now(self) -> None:
+        """``_release`` with ``_link_use`` held."""
+        if not self._released:
             self._released = True
             self._link.broken = True
             with self._offer_lock:
                 offered, self._offered = self._offered, {}
             for mr, _ in offered.values():
                 mr.close()
-            link = self._link
-            for item in (link.qp, link.cq, link.pd):
-                try:
-                    item.close()
-                except Exception as error:  # noqa: BLE001 - closing: nothing to do about it
-                    log.debug("closing %s: %s", type(item).__name__, error)
+            _close_link(self._link)
 
 
 async def _upgrade(conn: Connection, options: TransportOptions) -> Connection:
