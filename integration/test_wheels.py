@@ -211,6 +211,7 @@ def test_transport_entry_points_are_registered(everything: Venv) -> None:
         "tcp": "monarch.transport._tcp:TcpTransport",
         "tls": "monarch.transport._tls:TlsTransport",
         "gateway": "monarch.transport._gateway:GatewayTransport",
+        "ibverbs": "monarch.rdma._transport:IbverbsTransport",  # from monarch-rdma
     }
 
 

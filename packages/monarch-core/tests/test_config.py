@@ -278,6 +278,8 @@ class ChannelTransport(enum.Enum):
         ("unix:///tmp/sock", "unix:///tmp/sock"),
         ("ipc://x", "unix://x"),
         ("tcp(Localhost)", "tcp://127.0.0.1:0"),
+        ("ibverbs", "ibverbs"),  # monarch-rdma's transport (ours)
+        ("ibverbs://10.0.0.5:0", "ibverbs://10.0.0.5:0"),
         (ChannelTransport.Unix, "unix"),
         (ChannelTransport.TcpWithHostname, "tcp"),
         (ChannelTransport.TcpWithLocalhost, "tcp://127.0.0.1:0"),

@@ -52,6 +52,15 @@ def server() -> Iterator[tuple[tcp.DataServer, dict[int, Region]]]:
     served.close()
 
 
+@pytest.fixture(scope="module")
+def untagging_server() -> Iterator[tuple[tcp.DataServer, dict[int, Region]]]:
+    """An owner with ``rdma_tcp_integrity`` off: its answers come in one call each."""
+    regions: dict[int, Region] = {}
+    served = tcp.DataServer("127.0.0.1", SECRET, regions.get, integrity=False)
+    yield served, regions
+    served.close()
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     size=st.integers(1, 300_000),
@@ -59,21 +68,24 @@ def server() -> Iterator[tuple[tcp.DataServer, dict[int, Region]]]:
     max_chunk=st.integers(1_000, 100_000),
     writes=st.booleans(),
     seed=st.binary(min_size=1, max_size=16),
+    untagged=st.booleans(),
 )
 def test_striped_transfers_over_real_sockets_reassemble_exactly(
     server: tuple[tcp.DataServer, dict[int, Region]],
+    untagging_server: tuple[tcp.DataServer, dict[int, Region]],
     size: int,
     width: int,
     max_chunk: int,
     writes: bool,
     seed: bytes,
+    untagged: bool,
 ) -> None:
-    served, regions = server
+    served, regions = untagging_server if untagged else server
     data = (seed * (size // len(seed) + 1))[:size]
     remote = bytearray(data) if not writes else bytearray(size)
     local = bytearray(size) if not writes else bytearray(data)
     regions[1] = region_of(remote)
-    streams = tcp.Streams(served.host, served.port, SECRET)
+    streams = tcp.Streams(served.host, served.port, SECRET, integrity=not untagged)
     with ThreadPoolExecutor(4) as helpers:
         chunks = plan(size, width, max_chunk, 1)
         op = tcp.WRITE if writes else tcp.READ

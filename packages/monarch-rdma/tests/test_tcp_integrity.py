@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monarch.rdma import RDMAError
+from monarch.rdma import RDMABufferDropped, RDMAError
 from monarch.rdma import _tcp as tcp
 from monarch.rdma._chunks import plan
 from monarch.rdma._region import Region, region_of
@@ -224,6 +224,17 @@ def test_with_integrity_off_on_both_ends_the_bytes_go_untagged_the_requests_tagg
             pytest.raises(RDMAError, match=r"cut|closed|refused"),
         ):
             move(address, tcp.READ, local, SIZE, integrity=False)
+
+
+@pytest.mark.parametrize("size", [5, SIZE])
+def test_an_untagged_read_refused_leaves_the_destination_alone(size: int) -> None:
+    """The answer's status comes with the first bytes after it (one call each way): a
+    refusal's are its tag, never written where the read's bytes would have gone."""
+    with untagging_server() as (served, _):
+        local = bytearray(b"\x33") * size
+        with pytest.raises(RDMABufferDropped):  # no buffer 1 there
+            move((served.host, served.port), tcp.READ, local, size, integrity=False)
+        assert local == b"\x33" * size
 
 
 @pytest.mark.parametrize("client_integrity", [True, False])

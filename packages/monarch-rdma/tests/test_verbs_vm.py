@@ -1,5 +1,7 @@
 """monarch-rdma over real ibverbs: a soft-RoCE (rxe) device in a VM, two procs and the client
-moving buffers through the package's own API by RDMA READ and WRITE.
+moving buffers through the package's own API by RDMA READ and WRITE, then a job over the
+``ibverbs`` transport (``rdma_transport_job.py``: actor calls whose large parts move by RDMA
+READ), both in one boot of the VM.
 
 This machine's kernel has no rdma_rxe; Debian's has. ``rxevm/`` boots that kernel under QEMU
 (software emulation), the guest mounts this machine's root read-only and runs
@@ -20,7 +22,7 @@ import pytest
 
 import monarch
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 HERE = Path(__file__).resolve().parent / "rxevm"
 PYVERBS = Path("/usr/lib/python3/dist-packages/pyverbs")
@@ -39,15 +41,19 @@ def missing() -> list[str]:
     return lacking
 
 
-def test_buffers_move_by_rdma_read_and_write_in_a_soft_roce_vm(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def guest(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """Boot the VM once for this module: ``(its log, what QEMU printed)``."""
     lacking = missing()
     if lacking:
         pytest.fail(f"the soft-RoCE VM cannot start: missing {', '.join(lacking)}")
+    tmp_path = tmp_path_factory.mktemp("rxevm")
     build, share = tmp_path / "build", tmp_path / "share"
     (share / "pyverbs-path").mkdir(parents=True)
     (share / "pyverbs-path" / "pyverbs").symlink_to(PYVERBS)
-    for name in ("guest-test.sh", "rdma_guest.py"):
+    for name in ("guest-test.sh", "rdma_guest.py", "transport_faults.py"):
         shutil.copy(HERE / name, share / name)
+    shutil.copy(HERE.parent / "rdma_transport_job.py", share / "rdma_transport_job.py")
     (share / "python").write_text(sys.executable)
     # The guest sees this machine's root file system but a /tmp of its own: an editable
     # install from a checkout under /tmp (CI's clean one) would be missing there, so the
@@ -64,10 +70,34 @@ def test_buffers_move_by_rdma_read_and_write_in_a_soft_roce_vm(tmp_path: Path) -
         ["bash", str(HERE / "run-vm.sh"), str(build), str(share)],
         capture_output=True,
         text=True,
-        timeout=840,
-        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "VM_TIMEOUT": "800"},
+        timeout=1440,
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "VM_TIMEOUT": "1400"},
     )
     log = (share / "guest.log").read_text() if (share / "guest.log").exists() else ""
-    assert "RDMA-VERBS-OK" in log, f"VM exit {vm.returncode}\n{vm.stdout[-2000:]}\n{log[-6000:]}"
-    assert log.count("over ibverbs") == 3
+    return log, f"VM exit {vm.returncode}\n{vm.stdout[-2000:]}"
+
+
+def test_buffers_move_by_rdma_read_and_write_in_a_soft_roce_vm(guest: tuple[str, str]) -> None:
+    log, vm = guest
+    assert "RDMA-VERBS-OK" in log, f"{vm}\n{log[-6000:]}"
+    assert log.count("read and written over ibverbs") == 3
     assert "a dead owner's buffer ends in RDMAOwnerDied" in log
+
+
+def test_actor_calls_move_large_parts_by_rdma_over_the_ibverbs_transport(
+    guest: tuple[str, str],
+) -> None:
+    log, vm = guest
+    assert "TRANSPORT-JOB-OK" in log, f"{vm}\n{log[-6000:]}"
+    assert "ok: large bytes and tensors delivered equal over the ibverbs transport" in log
+    assert "moved by RDMA READ over ibverbs" in log
+
+
+def test_the_ibverbs_transport_reads_only_what_was_offered_and_fails_on_a_dead_sender(
+    guest: tuple[str, str],
+) -> None:
+    log, vm = guest
+    assert "TRANSPORT-FAULTS-OK" in log, f"{vm}\n{log[-6000:]}"
+    assert log.count("refused by the NIC") == 2
+    assert "a dead sender fails the connection" in log
+    assert "an end with rdma_disable_ibverbs makes the connection plain TCP" in log

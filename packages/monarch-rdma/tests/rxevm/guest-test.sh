@@ -13,5 +13,8 @@ rdma link add rxe0 type rxe netdev veth0
 ibv_devices
 cd /tmp/share
 export HOME=/tmp PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=/tmp/share/monarch-src:/tmp/share/pyverbs-path
-timeout 760 "$(cat /tmp/share/python)" rdma_guest.py; echo "rdma_guest rc=$?"
+timeout 700 "$(cat /tmp/share/python)" rdma_guest.py; echo "rdma_guest rc=$?"
+# the ibverbs transport: actor calls whose large parts move by RDMA READ (same boot)
+timeout 700 "$(cat /tmp/share/python)" rdma_transport_job.py rdma; echo "transport_job rc=$?"
+timeout 400 "$(cat /tmp/share/python)" transport_faults.py; echo "transport_faults rc=$?"
 echo "DONE"

@@ -200,7 +200,7 @@ def listen_address() -> str:
     transport = current_config().default_transport
     if transport in ("unix", "ipc", "local"):
         return "unix://@"
-    if transport in ("tcp", "tls"):
+    if transport in ("tcp", "tls", "ibverbs"):
         # Every interface, known by an address other machines can reach (Runtime.start).
         return f"{transport}://0.0.0.0:0"
     return str(transport)

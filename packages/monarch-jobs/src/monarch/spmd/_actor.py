@@ -72,7 +72,7 @@ def _ip_address() -> str:
     host name's."""
     address = current_runtime().address
     scheme, _, rest = address.partition("://")
-    if scheme in ("tcp", "tls") and rest:
+    if scheme in ("tcp", "tls", "ibverbs") and rest:  # ibverbs: TCP underneath
         host = rest.rpartition(":")[0].strip("[]")
         if host:
             return host

@@ -52,9 +52,10 @@ class _Pending:
 
 
 def _tcp_host(address: str) -> str:
-    """The host our data server listens on: the runtime's own when it is on TCP, else
-    loopback (a unix-socket runtime has no peer on another host anyway)."""
-    for scheme in ("tcp://", "tls://"):
+    """The host our data server listens on: the runtime's own when it is on TCP (or
+    ``ibverbs``, TCP underneath), else loopback (a unix-socket runtime has no peer on
+    another host anyway)."""
+    for scheme in ("tcp://", "tls://", "ibverbs://"):
         if address.startswith(scheme):
             host = address[len(scheme) :].rsplit(":", 1)[0].strip("[]")
             if host and host not in ("0.0.0.0", "::"):

@@ -248,12 +248,36 @@ def _answer(
     conn: socket.socket, answers: Seal, status: int, data: memoryview | None = None
 ) -> None:
     head = bytes([status])
-    _send(conn, head)
     tagger = answers.start(head)
     has_data = data is not None and data.nbytes > 0
+    if not tagger.covers_data:
+        # The tag does not depend on the bytes: status, bytes and tag in one call, so
+        # the reader's first wake-up brings bytes, not a lone status byte.
+        parts: list[Buffer] = [head]
+        if data is not None and has_data:
+            parts.append(data)
+        parts.append(tagger.digest(has_data))
+        _send_all(conn, parts)
+        return
+    _send(conn, head)
     if data is not None and has_data:
         _send_tagged(conn, data, tagger)
     _send(conn, tagger.digest(has_data))
+
+
+def _send_all(sock: socket.socket, parts: list[Buffer]) -> None:
+    """``sendall`` of several buffers, one ``sendmsg`` while the kernel takes them whole."""
+    views = [memoryview(part).cast("B") for part in parts]
+    try:
+        while views:
+            sent = sock.sendmsg(views)
+            while views and sent >= views[0].nbytes:
+                sent -= views[0].nbytes
+                views.pop(0)
+            if views and sent:
+                views[0] = views[0][sent:]
+    except BlockingIOError:
+        raise TimeoutError("timed out sending") from None
 
 
 def _send_tagged(sock: socket.socket, data: memoryview, tagger: Tagger) -> None:
@@ -375,13 +399,17 @@ def _chunk(
             _send_tagged(sock, view, tagger)
         _send(sock, tagger.digest(length > 0))
     status = bytearray(1)
-    _recv_exact(sock, memoryview(status))
-    answer = stream.answers.start(bytes(status))
-    got = op == READ and status[0] == OK and length > 0
-    if got:
-        _recv_tagged(sock, view, answer)
     tag = bytearray(TAG_SIZE)
-    _recv_exact(sock, memoryview(tag))
+    if op == READ and length > 0 and not stream.answers.covers_data:
+        answer = _recv_untagged_answer(sock, status, view, tag, stream.answers)
+        got = status[0] == OK
+    else:
+        _recv_exact(sock, memoryview(status))
+        answer = stream.answers.start(bytes(status))
+        got = op == READ and status[0] == OK and length > 0
+        if got:
+            _recv_tagged(sock, view, answer)
+        _recv_exact(sock, memoryview(tag))
     if not hmac.compare_digest(bytes(tag), answer.digest(got)):
         consequence = "the bytes read are not to be trusted" if op == READ else "unknown"
         raise RDMATransferError(
@@ -389,6 +417,39 @@ def _chunk(
             f"the transfer's outcome: {consequence}"
         )
     _raise_for(status[0])
+
+
+def _recv_untagged_answer(
+    sock: socket.socket, status: bytearray, view: memoryview, tag: bytearray, answers: Seal
+) -> Tagger:
+    """A read's answer whose bytes are untagged (sent in one call, see ``_answer``): its
+    status and the first bytes after it, then the rest of the bytes and the tag in one
+    call that waits for all. An error answer is its status and tag only, and nothing is
+    written to ``view`` before the status is known."""
+    early = bytearray(TAG_SIZE)
+    try:
+        n = sock.recvmsg_into([memoryview(status), memoryview(early)])[0]
+    except BlockingIOError:
+        raise TimeoutError("timed out receiving") from None
+    if n == 0:
+        raise ConnectionResetError("the peer closed the connection")
+    answer = answers.start(bytes(status))
+    size = view.nbytes if status[0] == OK else 0
+    rest = [view, memoryview(tag)]
+    got = n - 1  # bytes of the answer after its status, from its start
+    into_view = min(got, size)
+    view[:into_view] = early[:into_view]
+    tag[: got - into_view] = early[into_view:got]
+    while got < size + TAG_SIZE:
+        rest = [view[got:], memoryview(tag)] if got < size else [memoryview(tag)[got - size :]]
+        try:
+            n = sock.recvmsg_into(rest, 0, socket.MSG_WAITALL)[0]
+        except BlockingIOError:
+            raise TimeoutError("timed out receiving") from None
+        if n == 0:
+            raise ConnectionResetError("the peer closed the connection")
+        got += n
+    return answer
 
 
 def _raise_for(status: int) -> None:

@@ -76,6 +76,8 @@ class Connection:
     cq: Any
     lock: threading.Lock
     broken: bool = False
+    pd: Any = None
+    """Its own protection domain (the transport's links), or None: the device's."""
 
 
 class Device:
@@ -138,12 +140,12 @@ class Device:
 
     # -- queue pairs --------------------------------------------------------------------------
 
-    def _new_qp(self) -> tuple[Any, Any]:
+    def _new_qp(self, pd: Any = None) -> tuple[Any, Any]:
         e, qp = self.v["enums"], self.v["qp"]
         cq = self.v["cq"].CQ(self.ctx, 2 * MAX_OUTSTANDING)
         cap = qp.QPCap(max_send_wr=MAX_OUTSTANDING, max_recv_wr=1, max_send_sge=1, max_recv_sge=1)
         attr = qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap)
-        return qp.QP(self.pd, attr), cq
+        return qp.QP(self.pd if pd is None else pd, attr), cq
 
     def _to_rts(self, qp: Any, remote_qpn: int, remote_gid: str) -> None:
         v = self.v
@@ -186,6 +188,24 @@ class Device:
             self._connections[owner] = made
         return made
 
+    # -- the transport's links (``_transport``) -----------------------------------------------
+
+    def open_link(self) -> Connection:
+        """A queue pair in a protection domain of its own, not connected yet: its peer can
+        reach only the memory registered in that domain (what was offered to it)."""
+        pd = self.v["pd"].PD(self.ctx)
+        qp, cq = self._new_qp(pd)
+        return Connection(qp, cq, threading.Lock(), pd=pd)
+
+    def connect_link(self, link: Connection, remote_qpn: int, remote_gid: str) -> None:
+        self._to_rts(link.qp, remote_qpn, remote_gid)
+
+    def offer(self, link: Connection, address: int, size: int) -> Any:
+        """A memory region over ``size`` bytes at ``address`` that the link's peer may only
+        read (RDMA READ), nothing around them."""
+        read_only = self.v["enums"].IBV_ACCESS_REMOTE_READ
+        return self.v["mr"].MR(link.pd, size, read_only, address=address)
+
     # -- transfers ----------------------------------------------------------------------------
 
     def transfer(
@@ -210,7 +230,8 @@ class Device:
         opcode = e.IBV_WR_RDMA_READ if op == READ else e.IBV_WR_RDMA_WRITE
         # the destination of a read is written by the NIC; the source of a write only read
         access = e.IBV_ACCESS_LOCAL_WRITE if op == READ else 0
-        mr = v["mr"].MR(self.pd, max(size, 1), access, address=local.address)
+        pd = self.pd if conn.pd is None else conn.pd
+        mr = v["mr"].MR(pd, max(size, 1), access, address=local.address)
         try:
             with conn.lock:
                 self._run(conn, opcode, chunks, mr, remote_address, rkey, deadline, gone)

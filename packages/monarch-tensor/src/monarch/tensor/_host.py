@@ -6,10 +6,10 @@ from monarch.core import current_runtime
 
 
 def reachable_host() -> str:
-    """The host of this process's network address (tcp), else loopback: where a store
+    """The host of this process's network address (tcp, tls, ibverbs), else loopback: where a store
     it serves, or a gloo device it opens, is reached by its peers."""
     address = current_runtime().address
-    if address.startswith(("tcp://", "tls://")):
+    if address.startswith(("tcp://", "tls://", "ibverbs://")):  # ibverbs: TCP underneath
         host = address.split("://", 1)[1].rsplit(":", 1)[0].strip("[]")
         if host not in ("", "0.0.0.0", "::"):
             return host

@@ -342,6 +342,7 @@ _BIND_WORDS: Final[dict[str, str]] = {
     "metatls(IpV6)": "tls",
     "metaquic(Hostname)": "tls",
     "metaquic(IpV6)": "tls",
+    "ibverbs": "ibverbs",  # ours: monarch-rdma's transport (TCP, large parts by RDMA)
 }
 """Upstream's bind-spec words (``str(BindSpec(ChannelTransport.X))``) and our transport for each."""
 
@@ -351,6 +352,7 @@ _BIND_SCHEMES: Final[dict[str, str]] = {
     "metatls": "tls",
     "unix": "unix",
     "ipc": "unix",
+    "ibverbs": "ibverbs",
 }
 """Schemes of upstream's bind-spec addresses (``tcp://host:port``, ``unix:path``) and ours."""
 
@@ -399,7 +401,13 @@ class BindSpec:
     def _shape(self) -> tuple[str, str]:
         """(the inside of upstream's repr, its str)."""
         transport = self.transport
-        kinds = {"unix": "Unix", "tcp": "Tcp(Hostname)", "tls": "Tls", "local": "Local"}
+        kinds = {
+            "unix": "Unix",
+            "tcp": "Tcp(Hostname)",
+            "tls": "Tls",
+            "local": "Local",
+            "ibverbs": "Ibverbs",
+        }
         if transport in kinds:
             shown = "tcp(Hostname)" if transport == "tcp" else transport
             return f"Any({kinds[transport]})", shown
