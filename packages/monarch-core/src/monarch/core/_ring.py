@@ -64,9 +64,13 @@ _PAGE: Final = 4096
 _ID, _HEAD, _TAIL, _AT, _HEAD_WAITER, _TAIL_WAITER, _SLOT_INFO = 0, 64, 128, 192, 256, 320, 384
 _TAKEN = 1024
 """Bytes of the loan the borrower was last done with (``at``) it took from the slots."""
-TAKEN_PATIENCE: Final = 0.005
-"""How long a lender waiting to learn what its borrower took (``Ring.taken``) waits for
-the borrower to start on the loan, and at most between two slots taken."""
+TAKEN_START: Final = 0.02
+"""How long a lender waiting to learn what its borrower took (``Ring.taken``) waits for the
+borrower to start on the loan (its frame may still be on its way; a busy machine may not
+run the borrower at once): then it copies the whole loan itself."""
+TAKEN_STALL: Final = 0.5
+"""How long it waits between two slots taken once the borrower is on the loan (a borrower
+stops taking by itself when the slots do not come)."""
 _INFO: Final = struct.Struct("<QQ")
 SIZE: Final = _PAGE + SLOTS * SLOT
 
@@ -205,7 +209,7 @@ class Ring:
         taking, or has moved on to a later loan). Waits while the borrower takes."""
         mapping, clock = self._mapping, time.monotonic
         at, tail, taken = mapping.at, mapping.tail, mapping.taken
-        done = 2 * loan + 1
+        started, done = 2 * loan, 2 * loan + 1
         last, since = tail.value, clock()
         while not self.closed:
             where = at.value
@@ -220,7 +224,7 @@ class Ring:
             emptied = tail.value
             if emptied != last:
                 last, since = emptied, now
-            elif now - since > TAKEN_PATIENCE:
+            elif now - since > (TAKEN_STALL if where == started else TAKEN_START):
                 return 0
             _wait(mapping.tail_at, emptied, 0.0002)
         return 0
