@@ -46,6 +46,46 @@ class Probe(Actor):
         return os.getpid(), os.getppid(), zygote_preload_probe.IMPORTED_BY
 
 
+class ZygoteMaps(Actor):
+    @endpoint
+    def mapped(self) -> str:
+        return Path(f"/proc/{os.getppid()}/maps").read_text()
+
+
+def test_the_zygote_imports_what_a_proc_imports_as_it_starts_serving() -> None:
+    """Its procs find uvloop loaded (an extension module: in the zygote's memory map),
+    and nothing else imported between a fork and the proc's listening and dialing."""
+    procs = this_host().spawn_procs(per_host={"gpus": 2})  # two at once: forks
+    maps = procs.spawn("maps", ZygoteMaps).mapped.call().get(timeout=60).values()
+    procs.stop().get(timeout=60)
+    assert all("/uvloop/loop." in mapped for mapped in maps)
+    done = subprocess.run([sys.executable, "-c", PROC_START], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["uvloop", "[]"]
+
+
+PROC_START = """if True:
+    import os, sys
+    from monarch.core._bootstrap import import_proc_start
+    from monarch.core._runtime import Runtime, new_event_loop
+    from monarch.core._runtime._peers import dial
+
+    import_proc_start()
+    before = set(sys.modules)
+    loop = new_event_loop()
+    runtime = Runtime(loop, os.urandom(32))
+
+    async def serve() -> None:
+        await runtime.start("unix://@")
+        conn = await dial(runtime, runtime.address)
+        await conn.aclose()
+        await runtime.aclose()
+
+    loop.run_until_complete(serve())
+    print(type(loop).__module__, sorted(set(sys.modules) - before))
+"""
+
+
 def test_procs_find_the_modules_of_proc_preload_imported_by_their_zygote() -> None:
     with configured(proc_preload="zygote_preload_probe, not_a_module_anywhere"):
         procs = this_host().spawn_procs(per_host={"gpus": 2})

@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import atexit
 import ctypes
+import contextlib
 import functools
 import gc
+import importlib
 import io
 import logging
 import os
@@ -31,7 +33,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from monarch.transport import MIN_SECRET_SIZE, Address, Buffer
+from monarch.transport import MIN_SECRET_SIZE, Address, Buffer, get_transport
 
 from ._actor_mesh import handle_actor_failed, handle_how_ended
 from ._adopt import adopt_listener
@@ -282,6 +284,24 @@ async def serve_proc() -> None:
     await asyncio.sleep(0)  # let what the release scheduled run before the loop closes
     shutdown_instrumentation()  # what telemetry holds goes out while the loop still runs
     await runtime.aclose()
+
+
+PROC_START_MODULES: Final = ("uvloop", "anyio._backends._asyncio")
+"""What a proc imports only as it starts serving, beyond what importing the core brings:
+its event loop's module and anyio's asyncio backend (its first listen and dial)."""
+
+
+def import_proc_start() -> None:
+    """Import now what a proc imports only as it starts serving (``PROC_START_MODULES``,
+    and the transports it listens and dials with): a zygote does, so that none of the
+    procs it forks spends ~20 ms on it, each at its start."""
+    for name in PROC_START_MODULES:
+        if name == "uvloop" and current_config().event_loop == "asyncio":
+            continue
+        with contextlib.suppress(ImportError):  # no uvloop; anyio laid out otherwise
+            importlib.import_module(name)
+    for scheme in ("unix", "tcp"):
+        get_transport(scheme)
 
 
 def run_proc() -> None:

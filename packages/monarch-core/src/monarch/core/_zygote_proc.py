@@ -20,7 +20,7 @@ from typing import Final
 
 import msgspec
 
-from ._bootstrap import die_with_parent, run_proc
+from ._bootstrap import die_with_parent, import_proc_start, run_proc
 from ._config import KEYS, reload_from_environment
 from ._messages import ZygoteExited, ZygoteFork, ZygoteForked, decode_zygote, encode_body
 from ._zygote import FD_ENV, MAX_MESSAGE
@@ -190,6 +190,7 @@ def serve_zygote(sock: socket.socket) -> None:
     die_with_parent()
     if os.getppid() == 1:
         sys.exit("monarch zygote: its agent is already gone")
+    import_proc_start()  # once here, not in every proc
     woken, wake = os.pipe()
     try:
         serve(sock, woken, wake)
