@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import ctypes
 import contextlib
+import ctypes
 import functools
 import gc
 import importlib
