@@ -154,24 +154,24 @@ def main() -> None:
                     print(f"rep {rep} {impl.name}: {shown}", file=sys.stderr, flush=True)
     names = [impl.name for impl in impls]
     figures = [
-        {"name": name, "impl": impl, "label": label, "unit": "s", **summarize(values)}
+        {"name": name, "impl": who, "label": label, "unit": "s", **summarize(values)}
         for name, label in FIGURES.items()
-        for impl in names
-        if (values := samples.get((name, impl)))
+        for who in names
+        if (values := samples.get((name, who)))
     ]
     medians = {(f["name"], f["impl"]): f["median"] for f in figures}
     targets = [
         ratio_entry(
             name,
             target,
-            medians.get((name, impl)),
+            medians.get((name, who)),
             medians.get((name, "upstream")),
             higher_is_better=False,
-            impl=impl,
+            impl=who,
         )
         for name, target in TARGETS.items()
-        for impl in names
-        if impl != "upstream"
+        for who in names
+        if who != "upstream"
     ]
     doc = {
         "benchmark": "start",
@@ -190,12 +190,12 @@ def main() -> None:
     rows = []
     for name, label in FIGURES.items():
         row: list[str] = [label]
-        for impl in names:
-            fig = next((f for f in figures if f["name"] == name and f["impl"] == impl), None)
+        for who in names:
+            fig = next((f for f in figures if f["name"] == name and f["impl"] == who), None)
             row.append(f"{fmt_num(fig['median'])} ±{fig['spread']:.0%}" if fig else "-")
-        for impl in ("monarch", "baseline"):
-            ours, theirs = medians.get((name, impl)), medians.get((name, "upstream"))
-            if impl in names and "upstream" in names:
+        for who in ("monarch", "baseline"):
+            ours, theirs = medians.get((name, who)), medians.get((name, "upstream"))
+            if who in names and "upstream" in names:
                 row.append(fmt_num(ours / theirs) if ours and theirs else "-")
         if "baseline" in names:
             ours, before = medians.get((name, "monarch")), medians.get((name, "baseline"))
