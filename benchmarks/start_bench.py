@@ -189,6 +189,8 @@ def main() -> None:
     out = write_json(args.out, doc)
     rows = []
     for name, label in FIGURES.items():
+        if not any((name, who) in medians for who in names):
+            continue  # a workload not run
         row: list[str] = [label]
         for who in names:
             fig = next((f for f in figures if f["name"] == name and f["impl"] == who), None)
