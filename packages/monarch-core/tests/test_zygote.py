@@ -180,8 +180,27 @@ def test_with_fork_procs_off_each_proc_is_a_new_python() -> None:
     with configured(fork_procs=False):
         procs = this_host().spawn_procs(per_host={"gpus": 2})
         found = procs.spawn("where", Where).where.call().get(timeout=60).values()
+        collecting = procs.spawn("gc", Collecting).collecting.call().get(timeout=60).values()
     assert {parent for _, parent, *_ in found} == {os.getpid()}
     procs.stop().get(timeout=60)
+    assert list(collecting) == [True, True]
+
+
+class Collecting(Actor):
+    @endpoint
+    def collecting(self) -> bool:
+        """Whether this proc's collector runs (off while a proc or a zygote imports the
+        core, on again once it has frozen what it imported)."""
+        import gc
+
+        return gc.isenabled()
+
+
+def test_forked_procs_collect_garbage_once_started() -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 2})  # forks of the zygote
+    collecting = procs.spawn("gc", Collecting).collecting.call().get(timeout=60).values()
+    procs.stop().get(timeout=60)
+    assert list(collecting) == [True, True]
 
 
 def test_a_killed_zygote_fails_its_procs_and_later_procs_start_without_it() -> None:

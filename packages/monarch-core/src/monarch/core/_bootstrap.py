@@ -276,6 +276,7 @@ async def serve_proc() -> None:
     # collector's sight, a full collection walks only what actors made since, not the
     # whole heap (under a stream of messages those cost a third of a proc's time).
     gc.freeze()
+    gc.enable()  # off since the core's import in a proc started as a program (__init__)
     runtime.watch_peer(parent, lambda address, exc: runtime.stopped.set())
     ready = ProcReady(runtime.address, os.getpid(), int(os.environ[RANK_ENV]))
     runtime.send_to_port(PortRef(ready_proc, int(ready_port)), ready)

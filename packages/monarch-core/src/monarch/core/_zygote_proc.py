@@ -10,6 +10,7 @@ its agent.
 from __future__ import annotations
 
 import ctypes
+import gc
 import importlib
 import os
 import select
@@ -191,6 +192,8 @@ def serve_zygote(sock: socket.socket) -> None:
     if os.getppid() == 1:
         sys.exit("monarch zygote: its agent is already gone")
     import_proc_start()  # once here, not in every proc
+    gc.freeze()  # what the zygote imported: never scanned again, here or in its procs
+    gc.enable()  # off since the core's import (see __init__)
     woken, wake = os.pipe()
     try:
         serve(sock, woken, wake)
