@@ -25,7 +25,6 @@ import io
 import logging
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -482,6 +481,8 @@ def proc_command(launch: Launch, python: str) -> tuple[list[str], str | None]:
     bind = launch.bind
     numa = [f"--{key}={bind[key]}" for key in ("cpunodebind", "membind") if key in bind]
     if numa:
+        import shutil  # only for numactl: not imported by every proc
+
         numactl = shutil.which("numactl")
         if numactl is None:
             raise ValueError("proc_bind cpunodebind/membind need numactl, which is not installed")
