@@ -104,9 +104,10 @@ class Forker:
                 self.process.wait()
                 return
             *lines, self._partial = (self._partial + data).split(b"\n")
-            self.pids.extend(int(line) for line in lines if line.strip())
+            self.pids.extend(int(line) for line in lines if line.strip().isdigit())
         if len(self.pids) == self.count:
             self.process.wait()  # it exits right after its last fork
+            out.close()
 
 
 ABANDON_WAIT: Final = 5.0
