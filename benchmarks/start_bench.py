@@ -122,6 +122,22 @@ def implementations(args: argparse.Namespace, pycache: str) -> list[Impl]:
     return impls
 
 
+def _commit(checkout: str) -> str | None:
+    """The commit a checkout is at (with ``+`` when it has changes), if it is one."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", checkout, "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", checkout, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return None
+    return (head + ("+" if dirty else "")) or None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--reps", type=int, default=8, help="timed repetitions (after one)")
@@ -180,6 +196,8 @@ def main() -> None:
             "reps": args.reps,
             "impls": names,
             "baseline": args.baseline,
+            "baseline_commit": args.baseline and _commit(args.baseline),
+            "commit": _commit(str(HERE.parent)),
             "workloads": workloads,
         },
         "figures": figures,
