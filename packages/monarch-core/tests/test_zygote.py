@@ -3,6 +3,7 @@ procs started as new Pythons do, and a dead zygote takes its procs, not the agen
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -44,6 +45,47 @@ class Probe(Actor):
         import zygote_preload_probe
 
         return os.getpid(), os.getppid(), zygote_preload_probe.IMPORTED_BY
+
+
+class ZygoteMaps(Actor):
+    @endpoint
+    def mapped(self) -> str:
+        return Path(f"/proc/{os.getppid()}/maps").read_text()
+
+
+def test_the_zygote_imports_what_a_proc_imports_as_it_starts_serving() -> None:
+    """Its procs find uvloop loaded (an extension module: in the zygote's memory map),
+    and nothing else imported between a fork and the proc's listening and dialing."""
+    uvloop = importlib.util.find_spec("uvloop") is not None  # not a dependency: optional
+    procs = this_host().spawn_procs(per_host={"gpus": 2})  # two at once: forks
+    maps = procs.spawn("maps", ZygoteMaps).mapped.call().get(timeout=60).values()
+    procs.stop().get(timeout=60)
+    assert all(("/uvloop/loop." in mapped) == uvloop for mapped in maps)
+    done = subprocess.run([sys.executable, "-c", PROC_START], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == [str(uvloop), "[]"]
+
+
+PROC_START = """if True:
+    import os, sys
+    from monarch.core._bootstrap import import_proc_start
+    from monarch.core._runtime import Runtime, new_event_loop
+    from monarch.core._runtime._peers import dial
+
+    import_proc_start()
+    before = set(sys.modules)
+    loop = new_event_loop()
+    runtime = Runtime(loop, os.urandom(32))
+
+    async def serve() -> None:
+        await runtime.start("unix://@")
+        conn = await dial(runtime, runtime.address)
+        await conn.aclose()
+        await runtime.aclose()
+
+    loop.run_until_complete(serve())
+    print(type(loop).__module__ == "uvloop", sorted(set(sys.modules) - before))
+"""
 
 
 def test_procs_find_the_modules_of_proc_preload_imported_by_their_zygote() -> None:
@@ -140,8 +182,27 @@ def test_with_fork_procs_off_each_proc_is_a_new_python() -> None:
     with configured(fork_procs=False):
         procs = this_host().spawn_procs(per_host={"gpus": 2})
         found = procs.spawn("where", Where).where.call().get(timeout=60).values()
+        collecting = procs.spawn("gc", Collecting).collecting.call().get(timeout=60).values()
     assert {parent for _, parent, *_ in found} == {os.getpid()}
     procs.stop().get(timeout=60)
+    assert list(collecting) == [True, True]
+
+
+class Collecting(Actor):
+    @endpoint
+    def collecting(self) -> bool:
+        """Whether this proc's collector runs (off while a proc or a zygote imports the
+        core, on again once it has frozen what it imported)."""
+        import gc
+
+        return gc.isenabled()
+
+
+def test_forked_procs_collect_garbage_once_started() -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 2})  # forks of the zygote
+    collecting = procs.spawn("gc", Collecting).collecting.call().get(timeout=60).values()
+    procs.stop().get(timeout=60)
+    assert list(collecting) == [True, True]
 
 
 def test_a_killed_zygote_fails_its_procs_and_later_procs_start_without_it() -> None:

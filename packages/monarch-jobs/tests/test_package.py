@@ -38,10 +38,12 @@ def test_every_public_name_imports_and_dir_lists_it() -> None:
 
 
 def test_a_local_worker_starts_without_the_client_side_or_plugin_discovery() -> None:
-    """ProcessJob's workers (``python -m monarch.job._worker``) import neither the job
-    classes nor importlib.metadata: each costs a worker's start for nothing."""
+    """ProcessJob's workers (``python -m monarch.job._worker``, or forked by ``python -m
+    monarch.job._fork``) import neither the job classes nor importlib.metadata: each costs
+    a worker's start for nothing."""
     code = (
-        "import sys, monarch.job._worker; "
+        "import sys, monarch.job._worker, monarch.job._fork, monarch.core._bootstrap as b; "
+        "b.import_proc_start(); "
         "print(sorted(m for m in ('monarch.job._process', 'monarch.job._exec', "
         "'importlib.metadata') if m in sys.modules))"
     )

@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import subprocess
+import sys
+from importlib.metadata import entry_points
 
 import anyio
 import pytest
@@ -332,6 +335,42 @@ async def _raw_connect(address: Address) -> anyio.abc.SocketStream:
 
 async def test_tcp_transport_object_is_shared() -> None:
     assert get_transport("tcp") is get_transport("tcp")
+
+
+def test_this_wheel_s_transports_are_its_entry_points() -> None:
+    from monarch.transport._registry import BUILTIN
+
+    ours = {
+        ep.name: ep.value
+        for ep in entry_points(group="monarch.transports")
+        if ep.dist is not None and ep.dist.name == "monarch-transport"
+    }
+    assert ours == BUILTIN
+    for scheme, value in BUILTIN.items():
+        assert type(get_transport(scheme)).__name__ == value.rpartition(":")[2]
+
+
+def test_a_process_listens_and_dials_without_reading_entry_points() -> None:
+    """Every proc and client listens and dials as it starts: reading the installed
+    distributions' entry points there would cost each ~25 ms."""
+    code = (
+        "import os, sys, anyio\n"
+        "from monarch.transport import open_connection, open_listener\n"
+        "async def main():\n"
+        "    secret = os.urandom(32)\n"
+        "    listener = await open_listener('unix://@', secret=secret)\n"
+        "    async with anyio.create_task_group() as tg:\n"
+        "        async def handle(conn):\n"
+        "            pass\n"
+        "        tg.start_soon(listener.serve, handle)\n"
+        "        conn = await open_connection(listener.address, secret=secret)\n"
+        "        await conn.aclose()\n"
+        "        await listener.aclose()\n"
+        "anyio.run(main)\n"
+        "print('importlib.metadata' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
 
 
 async def test_malformed_frame_after_handshake_closes_with_log(

@@ -17,6 +17,15 @@ the package README); ``_bootstrap``, at the top, alone starts a runtime, and imp
 ``monarch.core`` makes it the starter of ``current_runtime()``.
 """
 
+import gc as _gc
+import sys as _sys
+
+if _sys.orig_argv[-2:] in (["-m", "monarch.core._proc"], ["-m", "monarch.core._zygote_proc"]):
+    # A proc (or a zygote) starting: importing the core makes ~50,000 objects and next to no
+    # garbage. The collector stays off until the process has frozen them (``serve_proc``,
+    # ``serve_zygote``): its passes over them would cost ~6 ms of the proc's start.
+    _gc.disable()
+
 from ._actor_mesh import ActorMesh, proc_addresses, spawn_actor_mesh
 from ._bootstrap import SECRET_ENV, job_secret, use_job_secret
 from ._code_sync import (

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import ctypes
 import functools
 import gc
+import importlib
 import io
 import logging
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,7 +32,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from monarch.transport import MIN_SECRET_SIZE, Address, Buffer
+from monarch.transport import MIN_SECRET_SIZE, Address, Buffer, get_transport
 
 from ._actor_mesh import handle_actor_failed, handle_how_ended
 from ._adopt import adopt_listener
@@ -274,6 +275,7 @@ async def serve_proc() -> None:
     # collector's sight, a full collection walks only what actors made since, not the
     # whole heap (under a stream of messages those cost a third of a proc's time).
     gc.freeze()
+    gc.enable()  # off since the core's import in a proc started as a program (__init__)
     runtime.watch_peer(parent, lambda address, exc: runtime.stopped.set())
     ready = ProcReady(runtime.address, os.getpid(), int(os.environ[RANK_ENV]))
     runtime.send_to_port(PortRef(ready_proc, int(ready_port)), ready)
@@ -282,6 +284,24 @@ async def serve_proc() -> None:
     await asyncio.sleep(0)  # let what the release scheduled run before the loop closes
     shutdown_instrumentation()  # what telemetry holds goes out while the loop still runs
     await runtime.aclose()
+
+
+PROC_START_MODULES: Final = ("uvloop", "anyio._backends._asyncio")
+"""What a proc imports only as it starts serving, beyond what importing the core brings:
+its event loop's module and anyio's asyncio backend (its first listen and dial)."""
+
+
+def import_proc_start() -> None:
+    """Import now what a proc imports only as it starts serving (``PROC_START_MODULES``,
+    and the transports it listens and dials with): a zygote does, so that none of the
+    procs it forks spends ~20 ms on it, each at its start."""
+    for name in PROC_START_MODULES:
+        if name == "uvloop" and current_config().event_loop == "asyncio":
+            continue
+        with contextlib.suppress(ImportError):  # no uvloop; anyio laid out otherwise
+            importlib.import_module(name)
+    for scheme in ("unix", "tcp"):
+        get_transport(scheme)
 
 
 def run_proc() -> None:
@@ -461,6 +481,8 @@ def proc_command(launch: Launch, python: str) -> tuple[list[str], str | None]:
     bind = launch.bind
     numa = [f"--{key}={bind[key]}" for key in ("cpunodebind", "membind") if key in bind]
     if numa:
+        import shutil  # only for numactl: not imported by every proc
+
         numactl = shutil.which("numactl")
         if numactl is None:
             raise ValueError("proc_bind cpunodebind/membind need numactl, which is not installed")

@@ -7,7 +7,6 @@ proc. What travels to the agent is a ``Launch`` (``_messages``).
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Mapping
 from typing import Final
@@ -66,6 +65,8 @@ class BootstrapCommand:
 
     def __repr__(self) -> str:
         # Upstream's (a Rust Debug rendering): args as JSON strings, env values as Options.
+        import json  # here only: not imported by every process
+
         args = "[" + ", ".join(json.dumps(arg) for arg in self.args) + "]"
         env = ", ".join(
             f"{json.dumps(k)}: {'None' if v is None else f'Some({json.dumps(v)})'}"

@@ -30,7 +30,6 @@ import ipaddress
 import os
 import socket
 import ssl
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -87,6 +86,8 @@ class TlsIdentity:
 
 def _load_chain(context: ssl.SSLContext, chain: bytes) -> None:
     """``load_cert_chain`` from bytes: ssl reads only files, so through a private one."""
+    import tempfile  # with shutil: ~2 ms that a process without TLS need not import
+
     with tempfile.TemporaryDirectory(prefix="monarch-tls-") as folder:
         path = Path(folder) / "chain.pem"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

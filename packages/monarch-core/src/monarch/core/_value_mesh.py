@@ -15,7 +15,6 @@ the access that triggered it and nothing is cached, so the next access tries aga
 
 from __future__ import annotations
 
-import html
 import operator
 import pickle
 import threading
@@ -289,6 +288,8 @@ class ValueMesh(MeshTrait, Generic[R]):
     def _repr_html_(self) -> str:
         """A table for notebooks: a column per dimension, then the value (the first
         ``HTML_ROWS`` members; the count of the rest below)."""
+        import html  # for notebooks only: not imported by every process
+
         labels = list(self._shape.labels)
         extent = html.escape(str(self._shape.extent))
         head = "".join(f"<th>{html.escape(label)}</th>" for label in labels)

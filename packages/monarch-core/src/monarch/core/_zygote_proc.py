@@ -10,6 +10,7 @@ its agent.
 from __future__ import annotations
 
 import ctypes
+import gc
 import importlib
 import os
 import select
@@ -20,7 +21,7 @@ from typing import Final
 
 import msgspec
 
-from ._bootstrap import die_with_parent, run_proc
+from ._bootstrap import die_with_parent, import_proc_start, run_proc
 from ._config import KEYS, reload_from_environment
 from ._messages import ZygoteExited, ZygoteFork, ZygoteForked, decode_zygote, encode_body
 from ._zygote import FD_ENV, MAX_MESSAGE
@@ -190,6 +191,9 @@ def serve_zygote(sock: socket.socket) -> None:
     die_with_parent()
     if os.getppid() == 1:
         sys.exit("monarch zygote: its agent is already gone")
+    import_proc_start()  # once here, not in every proc
+    gc.freeze()  # what the zygote imported: never scanned again, here or in its procs
+    gc.enable()  # off since the core's import (see __init__)
     woken, wake = os.pipe()
     try:
         serve(sock, woken, wake)

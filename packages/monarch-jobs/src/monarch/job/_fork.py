@@ -1,102 +1,169 @@
-"""Local workers forked from the client: a ``ProcessJob`` host without a Python start.
+"""Local workers forked from one fresh Python: a ``ProcessJob``'s hosts for one start.
 
-A ``monarch worker`` started as a program spends nearly all of its start (0.2-0.3 s of
-CPU here, most of a fresh job's wait) starting Python and importing ``monarch.core``,
-which the client has already done. So where it is safe, ``ProcessJob`` forks the client
-instead: the child leaves the client's session, drops every file descriptor the client
-had (a worker must not hold the script's pipes or sockets open after the script ends),
-logs to its own file and runs the worker loop (``start_worker_loop_forever``), then ends
-with ``os._exit`` (no finalizer or ``atexit`` of the client runs there).
+Every local worker needs a fresh Python that has imported ``monarch.core``: for itself,
+and above all for the zygote its procs are forked from (``fork_procs``), which must not be
+a fork of the user's script (its ``__main__``, ``atexit`` handlers, threads or a CUDA
+context would be in every proc). A worker forked from the script had to start its zygote
+as a program; a worker started as a program pays that start itself (then forks its
+zygote); either way one start (~0.1 s of CPU here) per worker, all at once on a small
+machine, before the first proc can answer. So ``ProcessJob`` starts one Python, ``python
+-m monarch.job._fork`` (the forker), which imports what a worker, its zygote and its procs
+run, then forks every worker: each leaves into a session of its own, takes its log as
+stdout and stderr, and runs as ``monarch worker`` does, forking its zygote first, before
+any thread (ready before the worker listens). The forker prints each worker's pid as it
+forks it, then exits.
 
-Safe means: Linux, no Monarch runtime started yet in the client, no other Python thread
-and no running event loop (what a fork copies of those would be broken), the
-``MONARCH_JOBS_FORK_WORKERS`` variable not ``0``. Otherwise workers are started as the
-program (``python -m monarch.job._worker``).
+Where fork is not available (not Linux) or ``MONARCH_JOBS_FORK_WORKERS`` is ``0``, workers
+are started as programs (``python -m monarch.job._worker``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import faulthandler
+import argparse
 import gc
-import logging
 import os
-import signal
+import select
+import subprocess
 import sys
-import threading
-import traceback
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from typing import Final
 
-from monarch.actor import start_worker_loop_forever
-from monarch.core import running_runtime
-
 SWITCH: Final = "MONARCH_JOBS_FORK_WORKERS"
-"""``0`` starts ProcessJob workers as programs even where forking is safe."""
+"""``0`` starts ProcessJob workers as programs even where they could be forked."""
+FORKER: Final = (sys.executable, "-m", "monarch.job._fork")
 
 
 def can_fork() -> bool:
-    """Whether the client may fork its workers now (see the module docstring)."""
-    return (
-        sys.platform.startswith("linux")
-        and os.environ.get(SWITCH, "1") != "0"
-        and running_runtime() is None
-        and threading.active_count() == 1
-        and asyncio._get_running_loop() is None
+    """Whether a job's workers may be forked by a forker (see the module docstring)."""
+    return sys.platform.startswith("linux") and os.environ.get(SWITCH, "1") != "0"
+
+
+class Forker:
+    """The forker of a job's workers, as the client sees it: started at once, asked for
+    the workers' pids later (meanwhile the client starts its own runtime)."""
+
+    def __init__(
+        self, workers: Sequence[tuple[str, str]], env: Mapping[str, str], log: str
+    ) -> None:
+        """``workers``: each worker's address and log (which exists already); ``env``: their
+        environment (with the job secret); ``log``: the forker's own output."""
+        self.count = len(workers)
+        self.log = log
+        self.pids: list[int] = []
+        self._partial = b""
+        args = [arg for address, path in workers for arg in ("--worker", address, path)]
+        with open(log, "wb") as err:
+            self.process = subprocess.Popen(
+                [*FORKER, *args],
+                env={**env, "PYTHONPATH": _python_path(env)},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                start_new_session=True,  # a Ctrl-C of the script does not stop it halfway
+            )
+
+    def wait_pids(self, timeout: float) -> list[int]:
+        """Every worker's pid once all are forked; JobError if the forker fails first."""
+        self._read(time.monotonic() + timeout)
+        code = self.process.poll() if len(self.pids) == self.count else None
+        if len(self.pids) < self.count or code not in (None, 0):
+            from ._trait import JobError  # not in the forker: it imports what workers run
+
+            self.abandon()
+            with open(self.log, "rb") as err:
+                said = err.read()[-2000:].decode(errors="replace").strip()
+            raise JobError(
+                f"the process forking the job's workers forked {len(self.pids)} of "
+                f"{self.count} and exited with {self.process.returncode}: {said or 'no output'}"
+            )
+        return self.pids
+
+    def abandon(self) -> list[int]:
+        """The pids of the workers forked so far, once the forker is gone (it is given a
+        few seconds to end by itself, then killed): the client is giving up on them."""
+        self._read(time.monotonic() + ABANDON_WAIT)
+        if self.process.poll() is None:
+            self.process.kill()
+        self._read(time.monotonic() + ABANDON_WAIT)  # what it said before it was killed
+        self.process.wait()
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+        return self.pids
+
+    def _read(self, deadline: float) -> None:
+        """Read pids until all are known, the forker's output ends, or ``deadline``."""
+        out = self.process.stdout
+        assert out is not None
+        while len(self.pids) < self.count and not out.closed:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([out], [], [], left)[0]:
+                return
+            data = os.read(out.fileno(), 4096)
+            if not data:
+                self.process.wait()
+                return
+            *lines, self._partial = (self._partial + data).split(b"\n")
+            self.pids.extend(int(line) for line in lines if line.strip().isdigit())
+        if len(self.pids) == self.count:
+            self.process.wait()  # it exits right after its last fork
+            out.close()
+
+
+ABANDON_WAIT: Final = 5.0
+"""Seconds a forker the client gives up on has to end by itself (its forks are quick)."""
+
+
+def _python_path(env: Mapping[str, str]) -> str:
+    """The forker's path: the client's (a worker forked from the client had it: its procs
+    import the user's modules as the client does), after the job's own ``PYTHONPATH``."""
+    own = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(dict.fromkeys([*own, *(p for p in sys.path if p)]))
+
+
+# -- the forker ------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Fork every worker asked for, then end; in each worker, serve as it (returns its
+    exit status there)."""
+    parser = argparse.ArgumentParser(prog="python -m monarch.job._fork")
+    parser.add_argument(
+        "--worker", nargs=2, action="append", required=True, metavar=("ADDRESS", "LOG")
     )
+    args = parser.parse_args(argv)
+    # Importing makes ~50,000 objects and next to no garbage: no collection meanwhile (~8 ms
+    # of passes over them), and all of them out of the collector's sight in the forks.
+    gc.disable()
+    from monarch.core._bootstrap import import_proc_start
 
+    from ._worker import main as worker_main
 
-def fork_worker(address: str, log: str, env: Mapping[str, str]) -> int:
-    """Fork a worker listening at ``address`` (its output in ``log``, ``env`` its
-    environment, with the job secret); the child's pid. It prints ``address`` as the
-    first line of the log once it listens, as ``monarch worker`` does."""
-    with open(log, "wb"):
-        pass  # there before the fork: the client reads it at once
-    sys.stdout.flush()
-    sys.stderr.flush()
-    gc.collect()  # what is garbage now is not finalized in the child (see gc.freeze)
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 1
-    try:
-        _become_worker_process(log, env)
-        done = start_worker_loop_forever(address=address)
-        print(address, flush=True)
-        print(f"monarch worker: serving as host agent at {address}", file=sys.stderr, flush=True)
-        done.get()
-        code = 0
-    except BaseException:  # noqa: BLE001 - said in the log, then the child ends
-        traceback.print_exc()
+    import_proc_start()  # once here, for every worker, zygote and proc forked after
+    gc.freeze()
+    gc.enable()
+    for address, log in args.worker:
+        sys.stdout.flush()
         sys.stderr.flush()
-    finally:
-        os._exit(code)
+        pid = os.fork()
+        if pid == 0:
+            _become_worker_process(log)
+            return worker_main(["--listen", address])
+        print(pid, flush=True)
+    os._exit(0)  # at once: the client waits for this exit (no interpreter teardown)
 
 
-def _become_worker_process(log: str, env: Mapping[str, str]) -> None:
-    """In the child: a session of its own, none of the client's descriptors, objects or
-    log handlers, the log as stdout and stderr, the worker's environment."""
+def _become_worker_process(log: str) -> None:
+    """In a forked worker: a session of its own, its log as stdout and stderr, nothing
+    else of the forker's open."""
     os.setsid()
-    gc.freeze()  # the client's objects: never finalized here (their descriptors are gone)
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, signal.SIG_DFL)  # the client's handlers are not the worker's
-    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     null = os.open(os.devnull, os.O_RDONLY)
-    out = os.open(log, os.O_WRONLY | os.O_APPEND)  # made by the client before the fork
+    out = os.open(log, os.O_WRONLY | os.O_APPEND)  # made by the client
     os.dup2(null, 0)
-    os.dup2(out, 1)
+    os.dup2(out, 1)  # the pipe to the client: closed here
     os.dup2(out, 2)
-    os.close(null)
-    os.close(out)
-    # The client's sys.stdout may be another file (pytest's capture): its descriptor is
-    # gone, and its number may be a socket of the worker's next. Streams over 0-2 anew.
-    sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's, never closed
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr  # type: ignore[misc]
-    faulthandler.enable(sys.stderr)  # the client's, if any, wrote to a descriptor gone here
-    # The client's log handlers write to descriptors gone here: dropped, never closed.
-    logging.root.handlers[:] = []
-    logging.basicConfig(level=logging.WARNING, format="monarch worker: %(message)s")
-    os.environ.clear()
-    os.environ.update(env)
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -23,7 +23,7 @@ from monarch.core import (
     this_host,
 )
 
-from ._fork import can_fork, fork_worker
+from ._fork import Forker, can_fork
 from ._state import JobState, attached_state
 from ._trait import BATCH_ENV, JobError, JobTrait, checked_meshes, no_batch_mode
 
@@ -31,6 +31,9 @@ START_TIMEOUT: Final = 60.0
 """Seconds a worker has to say it listens."""
 WORKER: Final = (sys.executable, "-m", "monarch.job._worker")
 """``monarch worker`` without the command's plug-in discovery (see ``_worker``)."""
+LISTEN_POLL: Final = 0.002
+"""Seconds between looks at a starting worker's log: a worker listens ~0.15 s after the
+job's start, and each look costs microseconds (10 ms cost the first replies 5 ms)."""
 KILL_GRACE: Final = 10.0
 """Seconds a worker's process group has to end after SIGTERM before SIGKILL."""
 
@@ -153,8 +156,8 @@ def _start_time(pid: int) -> str | None:
 
 class ProcessJob(JobTrait):
     """``meshes``: hosts per mesh name (``{"hosts": 2}``); each host is a ``monarch worker``
-    on this machine, in a session of its own, logging to a file (``logs``): forked from
-    this process where that is safe (``_fork``), else started as a program."""
+    on this machine, in a session of its own, logging to a file (``logs``): all forked
+    from one fresh Python (``_fork``), or each started as a program."""
 
     def __init__(self, meshes: Mapping[str, int], env: Mapping[str, str] | None = None) -> None:
         super().__init__()
@@ -177,24 +180,35 @@ class ProcessJob(JobTrait):
         self._secret = job_secret()
         self.logs.mkdir(mode=0o700, parents=True, exist_ok=True)
         env = {**os.environ, **self._env, SECRET_ENV: self._secret.hex()}
-        fork = can_fork()
-        started: list[_Worker] = []
+        names = [name for name, count in self._meshes.items() for _ in range(count)]
+        ranks = [rank for count in self._meshes.values() for rank in range(count)]
+        specs = [
+            (f"unix://@monarch-job-{self._id}-{name}-{rank}", str(self.logs / f"{name}-{rank}.log"))
+            for name, rank in zip(names, ranks, strict=True)
+        ]
+        forker: Forker | None = None
+        pids: list[int] = []
         try:
-            for name, count in self._meshes.items():
-                for rank in range(count):
-                    address = f"unix://@monarch-job-{self._id}-{name}-{rank}"
-                    log = str(self.logs / f"{name}-{rank}.log")
-                    pid = fork_worker(address, log, env) if fork else _run_worker(address, log, env)
-                    started.append(_Worker(address, pid, log))
+            if can_fork():
+                for _, log in specs:
+                    Path(log).touch(0o600)  # there before the worker: the client reads it
+                forker = Forker(specs, env, str(self.logs / "forker.log"))
+            else:
+                for address, log in specs:
+                    pids.append(_run_worker(address, log, env))
             if self._attaching:
                 current_runtime()  # the client's own start, while the workers start theirs
+            if forker is not None:
+                pids = forker.wait_pids(START_TIMEOUT)
+            started = [
+                _Worker(address, pid, log) for (address, log), pid in zip(specs, pids, strict=True)
+            ]
             for worker in started:
                 _wait_listening(worker)
         except BaseException:
-            _end_groups([worker.pid for worker in started])
+            _end_groups(forker.abandon() if forker is not None else pids)
             raise
         self._workers = {name: [] for name in self._meshes}
-        names = [name for name, count in self._meshes.items() for _ in range(count)]
         for name, worker in zip(names, started, strict=True):
             self._workers[name].append(worker)
 
@@ -242,7 +256,7 @@ def _wait_listening(worker: _Worker) -> None:
             )
         if time.monotonic() > deadline:
             raise JobError(f"worker {worker.address} did not listen within {START_TIMEOUT:g}s")
-        time.sleep(0.01)
+        time.sleep(LISTEN_POLL)
 
 
 def _tail(path: str, size: int = 2000) -> str:

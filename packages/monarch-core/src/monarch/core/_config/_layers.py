@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import threading
-import tomllib
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
@@ -172,6 +171,8 @@ def _read_environment(environ: Mapping[str, str]) -> dict[str, Any]:
 
 def _read_file(path: str) -> dict[str, Any]:
     """The TOML file layer (top-level ``key = value``); problems are logged and skipped."""
+    import tomllib  # only where a file is configured: not imported by every process
+
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)

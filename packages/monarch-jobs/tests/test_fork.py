@@ -1,0 +1,50 @@
+"""The forker of a ProcessJob's workers (``_fork``): real processes, its failures said."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from pathlib import Path
+
+import pytest
+from jobkit import alive, wait_until
+
+from monarch.core import SECRET_ENV
+from monarch.job import JobError
+from monarch.job._fork import Forker
+
+
+def test_a_forker_that_cannot_start_is_a_job_error_with_what_it_said(tmp_path: Path) -> None:
+    broken = tmp_path / "broken" / "monarch"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('no monarch in this environment')\n")
+    log = tmp_path / "w.log"
+    log.touch()
+    env = {**os.environ, "PYTHONPATH": str(broken.parent)}  # the job's own path comes first
+    forker = Forker([("unix://@never", str(log))], env, str(tmp_path / "forker.log"))
+    with pytest.raises(
+        JobError, match=r"(?s)forked 0 of 1 and exited with 1: .*no monarch in this"
+    ):
+        forker.wait_pids(60)
+
+
+def test_a_forked_worker_that_cannot_listen_says_why_in_its_log(tmp_path: Path) -> None:
+    taken = socket.socket(socket.AF_UNIX)
+    name = f"monarch-test-taken-{secrets.token_hex(4)}"
+    taken.bind("\0" + name)
+    try:
+        logs = [tmp_path / "a.log", tmp_path / "b.log"]
+        for log in logs:
+            log.touch()
+        env = {**os.environ, SECRET_ENV: secrets.token_hex(32)}
+        specs = [(f"unix://@{name}", str(logs[0])), (f"unix://@{name}-free", str(logs[1]))]
+        forker = Forker(specs, env, str(tmp_path / "forker.log"))
+        first, second = forker.wait_pids(60)
+        wait_until(lambda: not alive(first), 60, "the worker that cannot listen ends")
+        assert "Address already in use" in logs[0].read_text()
+        wait_until(lambda: logs[1].read_text().startswith(specs[1][0]), 60, "the other listens")
+        assert os.getsid(second) == second  # a session of its own
+        os.killpg(second, 9)
+    finally:
+        taken.close()
