@@ -38,7 +38,7 @@ from hostkit import (
 
 from monarch.core import Future, WorkerConfigError, _cli, _worker
 from monarch.core._attach import _resolve, attach_to_workers
-from monarch.core._bootstrap import decode_secret
+from monarch.core._bootstrap import ROOT_ENV, decode_secret
 from monarch.core._messages import TO_PROC, StopProc, encode_body
 from monarch.core._netaddr import split_alias
 from monarch.core._zygote_proc import TITLE as ZYGOTE_TITLE
@@ -56,7 +56,10 @@ def secret() -> str:
 
 @pytest.fixture
 def env(secret: str) -> dict[str, str]:
-    return {**os.environ, SECRET_ENV: secret}
+    """What the test's workers and controllers run with: jobs of their own, so not the
+    root this process names for its own children once its runtime has started."""
+    own = {k: v for k, v in os.environ.items() if k != ROOT_ENV}
+    return {**own, SECRET_ENV: secret}
 
 
 @pytest.fixture

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from monarch.actor import Actor, endpoint, this_host
 from monarch.config import configured
 
@@ -144,6 +146,9 @@ AUTO = """if True:
 """
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="torch is not installed (pkg-core)"
+)
 def test_procs_of_a_spawner_that_imported_torch_have_it_imported_already() -> None:
     for client, expected in (("torch", "[True, True]"), ("plain", "[False, False]")):
         done = subprocess.run(
