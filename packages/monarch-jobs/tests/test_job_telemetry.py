@@ -3,14 +3,21 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).with_name("telemetry_script.py")
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("duckdb") is None,
+    reason="duckdb (monarch-telemetry's sql extra) is not installed (pkg-jobs)",
+)
 def test_a_jobs_messages_answer_sql(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPT)], cwd=tmp_path, capture_output=True, text=True, timeout=120

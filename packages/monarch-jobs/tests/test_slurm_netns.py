@@ -10,6 +10,7 @@ MeshFailures naming the ranks they took, and ``job.kill()`` leaves no process on
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -26,6 +27,10 @@ from jobkit import Dialog, Script, alive, drop_hosts, ip, make_hosts, netns_of, 
 HERE = Path(__file__).parent
 START = HERE.parents[2] / "tools" / "slurm" / "start-netns.sh"
 NODES = 4
+
+needs_torch = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="torch is not installed (pkg-jobs)"
+)
 
 
 class Cluster:
@@ -100,6 +105,7 @@ def idle(cluster: Cluster) -> Iterator[Cluster]:
     wait_until(cluster.idle, 60, f"the cluster is idle again: {cluster.left()}")
 
 
+@needs_torch
 def test_a_ddp_script_runs_twice_on_one_two_node_allocation_with_equal_losses(
     idle: Cluster, tmp_path: Path
 ) -> None:

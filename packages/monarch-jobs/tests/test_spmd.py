@@ -4,6 +4,7 @@ procs of a ProcessJob's two hosts."""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import math
@@ -24,6 +25,10 @@ from monarch.spmd._env import elastic_env
 
 TRAIN = Path(__file__).with_name("spmd_train.py")
 TIMEOUT = 120
+
+needs_torch = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="torch is not installed (pkg-jobs)"
+)
 
 
 @given(st.lists(st.integers(1, 4), min_size=1, max_size=3))
@@ -85,6 +90,7 @@ def test_setup_torch_elastic_env_sets_each_proc_s_rank(procs: ProcMesh) -> None:
     assert len({v["MASTER_ADDR"] for v in values}) == 1
 
 
+@needs_torch
 def test_a_gloo_script_runs_twice_on_the_same_procs(procs: ProcMesh, tmp_path: Path) -> None:
     actors = procs.spawn("spmd", SPMDActor)
     first = actors.slice(hosts=0, gpus=0)
@@ -172,6 +178,7 @@ def test_bad_torchrun_command_lines_and_schedulers_are_refused() -> None:
         serve("torchrun train.py")
 
 
+@needs_torch
 def test_serve_runs_the_script_again_on_the_same_hosts_and_job_load_brings_it_back(
     tmp_path: Path,
 ) -> None:

@@ -4,6 +4,7 @@ through their rendezvous store; on one host (ipc) and across two network-namespa
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -23,6 +24,10 @@ from monarch.job.spmd import StoreJob
 SCRIPT = Path(__file__).with_name("store_script.py")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
+needs_torch = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="torch is not installed (pkg-jobs)"
+)
+
 
 def report(output: str) -> dict[str, Any]:
     """Rank 0's JSON line, among torchrun's own."""
@@ -33,6 +38,7 @@ def report(output: str) -> dict[str, Any]:
     return found
 
 
+@needs_torch
 def test_the_ranks_of_one_host_share_its_worker(tmp_path: Path) -> None:
     done = subprocess.run(
         [*TORCHRUN, "--standalone", "--nnodes=1", "--nproc-per-node=2", str(SCRIPT), "ipc"],
@@ -61,6 +67,7 @@ def hosts() -> Iterator[list[str]]:
         drop_hosts(prefix)
 
 
+@needs_torch
 def test_a_torchrun_job_on_two_hosts_attaches_to_a_worker_on_each(
     hosts: list[str], tmp_path: Path
 ) -> None:
@@ -106,6 +113,7 @@ def test_a_torchrun_job_on_two_hosts_attaches_to_a_worker_on_each(
     wait_until(lambda: not any(map(alive, workers)), 30, "the workers end with their ranks")
 
 
+@needs_torch
 def test_a_worker_ends_even_when_its_rank_is_killed(tmp_path: Path) -> None:
     code = """if True:
         import sys
