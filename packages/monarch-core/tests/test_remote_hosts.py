@@ -40,7 +40,7 @@ from monarch.core import Future, WorkerConfigError, _cli, _worker
 from monarch.core._attach import _resolve, attach_to_workers
 from monarch.core._bootstrap import ROOT_ENV, decode_secret
 from monarch.core._messages import TO_PROC, StopProc, encode_body
-from monarch.core._netaddr import split_alias
+from monarch.core._netaddr import ip_host, split_alias
 from monarch.core._zygote_proc import TITLE as ZYGOTE_TITLE
 from monarch.transport import open_connection
 from monarch.transport.wire import Envelope, encode
@@ -586,6 +586,15 @@ def test_listen_address_forms() -> None:
     assert split_alias("unix://@abc") == ("unix://@abc", "unix://@abc")
     with pytest.raises(ValueError, match="not an address"):
         split_alias("tcp://a:1@tcp://b:2@tcp://c:3")
+
+
+def test_the_host_of_an_address_over_ip() -> None:
+    assert ip_host("tcp://10.0.0.2:7") == "10.0.0.2"
+    assert ip_host("tls://[fe80::1]:7") == "fe80::1"
+    assert ip_host("ibverbs://node1:7") == "node1"  # TCP underneath
+    assert ip_host("tcp://0.0.0.0:7") == "0.0.0.0"  # the caller says what a wildcard means
+    assert ip_host("unix://@abc") is None
+    assert ip_host("tcp://") is None
 
 
 def test_attach_refuses_what_it_cannot_use() -> None:

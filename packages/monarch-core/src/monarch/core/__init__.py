@@ -76,6 +76,7 @@ from ._messages import (
     StackFrame,
     ThreadStack,
 )
+from ._netaddr import WILDCARD_HOSTS, ip_host
 from ._port import Channel, Port
 from ._proc_mesh import HostMesh, ProcMesh, SpawnedProc, spawned_procs, this_host, this_proc
 from ._runtime import Runtime, current_runtime, running_runtime
@@ -90,6 +91,7 @@ __all__ = [
     "TO_ACTOR",
     "TO_PORT",
     "TO_PROC",
+    "WILDCARD_HOSTS",
     "Actor",
     "ActorError",
     "ActorMesh",
@@ -144,6 +146,7 @@ __all__ = [
     "endpoint",
     "gather_directories",
     "inspect_proc",
+    "ip_host",
     "job_secret",
     "lending_available",
     "loads",

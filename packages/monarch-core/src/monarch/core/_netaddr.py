@@ -59,6 +59,19 @@ def scheme_of(url: str) -> str:
     return url.partition("://")[0]
 
 
+IP_SCHEMES: Final = ("tcp", "tls", "ibverbs")
+"""Transports over IP (``ibverbs``: TCP underneath): their addresses name a host."""
+
+
+def ip_host(url: str) -> str | None:
+    """The host of an address over IP (``tcp://HOST:PORT``, IPv6 unbracketed; "" if none
+    given), else ``None`` (a Unix socket): where another machine reaches that process."""
+    scheme, _, rest = url.partition("://")
+    if scheme not in IP_SCHEMES or not rest:
+        return None
+    return rest.rpartition(":")[0].strip("[]")
+
+
 def is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from monarch.actor import Actor, current_rank, endpoint
-from monarch.core import current_runtime
+from monarch.core import current_runtime, ip_host
 
 from ._env import elastic_env
 
@@ -70,12 +70,9 @@ class SPMDActor(Actor):
 def _ip_address() -> str:
     """This proc's IP address as its peers reach it (its runtime's, over TCP), else the
     host name's."""
-    address = current_runtime().address
-    scheme, _, rest = address.partition("://")
-    if scheme in ("tcp", "tls", "ibverbs") and rest:  # ibverbs: TCP underneath
-        host = rest.rpartition(":")[0].strip("[]")
-        if host:
-            return host
+    host = ip_host(current_runtime().address)
+    if host:
+        return host
     try:
         return socket.gethostbyname(socket.gethostname())
     except OSError:

@@ -23,12 +23,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, Final
 
 from monarch.core import (
+    WILDCARD_HOSTS,
     PortRef,
     PortValue,
     Runtime,
     current_config,
     current_runtime,
     dumps,
+    ip_host,
     job_secret,
     loads,
 )
@@ -55,13 +57,12 @@ def _tcp_host(address: str) -> str:
     """The host our data server listens on: the runtime's own when it is on TCP (or
     ``ibverbs``, TCP underneath), else loopback (a unix-socket runtime has no peer on
     another host anyway)."""
-    for scheme in ("tcp://", "tls://", "ibverbs://"):
-        if address.startswith(scheme):
-            host = address[len(scheme) :].rsplit(":", 1)[0].strip("[]")
-            if host and host not in ("0.0.0.0", "::"):
-                return host
-            return socket.gethostbyname(socket.gethostname())
-    return "127.0.0.1"
+    host = ip_host(address)
+    if host is None:
+        return "127.0.0.1"
+    if host and host not in WILDCARD_HOSTS:
+        return host
+    return socket.gethostbyname(socket.gethostname())
 
 
 class Process:

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from monarch.core import current_runtime
+from monarch.core import WILDCARD_HOSTS, current_runtime, ip_host
 
 
 def reachable_host() -> str:
-    """The host of this process's network address (tcp, tls, ibverbs), else loopback: where a store
-    it serves, or a gloo device it opens, is reached by its peers."""
-    address = current_runtime().address
-    if address.startswith(("tcp://", "tls://", "ibverbs://")):  # ibverbs: TCP underneath
-        host = address.split("://", 1)[1].rsplit(":", 1)[0].strip("[]")
-        if host not in ("", "0.0.0.0", "::"):
-            return host
-    return "127.0.0.1"
+    """The host of this process's network address, else loopback: where a store it
+    serves, or a gloo device it opens, is reached by its peers."""
+    host = ip_host(current_runtime().address)
+    return host if host and host not in WILDCARD_HOSTS else "127.0.0.1"
