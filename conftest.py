@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+
 import pytest
 
 
@@ -14,3 +21,67 @@ import pytest
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     """Run every ``@pytest.mark.anyio`` test on both asyncio and trio."""
     return str(request.param)
+
+
+# -- two hosts in network namespaces (as shared/infra/netns) -------------------------------------
+
+
+def _ip(*args: str) -> None:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+
+
+@pytest.fixture
+def two_hosts() -> Iterator[tuple[str, str]]:
+    """Namespaces at 10.0.0.1 and 10.0.0.2, joined by a veth pair; what runs in them is
+    killed when the test ends."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("network namespaces need root and iproute2")
+    tag = f"th{os.getpid() % 100000}"
+    a, b = f"{tag}a", f"{tag}b"
+    made: list[str] = []
+    try:
+        for ns in (a, b):
+            _ip("netns", "add", ns)
+            made.append(ns)
+        _ip("link", "add", f"{tag}x", "type", "veth", "peer", "name", f"{tag}y")
+        for ns, end, addr in ((a, f"{tag}x", "10.0.0.1/24"), (b, f"{tag}y", "10.0.0.2/24")):
+            _ip("link", "set", end, "netns", ns)
+            _ip("-n", ns, "addr", "add", addr, "dev", end)
+            _ip("-n", ns, "link", "set", end, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+        yield a, b
+    finally:
+        for ns in made:
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+            for pid in pids.stdout.split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), 9)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+@pytest.fixture
+def netns_worker() -> Iterator[Callable[[str, str, dict[str, str]], str]]:
+    """``start(ns, host, env)``: a ``monarch worker`` listening on ``tcp://HOST:0`` in
+    namespace ``ns``; its address. Every one started is killed when the test ends."""
+    workers: list[subprocess.Popen[str]] = []
+
+    def start(ns: str, host: str, env: dict[str, str]) -> str:
+        worker = subprocess.Popen(
+            ["ip", "netns", "exec", ns, sys.executable, "-m", "monarch.core._cli", "worker",
+             "--listen", f"tcp://{host}:0"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        workers.append(worker)
+        assert worker.stdout is not None
+        address = worker.stdout.readline().strip()  # the worker prints its address first
+        assert address.startswith(f"tcp://{host}:"), (address, worker.stderr)
+        return address
+
+    try:
+        yield start
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.wait(30)
