@@ -132,9 +132,9 @@ def test_a_reader_that_stopped_taking_waits_for_the_copy() -> None:
     source = bytearray(os.urandom(MIB)) * 8
     snapshot = memory.fresh_bytearray(size + MARKER_SIZE)
     snapshot[:size] = b"\xaa" * size  # what a reader that did not wait would get
-    filling = new_filling(snapshot, source, memory.address_of(source))
-    got: list[bytes | bytearray] = []
     address = memory.address_of(snapshot)
+    filling = new_filling(snapshot, address, source, memory.address_of(source))
+    got: list[bytes | bytearray] = []
     borrower = threading.Thread(
         target=lambda: got.append(pull(os.getpid(), address, size, _FILLING))
     )

@@ -44,10 +44,14 @@ class Pushed(Protocol):
 class Filling:
     """A snapshot lent before it is filled, and where its elements are meanwhile."""
 
-    __slots__ = ("address", "loans", "lock", "size", "snapshot", "source", "view")
+    __slots__ = ("address", "base", "loans", "lock", "size", "snapshot", "source", "view")
 
-    def __init__(self, snapshot: bytearray, size: int, source: Any, address: int) -> None:
+    def __init__(
+        self, snapshot: bytearray, base: int, size: int, source: Any, address: int
+    ) -> None:
         self.snapshot = snapshot
+        self.base = base
+        """Where the snapshot is (its marker ``size`` bytes further)."""
         self.size = size
         self.view = memoryview(snapshot)[:size]
         """What the pickle carries (its buffer): what the lender is handed."""
@@ -65,8 +69,7 @@ class Filling:
         leave the tensor alone from now on (once: later calls do nothing)."""
         if self.source is None:
             return
-        base = _address_of(self.snapshot)
-        source = self.address
+        base, source = self.base, self.address
         if start < self.size:
             ctypes.memmove(base + start, source + start, self.size - start)
         ctypes.c_uint64.from_address(base + self.size).value = FILLED
@@ -117,17 +120,13 @@ class _Deferred:
 deferred_fills: Final = _Deferred()
 
 
-def _address_of(data: bytearray) -> int:
-    return ctypes.addressof(ctypes.c_char.from_buffer(data))
-
-
-def new_filling(snapshot: bytearray, source: Any, address: int) -> Filling:
-    """``snapshot`` (``MARKER_SIZE`` bytes longer than the elements) of the elements at
-    ``address`` (``source``'s), to be filled by the end of the call; its marker cleared
-    (fresh memory may hold an old one)."""
+def new_filling(snapshot: bytearray, base: int, source: Any, address: int) -> Filling:
+    """``snapshot``, at ``base`` (``MARKER_SIZE`` bytes longer than the elements), of the
+    elements at ``address`` (``source``'s), to be filled by the end of the call; its marker
+    cleared (fresh memory may hold an old one)."""
     size = len(snapshot) - MARKER_SIZE
-    ctypes.c_uint64.from_address(_address_of(snapshot) + size).value = 0
-    filling = Filling(snapshot, size, source, address)
+    ctypes.c_uint64.from_address(base + size).value = 0
+    filling = Filling(snapshot, base, size, source, address)
     _pending.fills[id(filling.view)] = filling
     return filling
 
@@ -149,10 +148,10 @@ def fill_parts(parts: Sequence[Any]) -> None:
     if not fills:
         return
     for part in parts:
-        obj = part.obj if isinstance(part, memoryview) else None
-        filling = fills.pop(id(obj), None) if obj is not None else None
-        if filling is not None:
-            filling.fill()
+        if isinstance(part, memoryview):
+            filling = fills.pop(id(part.obj), None)
+            if filling is not None:
+                filling.fill()
 
 
 def fill_now(filling: Filling) -> None:

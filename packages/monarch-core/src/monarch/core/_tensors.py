@@ -92,7 +92,8 @@ def reduce_tensor(tensor: Any) -> tuple[Any, ...] | None:
     if size >= DEFER_MIN and stride == tuple(source.stride()) and deferring():
         # its elements lie as they will travel: copied while they do (see ``_filling``)
         snapshot = memory.fresh_bytearray(size + MARKER_SIZE)
-        data = new_filling(snapshot, source, source.data_ptr()).view
+        base = memory.address_of(snapshot)
+        data = new_filling(snapshot, base, source, source.data_ptr()).view
     else:
         data = memory.fresh_bytearray(size)
         if numel:

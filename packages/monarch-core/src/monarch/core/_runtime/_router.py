@@ -26,7 +26,7 @@ import msgspec
 from monarch.core._cast import SendOrder, fan_out
 from monarch.core._config import current_config
 from monarch.core._errors import PeerLost, PullError
-from monarch.core._filling import any_pending, fill_parts
+from monarch.core._filling import fill_parts
 from monarch.core._lending import Lender, RingKey, borrow, can_read, is_descriptor
 from monarch.core._lending import available as lending_available
 from monarch.core._memory import address_of as memory_address
@@ -556,8 +556,7 @@ class Runtime:
         self.posted += 1
         envelope = Envelope(kind, dest, self.address)
         if address == self.address:  # to itself: the objects as they are, no encoding
-            if payload and any_pending():
-                fill_parts(payload)
+            fill_parts(payload)  # delivered as it is at the call
             if on_loop:
                 self.loop.call_soon(self._deliver, envelope, body, payload)
             else:
@@ -577,7 +576,7 @@ class Runtime:
             message = [encode(envelope), encode_body(body), *payload]
             if writer.lend and len(message) > 3:
                 message = self.lender.lend_parts(message, address, writer.ring)
-            elif any_pending():
+            else:
                 fill_parts(payload)  # written later (or elsewhere): as it is at the call
         if on_loop:
             writer.post(message, True, self._dirty if self._batching else None)
