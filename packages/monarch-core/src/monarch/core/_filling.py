@@ -12,17 +12,16 @@ and before the call returns, the caller fills the snapshot with what the reader 
 take from the ring (usually nothing), sets the *marker* (the 8 bytes after the
 snapshot), which a reader wanting more waits for before reading the snapshot, and points
 the pusher at the snapshot, so that nothing reads the tensor once the call has returned.
-Anywhere else (another machine, several readers, a message handed to the loop, no ring),
-the snapshot is filled before the message goes anywhere, as a plain copy would be.
+Anywhere else (another machine, a message handed to the loop or sent to this process, no
+ring), the snapshot is filled before the message goes anywhere, as a plain copy would be.
 
-x86-64 only, as the ring is: the marker is stored after the copy's stores, which that
-architecture keeps in order.
+A snapshot is lent unfilled only through a ring, so only where rings are (x86-64 Linux):
+the marker is stored after the copy's stores, which that architecture keeps in order.
 """
 
 from __future__ import annotations
 
 import ctypes
-import platform
 import threading
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
@@ -93,12 +92,9 @@ class _Pending(threading.local):
 _pending = _Pending()
 
 
-_X86: Final = platform.system() == "Linux" and platform.machine() in ("x86_64", "AMD64")
-
-
 def deferring() -> bool:
     """Whether a tensor pickled now may leave its copy for later (see the module)."""
-    return _X86 and _pending.deferring
+    return _pending.deferring
 
 
 class _Deferred:
