@@ -69,7 +69,7 @@ def netns_worker() -> Iterator[Callable[[str, str, dict[str, str]], str]]:
 
     def start(ns: str, host: str, env: dict[str, str]) -> str:
         worker = subprocess.Popen(
-            ["ip", "netns", "exec", ns, sys.executable, "-m", "monarch.core._cli", "worker",
+            ["ip", "netns", "exec", ns, sys.executable, "-m", "monarch.core.worker",
              "--listen", f"tcp://{host}:0"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from monarch.core._attach import attach_to_workers
+from monarch.actor import attach_to_workers
 from monarch.tools.config import Workspace
 
 

@@ -59,9 +59,7 @@ from _results import (
 
 from monarch.actor import endpoint, this_host
 from monarch.config import configured
-from monarch.core import Runtime, current_runtime
-from monarch.core._shape import NDSlice, Shape
-from monarch.core._value_mesh import ValueMesh
+from monarch.core import NDSlice, Runtime, Shape, ValueMesh, current_runtime
 
 HOSTS = 8
 """OS processes per mesh (the ``hosts`` dimension); ``gpus`` procs share each one."""

@@ -262,7 +262,7 @@ class Bench:
         return self.peers[netns]
 
     def worker(self, listen: str, netns: str | None) -> tuple[Proc, str]:
-        argv = [sys.executable, "-m", "monarch.core._cli", "worker", "--listen", listen]
+        argv = [sys.executable, "-m", "monarch.core.worker", "--listen", listen]
         worker = Proc(in_netns(netns, argv), self.env)
         self.workers.append(worker)
         return worker, worker.line(60)

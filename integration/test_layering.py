@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import glob
+import re
 import tomllib
 from collections.abc import Iterator
 from functools import cache
@@ -281,7 +282,8 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_bootstrap",  # starts runtimes (controller, proc, worker); owns MONARCH_* env names
         "_zygote_proc",  # the zygote's loop (a program, or forked by monarch worker)
         "__init__ _proc _worker",  # the face (low-level API); entry points
-        "_attach _gateway",  # attach_to_workers, attach, enable_transport; monarch gateway
+        "_attach _gateway worker __main__",  # attach_to_workers, attach, enable_transport;
+        # monarch gateway; python -m monarch.core.worker (launchers), python -m monarch.core
     )
 )
 
@@ -338,3 +340,41 @@ def test_core_imports_nothing_of_monarch_inside_a_function() -> None:
                     ):
                         found.append(f"{path.relative_to(ROOT)}:{inner.lineno}")
     assert not found, f"imports inside functions: {found}"
+
+
+def test_the_layers_above_use_only_the_public_core() -> None:
+    """The sibling wheels, the benchmarks and the examples reach monarch-core through its
+    public modules only (``monarch.core``, ``monarch.core.worker``, ``monarch.actor``...):
+    no import of a private ``monarch.core._*`` module, and no string naming one (``python -m
+    monarch.core._x``, a lazy import): what the core keeps private it may change.
+    monarch-core's own tests are the exception (they test its internals); a bytes literal
+    matched against a process's command line (which program a pid runs) is observation,
+    not use, and is not counted."""
+    private = re.compile(r"monarch\.core\._\w+")
+    files = [
+        path
+        for dist, folder in folders().items()
+        if dist not in {ROOT_OWNER, "monarch-transport"}
+        for path in sorted(folder.rglob("*.py"))
+    ]
+    files += sorted((ROOT / "benchmarks").glob("*.py")) + sorted((ROOT / "examples").rglob("*.py"))
+    files += [ROOT / "conftest.py", *sorted((ROOT / "integration").glob("*.py"))]
+    found = []
+    for path in files:
+        if path == Path(__file__):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names = [node.value]
+            else:
+                continue
+            found += [
+                f"{path.relative_to(ROOT)}:{node.lineno}: {hit.group()}"
+                for name in names
+                for hit in private.finditer(name)
+            ]
+    assert not found, "\n".join(found)

@@ -136,7 +136,7 @@ def test_monarch_top_in_a_real_terminal(tmp_path: Path) -> None:
 @pytest.mark.parametrize("command", ["top", "tui"])  # tui: upstream's name
 def test_monarch_top_without_a_token_says_what_to_do(tmp_path: Path, command: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "monarch.core._cli", command, "--addr", "127.0.0.1:9"],
+        [sys.executable, "-m", "monarch.core", command, "--addr", "127.0.0.1:9"],
         capture_output=True,
         text=True,
         env={**os.environ, "HOME": str(tmp_path), "MONARCH_ADMIN_TOKEN": ""},
@@ -152,7 +152,7 @@ def test_monarch_dashboard_gives_the_newest_servers_page(tmp_path: Path) -> None
     job = Job(home=str(tmp_path))
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "monarch.core._cli", "dashboard"],
+            [sys.executable, "-m", "monarch.core", "dashboard"],
             capture_output=True,
             text=True,
             env={**os.environ, "HOME": str(tmp_path), "MONARCH_ADMIN_TOKEN": ""},
@@ -166,7 +166,7 @@ def test_monarch_dashboard_gives_the_newest_servers_page(tmp_path: Path) -> None
     finally:
         job.close()
     missing = subprocess.run(
-        [sys.executable, "-m", "monarch.core._cli", "dashboard", "--addr", "127.0.0.1:9"],
+        [sys.executable, "-m", "monarch.core", "dashboard", "--addr", "127.0.0.1:9"],
         capture_output=True,
         text=True,
         env={**os.environ, "HOME": str(tmp_path), "MONARCH_ADMIN_TOKEN": ""},

@@ -72,7 +72,7 @@ def test_workers_are_never_the_script_s_forks_and_hold_none_of_its_descriptors(
         for pid in workers:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             assert not any(arg.endswith(b"job_script.py") for arg in cmdline)
-            assert ("monarch.job._fork" if forked else "monarch.job._worker") in str(cmdline)
+            assert ("monarch.job._fork" if forked else "monarch.core.worker") in str(cmdline)
     finally:
         os.close(read)
 

@@ -38,18 +38,18 @@ def test_every_public_name_imports_and_dir_lists_it() -> None:
 
 
 def test_a_local_worker_starts_without_the_client_side_or_plugin_discovery() -> None:
-    """ProcessJob's workers (``python -m monarch.job._worker``, or forked by ``python -m
+    """ProcessJob's workers (``python -m monarch.core.worker``, or forked by ``python -m
     monarch.job._fork``) import neither the job classes nor importlib.metadata: each costs
     a worker's start for nothing."""
     code = (
-        "import sys, monarch.job._worker, monarch.job._fork, monarch.core._bootstrap as b; "
-        "b.import_proc_start(); "
+        "import sys, monarch.core.worker, monarch.job._fork, monarch.core as c; "
+        "c.import_proc_start(); "
         "print(sorted(m for m in ('monarch.job._process', 'monarch.job._exec', "
         "'importlib.metadata') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
     usage = subprocess.run(
-        [sys.executable, "-m", "monarch.job._worker", "--help"], capture_output=True, text=True
+        [sys.executable, "-m", "monarch.core.worker", "--help"], capture_output=True, text=True
     )
     assert usage.returncode == 0 and "--listen ADDR" in usage.stdout

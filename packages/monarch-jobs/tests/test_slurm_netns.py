@@ -192,7 +192,7 @@ def worker_pids(cluster: Cluster, node: str) -> list[int]:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"worker" in argv and any(b"monarch" in arg for arg in argv):
+        if b"monarch.core.worker" in argv:  # python -m monarch.core.worker --listen ...
             found.append(pid)
     return found
 

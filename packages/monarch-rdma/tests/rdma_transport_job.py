@@ -16,7 +16,7 @@ import torch
 
 from monarch.actor import Actor, enable_transport, endpoint, this_host
 from monarch.config import configure
-from monarch.core._runtime import running_runtime
+from monarch.core import running_runtime
 from monarch.rdma._transport import transport_stats
 
 MIB = 1024 * 1024

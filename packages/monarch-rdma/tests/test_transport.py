@@ -13,8 +13,7 @@ import anyio
 import pytest
 
 from monarch.config import configured
-from monarch.core import current_config
-from monarch.core._bootstrap import listen_address
+from monarch.core import current_config, listen_address
 from monarch.rdma import is_ibverbs_available
 from monarch.rdma._transport import IbverbsConnection, IbverbsTransport, transport_stats
 from monarch.transport import (

@@ -11,6 +11,11 @@ memory on huge pages (``advise_huge_pages``), the
 configuration snapshot (``current_config``), and where telemetry plugs in
 (``set_instrumentation``: monarch-telemetry's hooks on both sides of every call), and
 what a proc says of itself (``inspect_proc``, ``spawned_procs``: monarch-admin's view).
+Launchers start a host's worker with ``python -m monarch.core.worker`` (``monarch worker``
+without plug-in discovery; ``monarch.core.worker.main`` in a forked process), having
+imported what procs need first (``import_proc_start``); ``listen_address()`` is where a
+controller listens under the ``default_transport`` key. ``python -m monarch.core`` is the
+``monarch`` command.
 
 The modules behind this face stand on floors, each importing only those below it (see
 the package README); ``_bootstrap``, at the top, alone starts a runtime, and importing
@@ -27,7 +32,13 @@ if _sys.orig_argv[-2:] in (["-m", "monarch.core._proc"], ["-m", "monarch.core._z
     _gc.disable()
 
 from ._actor_mesh import ActorMesh, proc_addresses, spawn_actor_mesh
-from ._bootstrap import SECRET_ENV, job_secret, use_job_secret
+from ._bootstrap import (
+    SECRET_ENV,
+    import_proc_start,
+    job_secret,
+    listen_address,
+    use_job_secret,
+)
 from ._code_sync import (
     WorkspaceHost,
     WorkspaceReloader,
@@ -145,10 +156,12 @@ __all__ = [
     "dumps",
     "endpoint",
     "gather_directories",
+    "import_proc_start",
     "inspect_proc",
     "ip_host",
     "job_secret",
     "lending_available",
+    "listen_address",
     "loads",
     "proc_addresses",
     "push_directories",

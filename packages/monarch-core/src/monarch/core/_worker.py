@@ -227,6 +227,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=_command)
 
 
+def worker_main(argv: Sequence[str] | None = None) -> int:
+    """``monarch worker ARGS`` (``sys.argv[1:]`` when none given) without the ``monarch``
+    command's plug-in discovery, which reads every installed distribution's entry points and
+    imports every ``monarch.commands`` plug-in: about a tenth of a worker's start that a
+    launcher (``python -m monarch.core.worker``) has no use for."""
+    parser = argparse.ArgumentParser(prog="monarch")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["worker", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args) or 0)
+
+
 def add_secret_file_option(parser: argparse.ArgumentParser) -> None:
     """``--secret-file``, where a command reads the job secret from (see ``worker_secret``)."""
     parser.add_argument(

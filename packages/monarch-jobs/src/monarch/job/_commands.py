@@ -1,6 +1,6 @@
 """The job subcommands of the ``monarch`` command: ``apply``, ``exec``, ``shell``, ``kill``.
 
-Each is an entry point of the ``monarch.commands`` group (see ``monarch.core._cli``):
+Each is an entry point of the ``monarch.commands`` group (see monarch-core's README):
 ``register`` only builds argparse parsers; the handlers import what they need.
 
 - ``monarch apply JOBFILE``: runs the Python file, takes the job it defines (a

@@ -14,7 +14,7 @@ any thread (ready before the worker listens). The forker prints each worker's pi
 forks it, then exits.
 
 Where fork is not available (not Linux) or ``MONARCH_JOBS_FORK_WORKERS`` is ``0``, workers
-are started as programs (``python -m monarch.job._worker``).
+are started as programs (``python -m monarch.core.worker``).
 """
 
 from __future__ import annotations
@@ -135,9 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Importing makes ~50,000 objects and next to no garbage: no collection meanwhile (~8 ms
     # of passes over them), and all of them out of the collector's sight in the forks.
     gc.disable()
-    from monarch.core._bootstrap import import_proc_start
-
-    from ._worker import main as worker_main
+    from monarch.core import import_proc_start
+    from monarch.core.worker import main as worker_main
 
     import_proc_start()  # once here, for every worker, zygote and proc forked after
     gc.freeze()

@@ -29,7 +29,7 @@ from ._trait import BATCH_ENV, JobError, JobTrait, checked_meshes, no_batch_mode
 
 START_TIMEOUT: Final = 60.0
 """Seconds a worker has to say it listens."""
-WORKER: Final = (sys.executable, "-m", "monarch.job._worker")
+WORKER: Final = (sys.executable, "-m", "monarch.core.worker")
 """``monarch worker`` without the command's plug-in discovery (see ``_worker``)."""
 LISTEN_POLL: Final = 0.002
 """Seconds between looks at a starting worker's log: a worker listens ~0.15 s after the
@@ -226,7 +226,7 @@ class ProcessJob(JobTrait):
 
 
 def _run_worker(address: str, log: str, env: Mapping[str, str]) -> int:
-    """Start a worker as a program (``python -m monarch.job._worker``); its pid."""
+    """Start a worker as a program (``python -m monarch.core.worker``); its pid."""
     with open(log, "wb") as out:
         popen = subprocess.Popen(
             [*WORKER, "--listen", address],

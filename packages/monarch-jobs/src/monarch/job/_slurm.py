@@ -133,8 +133,7 @@ class SlurmJob(JobTrait):
             [
                 self._python,
                 "-m",
-                "monarch.core._cli",
-                "worker",
+                "monarch.core.worker",
                 "--listen",
                 f"tcp://*:{self._port}",
                 "--secret-file",

@@ -43,7 +43,7 @@ case $host in
 esac
 out="$folder/$name.out"
 : >"$out"
-setsid "$python" -m monarch.core._cli worker --listen "tcp://$host:$port" \\
+setsid "$python" -m monarch.core.worker --listen "tcp://$host:$port" \\
   </dev/null >"$out" 2>"$folder/$name.log" &
 pid=$!
 unset {SECRET_ENV}

@@ -15,7 +15,7 @@ import signal
 import sys
 from typing import Final
 
-from ._worker import main as worker_main
+from monarch.core.worker import main as worker_main
 
 PR_SET_PDEATHSIG: Final = 1
 
