@@ -6,6 +6,7 @@ each command with a line ``ok <command>``:
 * ``ping N``: N calls to every worker (messages per second to show); ``ping-one N``: to
   worker 1 only;
 * ``hang``: worker 0 starts an endpoint that sleeps for 10 minutes (a stuck actor);
+* ``queue N``: N calls to worker 0, not waited for (they queue behind ``hang``);
 * ``fail``: worker 1 fails (a broadcast whose endpoint raises: nobody to tell);
 * ``block``: the async actor holds its proc's GIL for 10 minutes (not answering);
 * ``stop``: the workers' proc mesh stops;
@@ -71,6 +72,7 @@ def main() -> None:
     secret = current_runtime().secret.hex()  # the tests prove it is accepted too
     hello = {"url": server.url, "addr": server.addr, "token": server.token, "secret": secret}
     print(json.dumps(hello), flush=True)
+    queued = []
     for line in sys.stdin:
         command, *args = line.split()
         if command == "ping":
@@ -81,6 +83,8 @@ def main() -> None:
                 workers.slice(gpus=1).ping.call_one().get()
         elif command == "hang":
             workers.slice(gpus=0).hang.call_one(600.0)
+        elif command == "queue":
+            queued += [workers.slice(gpus=0).ping.call_one() for _ in range(int(args[0]))]
         elif command == "fail":
             workers.slice(gpus=1).fail.broadcast()
         elif command == "block":

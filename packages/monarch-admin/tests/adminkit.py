@@ -19,9 +19,12 @@ T = TypeVar("T")
 
 
 class Job:
-    def __init__(self, timeout: float = 1.0, home: str | None = None) -> None:
-        """``home``: the job's HOME (where its server writes its token file)."""
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    def __init__(
+        self, timeout: float = 1.0, home: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        """``home``: the job's HOME (where its server writes its token file); ``env``: more
+        of its environment."""
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **(env or {})}
         if home is not None:
             env["HOME"] = home
         self.process = subprocess.Popen(

@@ -50,6 +50,18 @@ def rows(browser: WebDriver, state: str | None = None) -> list[str]:
     return [" ".join(text.split()) for text in texts]
 
 
+def cells_of(browser: WebDriver, starting: str) -> list[list[str]]:
+    """The cells of the actor rows whose first cell is ``starting`` (in one script)."""
+    return list(
+        browser.execute_script(
+            "return [...document.querySelectorAll('tr.actor')]"
+            ".filter(row => row.cells[0].innerText === arguments[0])"
+            ".map(row => [...row.cells].map(cell => cell.innerText))",
+            starting,
+        )
+    )
+
+
 def text_of(browser: WebDriver, element_id: str) -> str:
     script = "return document.getElementById(arguments[0]).innerText"
     return str(browser.execute_script(script, element_id))
@@ -77,6 +89,16 @@ def test_the_page_shows_the_actors_and_their_failure(job: Job, browser: WebDrive
     summary = text_of(browser, "summary")
     assert summary.startswith("1 hosts, 4 procs, 3 actors, 0 failed")
     assert text_of(browser, "failures") == "none"
+
+    # Per actor: messages per second, handled and queued.
+    job.command("ping-one 50")
+
+    def counted() -> bool:
+        [cells] = cells_of(browser, "workers {'gpus': 1/2}")
+        _, _, rate, handled, queued, *_ = cells
+        return float(rate) > 0 and handled == "51" and queued == "0"
+
+    wait.until(lambda _: counted())
 
     job.command("fail")
     wait.until(lambda _: len(rows(browser, "failed")) == 1)

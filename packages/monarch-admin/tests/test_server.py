@@ -59,11 +59,18 @@ def test_messages_per_second_and_counts_follow_the_calls(job: Job) -> None:
     job.snapshot()  # the first sample of the rates
     job.command("ping 200")
     snap = wait_for(
-        lambda: (s := job.snapshot()) and actor(s, "workers", 0)["rate"] > 0 and s,
+        lambda: (
+            (s := job.snapshot())
+            and actor(s, "workers", 0)["rate"] > 0
+            and all(p["cpu_percent"] is not None for p in procs(s))
+            and s
+        ),
         message="a rate",
     )
     assert actor(snap, "workers", 0)["handled"] == 201
     assert actor(snap, "workers", 1)["handled"] == 201
+    assert all(p["cpu_percent"] >= 0 for p in procs(snap))  # CPU per proc, a rate too
+    assert actor(snap, "workers", 0)["last_active"] <= snap["time"]
 
 
 def test_a_stuck_actor_shows_its_endpoint_and_its_stack(job: Job) -> None:
@@ -73,6 +80,8 @@ def test_a_stuck_actor_shows_its_endpoint_and_its_stack(job: Job) -> None:
     )
     stuck = actor(snap, "workers", 0)
     assert stuck["busy_for"] >= 0
+    job.command("queue 3")  # calls waiting behind the stuck one: its queue depth
+    wait_for(lambda: actor(job.snapshot(), "workers", 0)["queued"] == 3, message="3 queued")
     dump = job.json(f"/v1/stacks/{quote(stuck['ref'])}?source=self")
     assert dump["source"] == "self"
     [thread] = [t for t in dump["threads"] if stuck["actor_id"] in t["actors"]]
@@ -282,6 +291,26 @@ def test_py_spy_reads_a_proc_that_cannot_answer(job: Job) -> None:
     ]
     assert main["frames"][-1]["function"] == "Looper.block"  # py-spy names the class too
     assert main["actors"] == [a["actor_id"] for a in held["actors"]]  # the actor's thread
+
+
+def test_without_py_spy_a_proc_dumps_its_own_stacks() -> None:
+    """``source=auto`` with no py-spy to be had (``PYSPY_BIN`` names none): the stack the
+    proc takes of itself, and a note saying why."""
+    job = Job(env={"PYSPY_BIN": "no-such-py-spy"})
+    try:
+        job.command("hang")
+        snap = wait_for(
+            lambda: (s := job.snapshot()) and actor(s, "workers", 0)["current"] == "hang" and s
+        )
+        stuck = actor(snap, "workers", 0)
+        dump = job.json(f"/v1/stacks/{quote(stuck['ref'])}")
+        assert dump["source"] == "self" and "py-spy is not installed" in dump["note"]
+        [thread] = [t for t in dump["threads"] if stuck["actor_id"] in t["actors"]]
+        assert thread["frames"][-1]["function"] == "hang"
+        status, body = job.get(f"/v1/stacks/{quote(stuck['ref'])}?source=py-spy")
+        assert status == 504 and "py-spy is not installed" in body["error"]
+    finally:
+        job.close()
 
 
 def test_sql_goes_to_the_query_function_given() -> None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,9 +18,11 @@ from pathlib import Path
 
 import pytest
 from adminkit import Job, wait_for
-from textual.widgets import Tree
+from textual.widgets import Static, Tree
 
-from monarch.admin._client import AdminClient
+from monarch.admin import AdminServer
+from monarch.admin._auth import token_file
+from monarch.admin._client import AdminClient, find_server
 from monarch.admin._top import TopApp
 
 
@@ -33,6 +38,22 @@ def labels(app: TopApp) -> dict[str, str]:
     return {ref: str(node.label) for ref, node in app.nodes.items()}
 
 
+def proc_ref(app: TopApp, mesh: str, rank: int) -> str:
+    return next(
+        ref
+        for ref, (kind, item) in app.items.items()
+        if kind == "proc" and item["mesh"] == mesh and item["rank"] == rank
+    )
+
+
+def actor_ref(app: TopApp, mesh: str, rank: int) -> str:
+    return next(
+        ref
+        for ref, (kind, item) in app.items.items()
+        if kind == "actor" and item["mesh"] == mesh and item["rank"] == rank
+    )
+
+
 def test_the_pilot_finds_the_stuck_actor_and_sees_a_failure(job: Job) -> None:
     async def drive() -> None:
         app = TopApp(AdminClient(job.addr, job.token), interval=0.2)
@@ -42,12 +63,29 @@ def test_the_pilot_finds_the_stuck_actor_and_sees_a_failure(job: Job) -> None:
             shown = labels(app)
             assert any(s.startswith("workers {'gpus': 0/2} running") for s in shown.values()), shown
             assert any(label.startswith("workers[1] running") for label in shown.values())
+            # Per proc its CPU and RSS; per actor its messages per second and queue depth.
+            await until(pause, lambda: "cpu " in labels(app)[proc_ref(app, "workers", 1)], "cpu")
+            assert re.search(r"rss \d+ MiB", labels(app)[proc_ref(app, "workers", 1)])
+            worker = labels(app)[actor_ref(app, "workers", 1)]
+            assert re.search(r"\d+\.\d msg/s  queued 0  handled 1", worker), worker
+            await asyncio.to_thread(job.command, "ping-one 50")
+            await until(
+                pause,
+                lambda: "handled 51" in labels(app)[actor_ref(app, "workers", 1)],
+                "the calls counted",
+            )
+            # Enter on a proc: its stacks.
+            tree = app.query_one("#tree", Tree)
+            tree.move_cursor(app.nodes[proc_ref(app, "loopers", 0)])
+            await pilot.press("enter")
+            await until(pause, lambda: "stacks of proc:" in app.detail, "the proc's stacks")
+            assert "Thread MainThread" in app.detail
             await asyncio.to_thread(job.command, "hang")
             await until(pause, lambda: any("in hang for" in s for s in labels(app).values()), "1")
             await pilot.press("b")
             await until(pause, lambda: "Thread actor-workers" in app.detail, "the stuck stack")
             assert "in hang" in app.detail
-            side, tree = app.query_one("#side"), app.query_one("#tree", Tree)
+            side = app.query_one("#side")
             width = side.size.width
             await pilot.press("w")
             await until(pause, lambda: side.size.width > width, "a wider side pane")
@@ -63,6 +101,38 @@ def test_the_pilot_finds_the_stuck_actor_and_sees_a_failure(job: Job) -> None:
             assert any(span.style == "bold red" for span in failed.label.spans)  # type: ignore[union-attr]
             await pilot.press("f")
             await until(pause, lambda: "disk on fire" in app.detail, "the error in the side pane")
+            await pilot.press("q")
+
+    asyncio.run(drive())
+
+
+def test_the_pilot_shows_procs_that_die_hang_and_stop(job: Job) -> None:
+    """The view goes on while procs die and meshes stop: a killed proc is shown dead, one
+    that does not answer in orange, a stopped mesh stopped."""
+
+    async def drive() -> None:
+        app = TopApp(AdminClient(job.addr, job.token), interval=0.2)
+        async with app.run_test(size=(180, 50)) as pilot:
+            pause = lambda: pilot.pause(0.05)  # noqa: E731
+            await until(pause, lambda: sum(r.startswith("actor:") for r in app.nodes) == 3, "3")
+            victim = next(
+                item
+                for kind, item in app.items.values()
+                if kind == "proc" and item["mesh"] == "workers" and item["rank"] == 1
+            )
+            os.kill(victim["pid"], signal.SIGKILL)
+            await until(pause, lambda: "signal 9" in labels(app)[victim["ref"]], "a dead proc")
+            assert labels(app)[victim["ref"]].startswith("workers[1] died")
+            assert "1 died" in str(app.query_one("#status", Static).render())
+            await asyncio.to_thread(job.command, "block")
+            looper = proc_ref(app, "loopers", 0)
+            await until(pause, lambda: "not answering" in labels(app)[looper], "a held proc")
+            held = app.nodes[looper].label
+            assert any(span.style == "bold dark_orange" for span in held.spans)  # type: ignore[union-attr]
+            await asyncio.to_thread(job.command, "stop")
+            worker0 = proc_ref(app, "workers", 0)
+            await until(pause, lambda: "stopped" in labels(app)[worker0], "a stopped proc")
+            assert labels(app)[victim["ref"]].startswith("workers[1] died")  # as it was
             await pilot.press("q")
 
     asyncio.run(drive())
@@ -173,3 +243,25 @@ def test_monarch_dashboard_gives_the_newest_servers_page(tmp_path: Path) -> None
         timeout=60,
     )
     assert missing.returncode == 2 and "no token for 127.0.0.1:9" in missing.stderr
+
+
+def test_the_newest_server_that_still_listens_is_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token file left by a client that was killed (newer than the live server's) is
+    passed over: ``monarch top`` with no ``--addr`` finds the server that listens."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("MONARCH_ADMIN_TOKEN", raising=False)
+    with AdminServer("127.0.0.1:0") as server:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            dead = sock.getsockname()[1]  # nobody listens there once it is closed
+        stale = token_file(dead)
+        stale.write_text("a-dead-servers-token\n")
+        later = token_file(server.port).stat().st_mtime + 10
+        os.utime(stale, (later, later))
+        assert find_server(None, None) == (server.addr, server.token)
+        assert find_server(f"127.0.0.1:{dead}", None) == (
+            f"127.0.0.1:{dead}",
+            "a-dead-servers-token",
+        )

@@ -23,7 +23,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from monarch.actor import Actor, ActorError, debug_controller, endpoint, this_host
+from monarch.actor import (
+    Actor,
+    ActorError,
+    current_rank,
+    debug_controller,
+    endpoint,
+    this_host,
+)
 from monarch.core._debugger._commands import (
     Attach,
     Cast,
@@ -53,6 +60,13 @@ class Debugee(Actor):
         y = x + 1
         breakpoint()
         raise ValueError(f"boom {y}")
+
+    @endpoint
+    def stop_on(self, rank: int, x: int) -> int:
+        """A breakpoint on rank ``rank`` only."""
+        if current_rank().rank == rank:
+            breakpoint()
+        return x + 1
 
     @endpoint
     def pid(self) -> int:
@@ -166,12 +180,14 @@ def test_two_ranks_stop_attach_step_cast_and_continue(home: Path) -> None:
     assert "21" in terminal.expect(r"\(Pdb\) ")
     terminal.send("detach")
     terminal.expect("Detached from debug session for debugee 1")
-    terminal.send("cast debugee ranks(0) p y")  # output kept for whoever attaches
+    # One pdb command to several ranks; each keeps its output for whoever attaches.
+    terminal.send("cast debugee ranks(0,1) p y * 5")
     terminal.expect("monarch_dbg> ")
-    terminal.send("attach debugee 0")
-    assert "20" in terminal.expect(r"\(Pdb\) ")
-    terminal.send("detach")
-    terminal.expect("monarch_dbg> ")
+    for rank in (0, 1):
+        terminal.send(f"attach debugee {rank}")
+        assert "100" in terminal.expect(r"\(Pdb\) ")
+        terminal.send("detach")
+        terminal.expect("monarch_dbg> ")
     assert not result.done()  # both ranks are still stopped
     terminal.send("continue")
     terminal.expect("monarch_dbg> ")
@@ -184,14 +200,38 @@ def test_two_ranks_stop_attach_step_cast_and_continue(home: Path) -> None:
     procs.stop().get(timeout=DEADLINE)
 
 
+def test_one_rank_stops_and_the_others_go_on(home: Path) -> None:
+    """A breakpoint pauses that actor only: the other ranks answer, and so does another
+    actor of the stopped rank's proc, while it waits at its prompt."""
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("partial", Debugee)
+    neighbours = procs.spawn("neighbours", Debugee)
+    stopped = mesh.stop_on.call(1, 7)
+    [info] = wait_for_sessions(1)
+    assert (info.actor_name, info.rank) == ("partial", 1)
+    assert mesh.slice(gpus=0).pid.call_one().get(timeout=DEADLINE) > 0
+    assert list(neighbours.pid.call().get(timeout=DEADLINE).values())[1] > 0
+    assert not stopped.done()
+    terminal = open_terminal(home)
+    terminal.send("continue")
+    terminal.expect("monarch_dbg> ")
+    assert list(stopped.get(timeout=DEADLINE).values()) == [8, 8]
+    terminal.send("quit")
+    assert terminal.close() == 0
+    procs.stop().get(timeout=DEADLINE)
+
+
 def test_an_async_actor_stops_and_its_proc_keeps_serving_others(home: Path) -> None:
     procs = this_host().spawn_procs(per_host={"x": 1})
     stopped = procs.spawn("adebugee", AsyncDebugee)
     other = procs.spawn("other", Debugee)
     result = stopped.compute.call_one(5)
     wait_for_sessions(1)
-    # The async actor's breakpoint blocks its own loop; its session has a connection of
-    # its own, and once it goes on, the actor answers again.
+    # The async actor's breakpoint blocks its own loop, not its proc's: the other actor
+    # answers meanwhile; its session has a connection of its own, and once it goes on,
+    # the actor answers again.
+    assert other.pid.call_one().get(timeout=DEADLINE) > 0
+    assert not result.done()
     terminal = open_terminal(home)
     terminal.send("attach adebugee 0")
     terminal.expect(r"\(Pdb\) ")

@@ -12,8 +12,11 @@ from typing import Any, Final
 from urllib.parse import quote
 
 from ._auth import read_token, token_folder
+from ._stacks import PYSPY_TIMEOUT
 
 DEFAULT_ADDR: Final = "127.0.0.1:1729"
+STACKS_MARGIN: Final = 20.0
+"""Seconds a stacks request may take beyond py-spy's: the server's wait on the proc."""
 
 
 class AdminError(Exception):
@@ -30,12 +33,12 @@ class AdminClient:
         self.token = token
         self.timeout = timeout
 
-    def get(self, path: str) -> Any:
+    def get(self, path: str, timeout: float | None = None) -> Any:
         request = urllib.request.Request(
             f"http://{self.addr}{path}", headers={"Authorization": f"Bearer {self.token}"}
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with urllib.request.urlopen(request, timeout=timeout or self.timeout) as response:
                 return json.loads(response.read())
         except urllib.error.HTTPError as exc:
             try:
@@ -51,7 +54,11 @@ class AdminClient:
         return self.get("/v1/snapshot")
 
     def stacks(self, ref: str) -> Any:
-        return self.get("/v1/stacks/" + quote(ref, safe=""))
+        """A proc's stacks: the server may try py-spy (up to ``PYSPY_TIMEOUT``) before the
+        proc's own dump (up to its timeout), so this waits longer than a snapshot: a proc
+        that answers neither is then said so (504), not taken for the server gone."""
+        timeout = max(self.timeout, PYSPY_TIMEOUT + STACKS_MARGIN)
+        return self.get("/v1/stacks/" + quote(ref, safe=""), timeout=timeout)
 
 
 def port_of(addr: str) -> int:

@@ -106,6 +106,8 @@ class TopApp(App[None]):
         """What the side pane shows, as plain text (for tests and copying)."""
         self.error = ""
         self._failure_index = 0
+        self._fetching = False
+        """Whether a snapshot is being asked for."""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -126,7 +128,13 @@ class TopApp(App[None]):
     # -- the snapshot -------------------------------------------------------------------
 
     def action_refresh(self) -> None:
-        self.run_worker(self._fetch(), exclusive=True, group="snapshot")
+        """Ask for a snapshot, unless one is being asked for: a snapshot takes as long as
+        the server waits on a proc that does not answer (its timeout, 2 s by default), longer
+        than the interval; cancelling it for a new one would show nothing from then on."""
+        if self._fetching:
+            return
+        self._fetching = True
+        self.run_worker(self._fetch(), group="snapshot")
 
     async def _fetch(self) -> None:
         status = self.query_one("#status", Static)
@@ -136,6 +144,8 @@ class TopApp(App[None]):
             self.error = str(exc)
             status.update(Text(f"admin server: {exc} (retrying)", "bold red"))
             return
+        finally:
+            self._fetching = False
         self.error = ""
         self.show(snap)
         s = snap["summary"]
