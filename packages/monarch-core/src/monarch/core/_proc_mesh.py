@@ -100,9 +100,12 @@ class _ProcGroup:
             self.exited[body.rank] = body.how
             address = self.addresses[body.rank] if 0 <= body.rank < self.count else None
             if address is None:
+                said = "".join(f"\n    {line}" for line in body.tail)
+                said = f"; the last lines of its stderr:{said}" if said else ""
                 self._fail(
                     RuntimeError(
                         f"proc {body.rank} (pid {body.pid}) {body.how} before it was ready"
+                        f"{said}"
                     )
                 )
             else:
