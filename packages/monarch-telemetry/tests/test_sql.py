@@ -62,6 +62,13 @@ def test_a_jobs_actors_messages_and_failures_answer_sql() -> None:
     assert "no_such_table" in unknown_table
 
 
+def test_a_bad_retention_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="retention_secs must be 0"):
+        TelemetryConfig(retention_secs=-1)
+    with pytest.raises(TypeError, match="retention_secs is a number of seconds"):
+        TelemetryConfig(retention_secs="1h")  # type: ignore[arg-type]
+
+
 def test_bad_queries_are_clear_errors() -> None:
     store = TelemetryStore(TelemetryConfig())
     with pytest.raises(TelemetryQueryError, match="SQL error"):
@@ -89,7 +96,7 @@ def test_message_counts_are_what_was_added(calls: list[tuple[str, int]]) -> None
 
 
 @settings(deadline=None, max_examples=30)
-@given(ages=st.lists(st.integers(0, 7200), max_size=40), retention=st.integers(1, 3600))
+@given(ages=st.lists(st.integers(0, 7200), max_size=40), retention=st.integers(0, 3600))
 def test_retention_keeps_exactly_the_recent_rows(ages: list[int], retention: int) -> None:
     store = TelemetryStore(TelemetryConfig(retention_secs=retention))
     stamp = now_us()
@@ -102,8 +109,9 @@ def test_retention_keeps_exactly_the_recent_rows(ages: list[int], retention: int
     with store._lock:
         store.retain()
     kept = store.query("SELECT id FROM messages ORDER BY id")["rows"]
-    # a row exactly at the limit may go either way: the clock moved between the two reads
-    expected = [i for i, age in enumerate(ages) if age < retention]
+    # a row exactly at the limit may go either way: the clock moved between the two reads;
+    # 0 keeps every row (upstream's "0 disables retention")
+    expected = [i for i, age in enumerate(ages) if age < retention or not retention]
     maybe = [i for i, age in enumerate(ages) if age == retention]
     got = [r["id"] for r in kept]
     assert set(expected) <= set(got) <= set(expected) | set(maybe)

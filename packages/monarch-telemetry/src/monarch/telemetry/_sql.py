@@ -77,14 +77,21 @@ class TelemetryQueryError(ValueError):
 
 @dataclass
 class TelemetryConfig:
-    """Upstream's: how long rows are kept (``retention_secs``); on a job (monarch-jobs),
-    ``include_dashboard`` serves monarch-admin's dashboard page at ``dashboard_port`` (its
-    ``state.dashboard_url``). ``snapshot_interval_secs`` is accepted (the tables are live)."""
+    """Upstream's: how long rows are kept (``retention_secs``; 0: for ever); on a job
+    (monarch-jobs), ``include_dashboard`` serves monarch-admin's dashboard page at
+    ``dashboard_port`` (its ``state.dashboard_url``). ``snapshot_interval_secs`` is
+    accepted (the tables are live)."""
 
     retention_secs: int = 3600
     include_dashboard: bool = False
     dashboard_port: int = 8265
     snapshot_interval_secs: float = 30.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.retention_secs, bool) or not isinstance(self.retention_secs, int):
+            raise TypeError(f"retention_secs is a number of seconds, not {self.retention_secs!r}")
+        if self.retention_secs < 0:
+            raise ValueError(f"retention_secs must be 0 (keep all) or more, not {self.retention_secs}")
 
 
 def key(name: str) -> int:
@@ -170,8 +177,11 @@ class TelemetryStore:
                 self.retain()
 
     def retain(self) -> None:
-        """Drop rows older than ``retention_secs`` (called with the lock held)."""
+        """Drop rows older than ``retention_secs`` (called with the lock held); 0 keeps
+        every row, as upstream's."""
         self._retained = time.monotonic()
+        if not self.config.retention_secs:
+            return
         oldest = now_us() - int(self.config.retention_secs * 1_000_000)
         for table in SCHEMA:
             self._db.execute(f"DELETE FROM {table} WHERE timestamp_us < ?", [oldest])
