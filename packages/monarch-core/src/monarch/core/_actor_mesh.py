@@ -40,7 +40,7 @@ from ._filling import deferred_fills
 from ._filling import settle as settle_fills
 from ._future import Future, Outcome, run_on, submit_into, wait_outcome
 from ._gather import Gather
-from ._instrument import instrumented, outgoing, spawned
+from ._instrument import instrumented, outgoing, spawned, supervision
 from ._messages import (
     STOP_METHOD,
     TO_PROC,
@@ -547,6 +547,7 @@ class _Supervised:
         positions = [self.shape.ndslice.index(rank) for rank in new]
         mesh: ActorMesh[Any] = ActorMesh(self.cls, self.mesh_id, self.name, self.shape, self.state)
         failure = MeshFailure(failure_mesh_name(self.mesh_id), positions, event, mesh, report)
+        supervision(self.name, len(new))
         if self.owner is not None:
             self.owner.supervise(failure)
         else:  # the root: nobody above to handle it

@@ -53,6 +53,11 @@ class Instrumentation(Protocol):
     def status(self, mesh: str, rank: int, status: str, reason: str) -> None:
         """An actor of this process is now ``status`` ("Running", "Failed", "Stopped")."""
 
+    def supervision(self, mesh: str, ranks: int) -> None:
+        """A supervision event reaches this process, the owner of ``mesh`` (an actor mesh
+        or a proc mesh) or the root: ``ranks`` of it failed (a crashed proc's actors too,
+        which could not say so themselves)."""
+
     def shutdown(self) -> None:
         """The process is ending: send what is buffered."""
 
@@ -124,3 +129,8 @@ def spawned(mesh: str, name: str, cls: type, size: int, owner: str) -> None:
 def status(mesh: str, rank: int, status: str, reason: str = "") -> None:
     if _installed:
         _installed[0].status(mesh, rank, status, reason)
+
+
+def supervision(mesh: str, ranks: int) -> None:
+    if _installed:
+        _installed[0].supervision(mesh, ranks)

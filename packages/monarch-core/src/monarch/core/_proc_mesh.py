@@ -28,6 +28,7 @@ from ._errors import MeshFailure, RemoteFailure, SupervisionError
 from ._exits import ended, expect
 from ._future import Future, Outcome, run_on, wait_outcome
 from ._gather import Gather
+from ._instrument import supervision
 from ._launch import BootstrapCommand
 from ._logs import LogSink
 from ._messages import (
@@ -172,6 +173,7 @@ class _LoggerMesh:
         actor = f"{self.name}{Point(ranks[0], self.shape.extent)!r}"
         event, report = failed_event(actor, reason), failed_report(actor, reason)
         failure = MeshFailure(self.name, ranks, event, None, report)
+        supervision(self.name, len(ranks))
         if self.owner is not None:
             self.owner.supervise(failure)
             return

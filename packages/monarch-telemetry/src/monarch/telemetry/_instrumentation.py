@@ -192,8 +192,10 @@ class OpenTelemetry:
         sink = current_sink()
         if sink is not None:
             sink.add([status_row(mesh, rank, status, reason)])
-        if status == "Failed" and not idle():
-            instruments().supervision.add(1, {"monarch.mesh": mesh})
+
+    def supervision(self, mesh: str, ranks: int) -> None:
+        if not idle():
+            instruments().supervision.add(ranks, {"monarch.mesh": mesh})
 
     def shutdown(self) -> None:
         flush_rows()
