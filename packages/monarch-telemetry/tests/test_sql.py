@@ -69,6 +69,17 @@ def test_a_bad_retention_is_a_clear_error() -> None:
         TelemetryConfig(retention_secs="1h")  # type: ignore[arg-type]
 
 
+def test_without_duckdb_the_error_names_the_extra() -> None:
+    script = (
+        "import sys\nsys.modules['duckdb'] = None  # as if the sql extra were not installed\n"
+        "from monarch.telemetry import enable_telemetry\n"
+        "try:\n    enable_telemetry()\nexcept ImportError as e:\n    print(e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert "pip install 'monarch-telemetry[sql]'" in done.stdout, done.stderr[-2000:]
+
+
 def test_bad_queries_are_clear_errors() -> None:
     store = TelemetryStore(TelemetryConfig())
     with pytest.raises(TelemetryQueryError, match="SQL error"):

@@ -155,7 +155,12 @@ class TelemetryStore:
     """The tables, in an in-memory DuckDB database of the client."""
 
     def __init__(self, config: TelemetryConfig) -> None:
-        import duckdb  # the "sql" extra: only a client with job telemetry loads it
+        try:
+            import duckdb  # the "sql" extra: only a client with job telemetry loads it
+        except ImportError as exc:
+            raise ImportError(
+                "the job's telemetry tables need DuckDB: pip install 'monarch-telemetry[sql]'"
+            ) from exc
 
         self.config = config
         self._db = duckdb.connect(":memory:")
