@@ -70,7 +70,8 @@ def test_example_runs(script: str, expected: list[str]) -> None:
 def test_the_readmes_observability_snippet_runs() -> None:
     """The README's "Seeing what a job does" code, as a new user copies it into a script."""
     readme = (EXAMPLES.parent / "README.md").read_text()
-    found = re.search(r"<!-- observability -->\n```python\n(.*?)```\n<!-- /observability -->", readme, re.S)
+    snippet = r"<!-- observability -->\n```python\n(.*?)```\n<!-- /observability -->"
+    found = re.search(snippet, readme, re.S)
     assert found is not None, "the README's observability snippet is gone"
     done = subprocess.run(
         [sys.executable, "-X", "faulthandler", "-c", found[1]],

@@ -56,7 +56,16 @@ def test_a_jobs_actors_messages_and_failures_answer_sql() -> None:
     views = [json.loads(r["view_json"]) for r in sent]
     assert all(v["labels"] == [] and v["slice"]["sizes"] == [] for v in views)
     assert {v["slice"]["offset"] for v in views} == {0, 1, 2, 3}
-    assert all(json.loads(r["shape_json"]) == {"inner": {"labels": [], "sizes": []}} for r in sent)
+    assert all(r["shape_json"] == r["view_json"] for r in sent)  # as upstream 0.7.0's
+    # The proc mesh is a mesh too (class Proc, as upstream's), the actor mesh's parent.
+    (procs,) = result["procs"]
+    assert procs["class"] == "Proc" and procs["given_name"] == "procs"
+    assert procs["shape_json"] == '{"inner":{"labels":["gpus"],"sizes":[4]}}'  # upstream's text
+    (counted,) = result["counted"]
+    assert counted["parent_mesh_id"] == procs["id"]
+    assert json.loads(counted["shape_json"]) == {"inner": {"labels": ["gpus"], "sizes": [4]}}
+    parent_view = {"labels": ["gpus"], "slice": {"offset": 0, "sizes": [4], "strides": [1]}}
+    assert json.loads(counted["parent_view_json"]) == parent_view
     bad_sql, unknown_table = result["errors"]
     assert bad_sql.startswith("SQL error:") and "SELEC" in bad_sql
     assert "no_such_table" in unknown_table

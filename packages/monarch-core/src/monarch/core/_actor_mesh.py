@@ -932,10 +932,12 @@ def spawn_actor_mesh(
     kwargs: dict[str, Any],
     informant: str = "",
     owner_path: str = "",
+    procs_id: str = "",
 ) -> ActorMesh[Any]:
     """Spawn ``cls`` on every proc; returns at once, the actors start in the background.
     ``informant``: the process that spawned the procs (it hears how they end);
-    ``owner_path``: the owner's name in supervision texts, if not the spawning actor's."""
+    ``owner_path``: the owner's name in supervision texts, if not the spawning actor's;
+    ``procs_id``: the proc mesh's id, for telemetry ("" if unknown)."""
     if not (isinstance(cls, type) and issubclass(cls, Actor)):
         raise ValueError(f"{cls!r} is not an Actor subclass")
     check_endpoints_callable(cls)
@@ -946,7 +948,7 @@ def spawn_actor_mesh(
     owner = current_owner.get()
     owner_name = owner_path or (owner.actor_name if owner is not None else ROOT)
     if instrumented():
-        spawned(mesh_id, name, cls, len(shape.ndslice), owner_name)
+        spawned(mesh_id, name, cls, shape, owner_name, procs_id)
 
     async def post() -> Gather:
         addresses = await resolve(procs)
