@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,3 +65,21 @@ def test_example_runs(script: str, expected: list[str]) -> None:
     assert done.returncode == 0, (done.stdout[-1500:], done.stderr[-3000:])
     for text in expected:
         assert text in done.stdout, (text, done.stdout[-3000:])
+
+
+def test_the_readmes_observability_snippet_runs() -> None:
+    """The README's "Seeing what a job does" code, as a new user copies it into a script."""
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    snippet = r"<!-- observability -->\n```python\n(.*?)```\n<!-- /observability -->"
+    found = re.search(snippet, readme, re.S)
+    assert found is not None, "the README's observability snippet is gone"
+    done = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", found[1]],
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode == 0, (done.stdout[-1500:], done.stderr[-3000:])
+    out = done.stdout
+    assert re.search(r"\[8 similar log lines\]\S* \[\d\] step 1 loss 0.25", out), out[-3000:]
+    assert "{'rows': [{'endpoint': 'Trainer.step', 'calls': 8}]}" in out, out[-3000:]

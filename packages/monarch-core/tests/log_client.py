@@ -2,10 +2,12 @@
 stderr, where forwarded lines are printed).
 
     python log_client.py stream            3 procs print; lines streamed, one by one
-    python log_client.py aggregate         4 procs print alike; one aggregated block
+    python log_client.py aggregate         64 procs print alike; one aggregated block
     python log_client.py crash             a proc prints, then dies by SIGSEGV
     python log_client.py off               forwarding off at spawn: the warning
     python log_client.py remote ADDR       procs on a worker at ADDR (TCP)
+    python log_client.py capture           file capture (forwarding off), then a proc that
+                                           fails at its start: its stderr's tail
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import monarch.actor
 from monarch.actor import Actor, current_rank, endpoint, this_host
 from monarch.config import configure
 from monarch.core._attach import attach_to_workers
+from monarch.core._launch import BootstrapCommand
 
 
 class Talker(Actor):
@@ -61,7 +64,8 @@ async def stream() -> None:
 
 
 async def aggregate() -> None:
-    procs = this_host().spawn_procs(per_host={"gpus": 4})
+    configure(procs_per_process=16)  # 64 procs in 4 processes: cheap on 2 cores
+    procs = this_host().spawn_procs(per_host={"gpus": 64})
     await procs.logging_option(stream_to_client=True, aggregate_window_sec=1)
     talker = procs.spawn("talker", Talker)
     await talker.same.call()
@@ -107,13 +111,42 @@ async def remote(address: str) -> None:
     marker("stopped")
 
 
+FAILING_START = """
+import sys
+for i in range(10):
+    print(f"boot line {i}", file=sys.stderr)
+print(file=sys.stderr)
+sys.exit(1)
+"""
+
+
+async def capture() -> None:
+    configure(enable_file_capture=True)  # alone, as upstream's outside Meta: no files
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    await procs.spawn("talker", Talker).talk.call("unforced")
+    await procs.stop()
+    configure(force_file_log=True)
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    await procs.spawn("talker", Talker).talk.call("captured")
+    await procs.stop()
+    command = BootstrapCommand(sys.executable, None, ["-c", FAILING_START], {})
+    for lines in (0, 3):
+        configure(tail_log_lines=lines)
+        failing = this_host().spawn_procs(per_host={"gpus": 1}, bootstrap_command=command)
+        try:
+            await failing.initialized
+        except RuntimeError as exc:
+            marker(f"tail {lines}: {exc!r}")
+
+
 if __name__ == "__main__":
     monarch.actor.unhandled_fault_hook = lambda failure: marker(f"fault {failure.mesh_name}")
     scenario = sys.argv[1]
-    if scenario != "off":
+    if scenario not in ("off", "capture"):
         configure(enable_log_forwarding=True)
     os.environ.pop("PYTHONFAULTHANDLER", None)
     main = {"stream": stream, "aggregate": aggregate, "crash": crash, "off": off}
+    main["capture"] = capture
     if scenario == "remote":
         asyncio.run(remote(sys.argv[2]))
     else:

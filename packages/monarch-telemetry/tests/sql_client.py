@@ -76,6 +76,8 @@ def main() -> None:
         "FROM sent_messages s JOIN meshes m ON m.id = s.actor_mesh_id "
         "LEFT JOIN actors a ON a.id = s.sender_actor_id WHERE m.given_name = 'counted'"
     )["rows"]
+    procs_meshes = engine.query("SELECT * FROM meshes WHERE class = 'Proc'")["rows"]
+    counted_mesh = engine.query("SELECT * FROM meshes WHERE given_name = 'counted'")["rows"]
     errors = []
     for bad in ("SELEC 1", "SELECT * FROM no_such_table"):
         try:
@@ -94,6 +96,8 @@ def main() -> None:
                 "message_statuses": message_statuses,
                 "sent": sent,
                 "errors": errors,
+                "procs": procs_meshes,
+                "counted": counted_mesh,
             }
         )
     )

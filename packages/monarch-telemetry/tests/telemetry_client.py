@@ -38,6 +38,12 @@ class Worker(Actor):
         return value
 
 
+class Dying(Actor):
+    @endpoint
+    def die(self) -> None:
+        raise SystemExit(3)  # a BaseException: the actor fails, a supervision event
+
+
 class AsyncWorker(Actor):
     @endpoint
     async def work(self, x: int) -> int:
@@ -66,6 +72,10 @@ def main() -> None:
     except ActorError:
         failed = True
     workers.take.call(b"x" * 100_000).get()  # the payload instrument's bytes
+    try:
+        procs.slice(gpus=1).spawn("dying", Dying).die.call_one().get()
+    except Exception:  # noqa: BLE001 - a SupervisionError: the actor failed
+        pass
     get_meter("user").create_counter("user.things").add(3)
     procs.stop().get()
     print(

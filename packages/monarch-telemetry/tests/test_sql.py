@@ -56,10 +56,37 @@ def test_a_jobs_actors_messages_and_failures_answer_sql() -> None:
     views = [json.loads(r["view_json"]) for r in sent]
     assert all(v["labels"] == [] and v["slice"]["sizes"] == [] for v in views)
     assert {v["slice"]["offset"] for v in views} == {0, 1, 2, 3}
-    assert all(json.loads(r["shape_json"]) == {"inner": {"labels": [], "sizes": []}} for r in sent)
+    assert all(r["shape_json"] == r["view_json"] for r in sent)  # as upstream 0.7.0's
+    # The proc mesh is a mesh too (class Proc, as upstream's), the actor mesh's parent.
+    (procs,) = result["procs"]
+    assert procs["class"] == "Proc" and procs["given_name"] == "procs"
+    assert procs["shape_json"] == '{"inner":{"labels":["gpus"],"sizes":[4]}}'  # upstream's text
+    (counted,) = result["counted"]
+    assert counted["parent_mesh_id"] == procs["id"]
+    assert json.loads(counted["shape_json"]) == {"inner": {"labels": ["gpus"], "sizes": [4]}}
+    parent_view = {"labels": ["gpus"], "slice": {"offset": 0, "sizes": [4], "strides": [1]}}
+    assert json.loads(counted["parent_view_json"]) == parent_view
     bad_sql, unknown_table = result["errors"]
     assert bad_sql.startswith("SQL error:") and "SELEC" in bad_sql
     assert "no_such_table" in unknown_table
+
+
+def test_a_bad_retention_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="retention_secs must be 0"):
+        TelemetryConfig(retention_secs=-1)
+    with pytest.raises(TypeError, match="retention_secs is a number of seconds"):
+        TelemetryConfig(retention_secs="1h")  # type: ignore[arg-type]
+
+
+def test_without_duckdb_the_error_names_the_extra() -> None:
+    script = (
+        "import sys\nsys.modules['duckdb'] = None  # as if the sql extra were not installed\n"
+        "from monarch.telemetry import enable_telemetry\n"
+        "try:\n    enable_telemetry()\nexcept ImportError as e:\n    print(e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert "pip install 'monarch-telemetry[sql]'" in done.stdout, done.stderr[-2000:]
 
 
 def test_bad_queries_are_clear_errors() -> None:
@@ -89,7 +116,7 @@ def test_message_counts_are_what_was_added(calls: list[tuple[str, int]]) -> None
 
 
 @settings(deadline=None, max_examples=30)
-@given(ages=st.lists(st.integers(0, 7200), max_size=40), retention=st.integers(1, 3600))
+@given(ages=st.lists(st.integers(0, 7200), max_size=40), retention=st.integers(0, 3600))
 def test_retention_keeps_exactly_the_recent_rows(ages: list[int], retention: int) -> None:
     store = TelemetryStore(TelemetryConfig(retention_secs=retention))
     stamp = now_us()
@@ -102,8 +129,9 @@ def test_retention_keeps_exactly_the_recent_rows(ages: list[int], retention: int
     with store._lock:
         store.retain()
     kept = store.query("SELECT id FROM messages ORDER BY id")["rows"]
-    # a row exactly at the limit may go either way: the clock moved between the two reads
-    expected = [i for i, age in enumerate(ages) if age < retention]
+    # a row exactly at the limit may go either way: the clock moved between the two reads;
+    # 0 keeps every row (upstream's "0 disables retention")
+    expected = [i for i, age in enumerate(ages) if age < retention or not retention]
     maybe = [i for i, age in enumerate(ages) if age == retention]
     got = [r["id"] for r in kept]
     assert set(expected) <= set(got) <= set(expected) | set(maybe)

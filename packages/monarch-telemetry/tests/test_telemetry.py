@@ -49,7 +49,13 @@ def test_a_call_is_one_trace_from_the_client_into_every_actor() -> None:
         assert result["relayed"] == 105 and result["failed"]
 
         spans_wanted = {"Worker.work", "inner", "double-it", "Helper.work", "Worker.fail"}
-        metrics_wanted = {"monarch.endpoint.calls", "user.things", "monarch.actor.queue_depth"}
+        metrics_wanted = {
+            "monarch.endpoint.calls",
+            "monarch.endpoint.duration",
+            "monarch.supervision.events",
+            "user.things",
+            "monarch.actor.queue_depth",
+        }
         logs_wanted = {"stepping", "working on 1"}
 
         def arrived() -> bool:
@@ -94,6 +100,16 @@ def test_a_call_is_one_trace_from_the_client_into_every_actor() -> None:
     assert any(m["name"] == "user.things" and m["value"] == 3 for m in metrics)
     payload = [m for m in metrics if m["name"] == "monarch.endpoint.payload"]
     assert any(m["attributes"]["monarch.endpoint"] == "Worker.take" for m in payload)
+    durations = [m for m in metrics if m["name"] == "monarch.endpoint.duration"]
+    timed = {m["attributes"]["monarch.endpoint"] for m in durations if m["value"]}
+    assert {"Worker.work", "Helper.work", "AsyncWorker.work"} <= timed
+    assert {m["service"] for m in durations} == {"monarch-proc"}
+    # The failed actor's supervision event, counted where it was reported: its owner.
+    supervision = [m for m in metrics if m["name"] == "monarch.supervision.events"]
+    # (cumulative: each export of the client may repeat the point)
+    assert {(m["service"], m["attributes"]["monarch.mesh"], m["value"]) for m in supervision} == {
+        ("monarch-client", "dying", 1)
+    }
     depths = [m for m in metrics if m["name"] == "monarch.actor.queue_depth"]
     assert all(isinstance(m["value"], int) and m["value"] >= 0 for m in depths)
     assert {m["service"] for m in depths} == {"monarch-proc"}

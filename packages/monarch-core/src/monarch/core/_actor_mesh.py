@@ -40,7 +40,7 @@ from ._filling import deferred_fills
 from ._filling import settle as settle_fills
 from ._future import Future, Outcome, run_on, submit_into, wait_outcome
 from ._gather import Gather
-from ._instrument import instrumented, outgoing, spawned
+from ._instrument import instrumented, outgoing, spawned, supervision
 from ._messages import (
     STOP_METHOD,
     TO_PROC,
@@ -547,6 +547,7 @@ class _Supervised:
         positions = [self.shape.ndslice.index(rank) for rank in new]
         mesh: ActorMesh[Any] = ActorMesh(self.cls, self.mesh_id, self.name, self.shape, self.state)
         failure = MeshFailure(failure_mesh_name(self.mesh_id), positions, event, mesh, report)
+        supervision(self.name, len(new))
         if self.owner is not None:
             self.owner.supervise(failure)
         else:  # the root: nobody above to handle it
@@ -931,10 +932,12 @@ def spawn_actor_mesh(
     kwargs: dict[str, Any],
     informant: str = "",
     owner_path: str = "",
+    procs_id: str = "",
 ) -> ActorMesh[Any]:
     """Spawn ``cls`` on every proc; returns at once, the actors start in the background.
     ``informant``: the process that spawned the procs (it hears how they end);
-    ``owner_path``: the owner's name in supervision texts, if not the spawning actor's."""
+    ``owner_path``: the owner's name in supervision texts, if not the spawning actor's;
+    ``procs_id``: the proc mesh's id, for telemetry ("" if unknown)."""
     if not (isinstance(cls, type) and issubclass(cls, Actor)):
         raise ValueError(f"{cls!r} is not an Actor subclass")
     check_endpoints_callable(cls)
@@ -945,7 +948,7 @@ def spawn_actor_mesh(
     owner = current_owner.get()
     owner_name = owner_path or (owner.actor_name if owner is not None else ROOT)
     if instrumented():
-        spawned(mesh_id, name, cls, len(shape.ndslice), owner_name)
+        spawned(mesh_id, name, cls, shape, owner_name, procs_id)
 
     async def post() -> Gather:
         addresses = await resolve(procs)

@@ -43,7 +43,7 @@ from ._future import Future
 from ._instrument import load_instrumentation, shutdown_instrumentation
 from ._internal_logs import install_internal_logs
 from ._introspect import handle_introspect
-from ._logs import drain, forward_output, handle_set_log_level
+from ._logs import OutputPlan, ProcOutput, drain, forward_output, handle_set_log_level
 from ._messages import (
     ActorFailed,
     GetController,
@@ -362,6 +362,7 @@ def handle_spawn_procs(
     alone = forking and body.count == 1 and not zygote_started()
     if alone:
         forking = False
+    plan = output_plan(body)
     for i, rank in enumerate(range(body.base_rank, body.base_rank + body.count)):
         launch = body.launches[i] if i < len(body.launches) else Launch()
         try:
@@ -370,9 +371,11 @@ def handle_spawn_procs(
         except (OSError, ValueError) as exc:
             runtime.send_to_port(body.events, SpawnFailed(rank, f"cannot start a proc: {exc}"))
             continue
-        start = functools.partial(_start_proc, runtime, body, rank, launch, argv, program, env)
+        start = functools.partial(
+            _start_proc, runtime, body, plan, rank, launch, argv, program, env
+        )
         if forking and forkable(launch, argv, body.python):
-            fork_proc(env, body.forward_output, functools.partial(_forked, start, on_child))
+            fork_proc(env, plan.piped, functools.partial(_forked, start, on_child))
         else:
             _started(start(), on_child)
     if alone:  # once the proc has started (both at once contend for the CPUs it needs)
@@ -382,6 +385,20 @@ def handle_spawn_procs(
 ZYGOTE_AFTER: Final = 0.5
 """Seconds after a lone first proc's start that its agent starts the zygote (sooner, if a
 fork is asked for first)."""
+
+
+def output_plan(body: SpawnProcs) -> OutputPlan:
+    """What this agent does with the output of the procs ``body`` asks for (``_logs``): the
+    spawner's configuration says."""
+    return OutputPlan(
+        forward=body.forward_output,
+        capture=bool(
+            spawner_says(body.env, "enable_file_capture")
+            and spawner_says(body.env, "force_file_log")
+        ),
+        tail=int(spawner_says(body.env, "tail_log_lines")),
+        prefix=bool(spawner_says(body.env, "prefix_with_rank")),
+    )
 
 
 def spawner_says(env: dict[str, str], name: str) -> Any:
@@ -428,6 +445,7 @@ def _started(child: Child | None, on_child: Callable[[Child], None] | None) -> N
 def _start_proc(
     runtime: Runtime,
     body: SpawnProcs,
+    plan: OutputPlan,
     rank: int,
     launch: Launch,
     argv: list[str],
@@ -442,7 +460,7 @@ def _start_proc(
         child = forked
     else:
         try:
-            piped = subprocess.PIPE if body.forward_output else None
+            piped = subprocess.PIPE if plan.piped else None
             child = subprocess.Popen(
                 argv,
                 executable=program,
@@ -466,7 +484,7 @@ def _start_proc(
             os.sched_setaffinity(child.pid, cpu_list(cpus))  # before its threads start
         except (OSError, ValueError) as exc:
             log.warning("proc_bind %r for proc %d: %s", cpus, rank, exc)
-    output = forward_output(runtime, child, rank, body.events) if body.forward_output else []
+    output = forward_output(runtime, child, rank, body.events, plan) if plan.piped else None
     _watch(runtime, child, rank, body.events, output)
     return child
 
@@ -518,7 +536,7 @@ def _watch(
     child: Child,
     rank: int,
     events: PortRef,
-    output: list[threading.Thread],
+    output: ProcOutput | None,
 ) -> None:
     """Report the child's exit the moment it happens (a thread blocked in wait), after the
     last of its output (``output``: the threads reading it, see ``_logs``)."""
@@ -528,7 +546,7 @@ def _watch(
         drain(output)
         how = f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
         log.info("proc %d (rank %d) %s", child.pid, rank, how)
-        exited = ProcExited(rank, child.pid, how)
+        exited = ProcExited(rank, child.pid, how, output.tail() if output is not None else ())
         if not runtime.loop.is_closed():
             runtime.send_to_port(events, exited)
 

@@ -46,12 +46,23 @@ class Instrumentation(Protocol):
         arguments; ``waiting``: the messages queued behind it. The returned scope is
         current for the endpoint's code (on this thread or task) until closed."""
 
-    def spawned(self, mesh: str, name: str, cls: str, size: int, owner: str) -> None:
-        """This process spawns actor mesh ``mesh`` (``name`` as given, of ``cls``, ``size``
-        actors), owned by ``owner``."""
+    def spawned(
+        self, mesh: str, name: str, cls: str, shape: object, owner: str, procs: str
+    ) -> None:
+        """This process spawns actor mesh ``mesh`` (``name`` as given, of ``cls``, over
+        ``shape``, a ``Shape``), owned by ``owner``, on the procs of proc mesh ``procs``
+        ("" if unknown here)."""
+
+    def procs_spawned(self, mesh: str, name: str, shape: object, owner: str) -> None:
+        """This process spawns proc mesh ``mesh`` (``name`` as given, ``shape``)."""
 
     def status(self, mesh: str, rank: int, status: str, reason: str) -> None:
         """An actor of this process is now ``status`` ("Running", "Failed", "Stopped")."""
+
+    def supervision(self, mesh: str, ranks: int) -> None:
+        """A supervision event reaches this process, the owner of ``mesh`` (an actor mesh
+        or a proc mesh) or the root: ``ranks`` of it failed (a crashed proc's actors too,
+        which could not say so themselves)."""
 
     def shutdown(self) -> None:
         """The process is ending: send what is buffered."""
@@ -116,11 +127,22 @@ def enter(
     return _installed[0].enter(endpoint, actor, mesh, rank, carried, size, waiting)
 
 
-def spawned(mesh: str, name: str, cls: type, size: int, owner: str) -> None:
+def spawned(mesh: str, name: str, cls: type, shape: object, owner: str, procs: str) -> None:
     if _installed:
-        _installed[0].spawned(mesh, name, f"{cls.__module__}.{cls.__qualname__}", size, owner)
+        cls_name = f"{cls.__module__}.{cls.__qualname__}"
+        _installed[0].spawned(mesh, name, cls_name, shape, owner, procs)
+
+
+def procs_spawned(mesh: str, name: str, shape: object, owner: str) -> None:
+    if _installed:
+        _installed[0].procs_spawned(mesh, name, shape, owner)
 
 
 def status(mesh: str, rank: int, status: str, reason: str = "") -> None:
     if _installed:
         _installed[0].status(mesh, rank, status, reason)
+
+
+def supervision(mesh: str, ranks: int) -> None:
+    if _installed:
+        _installed[0].supervision(mesh, ranks)

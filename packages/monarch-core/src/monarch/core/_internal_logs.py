@@ -84,6 +84,13 @@ def log_path() -> Path | None:
     return Path("/tmp") / _user() / "monarch_log.log"
 
 
+def log_dir() -> Path:
+    """The job's log folder: the internal log's (``/tmp/$USER``), where procs' captured
+    output goes too (``enable_file_capture``)."""
+    path = log_path()
+    return path.parent if path is not None else Path("/tmp") / _user()
+
+
 def execution_id() -> str:
     """This job's execution id (the client's, inherited by its procs), made once."""
     known = os.environ.get(EXECUTION_ENV)

@@ -15,6 +15,12 @@ must not stall the runtime's loop. The agent passes output on whole lines at a t
 partial line waits for its end), as the spawner prints: on a client that is its own agent
 both write to one stream, and a line of one must not land inside a line of the other (a
 crash's traceback comes in pieces).
+
+Upstream's two other uses of the pipes, also the agent's: ``tail_log_lines`` keeps the last
+lines each proc wrote to stderr, which the spawner's error names when a proc exits before
+it was ready; ``enable_file_capture`` (with ``force_file_log``, as upstream's on a machine
+outside Meta's clusters) appends every line of the agent's procs, ``[rank] line``, to two
+files of the host, ``/tmp/$USER/monarch_log_HOST_ID.stdout`` and ``.stderr``.
 """
 
 from __future__ import annotations
@@ -24,16 +30,21 @@ import contextlib
 import logging
 import os
 import queue
+import secrets
 import socket
 import sys
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Final, Protocol, TextIO
 
 from monarch.transport import Buffer
 
+from ._internal_logs import log_dir
 from ._messages import LogLines, PortRef, SetLogLevel
 from ._runtime import Runtime
 
@@ -65,31 +76,82 @@ class Piped(Protocol):
     stderr: IO[bytes] | None
 
 
+@dataclass(frozen=True)
+class OutputPlan:
+    """What an agent does with the output of the procs of one spawn, read from pipes."""
+
+    forward: bool
+    """Send whole lines to the spawner (``enable_log_forwarding``)."""
+    capture: bool
+    """Append them to the host's files (``enable_file_capture`` and ``force_file_log``)."""
+    tail: int
+    """Keep the last ones of stderr (``tail_log_lines``)."""
+    prefix: bool = True
+    """Start each captured line with ``[rank]`` (``prefix_with_rank``)."""
+
+    @property
+    def piped(self) -> bool:
+        """Whether the procs' output goes through pipes at all (else: inherited)."""
+        return self.forward or self.capture or self.tail > 0
+
+
+class ProcOutput:
+    """The threads reading one proc's pipes, and the tail of its stderr."""
+
+    def __init__(self, tail: int) -> None:
+        self.threads: list[threading.Thread] = []
+        self._tail: deque[str] = deque(maxlen=max(tail, 0))
+
+    def keep(self, text: str) -> None:
+        """Lines of stderr (blank ones are not kept, as upstream's tail)."""
+        if self._tail.maxlen:
+            self._tail.extend(line for line in text.split("\n") if line.strip())
+
+    def tail(self) -> tuple[str, ...]:
+        return tuple(self._tail)
+
+
 def forward_output(
-    runtime: Runtime, child: Piped, rank: int, events: PortRef
-) -> list[threading.Thread]:
+    runtime: Runtime, child: Piped, rank: int, events: PortRef, plan: OutputPlan
+) -> ProcOutput:
     """Start reading ``child``'s stdout and stderr pipes (see the module docstring)."""
-    threads = []
+    output = ProcOutput(plan.tail)
+    files = host_files() if plan.capture else None
     for stream, pipe in ((1, child.stdout), (2, child.stderr)):
         assert pipe is not None
         thread = threading.Thread(
             target=_pump,
-            args=(runtime, pipe.fileno(), stream, rank, events),
+            args=(runtime, pipe.fileno(), stream, rank, events, plan, output, files),
             name=f"monarch-output-{child.pid}-{stream}",
             daemon=True,
         )
         thread.start()
-        threads.append(thread)
-    return threads
+        output.threads.append(thread)
+    return output
 
 
-def _pump(runtime: Runtime, fd: int, stream: int, rank: int, events: PortRef) -> None:
+def _pump(
+    runtime: Runtime,
+    fd: int,
+    stream: int,
+    rank: int,
+    events: PortRef,
+    plan: OutputPlan,
+    output: ProcOutput,
+    files: HostFiles | None,
+) -> None:
     pending = b""
+    prefix = f"[{rank}] " if plan.prefix else ""
 
     def send(data: bytes) -> None:
         text = data.decode(errors="replace")
-        with contextlib.suppress(RuntimeError):  # the agent's loop is closed: it is exiting
-            runtime.send_to_port(events, LogLines(rank, stream, text, _HOST))
+        if stream == 2:
+            output.keep(text)
+        if files is not None:
+            files.write(stream, "".join(f"{prefix}{line}\n" for line in text.split("\n")))
+        if plan.forward:
+            with contextlib.suppress(RuntimeError):  # the agent's loop is closed: exiting
+                runtime.send_to_port(events, LogLines(rank, stream, text, _HOST))
 
     try:
         while data := os.read(fd, READ_SIZE):
@@ -113,6 +175,48 @@ def _pump(runtime: Runtime, fd: int, stream: int, rank: int, events: PortRef) ->
             os.close(fd)
 
 
+class HostFiles:
+    """The host's two files of its procs' output (upstream's file capture), one per agent
+    process, shared by all its procs: whole lines, appended under a lock."""
+
+    def __init__(self, directory: Path) -> None:
+        stem = f"monarch_log_{_HOST}_{secrets.token_urlsafe(9)}"
+        directory.mkdir(parents=True, exist_ok=True)
+        self.paths = {n: directory / f"{stem}.{name}" for n, name in ((1, "stdout"), (2, "stderr"))}
+        self._files = {n: path.open("a", encoding="utf-8") for n, path in self.paths.items()}
+        self._lock = threading.Lock()
+        logging.getLogger("monarch.core").info(
+            "procs' output captured to %s and %s", self.paths[1], self.paths[2]
+        )
+
+    def write(self, stream: int, text: str) -> None:
+        with self._lock:
+            file = self._files.get(stream)
+            if file is None:
+                return
+            try:
+                file.write(text)
+                file.flush()
+            except (OSError, ValueError):  # a full or removed disk costs the file only
+                del self._files[stream]
+
+
+_host_files: list[HostFiles] = []
+_host_files_lock = threading.Lock()
+
+
+def host_files() -> HostFiles | None:
+    """This agent's files (opened at the first proc that asks); None where they cannot be."""
+    with _host_files_lock:
+        if not _host_files:
+            try:
+                _host_files.append(HostFiles(log_dir()))
+            except OSError as exc:
+                logging.getLogger("monarch.core").warning("no file capture: %s", exc)
+                return None
+        return _host_files[0]
+
+
 def _write_all(fd: int, data: bytes) -> None:
     """Pass ``data`` on to this process's own ``fd``; a closed one is given up on."""
     view = memoryview(data)
@@ -130,11 +234,13 @@ def handle_set_log_level(
     logging.getLogger().setLevel(body.level)
 
 
-def drain(threads: list[threading.Thread]) -> None:
+def drain(output: ProcOutput | None) -> None:
     """Wait (a little) for a proc's pipes to be read to their end: its exit is reported
     after its last lines."""
+    if output is None:
+        return
     deadline = time.monotonic() + DRAIN_AFTER_EXIT
-    for thread in threads:
+    for thread in output.threads:
         thread.join(max(0.0, deadline - time.monotonic()))
 
 

@@ -165,7 +165,8 @@ class SpawnProcs(msgspec.Struct, array_like=True, tag=14, frozen=True, gc=False)
     """How to start each of the ``count`` procs (none: each the default way)."""
     forward_output: bool = False
     """Read the procs' stdout and stderr (passing them on to the agent's own) and send
-    them to ``events`` as ``LogLines`` (``enable_log_forwarding``)."""
+    them to ``events`` as ``LogLines`` (``enable_log_forwarding``; the agent also reads
+    them for ``tail_log_lines`` and ``enable_file_capture``, see ``_logs``)."""
 
 
 class ProcExited(msgspec.Struct, array_like=True, tag=15, frozen=True, gc=False):
@@ -173,6 +174,9 @@ class ProcExited(msgspec.Struct, array_like=True, tag=15, frozen=True, gc=False)
     pid: int
     how: str
     """"exited with code N" or "was killed by signal N"."""
+    tail: tuple[str, ...] = ()
+    """The last lines the proc wrote to stderr (``tail_log_lines`` of them, read by its
+    agent: upstream's ``stderr_tail``)."""
 
 
 class SpawnFailed(msgspec.Struct, array_like=True, tag=16, frozen=True, gc=False):

@@ -22,12 +22,20 @@ from typing import Any, Final, Literal, TypeVar
 
 from monarch.transport import Buffer
 
-from ._actor_mesh import ActorMesh, Procs, resolve, spawn_actor_mesh, tensor_engine_entry
+from ._actor_mesh import (
+    ActorMesh,
+    Procs,
+    id_name,
+    resolve,
+    spawn_actor_mesh,
+    tensor_engine_entry,
+)
 from ._config import KEYS, current_config, runtime_env
 from ._errors import MeshFailure, RemoteFailure, SupervisionError
 from ._exits import ended, expect
 from ._future import Future, Outcome, run_on, wait_outcome
 from ._gather import Gather
+from ._instrument import instrumented, procs_spawned, supervision
 from ._launch import BootstrapCommand
 from ._logs import LogSink
 from ._messages import (
@@ -46,7 +54,7 @@ from ._messages import (
     StopProc,
 )
 from ._pending import ProcsRef
-from ._reports import failed_event, failed_report, process_ended
+from ._reports import ROOT, failed_event, failed_report, process_ended
 from ._runtime import Runtime, current_runtime
 from ._scope import Owner, current_owner
 from ._serialize import dumps, loads
@@ -73,6 +81,8 @@ class _ProcGroup:
         self.ready: asyncio.Future[None] = runtime.loop.create_future()
         self.exited: dict[int, str] = {}
         self.stopping = False
+        self.mesh_id = ""
+        """The proc mesh's id (``NAME<uid>``), as telemetry's tables know it."""
         self.actor_meshes: list[ActorMesh[Any]] = []
         """Actor meshes spawned here on these procs: a deliberate stop is no failure."""
         self._exit_seen = asyncio.Event()
@@ -100,9 +110,11 @@ class _ProcGroup:
             self.exited[body.rank] = body.how
             address = self.addresses[body.rank] if 0 <= body.rank < self.count else None
             if address is None:
+                said = "".join(f"\n    {line}" for line in body.tail)
+                said = f"; the last lines of its stderr:{said}" if said else ""
                 self._fail(
                     RuntimeError(
-                        f"proc {body.rank} (pid {body.pid}) {body.how} before it was ready"
+                        f"proc {body.rank} (pid {body.pid}) {body.how} before it was ready{said}"
                     )
                 )
             else:
@@ -169,6 +181,7 @@ class _LoggerMesh:
         actor = f"{self.name}{Point(ranks[0], self.shape.extent)!r}"
         event, report = failed_event(actor, reason), failed_report(actor, reason)
         failure = MeshFailure(self.name, ranks, event, None, report)
+        supervision(self.name, len(ranks))
         if self.owner is not None:
             self.owner.supervise(failure)
             return
@@ -371,8 +384,17 @@ class ProcMesh(ShapedMesh):
             raise SupervisionError(
                 f"Cannot spawn new actors on mesh with supervision events: {failed[0]}"
             )
+        procs_id = self._group.mesh_id if self._group is not None else ""
         mesh = spawn_actor_mesh(
-            self._runtime, name, Class, self._procs, self._shape, args, kwargs, self._informant
+            self._runtime,
+            name,
+            Class,
+            self._procs,
+            self._shape,
+            args,
+            kwargs,
+            self._informant,
+            procs_id=procs_id,
         )
         if self._spawned_into is not None:
             self._spawned_into.actor_meshes.append(mesh)
@@ -656,6 +678,10 @@ class HostMesh(ShapedMesh):
         group = _ProcGroup(runtime, len(hosts) * processes)
         _remember(name or "procs", group)
         owner = current_owner.get()
+        group.mesh_id = f"{id_name(name or 'procs')}<{secrets.token_hex(6)}>"
+        if instrumented():
+            owner_name = owner.actor_name if owner is not None else ROOT
+            procs_spawned(group.mesh_id, name or "procs", shape, owner_name)
         group.logger = _LoggerMesh(runtime, owner, shape, per, together)
         if current_config().enable_log_forwarding:
             group.logs = LogSink(name or "procs", group.hosts, runtime.loop.call_later)

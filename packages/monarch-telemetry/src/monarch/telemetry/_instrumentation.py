@@ -39,6 +39,7 @@ from ._sql import (
     message_row,
     message_status_row,
     open_store,
+    procs_row,
     sent_row,
     status_row,
 )
@@ -183,17 +184,24 @@ class OpenTelemetry:
             return IDLE if rows is None else rows
         return EndpointScope(endpoint, actor, rank, carried, size, waiting, rows)
 
-    def spawned(self, mesh: str, name: str, cls: str, size: int, owner: str) -> None:
+    def spawned(self, mesh: str, name: str, cls: str, shape: Any, owner: str, procs: str) -> None:
         sink = current_sink()
         if sink is not None:
-            sink.add(mesh_rows(mesh, name, cls, size, owner))
+            sink.add(mesh_rows(mesh, name, cls, shape, procs))
+
+    def procs_spawned(self, mesh: str, name: str, shape: Any, owner: str) -> None:
+        sink = current_sink()
+        if sink is not None:
+            sink.add([procs_row(mesh, name, shape)])
 
     def status(self, mesh: str, rank: int, status: str, reason: str) -> None:
         sink = current_sink()
         if sink is not None:
             sink.add([status_row(mesh, rank, status, reason)])
-        if status == "Failed" and not idle():
-            instruments().supervision.add(1, {"monarch.mesh": mesh})
+
+    def supervision(self, mesh: str, ranks: int) -> None:
+        if not idle():
+            instruments().supervision.add(ranks, {"monarch.mesh": mesh})
 
     def shutdown(self) -> None:
         flush_rows()

@@ -41,7 +41,7 @@ class Instruments:
         self.supervision = meter.create_counter(
             "monarch.supervision.events",
             unit="{event}",
-            description="Actors of this process that failed (supervision events)",
+            description="Failed actors reported to this process, their owner (supervision)",
         )
 
 

@@ -43,7 +43,8 @@ RETAIN_EVERY: Final = 1.0
 SCHEMA: Final = {
     "meshes": (
         "id BIGINT, given_name VARCHAR, class VARCHAR, full_name VARCHAR, "
-        "parent_mesh_id BIGINT, shape_json VARCHAR, timestamp_us BIGINT"
+        "parent_mesh_id BIGINT, shape_json VARCHAR, timestamp_us BIGINT, "
+        "parent_view_json VARCHAR"
     ),
     "actors": (
         "id BIGINT, mesh_id BIGINT, rank BIGINT, full_name VARCHAR, display_name VARCHAR, "
@@ -77,14 +78,22 @@ class TelemetryQueryError(ValueError):
 
 @dataclass
 class TelemetryConfig:
-    """Upstream's: how long rows are kept (``retention_secs``); on a job (monarch-jobs),
-    ``include_dashboard`` serves monarch-admin's dashboard page at ``dashboard_port`` (its
-    ``state.dashboard_url``). ``snapshot_interval_secs`` is accepted (the tables are live)."""
+    """Upstream's: how long rows are kept (``retention_secs``; 0: for ever); on a job
+    (monarch-jobs), ``include_dashboard`` serves monarch-admin's dashboard page at
+    ``dashboard_port`` (its ``state.dashboard_url``). ``snapshot_interval_secs`` is
+    accepted (the tables are live)."""
 
     retention_secs: int = 3600
     include_dashboard: bool = False
     dashboard_port: int = 8265
     snapshot_interval_secs: float = 30.0
+
+    def __post_init__(self) -> None:
+        secs = self.retention_secs
+        if isinstance(secs, bool) or not isinstance(secs, int):
+            raise TypeError(f"retention_secs is a number of seconds, not {secs!r}")
+        if secs < 0:
+            raise ValueError(f"retention_secs must be 0 (keep all) or more, not {secs}")
 
 
 def key(name: str) -> int:
@@ -103,10 +112,41 @@ def event_id() -> int:
 # -- rows, from the hooks --------------------------------------------------------------------
 
 
-def mesh_rows(mesh: str, name: str, cls: str, size: int, owner: str) -> list[Row]:
+_COMPACT: Final = (",", ":")
+"""JSON as upstream's (serde's) spells it: no spaces."""
+
+
+def view_json(view: Any) -> str:
+    """A ``Shape`` as upstream's ``view_json`` spells it (labels, and the slice of the mesh
+    it covers)."""
+    ndslice = view.ndslice
+    sliced = {"offset": ndslice.offset, "sizes": ndslice.sizes, "strides": ndslice.strides}
+    return json.dumps({"labels": list(view.labels), "slice": sliced}, separators=_COMPACT)
+
+
+def shape_json(view: Any) -> str:
+    """A ``Shape``'s extent as upstream's ``shape_json`` spells it."""
+    inner = {"labels": list(view.labels), "sizes": view.ndslice.sizes}
+    return json.dumps({"inner": inner}, separators=_COMPACT)
+
+
+def procs_row(mesh: str, name: str, shape: Any) -> Row:
+    """A proc mesh, as upstream's ``meshes`` has it: class ``Proc`` (its parent, the host
+    mesh, is not known to the spawner here)."""
+    values = (key(mesh), name, "Proc", mesh, None, shape_json(shape), now_us(), None)
+    return ("meshes", values)
+
+
+def mesh_rows(mesh: str, name: str, cls: str, shape: Any, procs: str) -> list[Row]:
+    """An actor mesh, on the procs of proc mesh ``procs`` ("" if unknown), and its actors,
+    Created."""
     stamp, mesh_id = now_us(), key(mesh)
-    rows: list[Row] = [("meshes", (mesh_id, name, cls, mesh, key(owner), None, stamp))]
-    for rank in range(size):
+    parent = key(procs) if procs else None
+    view = view_json(shape) if procs else None
+    rows: list[Row] = [
+        ("meshes", (mesh_id, name, cls, mesh, parent, shape_json(shape), stamp, view))
+    ]
+    for rank in range(len(shape.ndslice)):
         actor = key(f"{mesh}[{rank}]")
         rows.append(("actors", (actor, mesh_id, rank, f"{mesh}[{rank}]", f"{name}[{rank}]", stamp)))
         rows.append(("actor_status_events", (event_id(), actor, "Created", None, stamp)))
@@ -133,12 +173,10 @@ def message_status_row(message: int, status: str) -> Row:
 
 def sent_row(sender: int, mesh: str, view: Any) -> Row:
     """A cast from ``sender`` to ``view`` (a ``Shape`` of mesh ``mesh``), as upstream's
-    ``view_json`` and ``shape_json`` spell it."""
-    labels, ndslice = list(view.labels), view.ndslice
-    sliced = {"offset": ndslice.offset, "sizes": ndslice.sizes, "strides": ndslice.strides}
-    view_json = json.dumps({"labels": labels, "slice": sliced})
-    shape_json = json.dumps({"inner": {"labels": labels, "sizes": ndslice.sizes}})
-    return ("sent_messages", (event_id(), sender, key(mesh), view_json, shape_json, now_us()))
+    ``view_json`` and ``shape_json`` spell it (0.7.0: both the view, in one spelling)."""
+    seen = view_json(view)
+    values = (event_id(), sender, key(mesh), seen, seen, now_us())
+    return ("sent_messages", values)
 
 
 # -- where rows go ---------------------------------------------------------------------------
@@ -148,7 +186,12 @@ class TelemetryStore:
     """The tables, in an in-memory DuckDB database of the client."""
 
     def __init__(self, config: TelemetryConfig) -> None:
-        import duckdb  # the "sql" extra: only a client with job telemetry loads it
+        try:
+            import duckdb  # the "sql" extra: only a client with job telemetry loads it
+        except ImportError as exc:
+            raise ImportError(
+                "the job's telemetry tables need DuckDB: pip install 'monarch-telemetry[sql]'"
+            ) from exc
 
         self.config = config
         self._db = duckdb.connect(":memory:")
@@ -170,8 +213,11 @@ class TelemetryStore:
                 self.retain()
 
     def retain(self) -> None:
-        """Drop rows older than ``retention_secs`` (called with the lock held)."""
+        """Drop rows older than ``retention_secs`` (called with the lock held); 0 keeps
+        every row, as upstream's."""
         self._retained = time.monotonic()
+        if not self.config.retention_secs:
+            return
         oldest = now_us() - int(self.config.retention_secs * 1_000_000)
         for table in SCHEMA:
             self._db.execute(f"DELETE FROM {table} WHERE timestamp_us < ?", [oldest])
