@@ -42,7 +42,8 @@ class Where(Actor):
         ppid = os.getppid()
         stat = Path(f"/proc/{ppid}/stat").read_text()
         grand = int(stat.rpartition(")")[2].split()[1])
-        return {"pid": os.getpid(), "ppid": ppid, "grandparent": grand, "host": _interface_ipv4()[0]}
+        host = _interface_ipv4()[0]
+        return {"pid": os.getpid(), "ppid": ppid, "grandparent": grand, "host": host}
 
     @endpoint
     def runtime_address(self) -> str:
