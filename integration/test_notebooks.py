@@ -121,7 +121,8 @@ def test_supervision_notebook(tmp_path: Path) -> None:
 @pytest.fixture
 def kernel(tmp_path: Path) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
     manager = KernelManager(kernel_name="python3")
-    manager.start_kernel(cwd=str(tmp_path), env=kernel_environment())
+    workspace = {"WORKSPACE_DIR": str(tmp_path / "hosts_workspace")}  # sync_workspace's
+    manager.start_kernel(cwd=str(tmp_path), env={**kernel_environment(), **workspace})
     client = manager.blocking_client()
     client.start_channels()
     try:
@@ -277,6 +278,44 @@ def test_interrupt_while_waiting_leaves_the_mesh_usable(
     assert after["status"] == "ok", after
     assert "['released', 'released']" in after["text"]
     assert execute(client, "print(len(gate.pid.call().get()))")["text"].strip() == "2"
+
+
+SYNC = """
+import pathlib
+from monarch.actor import Actor, endpoint, this_host
+from monarch.tools.config import Workspace
+
+lib = pathlib.Path("mylib")
+lib.mkdir()
+(lib / "greeting.py").write_text("def hello():\\n    return 'v1'\\n")
+
+class Greeter(Actor):
+    @endpoint
+    def hello(self) -> str:
+        import greeting  # synced: on the procs' sys.path
+        return greeting.hello()
+
+procs = this_host().spawn_procs(per_host={"gpus": 2})
+greeters = procs.spawn("greeters", Greeter)
+await this_host().sync_workspace(Workspace(dirs=[lib]), auto_reload=True)
+print((await greeters.hello.call()).values())
+"""
+
+
+def test_code_in_files_follows_a_notebook_with_auto_reload(
+    kernel: tuple[KernelManager, BlockingKernelClient],
+) -> None:
+    """The README's notebook story for code in files: edit, sync, the same actors run it."""
+    _, client = kernel
+    first = execute(client, SYNC)
+    assert first["status"] == "ok", first
+    assert "['v1', 'v1']" in first["text"]
+    edit = """(lib / "greeting.py").write_text("def hello():\\n    return 'v2'\\n")
+await this_host().sync_workspace(Workspace(dirs=[lib]), auto_reload=True)
+print((await greeters.hello.call()).values())"""
+    second = execute(client, edit)
+    assert second["status"] == "ok", second
+    assert "['v2', 'v2']" in second["text"]
 
 
 def reply_to(client: BlockingKernelClient, message_id: str) -> dict[str, Any]:
