@@ -8,6 +8,7 @@ import os
 import queue
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,9 @@ def kernel_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
 
 
-def run_notebook(path: Path, tmp_path: Path) -> list[str]:
-    """Execute ``path`` in a fresh kernel; each code cell's outputs as one text."""
+@contextmanager
+def notebook_in_kernel(path: Path, tmp_path: Path) -> Iterator[tuple[Any, NotebookClient]]:
+    """``path`` read, and a client of a fresh kernel to run its cells (``run_cells``)."""
     notebook = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
     client = NotebookClient(
         notebook,
@@ -36,8 +38,25 @@ def run_notebook(path: Path, tmp_path: Path) -> list[str]:
         kernel_name="python3",
         resources={"metadata": {"path": str(tmp_path)}},
     )
-    client.execute(env=kernel_environment())
-    return [cell_text(cell) for cell in notebook.cells if cell.cell_type == "code"]
+    with client.setup_kernel(env=kernel_environment()):
+        yield notebook, client
+
+
+def run_cells(notebook: Any, client: NotebookClient, first: int = 0) -> list[str]:
+    """Run the notebook's cells from index ``first`` on, as "Run all below" does (outputs
+    of a cell run before replaced); each code cell's outputs, from ``first`` on, as one text."""
+    texts = []
+    for index, cell in enumerate(notebook.cells[first:], start=first):
+        if cell.cell_type == "code":
+            client.execute_cell(cell, index)
+            texts.append(cell_text(cell))
+    return texts
+
+
+def run_notebook(path: Path, tmp_path: Path) -> list[str]:
+    """Execute ``path`` in a fresh kernel; each code cell's outputs as one text."""
+    with notebook_in_kernel(path, tmp_path) as (notebook, client):
+        return run_cells(notebook, client)
 
 
 def cell_text(cell: Any) -> str:
@@ -52,19 +71,36 @@ def cell_text(cell: Any) -> str:
     return "".join(parts)
 
 
-def test_ddp_notebook(tmp_path: Path) -> None:
-    cells = run_notebook(NOTEBOOKS / "ddp.ipynb", tmp_path)
-    assert "<ProcMesh {gpus: 2}>" in cells[0]
-    assert "'gloo'" in cells[3]  # setup, on both ranks
-    # The actors' prints reach the notebook, under the cell that made them: the procs write
-    # the kernel's stdout, a pipe that ipykernel's thread reads and hands to the cell running
-    # when it reads, so a busy machine may show a cell's last lines under the next one.
-    assert "rank 0 step 1 loss" in cells[4] and "rank 1 step 3 loss" in cells[4] + cells[5]
-    assert "step 2: losses" in cells[4]
-    assert "weights equal on every rank: True" in cells[5]
-    # The class redefined in a later cell: the new actors run the new code.
-    assert "clipped_from" in cells[6]
-    assert "<table>" in cells[6]  # ValueMesh's HTML table
+def test_ddp_notebook_and_editing_its_actor_class(tmp_path: Path) -> None:
+    with notebook_in_kernel(NOTEBOOKS / "ddp.ipynb", tmp_path) as (notebook, client):
+        cells = run_cells(notebook, client)
+        assert "<ProcMesh {gpus: 2}>" in cells[0]
+        assert "'gloo'" in cells[3]  # setup, on both ranks
+        # The actors' prints reach the notebook, under the cell that made them: the procs
+        # write the kernel's stdout, a pipe that ipykernel's thread reads and hands to the
+        # cell running when it reads, so a busy machine may show a cell's last lines under
+        # the next one.
+        assert "rank 0 step 1 loss" in cells[4] and "rank 1 step 3 loss" in cells[4] + cells[5]
+        assert "step 2: losses" in cells[4]
+        assert "weights equal on every rank: True" in cells[5]
+        # The class redefined in a later cell: the new actors run the new code.
+        assert "clipped_from" in cells[6]
+        assert "<table>" in cells[6]  # ValueMesh's HTML table
+
+        # As a person would, after "Run all": edit the actor class in its cell, then run
+        # that cell and those below it again, on the same procs.
+        index, cell = next(
+            (i, c) for i, c in enumerate(notebook.cells) if c.source.startswith("class DDPActor")
+        )
+        edited = cell.source.replace('print(f"rank {self.rank}', 'print(f"edited: rank {self.rank}')
+        assert edited != cell.source
+        cell.source = edited
+        again = run_cells(notebook, client, index)
+        assert "'gloo'" in again[1]  # setup again: the new actors took the process group over
+        assert "edited: rank 0 step 1 loss" in again[2] + again[3]  # the new code runs
+        assert "edited: rank 1 step 3 loss" in again[2] + again[3]
+        assert "weights equal on every rank: True" in again[3]
+        assert "clipped_from" in again[4]
 
 
 def test_supervision_notebook(tmp_path: Path) -> None:
@@ -85,7 +121,8 @@ def test_supervision_notebook(tmp_path: Path) -> None:
 @pytest.fixture
 def kernel(tmp_path: Path) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
     manager = KernelManager(kernel_name="python3")
-    manager.start_kernel(cwd=str(tmp_path), env=kernel_environment())
+    workspace = {"WORKSPACE_DIR": str(tmp_path / "hosts_workspace")}  # sync_workspace's
+    manager.start_kernel(cwd=str(tmp_path), env={**kernel_environment(), **workspace})
     client = manager.blocking_client()
     client.start_channels()
     try:
@@ -148,7 +185,77 @@ print(sorted(gate.pid.call().get().values()))
 """
 
 
+ADVERBS = """
+import asyncio
+from monarch.actor import Accumulator, Actor, Channel, current_rank, endpoint, send, this_host
+
+class Adder(Actor):
+    def __init__(self) -> None:
+        self.total = current_rank().rank * 100  # its rank in the mesh spawned
+
+    @endpoint
+    def add(self, n: int) -> int:
+        self.total += n
+        return self.total
+
+procs = this_host().spawn_procs(per_host={"gpus": 2})
+adders = procs.spawn("adders", Adder)
+one = adders.slice(gpus=1)
+"""
+
+
+def wait(style: str, future: str) -> str:
+    """``future``'s value in a cell: awaited at top level, or ``.get()``."""
+    return f"(await {future})" if style == "await" else f"{future}.get()"
+
+
 @pytest.mark.parametrize("style", ["get", "await"])
+def test_every_adverb_and_future_in_a_kernel(
+    kernel: tuple[KernelManager, BlockingKernelClient], style: str
+) -> None:
+    _, client = kernel
+    assert execute(client, ADVERBS)["status"] == "ok"
+    cells = {
+        "call": f"{wait(style, 'adders.add.call(1)')}.values()",
+        "call_one": wait(style, "one.add.call_one(1)"),
+        "choose": f"{wait(style, 'adders.add.choose(0)')} in (1, 102)",
+        "stream": f"sorted([{wait(style, 'f')} for f in adders.add.stream(0)])",
+        "broadcast": f"adders.add.broadcast(10); {wait(style, 'adders.add.call(0)')}.values()",
+        "accumulate": wait(style, "Accumulator(adders.add, 0, lambda a, b: a + b).accumulate(0)"),
+        "send": (
+            "port, receiver = Channel.open()\n"
+            "send(adders.add, (0,), {}, port=port)\n"
+            f"sorted([{wait(style, 'receiver.recv()')} for _ in range(2)])"
+        ),
+        "then": wait(style, "one.add.call_one(0).then(lambda v: v * 2)"),
+        "gather": (
+            "async def both():\n"
+            "    return await asyncio.gather(one.add.call_one(0), adders.add.choose(0))\n"
+            "len(await both())"
+            if style == "await"
+            else "len([f.get() for f in [one.add.call_one(0), adders.add.choose(0)]])"
+        ),
+        "a mesh, shown": "adders",
+    }
+    expected = {
+        "call": "[1, 101]",
+        "call_one": "102",
+        "choose": "True",
+        "stream": "[1, 102]",
+        "broadcast": "[11, 112]",
+        "accumulate": "123",
+        "send": "[11, 112]",
+        "then": "224",
+        "gather": "2",
+        "a mesh, shown": "<ActorMesh adders of Adder {gpus: 2}>",
+    }
+    for name, code in cells.items():
+        result = execute(client, code)
+        assert result["status"] == "ok", (name, result)
+        assert result["text"].strip() == expected[name], (name, result["text"])
+
+
+@pytest.mark.parametrize("style", ["get", "await", "gather"])
 def test_interrupt_while_waiting_leaves_the_mesh_usable(
     kernel: tuple[KernelManager, BlockingKernelClient], tmp_path: Path, style: str
 ) -> None:
@@ -156,7 +263,11 @@ def test_interrupt_while_waiting_leaves_the_mesh_usable(
     assert execute(client, SETUP)["status"] == "ok"
     started, release = tmp_path / "started", tmp_path / "release"
     call = f"gate.wait.call({str(started)!r}, {str(release)!r})"
-    code = f"{call}.get()" if style == "get" else f"await {call}"
+    code = {
+        "get": f"{call}.get()",
+        "await": f"await {call}",
+        "gather": f"import asyncio\nawait asyncio.gather({call})",  # awaited in an inner task
+    }[style]
     # ipykernel aborts the requests that reach it while it clears its queue after a failed
     # cell (``stop_on_error``): the next cell, sent at once here, could be aborted unrun.
     message_id = client.execute(code, stop_on_error=False)
@@ -164,13 +275,54 @@ def test_interrupt_while_waiting_leaves_the_mesh_usable(
     manager.interrupt_kernel()
     reply = reply_to(client, message_id)
     assert reply["status"] == "error"
-    # ipykernel ends an awaiting cell with CancelledError, a blocked one with KeyboardInterrupt
-    assert reply["ename"] == ("KeyboardInterrupt" if style == "get" else "CancelledError")
+    # As Ctrl-C in a terminal (ipykernel itself would end an awaiting cell with CancelledError);
+    # a Future awaited in an inner task (gather's) stays cancelled: a KeyboardInterrupt there
+    # would escape into the kernel's loop.
+    expected = "CancelledError" if style == "gather" else "KeyboardInterrupt"
+    assert reply["ename"] == expected
     release.touch()
     after = execute(client, "print(gate.wait.call('/dev/null', '/').get().values())")
     assert after["status"] == "ok", after
     assert "['released', 'released']" in after["text"]
     assert execute(client, "print(len(gate.pid.call().get()))")["text"].strip() == "2"
+
+
+SYNC = """
+import pathlib
+from monarch.actor import Actor, endpoint, this_host
+from monarch.tools.config import Workspace
+
+lib = pathlib.Path("mylib")
+lib.mkdir()
+(lib / "greeting.py").write_text("def hello():\\n    return 'v1'\\n")
+
+class Greeter(Actor):
+    @endpoint
+    def hello(self) -> str:
+        import greeting  # synced: on the procs' sys.path
+        return greeting.hello()
+
+procs = this_host().spawn_procs(per_host={"gpus": 2})
+greeters = procs.spawn("greeters", Greeter)
+await this_host().sync_workspace(Workspace(dirs=[lib]), auto_reload=True)
+print((await greeters.hello.call()).values())
+"""
+
+
+def test_code_in_files_follows_a_notebook_with_auto_reload(
+    kernel: tuple[KernelManager, BlockingKernelClient],
+) -> None:
+    """The README's notebook story for code in files: edit, sync, the same actors run it."""
+    _, client = kernel
+    first = execute(client, SYNC)
+    assert first["status"] == "ok", first
+    assert "['v1', 'v1']" in first["text"]
+    edit = """(lib / "greeting.py").write_text("def hello():\\n    return 'v2'\\n")
+await this_host().sync_workspace(Workspace(dirs=[lib]), auto_reload=True)
+print((await greeters.hello.call()).values())"""
+    second = execute(client, edit)
+    assert second["status"] == "ok", second
+    assert "['v2', 'v2']" in second["text"]
 
 
 def reply_to(client: BlockingKernelClient, message_id: str) -> dict[str, Any]:

@@ -61,8 +61,15 @@ def reload(src: Path, addresses: list[str]) -> None:
             uses=uses.version.call().get().values(),
             counter=counter.value.call().get().values(),
         )
+    wait_for_next()  # the test edits src again: the ProcMesh form pushes and reloads it
+    procs.sync_workspace(workspace, auto_reload=True).get(timeout=60)
+    say(
+        step="procs",
+        uses=uses.version.call().get().values(),
+        counter=counter.value.call().get().values(),
+    )
     wait_for_next()
-    procs.sync_workspace(workspace).get(timeout=60)  # the ProcMesh form, nothing changed
+    procs.sync_workspace(workspace).get(timeout=60)  # nothing changed
     later = hosts.spawn_procs(per_host={"gpus": 1})  # spawned after the syncs: found there
     say(step="again", later=later.spawn("uses", Uses).version.call().get().values())
 

@@ -123,10 +123,15 @@ def test_reload_updates_live_objects(tmp_path: Path) -> None:
     assert reloader.reload_files([module_file]) == [name]
     assert greeter.hello() == "new"  # an instance made before the reload
     assert helper() == 2  # a reference taken before the reload
+    module_file.write_text(textwrap.dedent(source.replace('"old"', '"newer"')))
+    assert reloader.reload_files([module_file]) == [name]
+    assert greeter.hello() == "newer"  # a second reload reaches them too
+    assert helper() == 1
+    assert module.Greeter is type(greeter)
     module_file.write_text("raise RuntimeError('broken')\n")
     with pytest.raises(ImportError, match=f"reloading {name} failed"):
         reloader.reload_files([module_file])
-    assert greeter.hello() == "new"  # the old code stays
+    assert greeter.hello() == "newer"  # the old code stays
     sys.modules.pop(name, None)
 
 
@@ -222,9 +227,16 @@ def test_sync_sends_changes_and_reloads_running_procs(
     for d in dirs:
         assert not (d / "src" / "data" / "0.bin").exists()
         assert len(list((d / "src" / "data").iterdir())) == 19
+    (src / "trainlib.py").write_text(TRAINLIB.format(v=3))
+    controller.send_line("next")
+    by_procs = controller.json(60)  # ProcMesh.sync_workspace: its procs' hosts, reloaded
+    assert by_procs["step"] == "procs"
+    assert by_procs["uses"] == [3, 3, 3, 3] and by_procs["counter"] == [30, 30, 30, 30]
+    for d in dirs:
+        assert (d / "src" / "trainlib.py").read_text() == TRAINLIB.format(v=3)
     controller.send_line("next")
     again = controller.json(60)
-    assert again["step"] == "again" and again["later"] == [2, 2]  # procs spawned later too
+    assert again["step"] == "again" and again["later"] == [3, 3]  # procs spawned later too
 
 
 def test_a_host_dying_mid_sync_is_named_and_leaves_only_whole_files(

@@ -4,6 +4,8 @@ each host's directory gathered here under its key."""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,11 @@ class Files(Actor):
         out = Path(root) / f"hosts_{rank}"
         out.mkdir(parents=True, exist_ok=True)
         (out / "result.txt").write_text(f"rank {rank}")
+
+    @endpoint
+    def python(self) -> str | None:
+        """The interpreter the proc was started with (set by the wrapper below)."""
+        return os.environ.get("MOUNTED_PYTHON")
 
 
 def test_remote_and_gather_mounts_follow_changes(tmp_path: Path) -> None:
@@ -50,6 +57,24 @@ def test_remote_and_gather_mounts_follow_changes(tmp_path: Path) -> None:
         ]
         assert (gathered / "hosts_1" / "result.txt").read_text() == "rank 1"
         assert job.refresh_mounts() == []  # nothing changed: nothing travels
+    finally:
+        job.kill()
+
+
+def test_remote_mount_python_exe_starts_procs_with_the_mounted_interpreter(
+    tmp_path: Path,
+) -> None:
+    src, mnt = tmp_path / "src", tmp_path / "mnt"
+    python = src / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\nMOUNTED_PYTHON="$0" exec {sys.executable} "$@"\n')
+    python.chmod(0o755)  # the copy keeps its mode: it runs there
+    job = ProcessJob({"hosts": 1})
+    job.remote_mount(str(src), mntpoint=str(mnt))  # python_exe: upstream's ".venv/bin/python"
+    try:
+        procs = job.state(cached_path=None).hosts.spawn_procs(per_host={"gpus": 1})
+        used = procs.spawn("files", Files).python.call_one().get(timeout=TIMEOUT)
+        assert used == str(mnt / ".venv" / "bin" / "python")
     finally:
         job.kill()
 

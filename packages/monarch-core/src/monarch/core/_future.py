@@ -253,6 +253,7 @@ class Future(Outcome[R]):
             future = self._cf._asyncio_future(loop)
             if not future.done() and _in_notebook_cell():
                 _tick_until_done(loop, future)
+                return _interrupted_as_in_get(future).__await__()
             return future.__await__()
         return _await_elsewhere(self._cf).__await__()
 
@@ -305,6 +306,25 @@ def _tick_until_done(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any
             loop.call_later(NOTEBOOK_TICK, tick)
 
     loop.call_later(NOTEBOOK_TICK, tick)
+
+
+async def _interrupted_as_in_get(future: asyncio.Future[R]) -> R:
+    """Await ``future`` in a notebook cell; a kernel interrupt raises ``KeyboardInterrupt``.
+
+    ipykernel turns an interrupt of an awaiting cell into a cancel of the cell's task
+    (``CancelledError``); ``get()`` there ends with ``KeyboardInterrupt``, and so does this,
+    but only when the cancelled task is the cell's own (IPython's ``run_cell_async``), whose
+    ``KeyboardInterrupt`` IPython catches and shows: an inner task's must stay a cancel, or
+    it would escape into the kernel's event loop.
+    """
+    try:
+        return await future
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        coroutine = task.get_coro() if task is not None else None
+        if getattr(coroutine, "__qualname__", "").endswith(".run_cell_async"):
+            raise KeyboardInterrupt from None
+        raise
 
 
 async def _await_elsewhere(outcome: Outcome[R]) -> R:

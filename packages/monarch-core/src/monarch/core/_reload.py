@@ -64,7 +64,11 @@ class Reloader:
 
 
 def update_in_place(old: dict[str, Any], new: dict[str, Any]) -> None:
-    """Make the old functions and classes of a module run its new code."""
+    """Make the old functions and classes of a module run its new code.
+
+    The module keeps the old objects, updated: the next reload updates them again, and so
+    the live objects (an actor is an instance of the class as first loaded).
+    """
     for name, before in old.items():
         after = new.get(name)
         if after is None or after is before:
@@ -78,6 +82,7 @@ def update_in_place(old: dict[str, Any], new: dict[str, Any]) -> None:
             and (before.__module__, before.__qualname__) == (after.__module__, after.__qualname__)
         ):
             update_class(before, after)
+            new[name] = before
 
 
 def update_function(old: types.FunctionType, new: types.FunctionType) -> None:
