@@ -77,8 +77,11 @@ def test_a_busy_actor_shows_its_endpoint_queue_and_stack(counters: Any, tmp_path
     one = counters.slice(gpus=0)
     one.wait.call_one(str(gate))
     queued = [one.ping.call_one() for _ in range(3)]
-    deadline = time.monotonic() + 30
-    while (actor := state_of(counters, 0)[1]).queued < 3 and time.monotonic() < deadline:
+    deadline = time.monotonic() + 30  # the wait taken off the queue may not have started yet
+    while time.monotonic() < deadline:
+        actor = state_of(counters, 0)[1]
+        if actor.current == "wait" and actor.queued == 3:
+            break
         time.sleep(0.02)
     assert actor.current == "wait" and actor.queued == 3 and actor.busy_for >= 0
     [proc] = [p for p in mine() if p.rank == 0]
