@@ -440,11 +440,21 @@ def test_a_dead_proc_fails_its_proc_meshs_logger_for_the_spawner(
     mesh.stop().get(timeout=60)
     os.kill(pid, signal.SIGUSR2)
     reason = "the process this actor was running on failed: Killed(sig=12)"
+
+    def ours() -> list[MeshFailure]:
+        """The loggers' failures of this proc's death: a logger of an earlier test's procs
+        (killed otherwise) may fail late, upstream polling every second."""
+        return [
+            f
+            for f in list(unhandled_failures)
+            if f.mesh_name.startswith("logger-") and f.report().endswith(reason)
+        ]
+
     deadline = time.monotonic() + 60
-    while not [f for f in list(unhandled_failures) if f.mesh_name.startswith("logger-")]:
+    while not ours():
         assert time.monotonic() < deadline, "no failure of the logger reached the fault hook"
         time.sleep(0.05)
-    (failure,) = [f for f in unhandled_failures if f.mesh_name.startswith("logger-")]
+    (failure,) = ours()
     assert re.fullmatch(r"logger-[0-9A-Za-z]{11}", failure.mesh_name)
     actor = f"{failure.mesh_name}{{'gpus': 1/2}}"
     assert failure.report() == failed(actor, reason)
