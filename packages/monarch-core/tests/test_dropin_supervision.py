@@ -116,11 +116,12 @@ def procs() -> Iterator[ProcMesh]:
 
 def wait_for(failures: list[MeshFailure], mesh: str) -> MeshFailure:
     """The failure of the mesh named ``mesh`` that reached the fault hook (upstream's
-    mesh_name: the name lower-cased, ``-``, an id)."""
+    mesh_name: the name lower-cased, ``-``, an id of 11 letters and digits)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         for failure in list(failures):
             if failure.mesh_name.startswith(f"{mesh}-"):
+                assert re.fullmatch(rf"{mesh}-[0-9A-Za-z]{{11}}", failure.mesh_name)
                 return failure
         time.sleep(0.05)
     raise AssertionError(f"no failure of {mesh!r} reached the fault hook: {failures}")

@@ -11,8 +11,6 @@ import asyncio
 import logging
 import math
 import os
-import secrets
-import string
 import sys
 import threading
 import warnings
@@ -46,7 +44,7 @@ from ._messages import (
     StopProc,
 )
 from ._pending import ProcsRef
-from ._reports import failed_event, failed_report, process_ended
+from ._reports import failed_event, failed_report, mesh_uid, process_ended
 from ._runtime import Runtime, current_runtime
 from ._scope import Owner, current_owner
 from ._serialize import dumps, loads
@@ -134,7 +132,6 @@ class _ProcGroup:
             self.ready.set_exception(exc)
 
 
-_UID_CHARS = string.ascii_letters + string.digits
 
 
 class _LoggerMesh:
@@ -152,7 +149,7 @@ class _LoggerMesh:
         self.per_host = per_host
         self.together = together
         """Procs per OS process (``procs_per_process``): a group rank covers up to that many."""
-        self.name = "logger-" + "".join(secrets.choice(_UID_CHARS) for _ in range(11))
+        self.name = "logger-" + mesh_uid()
 
     def proc_died(self, process: int, how: str) -> None:
         """The OS process ``process`` (a rank of the group) ended as ``how`` says."""
