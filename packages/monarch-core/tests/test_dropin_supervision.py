@@ -67,6 +67,10 @@ class Faulty(Actor):
     def interrupt(self) -> None:
         raise KeyboardInterrupt("interrupted")
 
+    @endpoint
+    def abort(self) -> None:
+        os.abort()
+
     @endpoint(explicit_response_port=True)
     def raise_explicit(self, port: Port[int]) -> None:
         raise Oops("explicit")
@@ -239,13 +243,14 @@ def test_a_base_exception_aborts_the_actor_and_reaches_the_fault_hook(
     os.kill(pid, 0)  # the actor failed; its proc lives on
 
 
+@pytest.mark.parametrize("cls", [Faulty, AsyncFaulty], ids=["sync", "async"])
 def test_os_abort_reaches_the_fault_hook_naming_the_actor(
-    procs: ProcMesh, unhandled_failures: list[MeshFailure]
+    procs: ProcMesh, unhandled_failures: list[MeshFailure], cls: type
 ) -> None:
-    mesh = procs.spawn("aborting", AsyncFaulty)
+    mesh: Any = procs.spawn("aborting", cls)
     mesh.ok.call_one().get(timeout=60)
     reason = "the process this actor was running on failed: Killed(sig=6)"
-    actor = name_of(AsyncFaulty, "aborting", "{'gpus': 0/1}")
+    actor = name_of(cls, "aborting", "{'gpus': 0/1}")
     error = supervision_error(lambda: mesh.abort.call_one().get(timeout=60))
     assert str(error) == "Endpoint call aborting.abort() failed, " + failed(actor, reason)
     assert wait_for(unhandled_failures, "aborting").report() == failed(actor, reason)
