@@ -115,7 +115,7 @@ def test_str_lists_the_unread_bytes() -> None:
 def test_refused_as_upstream() -> None:
     with pytest.raises(TypeError, match="a bytes-like object is required, not 'str'"):
         Buffer().write("text")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="cannot create .*FrozenBuffer' instances"):
+    with pytest.raises(TypeError, match=r"cannot create .*FrozenBuffer' instances"):
         FrozenBuffer()
     for value in (Buffer(), frozen(b"x")):
         with pytest.raises(TypeError, match=f"cannot pickle '.*buffers.{type(value).__name__}'"):

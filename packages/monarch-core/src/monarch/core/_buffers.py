@@ -1,4 +1,4 @@
-"""Upstream's ``Buffer`` and ``FrozenBuffer`` (``monarch._rust_bindings.monarch_hyperactor.buffers``).
+"""Upstream's ``Buffer`` and ``FrozenBuffer`` (``monarch._rust_bindings...buffers``).
 
 A ``Buffer`` is a file to write a message into (a pickler's ``write``) that copies small writes
 into one pending ``bytearray`` and keeps ``bytes`` of ``small_write_threshold`` (read when the
@@ -67,10 +67,7 @@ class Buffer:
         Joining the fragments copies them, except a buffer that holds one."""
         parts = self.parts()
         self._parts, self._length = [], 0
-        if len(parts) == 1 and type(parts[0]) is bytes:
-            data = parts[0]
-        else:
-            data = b"".join(parts)
+        data = parts[0] if len(parts) == 1 and type(parts[0]) is bytes else b"".join(parts)
         frozen = FrozenBuffer.__new__(FrozenBuffer)
         frozen._data, frozen._at = memoryview(data), 0
         return frozen

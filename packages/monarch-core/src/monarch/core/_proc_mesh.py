@@ -132,8 +132,6 @@ class _ProcGroup:
             self.ready.set_exception(exc)
 
 
-
-
 class _LoggerMesh:
     """Upstream's per-proc log-forwarding actors, as their failures show: each proc mesh
     has one, ``logger-<uid>``, owned by the mesh's spawner, so a proc that dies (outside a
