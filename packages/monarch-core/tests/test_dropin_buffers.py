@@ -114,7 +114,7 @@ def test_str_lists_the_unread_bytes() -> None:
 
 def test_refused_as_upstream() -> None:
     with pytest.raises(TypeError, match="a bytes-like object is required, not 'str'"):
-        Buffer().write("text")  # type: ignore[arg-type]
+        Buffer().write("text")
     with pytest.raises(TypeError, match=r"cannot create .*FrozenBuffer' instances"):
         FrozenBuffer()
     for value in (Buffer(), frozen(b"x")):
@@ -130,7 +130,7 @@ def test_a_pickle_written_into_a_buffer_keeps_large_bytes_as_they_are() -> None:
     value = {"blob": blob, "step": 3}
     buffer = Buffer()
     before = sys.getrefcount(blob)
-    pickle.Pickler(buffer, protocol=5).dump(value)  # type: ignore[arg-type]
+    pickle.Pickler(buffer, protocol=5).dump(value)
     assert sys.getrefcount(blob) == before + 1
     assert pickle.loads(buffer.freeze().read()) == value
 
