@@ -6,8 +6,9 @@ buffer is made, 256 by default) or more as references: the pickler hands a large
 over whole (CPython's pickler writes payloads of 64 KiB or more straight to its file), so it is
 never copied into the stream. Other large exporters (a ``bytearray``, a ``memoryview``) are
 copied at the write, as upstream's are: the caller may change them afterwards. ``parts()``
-(ours) gives the fragments as they are, the references among them, for a writer that sends
-them as separate frame parts; ``freeze()`` joins them into one ``FrozenBuffer`` to read.
+(ours) gives the fragments as they are, the references among them: ``_serialize`` pickles
+every message into a ``Buffer`` and sends them as separate frame parts. ``freeze()`` joins
+them into one ``FrozenBuffer`` to read.
 """
 
 from __future__ import annotations
