@@ -264,7 +264,8 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_config _memory _netaddr _per_process _cli _debug_client _tls _table _instrument"
         " _internal_logs _workspace _reload _filling",  # + the internal log; files by checksum;
         # reloads; a call's tensor copies made while they travel
-        "_tensors _adopt",  # torch tensors as one buffer each (torch never imported); fd sockets
+        "_tensors _adopt _buffers",  # tensors as one buffer each (torch never imported); fd
+        # sockets; upstream's write Buffer (small writes copied, large bytes kept)
         "_serialize _ring",  # pickling with out-of-band buffers; the lenders' rings
         "_errors _reports",  # the one exception tree; upstream's words for failures
         "_shape _selection _scope _supervision _lending _exits",  # mesh algebra; code; loans; exits

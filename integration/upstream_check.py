@@ -8,9 +8,10 @@ else ``benchmarks/.venvs/upstream/bin/python``, which ``hatch run bench:baseline
 with ``-p no:cacheprovider`` and without the tests marked ``ours_only`` (behaviour upstream
 lacks, or checks through our internals). Arguments after the files go to pytest.
 
-pytest itself is not in upstream's venv and is not added to it: the first run installs the
-versions this interpreter has into ``benchmarks/.venvs/upstream-pytest`` (``pip --target``),
-which the upstream interpreter then finds through ``PYTHONPATH``.
+pytest (and hypothesis, for property tests) is not in upstream's venv and is not added to
+it: the first run installs the versions this interpreter has into
+``benchmarks/.venvs/upstream-pytest`` (``pip --target``), which the upstream interpreter then
+finds through ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "benchmarks" / ".venvs" / "upstream-pytest"
-PYTEST_PACKAGES = ("pytest", "pytest-timeout")
+PYTEST_PACKAGES = ("pytest", "pytest-timeout", "hypothesis")
 
 
 def upstream_python(given: str | None) -> Path:

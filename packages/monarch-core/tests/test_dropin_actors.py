@@ -323,6 +323,14 @@ class Streams(Actor):
         return "iterated"
 
     @endpoint
+    async def other_adverbs(self) -> tuple[list[int], int, int]:
+        called = sorted((await self.workers.value.call(20)).values())
+        chosen: int = await self.workers.value.choose(30)
+        one: int = await self.workers.slice(gpus=1).value.call_one(40)
+        self.workers.value.broadcast(0)
+        return called, chosen, one
+
+    @endpoint
     async def accumulated(self) -> int:
         total: int = await Accumulator(self.workers.value, 0, operator.add).accumulate(100)
         return total
@@ -334,6 +342,8 @@ def test_stream_and_accumulate_inside_an_async_endpoint(procs: ProcMesh) -> None
     assert streams.awaited.call_one().get(timeout=60) == [10, 11]
     assert streams.async_for.call_one().get(timeout=60) == "TypeError"  # an iterator, as upstream
     assert streams.accumulated.call_one().get(timeout=60) == 201
+    called, chosen, one = streams.other_adverbs.call_one().get(timeout=60)
+    assert called == [20, 21] and chosen in (30, 31) and one == 40  # rank in the slice called
 
 
 # -- stopping a proc mesh -------------------------------------------------------------------------

@@ -342,6 +342,7 @@ def test_module_globals_are_finalized_when_a_proc_stops(tmp_path: Path, cls: typ
     deadline = time.monotonic() + 30
     while not marker.exists():  # written as the proc exits
         assert time.monotonic() < deadline, "the module global was not finalized"
+        time.sleep(0.02)
     assert marker.read_text() == "finalized\n"
 
 
@@ -413,6 +414,7 @@ def test_a_worker_on_an_ipc_address(tmp_path: Path, worker_at: Any) -> None:
     deadline = time.monotonic() + 60
     while not path.exists():  # listening
         assert time.monotonic() < deadline, "the worker did not listen"
+        time.sleep(0.02)  # a poll, not a spin: the worker starting needs the CPU
     assert _spawn_through(f"ipc://{path}") > 0
 
 
@@ -436,6 +438,7 @@ def test_a_worker_with_an_advertised_and_a_bind_address(worker_at: Any) -> None:
             break
         except OSError:
             assert time.monotonic() < deadline, "the worker did not listen"
+            time.sleep(0.02)
     assert _spawn_through(alias) > 0
 
 

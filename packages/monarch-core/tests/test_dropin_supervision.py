@@ -67,6 +67,10 @@ class Faulty(Actor):
     def interrupt(self) -> None:
         raise KeyboardInterrupt("interrupted")
 
+    @endpoint
+    def abort(self) -> None:
+        os.abort()
+
     @endpoint(explicit_response_port=True)
     def raise_explicit(self, port: Port[int]) -> None:
         raise Oops("explicit")
@@ -116,11 +120,12 @@ def procs() -> Iterator[ProcMesh]:
 
 def wait_for(failures: list[MeshFailure], mesh: str) -> MeshFailure:
     """The failure of the mesh named ``mesh`` that reached the fault hook (upstream's
-    mesh_name: the name lower-cased, ``-``, an id)."""
+    mesh_name: the name lower-cased, ``-``, an id of 11 letters and digits)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         for failure in list(failures):
             if failure.mesh_name.startswith(f"{mesh}-"):
+                assert re.fullmatch(rf"{mesh}-[0-9A-Za-z]{{11}}", failure.mesh_name)
                 return failure
         time.sleep(0.05)
     raise AssertionError(f"no failure of {mesh!r} reached the fault hook: {failures}")
@@ -238,13 +243,14 @@ def test_a_base_exception_aborts_the_actor_and_reaches_the_fault_hook(
     os.kill(pid, 0)  # the actor failed; its proc lives on
 
 
+@pytest.mark.parametrize("cls", [Faulty, AsyncFaulty], ids=["sync", "async"])
 def test_os_abort_reaches_the_fault_hook_naming_the_actor(
-    procs: ProcMesh, unhandled_failures: list[MeshFailure]
+    procs: ProcMesh, unhandled_failures: list[MeshFailure], cls: type
 ) -> None:
-    mesh = procs.spawn("aborting", AsyncFaulty)
+    mesh: Any = procs.spawn("aborting", cls)
     mesh.ok.call_one().get(timeout=60)
     reason = "the process this actor was running on failed: Killed(sig=6)"
-    actor = name_of(AsyncFaulty, "aborting", "{'gpus': 0/1}")
+    actor = name_of(cls, "aborting", "{'gpus': 0/1}")
     error = supervision_error(lambda: mesh.abort.call_one().get(timeout=60))
     assert str(error) == "Endpoint call aborting.abort() failed, " + failed(actor, reason)
     assert wait_for(unhandled_failures, "aborting").report() == failed(actor, reason)
@@ -440,11 +446,21 @@ def test_a_dead_proc_fails_its_proc_meshs_logger_for_the_spawner(
     mesh.stop().get(timeout=60)
     os.kill(pid, signal.SIGUSR2)
     reason = "the process this actor was running on failed: Killed(sig=12)"
+
+    def ours() -> list[MeshFailure]:
+        """The loggers' failures of this proc's death: a logger of an earlier test's procs
+        (killed otherwise) may fail late, upstream polling every second."""
+        return [
+            f
+            for f in list(unhandled_failures)
+            if f.mesh_name.startswith("logger-") and f.report().endswith(reason)
+        ]
+
     deadline = time.monotonic() + 60
-    while not [f for f in list(unhandled_failures) if f.mesh_name.startswith("logger-")]:
+    while not ours():
         assert time.monotonic() < deadline, "no failure of the logger reached the fault hook"
         time.sleep(0.05)
-    (failure,) = [f for f in unhandled_failures if f.mesh_name.startswith("logger-")]
+    (failure,) = ours()
     assert re.fullmatch(r"logger-[0-9A-Za-z]{11}", failure.mesh_name)
     actor = f"{failure.mesh_name}{{'gpus': 1/2}}"
     assert failure.report() == failed(actor, reason)

@@ -19,7 +19,6 @@ import contextlib
 import functools
 import logging
 import random
-import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
@@ -63,6 +62,7 @@ from ._reports import (
     endpoint,
     failed_event,
     failed_report,
+    mesh_uid,
     oversize,
     process_ended,
     status_event,
@@ -944,7 +944,7 @@ def spawn_actor_mesh(
     actor_is_async(cls)  # raises on mixed endpoints
     _check_endpoint_names(cls)
     payload = dumps((cls, args, kwargs))
-    mesh_id = f"{id_name(name)}<{uuid.uuid4().hex[:12]}>"
+    mesh_id = f"{id_name(name)}<{mesh_uid()}>"
     owner = current_owner.get()
     owner_name = owner_path or (owner.actor_name if owner is not None else ROOT)
     if instrumented():

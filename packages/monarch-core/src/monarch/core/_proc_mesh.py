@@ -11,8 +11,6 @@ import asyncio
 import logging
 import math
 import os
-import secrets
-import string
 import sys
 import threading
 import warnings
@@ -54,7 +52,7 @@ from ._messages import (
     StopProc,
 )
 from ._pending import ProcsRef
-from ._reports import ROOT, failed_event, failed_report, process_ended
+from ._reports import ROOT, failed_event, failed_report, mesh_uid, process_ended
 from ._runtime import Runtime, current_runtime
 from ._scope import Owner, current_owner
 from ._serialize import dumps, loads
@@ -146,9 +144,6 @@ class _ProcGroup:
             self.ready.set_exception(exc)
 
 
-_UID_CHARS = string.ascii_letters + string.digits
-
-
 class _LoggerMesh:
     """Upstream's per-proc log-forwarding actors, as their failures show: each proc mesh
     has one, ``logger-<uid>``, owned by the mesh's spawner, so a proc that dies (outside a
@@ -164,7 +159,7 @@ class _LoggerMesh:
         self.per_host = per_host
         self.together = together
         """Procs per OS process (``procs_per_process``): a group rank covers up to that many."""
-        self.name = "logger-" + "".join(secrets.choice(_UID_CHARS) for _ in range(11))
+        self.name = "logger-" + mesh_uid()
 
     def proc_died(self, process: int, how: str) -> None:
         """The OS process ``process`` (a rank of the group) ended as ``how`` says."""
@@ -678,7 +673,7 @@ class HostMesh(ShapedMesh):
         group = _ProcGroup(runtime, len(hosts) * processes)
         _remember(name or "procs", group)
         owner = current_owner.get()
-        group.mesh_id = f"{id_name(name or 'procs')}<{secrets.token_hex(6)}>"
+        group.mesh_id = f"{id_name(name or 'procs')}<{mesh_uid()}>"
         if instrumented():
             owner_name = owner.actor_name if owner is not None else ROOT
             procs_spawned(group.mesh_id, name or "procs", shape, owner_name)

@@ -12,6 +12,8 @@ failure has a *reason* (``the process this actor was running on exited with non-
 from __future__ import annotations
 
 import re
+import secrets
+import string
 import traceback
 from textwrap import indent
 
@@ -27,6 +29,15 @@ EXITED_CLEANLY = "process exited cleanly"
 
 CONTROLLERS = f"{ROOT}.<monarch._src.actor.proc_mesh._ControllerController controller_controller>"
 """The owner of the actors ``get_or_spawn_controller`` makes, as upstream's names it."""
+
+
+_UID_CHARS = string.ascii_letters + string.digits
+
+
+def mesh_uid() -> str:
+    """A new mesh's uid as upstream's spells it (11 letters and digits: ``logger-3mcL39Bx1xu``),
+    so ``MeshFailure.mesh_name`` (``<name>-<uid>``) matches the patterns users filter on."""
+    return "".join(secrets.choice(_UID_CHARS) for _ in range(11))
 
 
 def actor_name(owner: str, cls: type | None, mesh_name: str, point: object) -> str:

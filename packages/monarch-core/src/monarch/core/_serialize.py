@@ -5,11 +5,16 @@ bytearray's memory is a frame part of its own, written from where it lies and ne
 pickle. cloudpickle sends classes and functions of ``__main__`` by value, which is what
 lets a user's script define actors that its worker processes can run; values made only
 of builtins take the C pickler, which is several times faster.
+
+The pickle is written into upstream's ``Buffer`` (``_buffers``): a ``bytes`` of 64 KiB or
+more anywhere in the value (an attribute of a user's object, where protocol 5 cannot take it
+out of band) is handed to it whole by the pickler and kept, not copied, so the message
+carries it as a part of its own; such a pickle travels as
+``[header, stream part, ..., buffer, ...]``, the header a small pickle that reads the rest.
 """
 
 from __future__ import annotations
 
-import io
 import pickle
 from collections.abc import Sequence
 from contextvars import ContextVar
@@ -19,6 +24,7 @@ import cloudpickle
 
 from monarch.transport import Buffer
 
+from ._buffers import Buffer as WriteBuffer
 from ._memory import copy_into, copy_to_bytes, fresh_bytearray
 from ._tensors import reduce_tensor, tensor_type
 
@@ -99,7 +105,7 @@ def _is_plain(obj: Any, depth: int = 0) -> bool:
 class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is untyped
     """cloudpickle, with torch tensors reduced to one buffer each (see ``_tensors``)."""
 
-    def __init__(self, file: io.BytesIO, tensor: type, buffer_callback: Any) -> None:
+    def __init__(self, file: WriteBuffer, tensor: type, buffer_callback: Any) -> None:
         super().__init__(file, protocol=5, buffer_callback=buffer_callback)
         self._tensor = tensor
         self.copies: set[int] = set()
@@ -188,17 +194,104 @@ def dumps(obj: object) -> list[Buffer]:
     lifted = _lift_buffers(obj)
     tensor = tensor_type()
     copies: set[int] = set()
+    sink = WriteBuffer()
     if tensor is None:
-        data = cloudpickle.dumps(lifted, protocol=5, buffer_callback=keep)
+        cloudpickle.Pickler(sink, protocol=5, buffer_callback=keep).dump(lifted)
     else:
-        out = io.BytesIO()
-        pickler = _Pickler(out, tensor, buffer_callback=keep)
+        pickler = _Pickler(sink, tensor, buffer_callback=keep)
         copies = pickler.copies
         pickler.dump(lifted)
-        data = out.getvalue()
-    if not buffers:
-        return [data]
-    return [data, *buffers]
+    stream = sink.parts()
+    if len(stream) == 1:
+        data = stream[0] if type(stream[0]) is bytes else bytes(stream[0])
+        return [data, *buffers]
+    return [_stream_header(len(stream), [*stream, *buffers]), *stream, *buffers]
+
+
+def _stream_header(streamed: int, parts: list[Any]) -> bytes:
+    """The first part of a pickle written in several parts (its pickler handed a large
+    ``bytes`` to the ``WriteBuffer`` whole, which kept it): a small pickle of a call to
+    ``_load_stream`` whose arguments are the parts after it, out of band, so that ``loads``
+    stays one ``pickle.loads`` whichever way a value was written."""
+    return pickle.dumps(_Streamed(streamed, parts), protocol=5, buffer_callback=_out_of_band)
+
+
+def _out_of_band(buffer: pickle.PickleBuffer) -> bool:
+    return False
+
+
+class _Streamed:
+    """Stands in for a pickle stream's parts and its out-of-band buffers."""
+
+    __slots__ = ("parts", "streamed")
+
+    def __init__(self, streamed: int, parts: list[Any]) -> None:
+        self.streamed = streamed
+        self.parts = parts
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _load_stream, (self.streamed, *map(pickle.PickleBuffer, self.parts))
+
+
+def _load_stream(streamed: int, *parts: Any) -> Any:
+    """Unpickle the stream of ``parts[:streamed]`` with the buffers after them."""
+    reader: Any = _PartsReader(parts[:streamed])  # read() returns views: the C unpickler's
+    return pickle.Unpickler(reader, buffers=parts[streamed:]).load()  # typeshed says bytes
+
+
+class _PartsReader:
+    """A pickle stream in parts, read as one file: a read within a part is a view of it;
+    the unpickler reads a large ``bytes`` into its new object (``readinto``), one copy."""
+
+    __slots__ = ("_at", "_parts")
+
+    def __init__(self, parts: Sequence[Any]) -> None:
+        self._parts = [memoryview(part).cast("B") for part in parts]
+        self._parts.reverse()  # the next part last: popped when done
+        self._at = 0
+
+    def read(self, size: int = -1) -> memoryview | bytes:
+        if size < 0:
+            if not self._parts:
+                return b""
+            rest = b"".join([self._parts[-1][self._at :], *reversed(self._parts[:-1])])
+            self._parts, self._at = [], 0
+            return rest
+        if self._parts and self._at + size <= len(self._parts[-1]):
+            part, start = self._parts[-1], self._at
+            self._step(part, start + size)
+            return part[start : start + size]
+        out = bytearray(size)
+        return bytes(out[: self.readinto(out)])
+
+    def _step(self, part: memoryview, to: int) -> None:
+        """Read ``part`` (the next) up to ``to``; past it when that is its end."""
+        if to == len(part):
+            self._parts.pop()
+            to = 0
+        self._at = to
+
+    def readinto(self, target: Any) -> int:
+        view = memoryview(target).cast("B")
+        done = 0
+        while done < len(view) and self._parts:
+            part = self._parts[-1]
+            take = min(len(view) - done, len(part) - self._at)
+            view[done : done + take] = part[self._at : self._at + take]
+            done += take
+            self._step(part, self._at + take)
+        return done
+
+    def readline(self) -> bytes:
+        line = bytearray()
+        while self._parts and not line.endswith(b"\n"):
+            part = self._parts[-1]
+            rest = part[self._at :]
+            newline = bytes(rest).find(b"\n")
+            take = len(rest) if newline < 0 else newline + 1
+            line += rest[:take]
+            self._step(part, self._at + take)
+        return bytes(line)
 
 
 def loads(parts: Sequence[Buffer]) -> Any:

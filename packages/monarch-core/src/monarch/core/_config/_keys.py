@@ -621,7 +621,7 @@ class Config:
     small_write_threshold: Bytes = key(
         256,
         "MONARCH_HYPERACTOR_SMALL_WRITE_THRESHOLD",
-        doc="Buffers below this many bytes are copied into the frame, larger ones sent as-is.",
+        doc="A Buffer copies writes under this many bytes; it keeps larger bytes as references.",
         upstream="monarch_hyperactor::buffers::small_write_threshold",
     )
     # messages
