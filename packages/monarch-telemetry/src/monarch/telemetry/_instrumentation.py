@@ -220,7 +220,8 @@ class OpenTelemetry:
 
 def enable_telemetry(config: TelemetryConfig | None = None) -> QueryEngineClient:
     """Keep this job's telemetry tables here (the client), filled by this process and by
-    every proc spawned from now on (instrumented); returns the client to query them."""
+    every proc spawned from now on (instrumented), and its snapshots (every
+    ``snapshot_interval_secs``); returns the client to query them."""
     install()
     engine = open_store(config)
     start_snapshots(engine.store)

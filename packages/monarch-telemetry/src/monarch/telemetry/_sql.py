@@ -8,7 +8,9 @@ over millions of rows; the rows are appended in batches, where it is fastest.
 
 Rows come from the instrumentation: the client's own go straight in; a proc's are batched
 and sent to a port of the client's store every ``SHIP_EVERY`` seconds (and when it stops),
-through the ``telemetry_sink`` configuration key that procs inherit.
+through the ``telemetry_sink`` configuration key that procs inherit. The owner of a mesh
+writes the ``Failed`` rows of its actors lost with a proc (``LOST``); the snapshot tables
+are the client's (``_snapshots``).
 """
 
 from __future__ import annotations
