@@ -26,3 +26,7 @@ def test_a_jobs_messages_answer_sql(tmp_path: Path) -> None:
     result = json.loads(done.stdout.splitlines()[-1])
     assert result["rows"] == [{"actor": "pinged[0]", "n": 3}, {"actor": "pinged[1]", "n": 3}]
     assert "before job.state()" in result["late"]
+    # A snapshot lists both actors, under the job's one host.
+    actors = result["actors"]
+    assert [a["type"] for a in actors] == ["__main__.Pinged"] * 2
+    assert len({a["host"] for a in actors}) == 1

@@ -1,5 +1,5 @@
 """Spans and metrics of real calls, exported over OTLP/HTTP by the client and its procs and
-decoded by a real receiver; the trace context carried by a call (hypothesis); the names
+decoded by a receiver process; the trace context carried by a call (hypothesis); the names
 ``monarch.actor`` lends from this wheel."""
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def by_name(spans: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return [s for s in spans if s["name"] == name]
 
 
-def test_a_call_is_one_trace_from_the_client_into_every_actor() -> None:
-    with otlp_receiver() as (endpoint, received):
+def test_a_call_is_one_trace_from_the_client_into_every_actor(tmp_path: Path) -> None:
+    with otlp_receiver(tmp_path) as (endpoint, received):
         env = {
             **os.environ,
             "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,

@@ -524,20 +524,25 @@ class _Supervised:
     def _lost(self, ranks: list[int]) -> Callable[[str, BaseException], None]:
         def lost(address: str, exc: BaseException) -> None:
             if connection_lost(exc):
-                when_proc_ended(self.state, address, lambda how: failed(how or str(exc)))
+                when_proc_ended(self.state, address, lambda how: failed(how or str(exc), address))
             else:
-                failed(str(exc))
+                failed(str(exc), address)
 
-        def failed(how: str) -> None:
+        def failed(how: str, address: str) -> None:
             reason, clean = process_ended(how)
             if clean:  # upstream's: the actors stopped, nothing failed
                 return
             actor = self.state.actor_name(ranks[0])
-            self.fail(ranks, failed_event(actor, reason), failed_report(actor, reason))
+            report = failed_report(actor, reason)
+            self.fail(ranks, failed_event(actor, reason), report, lost_at=address)
 
         return lost
 
-    def fail(self, ranks: Sequence[int], event: str, report: str | None = None) -> None:
+    def fail(
+        self, ranks: Sequence[int], event: str, report: str | None = None, lost_at: str = ""
+    ) -> None:
+        """``ranks`` failed; ``lost_at``: the address of their proc, when it ended (they
+        could not report it themselves)."""
         if self.state.stopped is not None:
             return
         new = [rank for rank in ranks if rank not in self.failed]
@@ -547,7 +552,8 @@ class _Supervised:
         positions = [self.shape.ndslice.index(rank) for rank in new]
         mesh: ActorMesh[Any] = ActorMesh(self.cls, self.mesh_id, self.name, self.shape, self.state)
         failure = MeshFailure(failure_mesh_name(self.mesh_id), positions, event, mesh, report)
-        supervision(self.name, len(new))
+        lost = [f"{self.mesh_id}[{rank}]@{lost_at}" for rank in new] if lost_at else []
+        supervision(self.name, len(new), lost, report or event)
         if self.owner is not None:
             self.owner.supervise(failure)
         else:  # the root: nobody above to handle it

@@ -12,6 +12,7 @@ client's plug-in sets it, and procs inherit the configuration).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Final, Protocol
 
 log = logging.getLogger("monarch.core")
@@ -59,10 +60,13 @@ class Instrumentation(Protocol):
     def status(self, mesh: str, rank: int, status: str, reason: str) -> None:
         """An actor of this process is now ``status`` ("Running", "Failed", "Stopped")."""
 
-    def supervision(self, mesh: str, ranks: int) -> None:
+    def supervision(
+        self, mesh: str, ranks: int, lost: Sequence[str] = (), report: str = ""
+    ) -> None:
         """A supervision event reaches this process, the owner of ``mesh`` (an actor mesh
         or a proc mesh) or the root: ``ranks`` of it failed (a crashed proc's actors too,
-        which could not say so themselves)."""
+        which could not say so themselves: ``lost``, their actor ids, with the failure's
+        ``report``)."""
 
     def shutdown(self) -> None:
         """The process is ending: send what is buffered."""
@@ -143,6 +147,6 @@ def status(mesh: str, rank: int, status: str, reason: str = "") -> None:
         _installed[0].status(mesh, rank, status, reason)
 
 
-def supervision(mesh: str, ranks: int) -> None:
+def supervision(mesh: str, ranks: int, lost: Sequence[str] = (), report: str = "") -> None:
     if _installed:
-        _installed[0].supervision(mesh, ranks)
+        _installed[0].supervision(mesh, ranks, lost, report)

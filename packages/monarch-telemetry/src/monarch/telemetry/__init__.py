@@ -8,7 +8,8 @@ trace, with built-in metrics; procs spawned afterwards are instrumented too. Imp
 changes nothing. With ``OTEL_EXPORTER_OTLP_ENDPOINT`` set and the ``otlp``
 extra installed, spans and metrics of every process are exported over OTLP/HTTP.
 ``enable_telemetry()`` keeps the job's tables of meshes, actors, their status changes and
-messages at the client, for SQL (``query_engine_client.query``, the ``sql`` extra).
+messages at the client, and periodic snapshots of its procs and actors, for SQL
+(``query_engine_client.query``, the ``sql`` extra).
 """
 
 from ._instrumentation import enable_telemetry, install

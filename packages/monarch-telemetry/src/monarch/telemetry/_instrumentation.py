@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import time
+from collections.abc import Sequence
 from typing import Any, Final
 
 from opentelemetry import context, metrics, trace
@@ -24,6 +25,7 @@ from monarch.core import current_instrumentation, running_runtime, set_instrumen
 
 from ._export import configure_export, shutdown_export
 from ._instruments import instruments, tracer
+from ._snapshots import remember_lost, start_snapshots
 from ._sql import (
     CLIENT,
     QueryEngineClient,
@@ -35,6 +37,7 @@ from ._sql import (
     event_id,
     flush_rows,
     key,
+    lost_row,
     mesh_rows,
     message_row,
     message_status_row,
@@ -199,9 +202,16 @@ class OpenTelemetry:
         if sink is not None:
             sink.add([status_row(mesh, rank, status, reason)])
 
-    def supervision(self, mesh: str, ranks: int) -> None:
+    def supervision(
+        self, mesh: str, ranks: int, lost: Sequence[str] = (), report: str = ""
+    ) -> None:
         if not idle():
             instruments().supervision.add(ranks, {"monarch.mesh": mesh})
+        if lost:  # actors lost with their proc: they could not send their Failed rows
+            remember_lost(lost, report)
+            sink = current_sink()
+            if sink is not None:
+                sink.add([lost_row(actor, report) for actor in lost])
 
     def shutdown(self) -> None:
         flush_rows()
@@ -210,9 +220,12 @@ class OpenTelemetry:
 
 def enable_telemetry(config: TelemetryConfig | None = None) -> QueryEngineClient:
     """Keep this job's telemetry tables here (the client), filled by this process and by
-    every proc spawned from now on (instrumented); returns the client to query them."""
+    every proc spawned from now on (instrumented), and its snapshots (every
+    ``snapshot_interval_secs``); returns the client to query them."""
     install()
-    return open_store(config)
+    engine = open_store(config)
+    start_snapshots(engine.store)
+    return engine
 
 
 def install() -> None:

@@ -8,7 +8,9 @@ over millions of rows; the rows are appended in batches, where it is fastest.
 
 Rows come from the instrumentation: the client's own go straight in; a proc's are batched
 and sent to a port of the client's store every ``SHIP_EVERY`` seconds (and when it stops),
-through the ``telemetry_sink`` configuration key that procs inherit.
+through the ``telemetry_sink`` configuration key that procs inherit. The owner of a mesh
+writes the ``Failed`` rows of its actors lost with a proc (``LOST``); the snapshot tables
+are the client's (``_snapshots``).
 """
 
 from __future__ import annotations
@@ -65,6 +67,43 @@ SCHEMA: Final = {
 }
 """Upstream's tables (same names and columns; the ids are ours)."""
 
+SNAPSHOT_SCHEMA: Final = {
+    "snapshots": "snapshot_id VARCHAR, snapshot_ts BIGINT",
+    "nodes": "snapshot_id VARCHAR, node_id VARCHAR, node_kind VARCHAR, as_of BIGINT",
+    "children": (
+        "snapshot_id VARCHAR, parent_id VARCHAR, child_id VARCHAR, child_sort_key BIGINT, "
+        "is_system BOOLEAN, is_stopped BOOLEAN"
+    ),
+    "root_nodes": (
+        "snapshot_id VARCHAR, node_id VARCHAR, num_hosts BIGINT, started_at BIGINT, "
+        "started_by VARCHAR"
+    ),
+    "host_nodes": "snapshot_id VARCHAR, node_id VARCHAR, addr VARCHAR, host_num_procs BIGINT",
+    "proc_nodes": (
+        "snapshot_id VARCHAR, node_id VARCHAR, proc_name VARCHAR, num_actors BIGINT, "
+        "is_poisoned BOOLEAN, failed_actor_count BIGINT"
+    ),
+    "actor_nodes": (
+        "snapshot_id VARCHAR, node_id VARCHAR, actor_status VARCHAR, actor_type VARCHAR, "
+        "messages_processed BIGINT, created_at BIGINT, last_message_handler VARCHAR, "
+        "queue_depth BIGINT, is_system BOOLEAN"
+    ),
+    "actor_failures": (
+        "snapshot_id VARCHAR, node_id VARCHAR, failure_error_message VARCHAR, "
+        "failure_occurred_at BIGINT"
+    ),
+    "resolution_errors": (
+        "snapshot_id VARCHAR, node_id VARCHAR, error_code VARCHAR, error_message VARCHAR"
+    ),
+}
+"""Upstream 0.7.0's snapshot tables (``_snapshots``), with the columns our snapshots fill
+(upstream's names; its others are left out, see the README)."""
+
+LOST: Final = "lost"
+"""Rows ``(actor id, reason, timestamp_us)`` of actors lost with their proc: each becomes a
+``Failed`` row of ``actor_status_events`` unless the actor already has a terminal one."""
+_TERMINAL: Final = "('Failed', 'Stopped')"
+
 CLIENT: Final = "<root>"
 """The name the client's actor is known by (the owner of the meshes it spawns)."""
 
@@ -80,8 +119,8 @@ class TelemetryQueryError(ValueError):
 class TelemetryConfig:
     """Upstream's: how long rows are kept (``retention_secs``; 0: for ever); on a job
     (monarch-jobs), ``include_dashboard`` serves monarch-admin's dashboard page at
-    ``dashboard_port`` (its ``state.dashboard_url``). ``snapshot_interval_secs`` is
-    accepted (the tables are live)."""
+    ``dashboard_port`` (its ``state.dashboard_url``); a snapshot of the job's procs and
+    actors every ``snapshot_interval_secs`` (0: none)."""
 
     retention_secs: int = 3600
     include_dashboard: bool = False
@@ -94,6 +133,11 @@ class TelemetryConfig:
             raise TypeError(f"retention_secs is a number of seconds, not {secs!r}")
         if secs < 0:
             raise ValueError(f"retention_secs must be 0 (keep all) or more, not {secs}")
+        every = self.snapshot_interval_secs
+        if isinstance(every, bool) or not isinstance(every, int | float):
+            raise TypeError(f"snapshot_interval_secs is a number of seconds, not {every!r}")
+        if not every >= 0:  # NaN too
+            raise ValueError(f"snapshot_interval_secs must be 0 (off) or more, not {every}")
 
 
 def key(name: str) -> int:
@@ -162,6 +206,18 @@ def actor_key(mesh: str, rank: int) -> int:
     return key(f"{mesh}[{rank}]")
 
 
+def split_actor_id(actor_id: str) -> tuple[str, str]:
+    """An actor id's ``(full_name, address)``: ``MESH_ID[RANK]`` (the ``actors`` table's
+    ``full_name``) and its proc's address (which may hold ``@`` itself)."""
+    name, _, address = actor_id.partition("]@")
+    return f"{name}]", address
+
+
+def lost_row(actor_id: str, report: str) -> Row:
+    """The actor ``actor_id`` (``MESH_ID[RANK]@ADDRESS``) was lost with its proc."""
+    return (LOST, (key(split_actor_id(actor_id)[0]), report or None, now_us()))
+
+
 def message_row(message: int, sender: int | None, actor: int, endpoint: str) -> Row:
     return ("messages", (message, sender, actor, endpoint, None, now_us()))
 
@@ -197,18 +253,26 @@ class TelemetryStore:
         self._db = duckdb.connect(":memory:")
         self._lock = threading.Lock()
         self._retained = time.monotonic()
-        for table, columns in SCHEMA.items():
+        for table, columns in (SCHEMA | SNAPSHOT_SCHEMA).items():
             self._db.execute(f"CREATE TABLE {table} ({columns})")
 
     def add(self, rows: Sequence[Row]) -> None:
         by_table: dict[str, list[tuple[Any, ...]]] = {}
         for table, values in rows:
-            if table in SCHEMA:
+            if table in SCHEMA or table in SNAPSHOT_SCHEMA or table == LOST:
                 by_table.setdefault(table, []).append(values)
+        lost = by_table.pop(LOST, [])
         with self._lock:
             for table, batch in by_table.items():
                 marks = ", ".join("?" * len(batch[0]))
                 self._db.executemany(f"INSERT INTO {table} VALUES ({marks})", batch)
+            for actor, reason, stamp in lost:
+                self._db.execute(
+                    "INSERT INTO actor_status_events SELECT ?, ?, 'Failed', ?, ? WHERE NOT "
+                    "EXISTS (SELECT 1 FROM actor_status_events WHERE actor_id = ? AND "
+                    f"new_status IN {_TERMINAL})",
+                    [event_id(), actor, reason, stamp, actor],
+                )
             if time.monotonic() - self._retained >= RETAIN_EVERY:
                 self.retain()
 
@@ -221,6 +285,16 @@ class TelemetryStore:
         oldest = now_us() - int(self.config.retention_secs * 1_000_000)
         for table in SCHEMA:
             self._db.execute(f"DELETE FROM {table} WHERE timestamp_us < ?", [oldest])
+        (old,) = self._db.execute(  # a snapshot's rows go with it
+            "SELECT count(*) FROM snapshots WHERE snapshot_ts < ?", [oldest]
+        ).fetchone() or (0,)
+        if old:
+            self._db.execute("DELETE FROM snapshots WHERE snapshot_ts < ?", [oldest])
+            for table in SNAPSHOT_SCHEMA:
+                self._db.execute(
+                    f"DELETE FROM {table} WHERE snapshot_id NOT IN "
+                    "(SELECT snapshot_id FROM snapshots)"
+                )
 
     def query(self, sql: str) -> dict[str, Any]:
         import duckdb
@@ -291,6 +365,10 @@ class QueryEngineClient:
 
     def __init__(self, store: TelemetryStore) -> None:
         self._store = store
+
+    @property
+    def store(self) -> TelemetryStore:
+        return self._store
 
     def query(self, sql: str, timeout: float | None = None) -> dict[str, Any]:
         """``{"rows": [{column: value, ...}, ...]}``; TelemetryQueryError for a query that
