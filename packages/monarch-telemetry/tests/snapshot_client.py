@@ -81,7 +81,10 @@ def main() -> None:
     pid = workers.slice(gpus=0).ping.call_one().get()
     others.ping.call().get()
     others.ping.call().get()
-    tree = wait_for(engine, TREE, lambda rows: len(rows) == 4)
+    # every actor's row of the actors table too: procs send theirs in batches, in their time
+    tree = wait_for(
+        engine, TREE, lambda rows: len(rows) == 4 and all(r["display_name"] for r in rows)
+    )
 
     # The first proc is stopped: snapshots go on without it (an error node for it) and
     # with the other proc's actors.
