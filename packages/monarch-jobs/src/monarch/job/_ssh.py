@@ -47,9 +47,11 @@ setsid "$python" -m monarch.core.worker --listen "tcp://$host:$port" \\
   </dev/null >"$out" 2>"$folder/$name.log" &
 pid=$!
 unset {SECRET_ENV}
-start=$(sed 's/.*) //' "/proc/$pid/stat" | cut -d' ' -f20)
+# (the shell may reap a worker that failed at once before these read /proc: no noise then)
+start=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f20)
 while ! IFS= read -r address <"$out"; do
-  if ! kill -0 "$pid" 2>/dev/null || [ "$(sed 's/.*) //' "/proc/$pid/stat" | cut -c1)" = Z ]
+  if ! kill -0 "$pid" 2>/dev/null ||
+     [ "$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -c1)" = Z ]
   then
     echo "the worker exited before it listened:" >&2
     tail -c 2000 "$folder/$name.log" >&2
