@@ -58,6 +58,7 @@ TREE = """
     LEFT JOIN actors a ON an.node_id LIKE 'actor:' || a.full_name || '@%'
     WHERE h.snapshot_id = (
         SELECT n.snapshot_id FROM actor_nodes n JOIN snapshots s USING (snapshot_id)
+        WHERE s.snapshot_ts >= {since}
         GROUP BY n.snapshot_id, s.snapshot_ts HAVING count(*) = 4
         ORDER BY s.snapshot_ts DESC LIMIT 1
     )
@@ -81,9 +82,12 @@ def main() -> None:
     pid = workers.slice(gpus=0).ping.call_one().get()
     others.ping.call().get()
     others.ping.call().get()
+    called = time.time_ns() // 1000  # a snapshot asked after this has seen every call
     # every actor's row of the actors table too: procs send theirs in batches, in their time
     tree = wait_for(
-        engine, TREE, lambda rows: len(rows) == 4 and all(r["display_name"] for r in rows)
+        engine,
+        TREE.format(since=called),
+        lambda rows: len(rows) == 4 and all(r["display_name"] for r in rows),
     )
 
     # The first proc is stopped: snapshots go on without it (an error node for it) and

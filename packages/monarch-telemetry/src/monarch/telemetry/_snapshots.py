@@ -96,11 +96,12 @@ class Snapshots:
         runtime = running_runtime()
         if runtime is None:
             return None
+        stamp = now_us()  # the snapshot's time: when its procs were asked, not written
         me = SpawnedProc(CLIENT_MESH, 0, runtime.address, runtime.address, os.getpid(), None)
         procs = [me, *(p for p in spawned_procs() if p.address is not None)]
         answers = self._ask(procs)
         _forget_lost({p.address for p in procs if p.address})
-        return self._write(procs, answers)
+        return self._write(stamp, procs, answers)
 
     def _ask(self, procs: list[SpawnedProc]) -> dict[str, ProcSnapshot | BaseException]:
         """Every live proc's answer, or why there is none: all asked at once, waited for
@@ -119,9 +120,12 @@ class Snapshots:
         return answers
 
     def _write(
-        self, procs: list[SpawnedProc], answers: dict[str, ProcSnapshot | BaseException]
+        self,
+        stamp: int,
+        procs: list[SpawnedProc],
+        answers: dict[str, ProcSnapshot | BaseException],
     ) -> str:
-        snap, stamp = str(uuid.uuid4()), now_us()
+        snap = str(uuid.uuid4())
         known = {  # what the tables say of each actor: when created, its class
             row["k"]: (row["t"], row["c"])
             for row in self.store.query(
