@@ -47,14 +47,11 @@ class Instrumentation(Protocol):
         arguments; ``waiting``: the messages queued behind it. The returned scope is
         current for the endpoint's code (on this thread or task) until closed."""
 
-    def spawned(
-        self, mesh: str, name: str, cls: str, shape: object, owner: str, procs: str
-    ) -> None:
+    def spawned(self, mesh: str, name: str, cls: str, shape: object, procs: str) -> None:
         """This process spawns actor mesh ``mesh`` (``name`` as given, of ``cls``, over
-        ``shape``, a ``Shape``), owned by ``owner``, on the procs of proc mesh ``procs``
-        ("" if unknown here)."""
+        ``shape``, a ``Shape``) on the procs of proc mesh ``procs`` ("" if unknown here)."""
 
-    def procs_spawned(self, mesh: str, name: str, shape: object, owner: str) -> None:
+    def procs_spawned(self, mesh: str, name: str, shape: object) -> None:
         """This process spawns proc mesh ``mesh`` (``name`` as given, ``shape``)."""
 
     def status(self, mesh: str, rank: int, status: str, reason: str) -> None:
@@ -131,15 +128,15 @@ def enter(
     return _installed[0].enter(endpoint, actor, mesh, rank, carried, size, waiting)
 
 
-def spawned(mesh: str, name: str, cls: type, shape: object, owner: str, procs: str) -> None:
+def spawned(mesh: str, name: str, cls: type, shape: object, procs: str) -> None:
     if _installed:
         cls_name = f"{cls.__module__}.{cls.__qualname__}"
-        _installed[0].spawned(mesh, name, cls_name, shape, owner, procs)
+        _installed[0].spawned(mesh, name, cls_name, shape, procs)
 
 
-def procs_spawned(mesh: str, name: str, shape: object, owner: str) -> None:
+def procs_spawned(mesh: str, name: str, shape: object) -> None:
     if _installed:
-        _installed[0].procs_spawned(mesh, name, shape, owner)
+        _installed[0].procs_spawned(mesh, name, shape)
 
 
 def status(mesh: str, rank: int, status: str, reason: str = "") -> None:

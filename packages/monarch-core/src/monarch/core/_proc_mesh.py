@@ -52,7 +52,7 @@ from ._messages import (
     StopProc,
 )
 from ._pending import ProcsRef
-from ._reports import ROOT, failed_event, failed_report, mesh_uid, process_ended
+from ._reports import failed_event, failed_report, mesh_uid, process_ended
 from ._runtime import Runtime, current_runtime
 from ._scope import Owner, current_owner
 from ._serialize import dumps, loads
@@ -675,8 +675,7 @@ class HostMesh(ShapedMesh):
         owner = current_owner.get()
         group.mesh_id = f"{id_name(name or 'procs')}<{mesh_uid()}>"
         if instrumented():
-            owner_name = owner.actor_name if owner is not None else ROOT
-            procs_spawned(group.mesh_id, name or "procs", shape, owner_name)
+            procs_spawned(group.mesh_id, name or "procs", shape)
         group.logger = _LoggerMesh(runtime, owner, shape, per, together)
         if current_config().enable_log_forwarding:
             group.logs = LogSink(name or "procs", group.hosts, runtime.loop.call_later)

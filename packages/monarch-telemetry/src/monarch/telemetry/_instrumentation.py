@@ -187,12 +187,12 @@ class OpenTelemetry:
             return IDLE if rows is None else rows
         return EndpointScope(endpoint, actor, rank, carried, size, waiting, rows)
 
-    def spawned(self, mesh: str, name: str, cls: str, shape: Any, owner: str, procs: str) -> None:
+    def spawned(self, mesh: str, name: str, cls: str, shape: Any, procs: str) -> None:
         sink = current_sink()
         if sink is not None:
             sink.add(mesh_rows(mesh, name, cls, shape, procs))
 
-    def procs_spawned(self, mesh: str, name: str, shape: Any, owner: str) -> None:
+    def procs_spawned(self, mesh: str, name: str, shape: Any) -> None:
         sink = current_sink()
         if sink is not None:
             sink.add([procs_row(mesh, name, shape)])
