@@ -46,6 +46,7 @@ from monarch.transport import Buffer
 
 from ._internal_logs import log_dir
 from ._messages import LogLines, PortRef, SetLogLevel
+from ._per_process import PerProcess
 from ._runtime import Runtime
 
 READ_SIZE: Final = 65536
@@ -201,20 +202,16 @@ class HostFiles:
                 del self._files[stream]
 
 
-_host_files: list[HostFiles] = []
-_host_files_lock = threading.Lock()
+_host_files: Final = PerProcess(lambda: HostFiles(log_dir()))
 
 
 def host_files() -> HostFiles | None:
     """This agent's files (opened at the first proc that asks); None where they cannot be."""
-    with _host_files_lock:
-        if not _host_files:
-            try:
-                _host_files.append(HostFiles(log_dir()))
-            except OSError as exc:
-                logging.getLogger("monarch.core").warning("no file capture: %s", exc)
-                return None
-        return _host_files[0]
+    try:
+        return _host_files.get()
+    except OSError as exc:
+        logging.getLogger("monarch.core").warning("no file capture: %s", exc)
+        return None
 
 
 def _write_all(fd: int, data: bytes) -> None:
