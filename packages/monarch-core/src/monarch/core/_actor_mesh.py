@@ -917,6 +917,11 @@ async def resolve(procs: Procs) -> list[str]:
     return list(procs)
 
 
+def new_mesh_id(name: str) -> str:
+    """A new mesh's id, ``NAME<uid>`` (an actor mesh's or a proc mesh's)."""
+    return f"{id_name(name)}<{mesh_uid()}>"
+
+
 def id_name(name: str) -> str:
     """A mesh name as upstream writes it in actor ids: lower-case ASCII letters, digits, ``-``
     and ``_``, starting with a letter, at most 63 characters; ``nil`` if nothing is left."""
@@ -950,7 +955,7 @@ def spawn_actor_mesh(
     actor_is_async(cls)  # raises on mixed endpoints
     _check_endpoint_names(cls)
     payload = dumps((cls, args, kwargs))
-    mesh_id = f"{id_name(name)}<{mesh_uid()}>"
+    mesh_id = new_mesh_id(name)
     owner = current_owner.get()
     owner_name = owner_path or (owner.actor_name if owner is not None else ROOT)
     if instrumented():

@@ -23,7 +23,7 @@ from monarch.transport import Buffer
 from ._actor_mesh import (
     ActorMesh,
     Procs,
-    id_name,
+    new_mesh_id,
     resolve,
     spawn_actor_mesh,
     tensor_engine_entry,
@@ -673,7 +673,7 @@ class HostMesh(ShapedMesh):
         group = _ProcGroup(runtime, len(hosts) * processes)
         _remember(name or "procs", group)
         owner = current_owner.get()
-        group.mesh_id = f"{id_name(name or 'procs')}<{mesh_uid()}>"
+        group.mesh_id = new_mesh_id(name or "procs")
         if instrumented():
             procs_spawned(group.mesh_id, name or "procs", shape)
         group.logger = _LoggerMesh(runtime, owner, shape, per, together)
