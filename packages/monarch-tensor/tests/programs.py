@@ -53,6 +53,35 @@ def add_in_place(t: torch.Tensor) -> None:
     t.add_(1)
 
 
+def plus_one(t: torch.Tensor) -> torch.Tensor:
+    return t + 1
+
+
+def plus_sum_of(t: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    return t + other.sum()
+
+
+def first_row(t: torch.Tensor) -> torch.Tensor:
+    """A view of its input (on the workers as here)."""
+    return t[0]
+
+
+def transposed(t: torch.Tensor) -> torch.Tensor:
+    """A view of its input."""
+    return t.t()
+
+
+def same(t: torch.Tensor) -> torch.Tensor:
+    """Its input itself."""
+    return t
+
+
+def bumped(t: torch.Tensor, by: float) -> torch.Tensor:
+    """Writes its input and returns it (an in-place function)."""
+    t.add_(by)
+    return t
+
+
 def exit_on_rank(t: torch.Tensor, rank: int) -> torch.Tensor:
     """Ends proc ``rank`` at once (a crash, as far as the mesh can tell)."""
     if t.device.type != "meta" and current_rank().rank == rank:

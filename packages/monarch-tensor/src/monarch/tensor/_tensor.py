@@ -219,8 +219,14 @@ def dispatch(
     ids: list[int] = []
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
-            tensor = inputs.get(id(leaf))
+            # An input returned by ``func`` itself on meta tensors is that input (an in-place
+            # op's result). One returned by a declared ``meta_func`` (a propagate) only says
+            # the result's shape: the result is a new tensor, as upstream's, which may alias
+            # the input's storage (if the function returns it on the worker).
+            tensor = inputs.get(id(leaf)) if meta_func is None else None
             if tensor is None:  # a view of an input shares its storage's rights
+                if id(leaf) in inputs:
+                    leaf = leaf.view_as(leaf)  # its own metadata, the input's storage
                 roots = {id(_root(x._meta)): x._aliases for x in tensors}
                 tensor = Tensor._wrap(leaf, client, roots.get(id(_root(leaf))))
             out.append(tensor)
