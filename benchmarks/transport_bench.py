@@ -126,15 +126,15 @@ def _ensure_transports() -> None:
 
     have = mt.available_transports()
     if "unix" not in have:
-        from monarch.transport._unix import UnixTransport
+        from monarch.transport.lowlevel import UnixTransport
 
         mt.register_transport(UnixTransport())
     if "tcp" not in have:
-        from monarch.transport._tcp import TcpTransport
+        from monarch.transport.lowlevel import TcpTransport
 
         mt.register_transport(TcpTransport())
     if "tls" not in have:
-        from monarch.transport._tls import TlsTransport
+        from monarch.transport.lowlevel import TlsTransport
 
         mt.register_transport(TlsTransport())
 

@@ -379,3 +379,48 @@ def test_the_layers_above_use_only_the_public_core() -> None:
                 for hit in private.finditer(name)
             ]
     assert not found, "\n".join(found)
+
+
+def test_no_wheel_imports_another_wheels_private_modules() -> None:
+    """What each wheel keeps private (``monarch.<its subpackage>._*``) only that wheel and its
+    own tests import: another wheel, a benchmark, an example or an integration script goes
+    through the public modules (``monarch.transport.lowlevel`` for a data plane built on the
+    transports, ``monarch.core.worker``...), so a wheel may change its private modules alone.
+    A string naming a private module in the ``module:attribute`` form of an entry point is a
+    plug-in's registration (a wheel names its own), read, not imported, and is not counted."""
+    private = {
+        dist: re.compile(r"\bmonarch\.(?:%s)\._\w+" % "|".join(map(re.escape, sorted(owned))))
+        for dist, owned in OWNS.items()
+    }
+    outside = [
+        *sorted((ROOT / "benchmarks").glob("*.py")),
+        *sorted((ROOT / "examples").rglob("*.py")),
+        ROOT / "conftest.py",
+        *sorted((ROOT / "integration").glob("*.py")),
+    ]
+    found = []
+    for dist, pattern in private.items():
+        others = [
+            path
+            for other, folder in folders().items()
+            if other != dist
+            for path in sorted(folder.rglob("*.py"))
+        ]
+        for path in [*others, *outside]:
+            if path == Path(__file__):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    names = [node.module or ""]
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    names = [node.value] if ":" not in node.value else []
+                else:
+                    continue
+                found += [
+                    f"{path.relative_to(ROOT)}:{node.lineno}: {hit.group()} (of {dist})"
+                    for name in names
+                    for hit in pattern.finditer(name)
+                ]
+    assert not found, "\n".join(found)

@@ -62,8 +62,7 @@ from monarch.transport import (
     TransportError,
     TransportOptions,
 )
-from monarch.transport._memory import fresh_bytearray
-from monarch.transport._tcp import TcpTransport
+from monarch.transport.lowlevel import TcpTransport, fresh_bytearray
 
 from . import _verbs as verbs
 from ._errors import RDMAOwnerDied
