@@ -389,7 +389,7 @@ def test_no_wheel_imports_another_wheels_private_modules() -> None:
     A string naming a private module in the ``module:attribute`` form of an entry point is a
     plug-in's registration (a wheel names its own), read, not imported, and is not counted."""
     private = {
-        dist: re.compile(r"\bmonarch\.(?:%s)\._\w+" % "|".join(map(re.escape, sorted(owned))))
+        dist: re.compile(rf"\bmonarch\.(?:{'|'.join(map(re.escape, sorted(owned)))})\._\w+")
         for dist, owned in OWNS.items()
     }
     outside = [
