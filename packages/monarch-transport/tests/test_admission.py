@@ -34,7 +34,8 @@ async def test_admission_keeps_at_most_the_cap_and_evicts_the_crowded_sources_ol
                 crowded = max(counts.values())
                 candidates = [(s, sc) for s, sc in live if counts[s] == crowded]
                 evicted = candidates  # the oldest of one of the most crowded sources
-            scope = admission.admit(arg)
+            scope = anyio.CancelScope()
+            admission.admit(arg, scope)
             if evicted is not None:
                 gone = [(s, sc) for s, sc in live if sc.cancel_called]
                 assert len(gone) == 1

@@ -226,7 +226,9 @@ class Gateway:
                 except OSError:
                     _close(sock)
                     continue
-                tg.start_soon(self._handle, sock, admission, admission.admit(source))
+                scope = anyio.CancelScope()
+                admission.admit(source, scope)
+                tg.start_soon(self._handle, sock, admission, scope)
                 await anyio.lowlevel.checkpoint()  # an evicted one closes before the next
 
     async def aclose(self) -> None:

@@ -813,7 +813,8 @@ class SocketListener(Listener):
                 except OSError:
                     raw.close()
                     continue
-                scope = admission.admit(remote.host if remote.port is not None else "")
+                scope = anyio.CancelScope()
+                admission.admit(remote.host if remote.port is not None else "", scope)
                 task_group.start_soon(self._handle, raw, remote, handler, admission, scope)
                 await checkpoint()  # an evicted handshake closes before the next accept
 
