@@ -267,7 +267,7 @@ def main() -> None:
             if flooder is not None:
                 results["flood"][name] = end_flood(flooder, wait=15.0)
             print(name, "handshake median", f"{statistics.median(times) * 1e3:.1f} ms", flush=True)
-        for idle, slow in [(0, 0), (args.idle[0], 0)]:
+        for idle, slow in [(0, 0), *((n, 0) for n in args.idle), (0, args.slow)]:
             name = f"idle={idle},slow={slow},nofile={args.client_nofile}"
             results["spawn_s"][name] = spawn_under(idle, slow, args.client_nofile)
             print(name, results["spawn_s"][name], flush=True)
