@@ -172,6 +172,10 @@ def test_bad_calls_fail_at_the_call_site(procs: ProcMesh) -> None:
         counters.incr.call(1, 2)
     with pytest.raises(TypeError, match="unexpected keyword"):
         counters.get.call(nope=1)
+    # A misspelled keyword is named, not hidden behind the parameter it left missing.
+    misspelled = r"echo\(\) got an unexpected keyword argument 'valeu' \(did you mean 'value'\?\)"
+    with pytest.raises(TypeError, match=misspelled):
+        counters.echo.call(valeu=1)
     with pytest.raises(TypeError):
         counters.echo.call(threading.Lock())
     with pytest.raises(AttributeError):

@@ -557,6 +557,8 @@ def test_a_message_over_codec_max_frame_length_fails_with_a_supervision_error() 
         error = supervision_error(lambda: sizes.length.call_one(b"x" * 20_000).get(timeout=60))
         assert "rejecting oversize frame: len=" in str(error)
         assert "> max=10000; increase CODEC_MAX_FRAME_LENGTH to allow." in str(error)
+        assert "configure(codec_max_frame_length=...)" in str(error)
+        assert "HYPERACTOR_CODEC_MAX_FRAME_LENGTH" in str(error)
         assert sizes.length.call_one(b"x").get(timeout=60) == 1  # the link is fine
         with pytest.raises(RuntimeError, match="rejecting oversize frame"):
             sizes.length.broadcast(b"x" * 20_000)

@@ -32,6 +32,7 @@ from ._endpoint import (
     actor_is_async,
     check_endpoints_callable,
     endpoints_of,
+    misnamed_keyword,
 )
 from ._errors import MeshFailure, SupervisionError
 from ._exits import ASKED_GRACE, asking, ended, unknown, when_ended
@@ -141,7 +142,8 @@ class Endpoint(Generic[R]):
             try:
                 prop._signature.bind(*(None,) * leading, *args, **kwargs)
             except TypeError as exc:
-                raise TypeError(f"{self._name}() {exc}") from None
+                why = misnamed_keyword(prop._signature, kwargs) or exc
+                raise TypeError(f"{self._name}() {why}") from None
         return dumps_call_arguments(self._name, args, kwargs, self._mesh)
 
     def _oversize(self, payload: list[Buffer], adverb: str) -> SupervisionError | None:

@@ -8,6 +8,7 @@ the callee (``_runner``) alike.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 import logging
@@ -146,6 +147,21 @@ def _positional_arity(signature: inspect.Signature) -> tuple[int, int] | None:
         if param.default is param.empty:
             fewest = most
     return fewest, most
+
+
+def misnamed_keyword(signature: inspect.Signature, kwargs: dict[str, Any]) -> str | None:
+    """A keyword the endpoint does not take, named (with the parameter it is closest to):
+    ``bind`` reports the parameter it left missing first, which hides a misspelling."""
+    params = signature.parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    named = [n for n, p in params.items() if p.kind is not inspect.Parameter.POSITIONAL_ONLY]
+    for key in kwargs:
+        if key not in named:
+            close = difflib.get_close_matches(key, named, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            return f"got an unexpected keyword argument {key!r}{hint}"
+    return None
 
 
 def check_endpoints_callable(cls: type) -> None:

@@ -106,10 +106,13 @@ def endpoint(mesh_name: str, method: str) -> str:
 
 
 def oversize(size: int, limit: int) -> str:
-    """Why a message larger than ``codec_max_frame_length`` was not sent (upstream's words)."""
+    """Why a message larger than ``codec_max_frame_length`` was not sent: upstream's words,
+    then where that limit is really set (upstream's name is no variable a user can find)."""
     return (
         f"rejecting oversize frame: len={size} > max={limit}; increase CODEC_MAX_FRAME_LENGTH "
-        "to allow."
+        "to allow. (The limit is monarch.config's codec_max_frame_length: "
+        "configure(codec_max_frame_length=...) or HYPERACTOR_CODEC_MAX_FRAME_LENGTH in the "
+        "environment.)"
     )
 
 
