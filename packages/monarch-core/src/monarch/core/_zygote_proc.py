@@ -5,6 +5,18 @@ takes the request's standard streams, directory and environment, re-reads config
 from it, and serves as a proc; the zygote reaps its children and reports their exits. It
 holds no thread and no event loop (a fork copies only the forking thread), and dies with
 its agent.
+
+What a request asks preloaded (``proc_preload``: torch, where the spawner imported it) is
+not imported before the fork: importing torch takes ~1.5 s of CPU, which the first procs
+would wait for, while most procs answer long before they touch a tensor (they import
+torch themselves when they do, as unpickling one does). The zygote forks the proc at once
+and forks a successor zygote that imports it; once that is done, the successor takes
+every request (this zygote relays requests to it and its answers back), so the procs
+asked for from then on find it imported without importing it. A successor is a zygote as
+this one (it may have its own, for modules asked for later); the zygote is the subreaper
+of its successor's procs, so that it reaps them and reports their exits if that
+successor dies first. A successor whose import started a thread may not fork: it says so
+and exits, and this zygote forks on without the module.
 """
 
 from __future__ import annotations
