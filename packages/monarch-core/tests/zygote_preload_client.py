@@ -21,13 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-MODE, MODULE = sys.argv[1], sys.argv[2]
-if MODE == "torch":
-    import torch
-
 import monarch.actor
 from monarch.actor import Actor, ProcMesh, endpoint, this_host
 from monarch.config import configured
+
+MODE, MODULE = sys.argv[1], sys.argv[2]
+if MODE == "torch":
+    import torch  # before the first spawn: proc_preload "auto" then names it
 
 T = TypeVar("T")
 faults: list[str] = []
@@ -108,21 +108,21 @@ def main() -> None:
     first.stop().get(timeout=60)
     if MODE == "thread":  # the successor imports, finds a thread and exits
         until(lambda: True if not children(zygote) else None, "the successor stays")
-        _, found = spawn(1)
-        show("after", found)
+        _, after = spawn(1)
+        show("after", after)
         return
     procs_first = {proc["pid"] for proc in found}
     successor = until(lambda: next(iter(children(zygote) - procs_first), None), "no successor")
     show("successor", successor != zygote)
-    procs, found = from_successor(successor)
-    show("later", found)
+    procs, later = from_successor(successor)
+    show("later", later)
     if MODE == "kill":
         os.kill(successor, signal.SIGKILL)
         until(lambda: True if faults else None, "the proc's death went unreported")
         show("fault", faults[0])
         procs.stop().get(timeout=60)
-        _, found = spawn(1)
-        show("after", found)
+        _, after = spawn(1)
+        show("after", after)
 
 
 if __name__ == "__main__":
