@@ -70,8 +70,6 @@ class State:
         self.tried = tried
         """Preloads imported here or handed to the successor (each is tried once)."""
         self.successor: Successor | None = None
-        self.helpers: set[int] = set()
-        """Successors' pids, alive or not (their exits are no procs')."""
         self.procs: set[int] = set()
         """Procs whose exit this zygote reports: its own, and its successor's (which it
         reaps itself if the successor dies first: this zygote is their subreaper)."""
@@ -92,6 +90,11 @@ def serve(state: State, woken: int, wake: int) -> None:
             ready, _, _ = select.select(watched, [], [])
         except InterruptedError:
             continue
+        if successor is not None and successor.sock.fileno() in ready:
+            # First: a proc the successor forked is known here before this zygote may
+            # reap it (the successor dead, its procs come here), since the successor
+            # said so before it died, and its procs die after it.
+            relay(state, successor)
         if woken in ready:
             while True:
                 try:
@@ -100,8 +103,6 @@ def serve(state: State, woken: int, wake: int) -> None:
                 except BlockingIOError:
                     break
             reap(state)
-        if successor is not None and successor.sock.fileno() in ready:
-            relay(state, successor)
         if state.up.fileno() in ready:
             try:
                 data, fds, _, _ = socket.recv_fds(state.up, MAX_MESSAGE, 3)
@@ -175,15 +176,23 @@ def start_successor(state: State, names: list[str]) -> None:
         raise BecomeSuccessor(State(theirs, set(state.tried)), names, parent)
     theirs.close()
     state.successor = Successor(pid, ours)
-    state.helpers.add(pid)
 
 
 def relay(state: State, successor: Successor) -> None:
-    """A message of the successor: its readiness, or an answer or exit for the requester."""
-    try:
-        data = successor.sock.recv(MAX_MESSAGE)
-    except OSError:
-        data = b""
+    """The successor's messages, as many as have come."""
+    while state.successor is successor:
+        try:
+            data = successor.sock.recv(MAX_MESSAGE, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        relay_one(state, successor, data)
+
+
+def relay_one(state: State, successor: Successor, data: bytes) -> None:
+    """A message of the successor (empty: it exited): its readiness, or an answer or an
+    exit for the requester."""
     message = decode_zygote(data) if data else None
     if isinstance(message, ZygoteReady) and not message.error:
         successor.ready = True
