@@ -33,7 +33,7 @@ from typing import Final
 
 import msgspec
 
-from ._bootstrap import die_with_parent, import_proc_start, run_proc
+from ._bootstrap import die_with_parent, import_proc_start, reap_orphans, run_proc
 from ._config import KEYS, reload_from_environment
 from ._messages import (
     ZygoteExited,
@@ -338,7 +338,9 @@ def serve_zygote(sock: socket.socket) -> None:
     gc.enable()  # off since the core's import (see __init__)
     state = State(sock, set())
     while True:
-        subreap()
+        # The procs a successor forked are reaped (and their exits reported) here if
+        # that successor dies first.
+        reap_orphans()
         woken, wake = os.pipe()
         try:
             serve(state, woken, wake)
@@ -373,16 +375,6 @@ def serve_zygote(sock: socket.socket) -> None:
     os.close(woken)
     os.close(wake)
     become_proc(request, fds)
-
-
-def subreap() -> None:
-    """Become the subreaper of this zygote's descendants: the procs a successor forked are
-    reaped (and their exits reported) here if that successor dies first (Linux)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        pass
 
 
 if __name__ == "__main__":
