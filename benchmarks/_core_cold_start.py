@@ -5,6 +5,12 @@ and wait for the first reply. Prints one JSON line: ``time.monotonic`` readings 
 parent took its own just before starting this process, on the same clock), then the
 RSS of this controller and of the worker after a few more calls, then how long
 ``stop()`` took.
+
+    python _core_cold_start.py [--torch] [--procs N]
+
+``--torch`` imports torch first, as a PyTorch user's script does (Monarch's procs may then
+be asked to have it); ``--procs N`` spawns N procs (``gpus=N``) and times the first reply
+of the first.
 """
 
 import time
@@ -13,6 +19,10 @@ t_main = time.monotonic()
 
 import json  # noqa: E402 - timed from the very top
 import os  # noqa: E402
+import sys  # noqa: E402
+
+if "--torch" in sys.argv:
+    import torch  # noqa: F401 - the import is the point
 
 from monarch.actor import Actor, endpoint, this_host  # noqa: E402
 
@@ -44,8 +54,9 @@ def rss_kib(pid: int | str = "self") -> dict[str, int]:
 
 def main() -> None:
     t_spawn = time.monotonic()
-    procs = this_host().spawn_procs(per_host={"gpus": 1})
-    actor = procs.spawn("echo", Echo)
+    count = int(sys.argv[sys.argv.index("--procs") + 1]) if "--procs" in sys.argv else 1
+    procs = this_host().spawn_procs(per_host={"gpus": count})
+    actor = procs.spawn("echo", Echo).slice(gpus=0)
     pid = actor.pid.call_one().get(timeout=60)
     t_reply = time.monotonic()
     for _ in range(3):

@@ -1,7 +1,10 @@
 """One run of a user's script with a ProcessJob, for jobs_bench.py (upstream's API only, so
 that upstream 0.7.0's interpreter runs it too).
 
-    python _jobs_client.py run STARTED         state() (start or re-attach), one actor per host
+    python _jobs_client.py run STARTED [local] [torch]
+                                               state() (start or re-attach), one actor per host;
+                                               ``local``: a LocalJob (this host) instead of a
+                                               ProcessJob of 2 hosts; ``torch``: torch first
     python _jobs_client.py slurm STARTED LOGS  the same with a SlurmJob of 2 nodes (logs in LOGS)
     python _jobs_client.py kill                job_load() then kill()
 
@@ -19,9 +22,9 @@ import time
 from pathlib import Path
 
 
-def run(started: float, logs: str | None = None) -> None:
+def run(started: float, logs: str | None = None, local: bool = False) -> None:
     from monarch.actor import Actor, endpoint
-    from monarch.job import ProcessJob, SlurmJob
+    from monarch.job import LocalJob, ProcessJob, SlurmJob
 
     class Where(Actor):
         @endpoint
@@ -29,7 +32,9 @@ def run(started: float, logs: str | None = None) -> None:
             return os.getpid()
 
     begin = time.time()
-    if logs is None:
+    if local:
+        state = LocalJob().state()
+    elif logs is None:
         state = ProcessJob({"hosts": 2}).state()
     else:
         state = SlurmJob({"hosts": 2}, python_exe=sys.executable, log_dir=logs).state()
@@ -57,8 +62,10 @@ def kill() -> None:
 
 
 if __name__ == "__main__":
+    if "torch" in sys.argv[3:]:
+        import torch  # noqa: F401 - a PyTorch user's script imports it first
     if sys.argv[1] == "run":
-        run(float(sys.argv[2]))
+        run(float(sys.argv[2]), local="local" in sys.argv[3:])
     elif sys.argv[1] == "slurm":
         run(float(sys.argv[2]), sys.argv[3])
     else:

@@ -11,6 +11,12 @@ them:
   ``ProcessJob({"hosts": 2}).state()``, one proc per host, one actor each, the first
   replies; seconds from ``state()`` and from the process's start.
 
+With torch imported by the client first, as a PyTorch user's script does (issue 29):
+``cold_start_torch`` (1 proc) and ``cold_start_torch4`` (4 procs), spawn call to first
+reply; ``tensor_start`` (``_tensor_cold_start.py``: ``spawn_procs(gpus=2).initialized``,
+then the first value fetched from the mesh); ``local_job_torch`` (``LocalJob().state()``
+to the first reply) and ``fresh_job_torch`` (``ProcessJob({"hosts": 2})``, as fresh job).
+
 Implementations: ``monarch`` (this checkout, as installed), ``baseline`` (with
 ``--baseline DIR``: the same interpreter with DIR's ``packages/*/src`` first on
 ``PYTHONPATH``, e.g. a worktree of main: before/after in one run) and ``upstream``
@@ -49,11 +55,25 @@ UPSTREAM = HERE / ".venvs" / "upstream" / "bin" / "python"
 FIGURES = {
     "cold_start_process_s": "cold start: process start to first reply",
     "cold_start_spawn_s": "cold start: spawn call to first reply",
+    "cold_start_torch_spawn_s": "cold start, torch first: spawn call to first reply",
+    "cold_start_torch4_spawn_s": "cold start, torch first, 4 procs: spawn to first reply",
+    "tensor_initialized_s": "tensor engine, torch first: spawn_procs(2) to initialized",
+    "tensor_first_value_s": "tensor engine: initialized to the first fetched value",
+    "local_job_torch_s": "LocalJob, torch first: state() to first reply",
     "jobs_fresh_from_state_s": "fresh ProcessJob (2 hosts): state() to first replies",
     "jobs_fresh_from_process_start_s": "fresh ProcessJob (2 hosts): process start to replies",
+    "jobs_fresh_torch_s": "fresh ProcessJob (2 hosts), torch first: state() to replies",
 }
-TARGETS = {"cold_start_process_s": 1.0, "jobs_fresh_from_state_s": 0.5}
-"""Ours / upstream 0.7.0 (issues 19 and 16)."""
+TARGETS = {
+    "cold_start_process_s": 1.0,
+    "jobs_fresh_from_state_s": 0.5,
+    "cold_start_torch_spawn_s": 0.5,
+    "cold_start_torch4_spawn_s": 0.5,
+    "tensor_initialized_s": 0.5,
+    "local_job_torch_s": 0.5,
+    "jobs_fresh_torch_s": 0.5,
+}
+"""Ours / upstream 0.7.0 (issues 19, 16 and 29)."""
 
 
 class Impl:
@@ -91,18 +111,43 @@ class Impl:
             "cold_start_spawn_s": doc["t_reply"] - doc["t_spawn"],
         }
 
-    def fresh_job(self) -> dict[str, float]:
+    def cold_start_torch(self) -> dict[str, float]:
+        doc = self.run([str(HERE / "_core_cold_start.py"), "--torch"])
+        return {"cold_start_torch_spawn_s": doc["t_reply"] - doc["t_spawn"]}
+
+    def cold_start_torch4(self) -> dict[str, float]:
+        doc = self.run([str(HERE / "_core_cold_start.py"), "--torch", "--procs", "4"])
+        return {"cold_start_torch4_spawn_s": doc["t_reply"] - doc["t_spawn"]}
+
+    def tensor_start(self) -> dict[str, float]:
+        doc = self.run([str(HERE / "_tensor_cold_start.py")])
+        return {
+            "tensor_initialized_s": doc["t_initialized"] - doc["t_spawn"],
+            "tensor_first_value_s": doc["t_value"] - doc["t_initialized"],
+        }
+
+    def _job(self, *words: str) -> dict[str, Any]:
         client = str(HERE / "_jobs_client.py")
         with tempfile.TemporaryDirectory(prefix="start-bench-") as folder:
             try:
                 # _jobs_client takes the wall-clock time just before its start
-                doc = self.run([client, "run", repr(time.time())], cwd=folder)
+                return self.run([client, "run", repr(time.time()), *words], cwd=folder)
             finally:
-                self.run([client, "kill"], cwd=folder)
+                if "local" not in words:
+                    self.run([client, "kill"], cwd=folder)
+
+    def fresh_job(self) -> dict[str, float]:
+        doc = self._job()
         return {
             "jobs_fresh_from_state_s": doc["from_state"],
             "jobs_fresh_from_process_start_s": doc["from_process_start"],
         }
+
+    def fresh_job_torch(self) -> dict[str, float]:
+        return {"jobs_fresh_torch_s": self._job("torch")["from_state"]}
+
+    def local_job_torch(self) -> dict[str, float]:
+        return {"local_job_torch_s": self._job("local", "torch")["from_state"]}
 
 
 def implementations(args: argparse.Namespace, pycache: str) -> list[Impl]:
@@ -144,7 +189,11 @@ def main() -> None:
     parser.add_argument("--baseline", metavar="DIR", help="a checkout to compare with")
     parser.add_argument("--upstream-python", default=str(UPSTREAM))
     parser.add_argument("--no-upstream", action="store_true")
-    parser.add_argument("--workloads", default="cold_start,fresh_job")
+    parser.add_argument(
+        "--workloads",
+        default="cold_start,fresh_job,cold_start_torch,cold_start_torch4,tensor_start,"
+        "local_job_torch,fresh_job_torch",
+    )
     parser.add_argument("--out", default=str(RESULTS_DIR / "start.json"))
     args = parser.parse_args()
     workloads = [w for w in args.workloads.split(",") if w]

@@ -4,10 +4,12 @@ procs started as new Pythons do, and a dead zygote takes its procs, not the agen
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,14 +41,6 @@ def test_procs_are_forks_of_one_zygote_with_the_agents_directory_and_path() -> N
     assert all("monarch.core._zygote_proc" in cmdline for _, _, cmdline, _, _ in found)
     assert all(cwd == os.getcwd() and path for *_, cwd, path in found)
     procs.stop().get(timeout=60)
-
-
-class Probe(Actor):
-    @endpoint
-    def probe(self) -> tuple[int, int, int]:
-        import zygote_preload_probe
-
-        return os.getpid(), os.getppid(), zygote_preload_probe.IMPORTED_BY
 
 
 class ZygoteMaps(Actor):
@@ -90,72 +84,68 @@ PROC_START = """if True:
 """
 
 
-def test_procs_find_the_modules_of_proc_preload_imported_by_their_zygote() -> None:
-    with configured(proc_preload="zygote_preload_probe, not_a_module_anywhere"):
-        procs = this_host().spawn_procs(per_host={"gpus": 2})
-        found = list(procs.spawn("probe", Probe).probe.call().get(timeout=60).values())
-    procs.stop().get(timeout=60)
-    assert len(found) == 2
-    assert all(imported_by == parent != pid for pid, parent, imported_by in found)
-
-
-THREADED = """if True:
-    import os
-    from monarch.actor import Actor, endpoint, this_host
-    from monarch.config import configured
-
-    class Parent(Actor):
-        @endpoint
-        def parent(self) -> int:
-            return os.getppid()
-
-    with configured(proc_preload="zygote_thread_probe"):
-        for _ in range(2):  # the zygote answers the first and the next without forking
-            procs = this_host().spawn_procs(per_host={"gpus": 1})
-            print(procs.spawn("p", Parent).parent.call_one().get(timeout=60) == os.getpid())
-            procs.stop().get()
-"""
-
-
-def test_a_preload_that_starts_a_thread_leaves_procs_to_start_as_new_pythons() -> None:
+def preload_client(mode: str, module: str) -> dict[str, Any]:
+    """Run ``zygote_preload_client.py``: the steps it printed."""
     done = subprocess.run(
-        [sys.executable, "-c", THREADED],
+        [sys.executable, str(HERE / "zygote_preload_client.py"), mode, module],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=240,
         env={**os.environ, "PYTHONPATH": str(HERE)},
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["True", "True"]  # each proc the client's own child
+    steps: dict[str, Any] = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("{"):
+            steps.update(json.loads(line))
+    return steps
 
 
-AUTO = """if True:
-    import sys
-    if sys.argv[1] == "torch":
-        import torch  # noqa: F401
-    from monarch.actor import Actor, endpoint, this_host
+def test_the_first_procs_answer_without_the_preload_and_later_ones_have_it() -> None:
+    """A proc is forked at once, without what ``proc_preload`` asks (its zygote would take
+    seconds to import torch first); a successor zygote imports it meanwhile, and the procs
+    asked for once it is done are its forks and find it imported there."""
+    steps = preload_client("ready", "zygote_preload_probe")
+    # Rank 0's request comes first, before the successor exists; rank 1's may find it
+    # ready already (this module imports in microseconds, torch in seconds).
+    zygote = steps["first"][0]["parent"]
+    assert not steps["first"][0]["found"] and len(steps["first"]) == 2
+    assert steps["successor"] is True
+    later = steps["later"]
+    assert later["found"] and later["imported_by"] == later["parent"] != zygote
+    assert later["parent_threads"] == 1
 
-    class Has(Actor):
-        @endpoint
-        def has_torch(self) -> bool:
-            return "torch" in sys.modules
 
-    procs = this_host().spawn_procs(per_host={"gpus": 2})
-    print(sorted(procs.spawn("has", Has).has_torch.call().get(timeout=120).values()))
-    procs.stop().get()
-"""
+def test_a_preload_that_starts_a_thread_leaves_procs_to_the_zygote_without_it() -> None:
+    """The successor that imported it may not fork (a fork copies only the forking thread):
+    it exits, and procs go on being forked by the zygote, which never imported it."""
+    steps = preload_client("thread", "zygote_thread_probe")
+    zygote = steps["first"][0]["parent"]
+    (after,) = steps["after"]
+    assert after["parent"] == zygote and not after["found"] and after["parent_threads"] == 1
+
+
+def test_a_dead_successor_takes_its_procs_and_the_zygote_forks_on() -> None:
+    """Its procs die with it; the zygote, their subreaper, reports their exits."""
+    steps = preload_client("kill", "zygote_preload_probe")
+    zygote = steps["first"][0]["parent"]
+    assert steps["later"]["parent"] != zygote
+    assert "sig=9" in steps["fault"]
+    (after,) = steps["after"]
+    assert after["parent"] == zygote and not after["found"]
 
 
 @pytest.mark.skipif(
     importlib.util.find_spec("torch") is None, reason="torch is not installed (pkg-core)"
 )
-def test_procs_of_a_spawner_that_imported_torch_have_it_imported_already() -> None:
-    for client, expected in (("torch", "[True, True]"), ("plain", "[False, False]")):
-        done = subprocess.run(
-            [sys.executable, "-c", AUTO, client], capture_output=True, text=True, timeout=240
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert done.stdout.splitlines()[-1] == expected
+def test_procs_of_a_spawner_that_imported_torch_answer_before_it_and_get_it() -> None:
+    """A first proc answers without torch, imports it when a tensor reaches it; procs
+    forked once the successor has imported it have it without importing it."""
+    steps = preload_client("torch", "torch")
+    assert not steps["first"][0]["found"] and len(steps["first"]) == 2
+    assert steps["tensor"] == [[2.0, 2.0], True]
+    later = steps["later"]
+    assert later["found"] and later["parent"] != steps["first"][0]["parent"]
 
 
 LONE = """if True:

@@ -1,4 +1,4 @@
-"""A module that starts a thread when imported: a zygote that preloads it may fork no more."""
+"""A module that starts a thread when imported: a zygote that preloads it may not fork."""
 
 import threading
 

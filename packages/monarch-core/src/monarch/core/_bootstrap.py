@@ -250,9 +250,20 @@ def start_controller(listen: str | None = None) -> Runtime:
 
 def die_with_parent() -> None:
     """Have the kernel kill this process when its parent dies (Linux)."""
+    prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def reap_orphans() -> None:
+    """Become the subreaper of this process's descendants: those whose parent dies are
+    this process's children from then on, not init's (Linux)."""
+    prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+
+
+def prctl(option: int, value: int) -> None:
+    """``prctl(2)`` where there is one (Linux); nothing elsewhere."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        libc.prctl(option, value)
     except (OSError, AttributeError):
         pass
 

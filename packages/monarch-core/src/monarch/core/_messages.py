@@ -460,5 +460,13 @@ class ZygoteExited(msgspec.Struct, array_like=True, tag=72, frozen=True, gc=Fals
     code: int
 
 
-ZygoteMessage = ZygoteFork | ZygoteForked | ZygoteExited
+class ZygoteReady(msgspec.Struct, array_like=True, tag=73, frozen=True, gc=False):
+    """From a zygote's successor (``_zygote_proc``) to the zygote that forked it: it has
+    imported what it was to preload and takes the requests from now on; or, with
+    ``error``, it cannot serve (a preloaded module started a thread) and exits."""
+
+    error: str = ""
+
+
+ZygoteMessage = ZygoteFork | ZygoteForked | ZygoteExited | ZygoteReady
 decode_zygote: Final = msgspec.msgpack.Decoder(ZygoteMessage).decode

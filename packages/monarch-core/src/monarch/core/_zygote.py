@@ -5,7 +5,9 @@ reply, most of it importing (asyncio, the transport, the core); procs started to
 compete for the machine's CPUs doing the same work. The zygote imports it once; each proc
 is then a ``fork`` of it (a few ms), which takes its environment, directory and standard
 streams from the request (the agent's, as ``Popen`` would give them), re-reads its
-configuration, and serves as any proc does (``_zygote_proc``).
+configuration, and serves as any proc does (``_zygote_proc``). What the spawner asks its
+procs to find imported (torch) the zygote does not import before it forks: a successor
+zygote imports it meanwhile and forks the procs asked for after (``_zygote_proc``).
 
 The agent starts its zygote (``python -m monarch.core._zygote_proc``) on first use, with a
 ``SOCK_SEQPACKET`` socket pair; ``monarch worker`` forks it instead, first thing, while it

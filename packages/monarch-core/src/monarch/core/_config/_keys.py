@@ -825,9 +825,11 @@ class Config:
         "auto",
         "MONARCH_PROC_PRELOAD",
         doc=(
-            "(ours) Modules a zygote imports before it forks procs, so that each proc "
+            "(ours) Modules a host's zygote imports for its procs, so that each proc "
             "has them without importing them itself (comma-separated; empty: none). "
-            "'auto': torch, where the spawner has imported it."
+            "'auto': torch, where the spawner has imported it. Procs asked for while "
+            "the zygote imports them are forked without them (they import them when "
+            "they need them)."
         ),
         ours=True,
     )
