@@ -21,6 +21,7 @@ and exits, and this zygote forks on without the module.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import importlib
@@ -236,10 +237,27 @@ def preload(names: list[str]) -> str:
             importlib.import_module(name)
         except BaseException as exc:  # noqa: BLE001 - the proc imports it itself, or fails
             print(f"monarch zygote: cannot preload {name}: {exc!r}", file=sys.stderr, flush=True)
-        threads = len(os.listdir("/proc/self/task"))
-        if threads > 1:
+        threads = _threads()
+        if threads > 1 and _threads_after_a_fork() > 1:
             return f"preloading {name} started {threads - 1} thread(s) in the zygote"
     return ""
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def _threads_after_a_fork() -> int:
+    """This process's threads once a fork has run its ``pthread_atfork`` handlers: a pool
+    that stops itself before a fork (OpenBLAS's, which numpy starts at import, and torch
+    imports numpy) is no danger to a fork and leaves none behind (it restarts at its next
+    use, which a zygote never makes). A child that exits at once is the probe."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    with contextlib.suppress(ChildProcessError):  # reaped already (we may be a subreaper)
+        os.waitpid(pid, 0)
+    return _threads()
 
 
 class BecomeSuccessor(BaseException):
