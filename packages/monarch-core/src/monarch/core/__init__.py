@@ -75,6 +75,7 @@ from ._lending import available as lending_available
 from ._lending import read_range as read_process_memory
 from ._memory import address_of as buffer_address
 from ._memory import advise_huge_pages
+from ._mocks import engine_factory_for
 from ._messages import (
     TO_ACTOR,
     TO_PORT,
@@ -148,6 +149,7 @@ __all__ = [
     "advise_huge_pages",
     "buffer_address",
     "calling_endpoint",
+    "engine_factory_for",
     "calling_target",
     "context",
     "current_config",
