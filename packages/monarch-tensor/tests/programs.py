@@ -242,3 +242,19 @@ def failing_loader(pipe: Any) -> Any:
 def one_shape(pipe: Any) -> Any:
     while True:
         yield torch.empty(1)
+
+
+class Weighted(Actor):
+    """Takes a monarch Tensor in its constructor (its proc's shard) and in its calls."""
+
+    def __init__(self, w: torch.Tensor) -> None:
+        assert type(w) is torch.Tensor
+        self.w = w.clone()  # as it was at the spawn: later ops on the tensor do not reach it
+
+    @endpoint
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        return y * 2 + self.w
+
+    def scaled(self, y: torch.Tensor) -> torch.Tensor:
+        """A plain method (no ``@endpoint``): called through ``as_endpoint``."""
+        return y * 3 + self.w

@@ -9,7 +9,7 @@ import programs
 import pytest
 import torch
 
-from monarch.actor import ActorMesh, ProcMesh, this_host
+from monarch.actor import ActorMesh, ProcMesh, as_endpoint, this_host
 from monarch.tensor import Tensor, inspect, rank_tensor, remote
 
 WAIT = 60.0
@@ -125,3 +125,38 @@ def test_rref_needs_a_propagate_and_an_active_mesh(procs: ProcMesh) -> None:
             doublers.plain.rref(t)
     with pytest.raises(ValueError, match="active mesh"):
         doublers.double.rref(t)
+
+
+def test_a_constructor_takes_its_procs_shard(procs: ProcMesh) -> None:
+    """Spawned inside ``activate()`` with a monarch Tensor, each actor gets its proc's
+    shard as the commands before the spawn left it; its endpoint's tensors come back as
+    each proc's values (local tensors, as upstream's: ``.item(gpus=0)``)."""
+    with procs.activate():
+        w = torch.ones(2) * (rank_tensor("gpus") + 1)
+        w.add_(10)  # recorded before the spawn: the constructor sees it
+        actors = procs.spawn("weighted", programs.Weighted, w)
+        y = torch.arange(2.0) * (rank_tensor("gpus") + 1)
+        got = actors.forward.call(y).get(timeout=WAIT)
+    for gpu in (0, 1):
+        local_w = torch.ones(2) * (gpu + 1) + 10
+        local_y = torch.arange(2.0) * (gpu + 1)
+        assert torch.equal(got.item(gpus=gpu), local_y * 2 + local_w)
+    assert torch.equal(inspect(w, gpus=1), torch.full((2,), 12.0))  # the spawn changed nothing
+
+
+def test_as_endpoint_rref_runs_a_plain_method_in_order(procs: ProcMesh) -> None:
+    """``as_endpoint(actors.method, propagate=...).rref(t)``: each proc's actor runs the
+    method on its shard, after the ops before it, and the ops after it see its result."""
+    with procs.activate():
+        w = torch.full((3,), 5.0)
+        actors = procs.spawn("weighted_rref", programs.Weighted, w)
+        t = torch.ones(3) * (rank_tensor("gpus") + 1)
+        t.mul_(2)  # recorded before the call
+        r = as_endpoint(actors.scaled, propagate=lambda y: y.clone()).rref(t)
+        after = r + 1
+    assert isinstance(r, Tensor) and r.shape == (3,)
+    for gpu in (0, 1):
+        local_t = torch.ones(3) * (gpu + 1) * 2
+        assert torch.equal(inspect(r, gpus=gpu), local_t * 3 + 5)
+        assert torch.equal(inspect(after, gpus=gpu), local_t * 3 + 6)
+        assert torch.equal(inspect(t, gpus=gpu), local_t)  # its input is not changed

@@ -255,7 +255,12 @@ def _to_meta(x: Any) -> Any:
         return x.fake()
     if isinstance(x, torch.Tensor):
         return x.to("meta")
+    if isinstance(x, torch.device):  # a device given by position (``t.to(other.device)``)
+        return _META
     return x
+
+
+_META = torch.device("meta")
 
 
 def _to_wire(x: Any) -> Any:
