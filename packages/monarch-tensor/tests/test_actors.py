@@ -8,6 +8,8 @@ import pickle
 import programs
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from monarch.actor import ActorMesh, ProcMesh, as_endpoint, this_host
 from monarch.tensor import Tensor, inspect, rank_tensor, remote
@@ -160,3 +162,35 @@ def test_as_endpoint_rref_runs_a_plain_method_in_order(procs: ProcMesh) -> None:
         assert torch.equal(inspect(r, gpus=gpu), local_t * 3 + 5)
         assert torch.equal(inspect(after, gpus=gpu), local_t * 3 + 6)
         assert torch.equal(inspect(t, gpus=gpu), local_t)  # its input is not changed
+
+
+@pytest.fixture(scope="module")
+def weighted(procs: ProcMesh) -> ActorMesh[programs.Weighted]:
+    with procs.activate():
+        w = torch.arange(4.0) * (rank_tensor("gpus") + 1)
+        return procs.spawn("weighted_props", programs.Weighted, w)
+
+
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    values=st.lists(st.integers(-50, 50), min_size=4, max_size=4),
+    scale=st.integers(-3, 3),
+)
+def test_actor_tensor_calls_compute_as_locally(
+    procs: ProcMesh, weighted: ActorMesh[programs.Weighted], values: list[int], scale: int
+) -> None:
+    """An endpoint call, ``rref`` and ``as_endpoint(...).rref`` give each proc what the
+    same code gives run locally on its shard, and change no tensor the program did not
+    write."""
+    with procs.activate():
+        y = torch.tensor(values, dtype=torch.float32) * (rank_tensor("gpus") + scale)
+        r = as_endpoint(weighted.scaled, propagate=lambda y: y.clone()).rref(y)
+        got = weighted.forward.call(y).get(timeout=WAIT)
+    for gpu in (0, 1):
+        local_w = torch.arange(4.0) * (gpu + 1)
+        local_y = torch.tensor(values, dtype=torch.float32) * (gpu + scale)
+        assert torch.equal(got.item(gpus=gpu), local_y * 2 + local_w)
+        assert torch.equal(inspect(r, gpus=gpu), local_y * 3 + local_w)
+        assert torch.equal(inspect(y, gpus=gpu), local_y)

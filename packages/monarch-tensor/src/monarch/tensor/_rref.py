@@ -58,4 +58,6 @@ def rref(endpoint: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             f"@endpoint(propagate=...), not {propagate!r}"
         )
     call = ActorCall(endpoint._mesh, endpoint._name, endpoint._prop._explicit_response_port)
-    return dispatch(call, args, kwargs, client, meta_func=propagate, wire=call)
+    result = dispatch(call, args, kwargs, client, meta_func=propagate, wire=call)
+    client.actor_calls = True
+    return result
