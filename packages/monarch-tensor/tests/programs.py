@@ -258,3 +258,55 @@ class Weighted(Actor):
     def scaled(self, y: torch.Tensor) -> torch.Tensor:
         """A plain method (no ``@endpoint``): called through ``as_endpoint``."""
         return y * 3 + self.w
+
+
+def gpu_training_step(model: Any, optim: Any, step: int) -> torch.Tensor:
+    """One step of a program written for GPUs (``device="cuda"``), without randomness."""
+    states = torch.linspace(-1.0, 1.0, 8, device="cuda").reshape(2, 4) * (step + 1)
+    logits = model(states)
+    loss = (torch.log_softmax(logits, dim=-1) ** 2).mean()
+    optim.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optim.step()
+    return loss.detach()
+
+
+def gpu_model() -> tuple[Any, Any]:
+    torch.set_default_device("cuda")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
+    with torch.no_grad():
+        for i, p in enumerate(model.parameters()):
+            p.copy_(torch.linspace(-0.5, 0.5, p.numel()).reshape(p.shape) / (i + 1))
+    optim = torch.optim.Adam(model.parameters(), lr=1e-2, fused=True)
+    return model, optim
+
+
+class GpuTrainer(Actor):
+    """Upstream's GRPO-with-tensor-engine shape: the actor activates its own proc mesh."""
+
+    def __init__(self) -> None:
+        from monarch.actor import context
+
+        self.proc_mesh = context().actor_instance.proc_mesh
+        with self.proc_mesh.activate():
+            self.model, self.optim = gpu_model()
+        self.steps = 0
+
+    @endpoint
+    async def train_step(self) -> float:
+        from monarch.fetch import fetch_shard
+
+        with self.proc_mesh.activate():
+            loss = gpu_training_step(self.model, self.optim, self.steps)
+            value = await fetch_shard(loss)
+        self.steps += 1
+        return float(value.item())
+
+    @endpoint
+    async def made_on_mesh(self) -> bool:
+        """Whether a tensor made inside ``activate()`` is a monarch Tensor."""
+        from monarch.tensor import Tensor
+
+        with self.proc_mesh.activate():
+            return isinstance(torch.ones(2), Tensor)

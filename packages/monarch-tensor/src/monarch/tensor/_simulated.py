@@ -10,8 +10,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
-from torch.utils._device import _device_constructors
+from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
+from torch.utils._device import DeviceContext, _device_constructors
 
 from monarch.core import ProcMesh
 
@@ -27,6 +27,15 @@ def _on_cpu(device: Any) -> Any:
     return device
 
 
+def _default_is_cuda() -> bool:
+    """Whether ``torch.set_default_device`` made CUDA the default (its mode says so;
+    ``torch.get_default_device()`` would initialize CUDA, and fail without it)."""
+    return any(
+        isinstance(mode, DeviceContext) and torch.device(mode.device).type == "cuda"
+        for mode in _get_current_function_mode_stack()
+    )
+
+
 class CpuForCuda(TorchFunctionMode):
     """Torch calls with CUDA devices (given, or the default device) made on the CPU."""
 
@@ -37,7 +46,7 @@ class CpuForCuda(TorchFunctionMode):
         if "device" in kwargs:
             kwargs["device"] = _on_cpu(kwargs["device"])
         if func in _device_constructors() and kwargs.get("device") is None:
-            if torch.get_default_device().type == "cuda":
+            if _default_is_cuda():
                 kwargs["device"] = torch.device("cpu")  # what set_default_device("cuda") adds
         if func is torch.Tensor.cuda:
             return args[0]
