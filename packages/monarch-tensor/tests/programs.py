@@ -310,3 +310,33 @@ class GpuTrainer(Actor):
 
         with self.proc_mesh.activate():
             return isinstance(torch.ones(2), Tensor)
+
+
+def make_linear_module() -> Any:
+    """A module made on each worker (``OpaqueModule``'s constructor, by value)."""
+    torch.manual_seed(0)
+    return torch.nn.Linear(3, 2)
+
+
+class Counter:
+    """An object kept on each worker (``OpaqueObject``)."""
+
+    def __init__(self, start: torch.Tensor) -> None:
+        self.total = start.clone()
+
+    def add(self, t: torch.Tensor) -> torch.Tensor:
+        self.total += t
+        return self.total.clone()
+
+
+class Doubled(torch.autograd.Function):
+    """A custom autograd function: its backward scales by 3 (not the true 2), so a test
+    sees that it ran."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 3

@@ -11,10 +11,18 @@ from typing import Any
 
 import torch
 
+from monarch.actor import current_rank
 from monarch.tensor import remote
 
 PATH_KEY = "dir_snapshots"
 _counter = itertools.count()
+
+
+def _rank() -> int:
+    """This proc's rank: torch.distributed's where it is initialized, else the mesh's (two
+    procs' files must not have one name)."""
+    dist = torch.distributed
+    return dist.get_rank() if dist.is_initialized() else current_rank().rank
 
 
 def _need_cuda(what: str) -> None:
@@ -34,8 +42,7 @@ def _dump(ident: int, *args: Any, **kwargs: Any) -> None:
     _need_cuda("dump_memory_snapshot()")
     directory = Path(kwargs[PATH_KEY]).absolute()
     os.makedirs(directory, exist_ok=True)
-    dist = torch.distributed
-    rank = dist.get_rank() if dist.is_initialized() else 0
+    rank = _rank()
     torch.cuda.memory._dump_snapshot(filename=f"{directory}/snapshot_{rank}.pickle")
 
 

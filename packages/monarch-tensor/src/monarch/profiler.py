@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from monarch.actor import current_rank
 from monarch.tensor import remote
 
 
@@ -45,9 +46,15 @@ _sections: dict[int, Any] = {}
 def _export(prof: torch.profiler.profile, directory: str) -> None:
     path = Path(directory).absolute()
     os.makedirs(path, exist_ok=True)
-    dist = torch.distributed
-    rank = dist.get_rank() if dist.is_initialized() else 0
+    rank = _rank()
     prof.export_chrome_trace(f"{path}/trace_{rank}.json")
+
+
+def _rank() -> int:
+    """This proc's rank: torch.distributed's where it is initialized, else the mesh's (two
+    procs' traces must not have one name)."""
+    dist = torch.distributed
+    return dist.get_rank() if dist.is_initialized() else current_rank().rank
 
 
 def _profiler_init(ident: int, *args: Any, **kwargs: Any) -> None:
