@@ -129,9 +129,7 @@ def test_an_actor_spawning_a_patched_class_starts_the_mock(procs: ProcMesh) -> N
     with patch_actor(Generator, MockGenerator):
         buffer = procs.spawn("nested_buffer", ReplayBuffer)
         spawner = procs.spawn("spawner", Spawner)
-        assert spawner.spawned_class.call_one(buffer).get(timeout=WAIT).endswith(
-            ":MockGenerator"
-        )
+        assert spawner.spawned_class.call_one(buffer).get(timeout=WAIT).endswith(":MockGenerator")
         assert buffer.sample.call_one().get(timeout=WAIT) == [7.0]
 
 

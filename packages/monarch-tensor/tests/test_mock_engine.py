@@ -34,9 +34,7 @@ def local_losses(steps: int) -> list[float]:
     try:
         with CpuForCuda():
             model, optim = programs.gpu_model()
-            return [
-                float(programs.gpu_training_step(model, optim, step)) for step in range(steps)
-            ]
+            return [float(programs.gpu_training_step(model, optim, step)) for step in range(steps)]
     finally:
         torch.set_default_device(default)
 

@@ -74,7 +74,8 @@ def test_opaque_module_computes_as_the_module_locally(
         assert torch.allclose(inspect(y, gpus=gpu), expected.detach())
         assert torch.equal(inspect(weight, gpus=gpu), local.weight.detach())
         assert torch.equal(inspect(bias, gpus=gpu), local.bias.detach())
-        assert local.weight.grad is not None and torch.equal(inspect(grad, gpus=gpu), local.weight.grad)
+        assert local.weight.grad is not None
+        assert torch.equal(inspect(grad, gpus=gpu), local.weight.grad)
         assert torch.equal(inspect(x, gpus=gpu), x_local)
 
 
@@ -108,16 +109,16 @@ def test_an_opaque_object_keeps_its_state_on_each_proc(procs: ProcMesh) -> None:
 def test_the_profiler_writes_each_procs_trace(procs: ProcMesh, tmp_path: Path) -> None:
     from monarch.profiler import profile, record_function
 
+    cpu = [torch.profiler.ProfilerActivity.CPU]
     with procs.activate():
-        with profile(activities=[torch.profiler.ProfilerActivity.CPU], on_trace_ready=str(tmp_path)):
-            with record_function("monarch_section"):
-                t = torch.ones(64, 64) @ torch.ones(64, 64)
+        with profile(activities=cpu, on_trace_ready=str(tmp_path)), record_function("section"):
+            t = torch.ones(64, 64) @ torch.ones(64, 64)
         inspect(t)  # after the profiler's end, in each worker's order: the traces are written
         inspect(t, gpus=1)
     for rank in (0, 1):
         trace = json.loads((tmp_path / f"trace_{rank}.json").read_text())
         names = {event.get("name") for event in trace["traceEvents"]}
-        assert "monarch_section" in names
+        assert "section" in names
 
 
 def test_random_state_needs_cuda_and_says_so(procs: ProcMesh) -> None:

@@ -107,7 +107,7 @@ _close_section = remote(_section_exit, propagate="inspect")
 _ids = itertools.count()
 
 
-class profile:  # noqa: N801 - upstream's name
+class profile:
     """``torch.profiler.profile(*args, **kwargs)`` on every proc of the active mesh;
     ``on_trace_ready`` is the directory of the traces, ``schedule`` a ``Schedule``."""
 
@@ -140,7 +140,7 @@ class profile:  # noqa: N801 - upstream's name
 
 
 @dataclass
-class record_function:  # noqa: N801 - upstream's name
+class record_function:
     """``torch.profiler.record_function(name, args)`` around a section of the program, on
     every proc of the active mesh."""
 

@@ -75,7 +75,6 @@ from ._lending import available as lending_available
 from ._lending import read_range as read_process_memory
 from ._memory import address_of as buffer_address
 from ._memory import advise_huge_pages
-from ._mocks import engine_factory_for
 from ._messages import (
     TO_ACTOR,
     TO_PORT,
@@ -88,6 +87,7 @@ from ._messages import (
     StackFrame,
     ThreadStack,
 )
+from ._mocks import engine_factory_for
 from ._netaddr import WILDCARD_HOSTS, ip_host
 from ._port import Channel, Port
 from ._proc_mesh import HostMesh, ProcMesh, SpawnedProc, spawned_procs, this_host, this_proc
@@ -149,7 +149,6 @@ __all__ = [
     "advise_huge_pages",
     "buffer_address",
     "calling_endpoint",
-    "engine_factory_for",
     "calling_target",
     "context",
     "current_config",
@@ -157,6 +156,7 @@ __all__ = [
     "current_runtime",
     "dumps",
     "endpoint",
+    "engine_factory_for",
     "gather_directories",
     "import_proc_start",
     "inspect_proc",

@@ -40,7 +40,6 @@ from ._filling import settle as settle_fills
 from ._future import Future, Outcome, run_on, submit_into, wait_outcome
 from ._gather import Gather
 from ._instrument import instrumented, outgoing, spawned, supervision
-from ._mocks import current_mocks, mocked_class
 from ._messages import (
     STOP_METHOD,
     TO_PROC,
@@ -55,6 +54,7 @@ from ._messages import (
     shape_of,
     shape_spec,
 )
+from ._mocks import current_mocks, mocked_class
 from ._pending import ProcsRef
 from ._reports import (
     ACTOR_MESH_STOPPED,

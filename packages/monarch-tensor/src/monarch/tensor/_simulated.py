@@ -45,9 +45,9 @@ class CpuForCuda(TorchFunctionMode):
         kwargs = dict(kwargs or {})
         if "device" in kwargs:
             kwargs["device"] = _on_cpu(kwargs["device"])
-        if func in _device_constructors() and kwargs.get("device") is None:
-            if _default_is_cuda():
-                kwargs["device"] = torch.device("cpu")  # what set_default_device("cuda") adds
+        made = func in _device_constructors() and kwargs.get("device") is None
+        if made and _default_is_cuda():
+            kwargs["device"] = torch.device("cpu")  # what set_default_device("cuda") adds
         if func is torch.Tensor.cuda:
             return args[0]
         if func is torch.Tensor.to and len(args) > 1:

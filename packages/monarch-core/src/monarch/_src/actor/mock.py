@@ -83,7 +83,7 @@ class _Patch(Generic[T]):
         return patched  # type: ignore[return-value]
 
 
-class patch_actor(_Patch[type]):  # noqa: N801 - upstream's name
+class patch_actor(_Patch[type]):
     """Spawns of ``original`` start ``mock`` while this is active."""
 
     def __init__(self, original: type, mock: type) -> None:
@@ -97,7 +97,7 @@ def _create_simulated_tensor_engine(proc_mesh: Any) -> Any:
     return tensor_engine_entry("simulated", "patch_tensor_engine")(proc_mesh)
 
 
-class patch_tensor_engine(_Patch[EngineFactory]):  # noqa: N801 - upstream's name
+class patch_tensor_engine(_Patch[EngineFactory]):
     """Actors of ``actor_class`` activate ``mock_factory(proc_mesh)`` instead of the real
     tensor engine while this is active (for actors spawned meanwhile)."""
 
