@@ -62,7 +62,7 @@ class MockLearner(Actor):
     @endpoint
     async def step(self) -> float:
         items = await self.buffer.sample.call_one()
-        return sum(items)
+        return float(sum(items))
 
 
 class MockLearner2(MockLearner):

@@ -165,13 +165,14 @@ def test_a_remote_autograd_function_runs_forward_and_backward_on_the_workers(
     assert remote_autograd_function(remote_doubled) is remote_doubled
     with procs.activate():
         x = (torch.ones(3) * (rank_tensor("gpus") + 1)).requires_grad_(True)
-        y = remote_doubled.apply(x)
+        y = remote_doubled.apply(x)  # type: ignore[no-untyped-call]
         y.sum().backward()
         grad = x.grad
     assert torch.equal(inspect(y, gpus=1), torch.full((3,), 4.0))
     assert torch.equal(inspect(grad, gpus=1), torch.full((3,), 3.0))  # Doubled's backward
     local = torch.ones(3, requires_grad=True)
-    remote_doubled.apply(local).sum().backward()  # local tensors: Doubled itself
+    local_y = remote_doubled.apply(local)  # type: ignore[no-untyped-call]
+    local_y.sum().backward()  # local tensors: Doubled itself
     assert local.grad is not None and torch.equal(local.grad, torch.full((3,), 3.0))
 
 

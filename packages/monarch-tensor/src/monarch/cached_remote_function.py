@@ -33,7 +33,7 @@ class RemoteAutogradFunction(autograd.Function):
 
 
 def _apply(target_class: type[autograd.Function], *args: Any) -> Any:
-    return target_class.apply(*args)
+    return target_class.apply(*args)  # type: ignore[no-untyped-call]
 
 
 def remote_autograd_function(
@@ -43,7 +43,7 @@ def remote_autograd_function(
     if issubclass(target_class, RemoteAutogradFunction):
         logger.warning("%s is a remote autograd function already", target_class)
         return target_class
-    if not (isinstance(target_class, type) and issubclass(target_class, autograd.Function)):
+    if not issubclass(target_class, autograd.Function):
         raise TypeError(f"{target_class!r} is not a torch.autograd.Function")
     on_mesh = remote(functools.partial(_apply, target_class))
 
@@ -51,7 +51,7 @@ def remote_autograd_function(
         flat, _ = flatten_call(args, {})
         if current_client() is not None or any(isinstance(x, Tensor) for x in flat):
             return on_mesh(*args)
-        return target_class.apply(*args)
+        return _apply(target_class, *args)
 
     made = type(
         name or f"Remote_{target_class.__name__}",

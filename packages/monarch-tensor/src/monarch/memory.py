@@ -43,7 +43,8 @@ def _dump(ident: int, *args: Any, **kwargs: Any) -> None:
     directory = Path(kwargs[PATH_KEY]).absolute()
     os.makedirs(directory, exist_ok=True)
     rank = _rank()
-    torch.cuda.memory._dump_snapshot(filename=f"{directory}/snapshot_{rank}.pickle")
+    path = f"{directory}/snapshot_{rank}.pickle"
+    torch.cuda.memory._dump_snapshot(filename=path)  # type: ignore[no-untyped-call]
 
 
 record_memory_history = remote(_record, propagate="inspect")

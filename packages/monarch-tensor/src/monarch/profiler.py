@@ -10,7 +10,6 @@ import os
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from types import TracebackType
 from typing import Any, NamedTuple
 
 import torch
@@ -72,13 +71,13 @@ def _profiler_enter(ident: int) -> None:
     if schedule is not None:
         kwargs["schedule"] = torch.profiler.schedule(**schedule._asdict())
     state.profiler = torch.profiler.profile(*state.args, **kwargs)
-    state.profiler.__enter__()
+    state.profiler.__enter__()  # type: ignore[no-untyped-call]
 
 
 def _profiler_exit(ident: int) -> None:
     state = _profilers.pop(ident)
     if state.profiler is not None:
-        state.profiler.__exit__(None, None, None)
+        state.profiler.__exit__(None, None, None)  # type: ignore[no-untyped-call]
 
 
 def _profiler_step(ident: int) -> None:
@@ -90,7 +89,7 @@ def _profiler_step(ident: int) -> None:
 
 def _section_enter(ident: int, name: str, args: str | None) -> None:
     section = torch.profiler.record_function(name, args)
-    section.__enter__()
+    section.__enter__()  # type: ignore[no-untyped-call]
     _sections[ident] = section
 
 
@@ -126,12 +125,7 @@ class profile:
         _enter(self.id)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         _exit(self.id)
 
     def step(self) -> None:
@@ -152,12 +146,7 @@ class record_function:
         _open_section(self.id, self.name, self.args)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         _close_section(self.id)
 
 

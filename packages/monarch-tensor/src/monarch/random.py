@@ -69,7 +69,7 @@ make_deterministic = remote(_deterministic, propagate=lambda: None)
 def get_state() -> State:
     """Every proc's generator states."""
     cpu, cuda = _get_state()
-    return State(cpu, cuda)
+    return State(cpu, cuda)  # type: ignore[arg-type] # monarch Tensors on a mesh
 
 
 def new_state(seed: Any) -> State:

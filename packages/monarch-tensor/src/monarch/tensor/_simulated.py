@@ -32,7 +32,7 @@ def _default_is_cuda() -> bool:
     ``torch.get_default_device()`` would initialize CUDA, and fail without it)."""
     return any(
         isinstance(mode, DeviceContext) and torch.device(mode.device).type == "cuda"
-        for mode in _get_current_function_mode_stack()
+        for mode in _get_current_function_mode_stack()  # type: ignore[no-untyped-call]
     )
 
 
