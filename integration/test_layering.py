@@ -34,7 +34,24 @@ OWNS: dict[str, frozenset[str]] = {
     "monarch-transport": frozenset({"transport"}),
     "monarch-core": frozenset({"actor", "config", "core", "tools", "_rust_bindings", "_src"}),
     "monarch-rdma": frozenset({"rdma"}),
-    "monarch-tensor": frozenset({"tensor", "mesh_controller", "timer", "builtins"}),
+    "monarch-tensor": frozenset(
+        {
+            "tensor",
+            "mesh_controller",
+            "timer",
+            "builtins",
+            # upstream's module paths of tensor-engine names (its docs import them)
+            "fetch",
+            "tensor_engine",
+            "random",
+            "memory",
+            "profiler",
+            "opaque_object",
+            "opaque_module",
+            "parallel",
+            "cached_remote_function",
+        }
+    ),
     "monarch-jobs": frozenset({"job", "spmd"}),
     "monarch-telemetry": frozenset({"telemetry"}),
     "monarch-admin": frozenset({"admin"}),
