@@ -34,7 +34,24 @@ OWNS: dict[str, frozenset[str]] = {
     "monarch-transport": frozenset({"transport"}),
     "monarch-core": frozenset({"actor", "config", "core", "tools", "_rust_bindings", "_src"}),
     "monarch-rdma": frozenset({"rdma"}),
-    "monarch-tensor": frozenset({"tensor", "mesh_controller", "timer", "builtins"}),
+    "monarch-tensor": frozenset(
+        {
+            "tensor",
+            "mesh_controller",
+            "timer",
+            "builtins",
+            # upstream's module paths of tensor-engine names (its docs import them)
+            "fetch",
+            "tensor_engine",
+            "random",
+            "memory",
+            "profiler",
+            "opaque_object",
+            "opaque_module",
+            "parallel",
+            "cached_remote_function",
+        }
+    ),
     "monarch-jobs": frozenset({"job", "spmd"}),
     "monarch-telemetry": frozenset({"telemetry"}),
     "monarch-admin": frozenset({"admin"}),
@@ -262,8 +279,8 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
     for floor in (
         # leaves
         "_config _memory _netaddr _per_process _cli _debug_client _tls _table _instrument"
-        " _internal_logs _workspace _reload _filling",  # + the internal log; files by checksum;
-        # reloads; a call's tensor copies made while they travel
+        " _internal_logs _workspace _reload _filling _mocks",  # + the internal log; files by
+        # checksum; reloads; a call's tensor copies made while they travel; mocked actors
         "_tensors _adopt _buffers",  # tensors as one buffer each (torch never imported); fd
         # sockets; upstream's write Buffer (small writes copied, large bytes kept)
         "_serialize _ring",  # pickling with out-of-band buffers; the lenders' rings

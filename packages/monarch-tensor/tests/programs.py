@@ -242,3 +242,101 @@ def failing_loader(pipe: Any) -> Any:
 def one_shape(pipe: Any) -> Any:
     while True:
         yield torch.empty(1)
+
+
+class Weighted(Actor):
+    """Takes a monarch Tensor in its constructor (its proc's shard) and in its calls."""
+
+    def __init__(self, w: torch.Tensor) -> None:
+        assert type(w) is torch.Tensor
+        self.w = w.clone()  # as it was at the spawn: later ops on the tensor do not reach it
+
+    @endpoint
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        return y * 2 + self.w
+
+    def scaled(self, y: torch.Tensor) -> torch.Tensor:
+        """A plain method (no ``@endpoint``): called through ``as_endpoint``."""
+        return y * 3 + self.w
+
+
+def gpu_training_step(model: Any, optim: Any, step: int) -> torch.Tensor:
+    """One step of a program written for GPUs (``device="cuda"``), without randomness."""
+    states = torch.linspace(-1.0, 1.0, 8, device="cuda").reshape(2, 4) * (step + 1)
+    logits = model(states)
+    loss = (torch.log_softmax(logits, dim=-1) ** 2).mean()
+    optim.zero_grad()
+    loss.backward()  # type: ignore[no-untyped-call]
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optim.step()
+    return loss.detach()
+
+
+def gpu_model() -> tuple[Any, Any]:
+    torch.set_default_device("cuda")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
+    with torch.no_grad():
+        for i, p in enumerate(model.parameters()):
+            p.copy_(torch.linspace(-0.5, 0.5, p.numel()).reshape(p.shape) / (i + 1))
+    optim = torch.optim.Adam(model.parameters(), lr=1e-2, fused=True)
+    return model, optim
+
+
+class GpuTrainer(Actor):
+    """Upstream's GRPO-with-tensor-engine shape: the actor activates its own proc mesh."""
+
+    def __init__(self) -> None:
+        from monarch.actor import context
+
+        self.proc_mesh = context().actor_instance.proc_mesh
+        with self.proc_mesh.activate():
+            self.model, self.optim = gpu_model()
+        self.steps = 0
+
+    @endpoint
+    async def train_step(self) -> float:
+        from monarch.fetch import fetch_shard
+
+        with self.proc_mesh.activate():
+            loss = gpu_training_step(self.model, self.optim, self.steps)
+            value = await fetch_shard(loss)
+        self.steps += 1
+        return float(value.item())
+
+    @endpoint
+    async def made_on_mesh(self) -> bool:
+        """Whether a tensor made inside ``activate()`` is a monarch Tensor."""
+        from monarch.tensor import Tensor
+
+        with self.proc_mesh.activate():
+            return isinstance(torch.ones(2), Tensor)
+
+
+def make_linear_module() -> Any:
+    """A module made on each worker (``OpaqueModule``'s constructor, by value)."""
+    torch.manual_seed(0)
+    return torch.nn.Linear(3, 2)
+
+
+class Counter:
+    """An object kept on each worker (``OpaqueObject``)."""
+
+    def __init__(self, start: torch.Tensor) -> None:
+        self.total = start.clone()
+
+    def add(self, t: torch.Tensor) -> torch.Tensor:
+        self.total += t
+        return self.total.clone()
+
+
+class Doubled(torch.autograd.Function):
+    """A custom autograd function: its backward scales by 3 (not the true 2), so a test
+    sees that it ran."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 3

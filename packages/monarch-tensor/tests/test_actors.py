@@ -8,8 +8,10 @@ import pickle
 import programs
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from monarch.actor import ActorMesh, ProcMesh, this_host
+from monarch.actor import ActorMesh, ProcMesh, as_endpoint, this_host
 from monarch.tensor import Tensor, inspect, rank_tensor, remote
 
 WAIT = 60.0
@@ -125,3 +127,70 @@ def test_rref_needs_a_propagate_and_an_active_mesh(procs: ProcMesh) -> None:
             doublers.plain.rref(t)
     with pytest.raises(ValueError, match="active mesh"):
         doublers.double.rref(t)
+
+
+def test_a_constructor_takes_its_procs_shard(procs: ProcMesh) -> None:
+    """Spawned inside ``activate()`` with a monarch Tensor, each actor gets its proc's
+    shard as the commands before the spawn left it; its endpoint's tensors come back as
+    each proc's values (local tensors, as upstream's: ``.item(gpus=0)``)."""
+    with procs.activate():
+        w = torch.ones(2) * (rank_tensor("gpus") + 1)
+        w.add_(10)  # recorded before the spawn: the constructor sees it
+        actors = procs.spawn("weighted", programs.Weighted, w)
+        y = torch.arange(2.0) * (rank_tensor("gpus") + 1)
+        got = actors.forward.call(y).get(timeout=WAIT)
+    for gpu in (0, 1):
+        local_w = torch.ones(2) * (gpu + 1) + 10
+        local_y = torch.arange(2.0) * (gpu + 1)
+        assert torch.equal(got.item(gpus=gpu), local_y * 2 + local_w)
+    assert torch.equal(inspect(w, gpus=1), torch.full((2,), 12.0))  # the spawn changed nothing
+
+
+def test_as_endpoint_rref_runs_a_plain_method_in_order(procs: ProcMesh) -> None:
+    """``as_endpoint(actors.method, propagate=...).rref(t)``: each proc's actor runs the
+    method on its shard, after the ops before it, and the ops after it see its result."""
+    with procs.activate():
+        w = torch.full((3,), 5.0)
+        actors = procs.spawn("weighted_rref", programs.Weighted, w)
+        t = torch.ones(3) * (rank_tensor("gpus") + 1)
+        t.mul_(2)  # recorded before the call
+        r = as_endpoint(actors.scaled, propagate=lambda y: y.clone()).rref(t)
+        after = r + 1
+    assert isinstance(r, Tensor) and r.shape == (3,)
+    for gpu in (0, 1):
+        local_t = torch.ones(3) * (gpu + 1) * 2
+        assert torch.equal(inspect(r, gpus=gpu), local_t * 3 + 5)
+        assert torch.equal(inspect(after, gpus=gpu), local_t * 3 + 6)
+        assert torch.equal(inspect(t, gpus=gpu), local_t)  # its input is not changed
+
+
+@pytest.fixture(scope="module")
+def weighted(procs: ProcMesh) -> ActorMesh[programs.Weighted]:
+    with procs.activate():
+        w = torch.arange(4.0) * (rank_tensor("gpus") + 1)
+        return procs.spawn("weighted_props", programs.Weighted, w)
+
+
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    values=st.lists(st.integers(-50, 50), min_size=4, max_size=4),
+    scale=st.integers(-3, 3),
+)
+def test_actor_tensor_calls_compute_as_locally(
+    procs: ProcMesh, weighted: ActorMesh[programs.Weighted], values: list[int], scale: int
+) -> None:
+    """An endpoint call, ``rref`` and ``as_endpoint(...).rref`` give each proc what the
+    same code gives run locally on its shard, and change no tensor the program did not
+    write."""
+    with procs.activate():
+        y = torch.tensor(values, dtype=torch.float32) * (rank_tensor("gpus") + scale)
+        r = as_endpoint(weighted.scaled, propagate=lambda y: y.clone()).rref(y)
+        got = weighted.forward.call(y).get(timeout=WAIT)
+    for gpu in (0, 1):
+        local_w = torch.arange(4.0) * (gpu + 1)
+        local_y = torch.tensor(values, dtype=torch.float32) * (gpu + scale)
+        assert torch.equal(got.item(gpus=gpu), local_y * 2 + local_w)
+        assert torch.equal(inspect(r, gpus=gpu), local_y * 3 + local_w)
+        assert torch.equal(inspect(y, gpus=gpu), local_y)

@@ -87,6 +87,7 @@ from ._messages import (
     StackFrame,
     ThreadStack,
 )
+from ._mocks import engine_factory_for
 from ._netaddr import WILDCARD_HOSTS, ip_host
 from ._port import Channel, Port
 from ._proc_mesh import HostMesh, ProcMesh, SpawnedProc, spawned_procs, this_host, this_proc
@@ -155,6 +156,7 @@ __all__ = [
     "current_runtime",
     "dumps",
     "endpoint",
+    "engine_factory_for",
     "gather_directories",
     "import_proc_start",
     "inspect_proc",

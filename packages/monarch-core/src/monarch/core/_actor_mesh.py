@@ -55,6 +55,7 @@ from ._messages import (
     shape_of,
     shape_spec,
 )
+from ._mocks import current_mocks, mocked_class
 from ._pending import ProcsRef
 from ._reports import (
     ACTOR_MESH_STOPPED,
@@ -71,7 +72,7 @@ from ._reports import (
 )
 from ._runtime import Runtime, current_runtime
 from ._scope import Owner, current_owner
-from ._serialize import dumps, dumps_call_arguments, size_of
+from ._serialize import dumps, dumps_call_arguments, dumps_spawn, size_of
 from ._shape import NDSlice, Point, Shape, ShapedMesh
 from ._supervision import call_fault_hook
 from ._value_mesh import ValueMesh
@@ -953,10 +954,11 @@ def spawn_actor_mesh(
     ``procs_id``: the proc mesh's id, for telemetry ("" if unknown)."""
     if not (isinstance(cls, type) and issubclass(cls, Actor)):
         raise ValueError(f"{cls!r} is not an Actor subclass")
+    cls = mocked_class(cls)  # patch_actor's substitute, if any
     check_endpoints_callable(cls)
     actor_is_async(cls)  # raises on mixed endpoints
     _check_endpoint_names(cls)
-    payload = dumps((cls, args, kwargs))
+    payload = dumps_spawn(cls, args, kwargs, current_mocks())
     mesh_id = new_mesh_id(name)
     owner = current_owner.get()
     owner_name = owner_path or (owner.actor_name if owner is not None else ROOT)

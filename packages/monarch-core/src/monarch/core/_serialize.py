@@ -155,6 +155,19 @@ def dumps_call_arguments(
         _calling.reset(token)
 
 
+def dumps_spawn(
+    cls: type, args: tuple[Any, ...], kwargs: dict[str, Any], extra: object = None
+) -> list[Buffer]:
+    """``dumps((cls, args, kwargs, extra))`` of a spawn: its arguments are a call of
+    ``__init__`` (``calling_endpoint()`` says so meanwhile), so a distributed tensor among
+    them reaches each actor as its proc's shard, as in an endpoint call."""
+    token = _calling.set(("__init__", None))
+    try:
+        return dumps((cls, args, kwargs, extra))
+    finally:
+        _calling.reset(token)
+
+
 def dumps_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Buffer]:
     """``dumps((args, kwargs))``, the arguments of a call: none at all is common enough to
     keep its pickle at hand."""

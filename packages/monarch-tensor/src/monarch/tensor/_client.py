@@ -66,6 +66,9 @@ class MeshClient:
         self._transfers = itertools.count()
         self._recording = 0
         """The stream of the last command recorded (the workers' too: they see every batch)."""
+        self.actor_calls = False
+        """An ``rref`` (a worker calling a user's actor) was recorded since the workers last
+        said they had run everything (see ``settle_actor_calls``)."""
 
     def new_id(self) -> int:
         return next(self._ids)
@@ -164,6 +167,14 @@ class MeshClient:
 
         future: Future[ValueMesh[list[Any]]] = self.workers().fetch.call(ids, -1).then(check)
         return future
+
+    def settle_actor_calls(self, timeout: float) -> None:
+        """Wait for the workers to finish the ``rref`` calls recorded so far. A user's call to
+        an actor that lends it a shard must reach it after them: the actor, waiting for the
+        shard, would otherwise hold up the worker's call to it, which the shard is behind."""
+        if self.actor_calls:
+            self.fetch_all([]).get(timeout=timeout)
+            self.actor_calls = False
 
     def worker(self, rank: int) -> ActorMesh[TensorWorker]:
         """The worker of ``rank`` alone (kept: slicing a mesh costs more than a fetch)."""

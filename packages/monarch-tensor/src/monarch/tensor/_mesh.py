@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from monarch.core import ProcMesh
+from monarch.core import ProcMesh, context, engine_factory_for
 
 from ._active import current_client, pushed
 from ._client import client_for
@@ -15,10 +15,20 @@ from ._remote import rank_tensor, rank_tensors
 from ._tensor import ActiveMode
 
 
+def activate(proc_mesh: ProcMesh) -> AbstractContextManager[Any]:
+    """What ``proc_mesh.activate()`` returns: this engine, or in an actor whose class
+    ``patch_tensor_engine`` names, the engine its factory makes of ``proc_mesh``."""
+    factory = engine_factory_for(context().actor_instance.class_name)
+    if factory is not None:
+        mocked: AbstractContextManager[Any] = factory(proc_mesh).activate()
+        return mocked
+    return activate_engine(proc_mesh)
+
+
 @contextmanager
-def activate(proc_mesh: ProcMesh) -> Iterator[ProcMesh]:
-    """Torch operations inside run on ``proc_mesh``: what ``proc_mesh.activate()`` returns.
-    Leaving sends what is still buffered (nothing waits for the workers)."""
+def activate_engine(proc_mesh: ProcMesh) -> Iterator[ProcMesh]:
+    """Torch operations inside run on ``proc_mesh``. Leaving sends what is still buffered
+    (nothing waits for the workers)."""
     client = client_for(proc_mesh)
     try:
         with pushed(client), ActiveMode():
@@ -50,11 +60,11 @@ def get_active_mesh() -> ProcMesh | None:
 
 def mesh_rank_tensor(proc_mesh: ProcMesh, dim: str | Sequence[str]) -> Any:
     """``proc_mesh.rank_tensor(dim)``: ``rank_tensor`` of that mesh, active or not."""
-    with activate(proc_mesh):
+    with activate_engine(proc_mesh):
         return rank_tensor(dim)
 
 
 def mesh_rank_tensors(proc_mesh: ProcMesh) -> dict[str, Any]:
     """``proc_mesh.rank_tensors()``."""
-    with activate(proc_mesh):
+    with activate_engine(proc_mesh):
         return rank_tensors()

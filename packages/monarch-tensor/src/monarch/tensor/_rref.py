@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from monarch.actor import as_endpoint
 from monarch.core import context
 
 from ._active import current_client
@@ -23,20 +24,25 @@ RREF_WAIT = 120.0
 
 
 class ActorCall:
-    """What the workers run for ``rref``: a call of ``endpoint`` on this proc's actor."""
+    """What the workers run for ``rref``: a call of ``endpoint`` on this proc's actor (a
+    plain method where ``as_endpoint`` made the endpoint)."""
 
-    def __init__(self, mesh: Any, endpoint: str) -> None:
+    def __init__(self, mesh: Any, endpoint: str, explicit_port: bool = False) -> None:
         self.mesh = mesh
         self.endpoint = endpoint
+        self.explicit_port = explicit_port
         self.__qualname__ = f"{endpoint}.rref"
 
-    def __reduce__(self) -> tuple[type[ActorCall], tuple[Any, str]]:
-        return (ActorCall, (self.mesh, self.endpoint))
+    def __reduce__(self) -> tuple[type[ActorCall], tuple[Any, str, bool]]:
+        return (ActorCall, (self.mesh, self.endpoint, self.explicit_port))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         here = context().message_rank  # the worker's point: its run message's
         mine = self.mesh.slice(**{label: here[label] for label in here.extent.labels})
-        return getattr(mine, self.endpoint).call_one(*args, **kwargs).get(timeout=RREF_WAIT)
+        method = as_endpoint(
+            getattr(mine, self.endpoint), explicit_response_port=self.explicit_port
+        )
+        return method.call_one(*args, **kwargs).get(timeout=RREF_WAIT)
 
 
 def rref(endpoint: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -51,5 +57,7 @@ def rref(endpoint: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             "arguments returning tensors shaped as its results): "
             f"@endpoint(propagate=...), not {propagate!r}"
         )
-    call = ActorCall(endpoint._mesh, endpoint._name)
-    return dispatch(call, args, kwargs, client, meta_func=propagate, wire=call)
+    call = ActorCall(endpoint._mesh, endpoint._name, endpoint._prop._explicit_response_port)
+    result = dispatch(call, args, kwargs, client, meta_func=propagate, wire=call)
+    client.actor_calls = True
+    return result

@@ -27,7 +27,7 @@ from ._group import RemoteProcessGroup
 from ._metacache import key_of, lookup, store
 from ._stream import StorageAliases, Stream, check_inputs, get_active_stream, mutated_input
 from ._to_mesh import MeshSliceTensor, select
-from ._worker import lent
+from ._worker import LENT_WAIT, lent
 
 _PURE_METHODS = frozenset(
     {
@@ -122,6 +122,7 @@ class Tensor(torch.Tensor):
         key = client.transfer_key()
         client.record((LEND, self._ref, key))
         client.flush(now=True)
+        client.settle_actor_calls(LENT_WAIT)
         return (lent, (key,))
 
     def slice_mesh(self, **coords: int | slice) -> MeshSliceTensor:
@@ -255,7 +256,12 @@ def _to_meta(x: Any) -> Any:
         return x.fake()
     if isinstance(x, torch.Tensor):
         return x.to("meta")
+    if isinstance(x, torch.device):  # a device given by position (``t.to(other.device)``)
+        return _META
     return x
+
+
+_META = torch.device("meta")
 
 
 def _to_wire(x: Any) -> Any:

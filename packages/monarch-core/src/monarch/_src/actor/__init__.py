@@ -1,1 +1,1 @@
-"""Upstream's ``monarch._src.actor``: only ``bootstrap_main``, the module procs run."""
+"""Upstream's ``monarch._src.actor``: ``bootstrap_main`` (the module procs run) and ``mock``."""

@@ -44,7 +44,9 @@ it could not be."""
 
 def read_spawn(payload: Sequence[Buffer]) -> Read:
     try:
-        cls, args, kwargs = loads(payload)
+        cls, args, kwargs, mocks = loads(payload)
+        if mocks is not None:
+            mocks.install()  # patch_actor / patch_tensor_engine of the spawner
         is_async = actor_is_async(cls)  # a non-class fails here, as the spawn's failure
     except Exception as exc:  # noqa: BLE001 - reported as the spawn's failure
         return exc
