@@ -21,7 +21,8 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
                 "== adverbs",
                 "call_one  ->",
                 "caught ActorError",
-                "caught SupervisionError",
+                "caught SupervisionError",  # the whole error, not cut mid-sentence:
+                "and all its descendants have failed:\n    the process this actor was running on",
                 "stopped",
             ],
         ),

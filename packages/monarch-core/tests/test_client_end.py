@@ -35,7 +35,8 @@ REPORT = "Unhandled monarch error on the root actor"
 
 def run_client(body: str) -> subprocess.CompletedProcess[str]:
     script = ACTORS + textwrap.dedent(body)
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=90)
+    argv = [sys.executable, "-c", script]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=90)
 
 
 def assert_ended_cleanly(done: subprocess.CompletedProcess[str]) -> None:

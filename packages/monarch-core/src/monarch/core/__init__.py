@@ -32,6 +32,7 @@ if _sys.orig_argv[-2:] in (["-m", "monarch.core._proc"], ["-m", "monarch.core._z
     _gc.disable()
 
 from ._actor_mesh import ActorMesh, proc_addresses, spawn_actor_mesh
+from ._attach import workers_stopping
 from ._bootstrap import (
     SECRET_ENV,
     import_proc_start,
@@ -176,4 +177,5 @@ __all__ = [
     "this_proc",
     "use_job_secret",
     "wait_outcome",
+    "workers_stopping",
 ]

@@ -19,7 +19,7 @@ import concurrent.futures
 import enum
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from monarch.transport import Address, AuthenticationError, TransportError, open_listener
@@ -183,8 +183,23 @@ async def _listen_at(runtime: Runtime, scheme: str, host: str) -> None:
     runtime.address = str(address)
 
 
+_stopping: set[str] = set()
+"""Workers this client is ending on purpose (``workers_stopping``): their end is no error."""
+
+
+def workers_stopping(addresses: Iterable[str]) -> None:
+    """Say that the workers at ``addresses`` are about to be ended on purpose (a job's
+    ``kill()``): losing them is then logged, not warned of as a failure."""
+    _stopping.update(addresses)
+
+
 def _watch_worker(runtime: Runtime, address: str) -> None:
+    _stopping.discard(address)  # attached (again): its end would be news
+
     def lost(address: str, exc: BaseException) -> None:
+        if address in _stopping:
+            log.info("worker %s ended as asked: %s", address, exc)
+            return
         hint = ""
         if isinstance(exc, AuthenticationError):
             hint = f" (the worker must be given this controller's {SECRET_ENV})"

@@ -136,11 +136,11 @@ class _ProcGroup:
             if supervised is None or supervised.owner is not None or state.stopped is not None:
                 continue
             addresses, procs = state.addresses, state.procs
-            if addresses is None and isinstance(procs, Outcome):  # spawned, not yet resolved
-                if procs.done() and procs._error is None:
+            if addresses is None:  # spawned, not yet resolved
+                if not isinstance(procs, Outcome):
+                    addresses = list(procs or ())
+                elif procs.done() and procs._error is None:
                     addresses = procs._wait()
-            elif addresses is None and procs is not None:
-                addresses = list(procs)
             if address in (addresses or ()):
                 return True
         return False
