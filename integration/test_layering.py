@@ -262,7 +262,8 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
     for floor in (
         # leaves
         "_config _memory _netaddr _per_process _cli _debug_client _tls _table _instrument"
-        " _internal_logs _workspace _reload _filling",  # + the internal log; files by checksum;
+        " _internal_logs _workspace _reload _filling _client_end",  # + the internal log; files
+        # by checksum; how an unhandled failure ends the client;
         # reloads; a call's tensor copies made while they travel
         "_tensors _adopt _buffers",  # tensors as one buffer each (torch never imported); fd
         # sockets; upstream's write Buffer (small writes copied, large bytes kept)

@@ -32,7 +32,6 @@ if _sys.orig_argv[-2:] in (["-m", "monarch.core._proc"], ["-m", "monarch.core._z
     _gc.disable()
 
 from ._actor_mesh import ActorMesh, proc_addresses, spawn_actor_mesh
-from ._attach import workers_stopping
 from ._bootstrap import (
     SECRET_ENV,
     import_proc_start,
@@ -62,6 +61,7 @@ from ._errors import (
     WorkerConfigError,
     WorkspaceSyncError,
 )
+from ._exits import workers_stopping
 from ._future import Future, Outcome, run_on, submit_into, wait_outcome
 from ._gather import Gather
 from ._instrument import (

@@ -19,13 +19,14 @@ import concurrent.futures
 import enum
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from monarch.transport import Address, AuthenticationError, TransportError, open_listener
 
 from ._bootstrap import ROOT_ENV, SECRET_ENV
 from ._config import BindSpec, configure, current_config
+from ._exits import worker_stopping, workers_stopping
 from ._future import run_on
 from ._netaddr import WILDCARD_HOSTS, route_source, split_alias
 from ._proc_mesh import HostMesh
@@ -183,21 +184,11 @@ async def _listen_at(runtime: Runtime, scheme: str, host: str) -> None:
     runtime.address = str(address)
 
 
-_stopping: set[str] = set()
-"""Workers this client is ending on purpose (``workers_stopping``): their end is no error."""
-
-
-def workers_stopping(addresses: Iterable[str]) -> None:
-    """Say that the workers at ``addresses`` are about to be ended on purpose (a job's
-    ``kill()``): losing them is then logged, not warned of as a failure."""
-    _stopping.update(addresses)
-
-
 def _watch_worker(runtime: Runtime, address: str) -> None:
-    _stopping.discard(address)  # attached (again): its end would be news
+    workers_stopping([address], False)  # attached (again): its end would be news
 
     def lost(address: str, exc: BaseException) -> None:
-        if address in _stopping:
+        if worker_stopping(address):
             log.info("worker %s ended as asked: %s", address, exc)
             return
         hint = ""
