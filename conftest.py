@@ -3,13 +3,65 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
 
 import pytest
+
+SKIP_SYSTEM = "MONARCH_SKIP_SYSTEM_TESTS"
+"""Set to 1: tools/system-packages.sh installs nothing and the tests marked ``system``
+(they need its Debian packages, or start system daemons) skip, saying so."""
+
+
+def _suite_daemons() -> ModuleType:
+    """tools/suite_daemons.py (tools/ is no package: loaded by path)."""
+    path = Path(__file__).parent / "tools" / "suite_daemons.py"
+    spec = importlib.util.spec_from_file_location("suite_daemons", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_daemons_before = pytest.StashKey[dict[str, int]]()
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Note the system daemons running before the session (its controller only)."""
+    if not _is_xdist_worker(config):
+        config.stash[_daemons_before] = _suite_daemons().running()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop the system daemons the session started (tools/suite_daemons.py)."""
+    before = config.stash.get(_daemons_before, None)
+    if before is None:
+        return
+    stopped = _suite_daemons().stop_started(before)
+    if stopped:
+        sys.stderr.write(f"stopped the daemons the tests started: {', '.join(stopped)}\n")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get(SKIP_SYSTEM) != "1":
+        return
+    skip = pytest.mark.skip(
+        reason=f"{SKIP_SYSTEM}=1: needs tools/system-packages.sh's Debian packages or "
+        "starts system daemons"
+    )
+    for item in items:
+        if item.get_closest_marker("system") is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture(

@@ -225,6 +225,7 @@ def squeue() -> str:
     return subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True).stdout
 
 
+@pytest.mark.system
 def test_a_slurm_job_allocates_attaches_reattaches_and_is_cancelled(
     slurm: None, tmp_path: Path
 ) -> None:
@@ -250,6 +251,7 @@ def test_a_slurm_job_allocates_attaches_reattaches_and_is_cancelled(
             job_load(saved).kill()
 
 
+@pytest.mark.system
 def test_a_failing_sbatch_says_why(slurm: None, tmp_path: Path) -> None:
     job = SlurmJob({"hosts": 1}, partition="no-such-partition", log_dir=str(tmp_path))
     with pytest.raises(JobError, match="invalid partition"):
