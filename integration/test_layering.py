@@ -32,7 +32,9 @@ META = "pymonarch"
 ROOT_OWNER = "monarch-core"
 OWNS: dict[str, frozenset[str]] = {
     "monarch-transport": frozenset({"transport"}),
-    "monarch-core": frozenset({"actor", "config", "core", "tools", "_rust_bindings", "_src"}),
+    "monarch-core": frozenset(
+        {"actor", "config", "core", "tools", "_rust_bindings", "_src", "_wheels"}
+    ),
     "monarch-rdma": frozenset({"rdma"}),
     "monarch-tensor": frozenset({"tensor", "mesh_controller", "timer", "builtins"}),
     "monarch-jobs": frozenset({"job", "spmd"}),

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from monarch._wheels import install_hint
 from monarch.config import configure
 from monarch.core import (
     PortRef,
@@ -246,7 +247,8 @@ class TelemetryStore:
             import duckdb  # the "sql" extra: only a client with job telemetry loads it
         except ImportError as exc:
             raise ImportError(
-                "the job's telemetry tables need DuckDB: pip install 'monarch-telemetry[sql]'"
+                "the job's telemetry tables need DuckDB (monarch-telemetry's sql extra): "
+                + install_hint("monarch-telemetry", "sql")
             ) from exc
 
         self.config = config
