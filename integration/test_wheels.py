@@ -268,7 +268,7 @@ procs.stop().get(timeout=60)
 def test_rdma_wheel_alone_needs_no_device_and_no_torch(
     wheels: dict[str, Path], tmp_path: Path
 ) -> None:
-    """``pip install monarch-rdma`` on a machine without an RDMA device: buffers work over
+    """monarch-rdma installed on a machine without an RDMA device: buffers work over
     shared memory, each owning process warns once that it falls back."""
     venv = Venv(tmp_path / "venv")
     venv.install(*(wheels[d] for d in ("monarch-transport", "monarch-core", "monarch-rdma")))

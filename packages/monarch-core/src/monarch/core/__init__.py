@@ -31,6 +31,8 @@ if _sys.orig_argv[-2:] in (["-m", "monarch.core._proc"], ["-m", "monarch.core._z
     # ``serve_zygote``): its passes over them would cost ~6 ms of the proc's start.
     _gc.disable()
 
+from monarch._wheels import install_hint
+
 from ._actor_mesh import ActorMesh, proc_addresses, spawn_actor_mesh
 from ._bootstrap import (
     SECRET_ENV,
@@ -159,6 +161,7 @@ __all__ = [
     "gather_directories",
     "import_proc_start",
     "inspect_proc",
+    "install_hint",
     "ip_host",
     "job_secret",
     "lending_available",

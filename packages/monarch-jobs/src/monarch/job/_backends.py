@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 
-from monarch._wheels import install_hint
+from monarch.core import install_hint
 
 from ._trait import JobTrait
 

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from monarch._wheels import install_hint
+from monarch.core import install_hint
 
 try:
     import urllib3

@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from monarch._wheels import install_hint
 from monarch.config import configure
 from monarch.core import (
     PortRef,
@@ -33,6 +32,7 @@ from monarch.core import (
     current_config,
     current_runtime,
     dumps,
+    install_hint,
     loads,
     running_runtime,
 )
