@@ -96,6 +96,7 @@ from ._proc_mesh import HostMesh, ProcMesh, SpawnedProc, spawned_procs, this_hos
 from ._runtime import Runtime, current_runtime, running_runtime
 from ._serialize import calling_endpoint, calling_target, dumps, loads
 from ._shape import Extent, NDSlice, Point, Shape
+from ._tls import TlsIdentity, job_identity
 from ._value_mesh import ValueMesh
 from ._workspace import Workspace
 
@@ -142,6 +143,7 @@ __all__ = [
     "StackFrame",
     "SupervisionError",
     "ThreadStack",
+    "TlsIdentity",
     "ValueMesh",
     "WorkerConfigError",
     "Workspace",
@@ -163,6 +165,7 @@ __all__ = [
     "inspect_proc",
     "install_hint",
     "ip_host",
+    "job_identity",
     "job_secret",
     "lending_available",
     "listen_address",
