@@ -65,9 +65,15 @@ def below(dist: str) -> frozenset[str]:
     return frozenset(seen)
 
 
+TOP_LEVEL: dict[str, str] = {"_monarch_guard": "monarch-core"}
+"""Modules outside ``monarch`` (where upstream's torchmonarch cannot overwrite them)."""
+
+
 def owner(module: str) -> str | None:
     """The wheel that ships ``monarch[.sub[...]]``, or None for a module no wheel owns."""
     parts = module.split(".")
+    if parts[0] in TOP_LEVEL:
+        return TOP_LEVEL[parts[0]]
     if parts[0] != "monarch":
         return None
     if len(parts) == 1:

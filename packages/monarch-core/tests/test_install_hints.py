@@ -88,27 +88,53 @@ def test_a_core_only_install_says_which_wheel_brings_monarch_top() -> None:
     ) in done.stderr
 
 
-def test_upstreams_torchmonarch_beside_this_monarch_is_said(tmp_path: Path) -> None:
-    """What pip leaves when it installs torchmonarch into the same site-packages: its
-    ``monarch/`` files and its dist-info."""
-    (tmp_path / "monarch").mkdir()
-    info = tmp_path / "torchmonarch-0.7.0.dist-info"
+def upstream_install(folder: Path) -> Path:
+    """What pip leaves of torchmonarch 0.7.0 in ``folder`` (a site-packages): its
+    ``monarch`` package (a file of its own among them) and its metadata."""
+    (folder / "monarch").mkdir(parents=True)
+    (folder / "monarch" / "__init__.py").write_text("UPSTREAM = True\n")
+    (folder / "monarch" / "bootstrap_main.py").write_text("")
+    info = folder / "torchmonarch-0.7.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torchmonarch\nVersion: 0.7.0\n")
+    return folder
+
+
+def test_upstreams_torchmonarch_shadowing_this_monarch_is_said_at_import(tmp_path: Path) -> None:
+    """Upstream's package wins (it comes first on sys.path, as site-packages does before an
+    editable checkout): none of this project's ``monarch`` runs, monarch-core's .pth warns."""
+    site_packages = upstream_install(tmp_path)
     code = f"""
-        sys.path.append({str(tmp_path)!r})
-        import warnings
+        import site, warnings
+        warnings.simplefilter("always")
+        site.addsitedir({str(PACKAGES / "monarch-core" / "src")!r})  # its .pth, as at start
+        sys.path.insert(0, {str(site_packages)!r})
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             import monarch
+        assert monarch.UPSTREAM
         print(caught[0].category.__name__, caught[0].message)
+        """
+    done = run_without([], code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(
+        "RuntimeWarning upstream's torchmonarch is installed in this environment too "
+        f"({site_packages}/monarch): it and this project both install the `monarch` package"
+    )
+    assert "pip uninstall torchmonarch" in done.stdout
+
+
+def test_monarch_version_says_when_torchmonarch_is_installed_too(tmp_path: Path) -> None:
+    site_packages = upstream_install(tmp_path)
+    code = f"""
+        sys.path.append({str(site_packages)!r})
         from monarch.core._cli import main
         sys.exit(main(["version"]))
         """
     done = run_without([], code)
     assert done.returncode == 1, done.stderr
-    assert done.stdout.startswith(
-        "RuntimeWarning upstream's torchmonarch 0.7.0 is installed in this environment too"
-    )
-    assert "monarch: warning: upstream's torchmonarch 0.7.0 is installed" in done.stderr
-    assert "pip uninstall torchmonarch" in done.stderr
+    assert done.stdout.startswith("monarch 0.1.0")
+    assert (
+        "monarch: warning: upstream's torchmonarch is installed in this environment too "
+        f"(torchmonarch 0.7.0 in {site_packages}): it and this project"
+    ) in done.stderr

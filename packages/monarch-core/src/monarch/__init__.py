@@ -18,10 +18,6 @@ __path__ = _pkgutil.extend_path(__path__, __name__)
 from monarch import _wheels
 
 _wheels.install_finder()  # `import monarch.job` without monarch-jobs says how to install it
-if (_upstream := _wheels.upstream_beside(__path__)) is not None:
-    import warnings as _warnings
-
-    _warnings.warn(_upstream, RuntimeWarning, stacklevel=2)
 
 # Upstream's lazy top-level names -> (module that provides it, attribute in that module).
 _LAZY: dict[str, tuple[str, str]] = {

@@ -5,7 +5,8 @@ but not on the package index yet: ``pip install monarch-jobs`` finds nothing. Ev
 of a missing wheel (``install_hint``) gives the command that works, from a checkout of
 this repository, with the siblings it needs that are not installed. ``MissingWheelFinder``
 turns ``import monarch.job`` in a core-only install into an error that says so, and
-``upstream_beside`` / ``upstream_installed`` notice upstream's package installed with this one.
+``upstream_installed`` notices upstream's package installed with this one (for ``monarch
+version``; ``_monarch_guard`` warns at import).
 
 Imported by ``monarch/__init__.py``: standard library only, nothing costly at import.
 """
@@ -18,6 +19,8 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
 from typing import Final
+
+from _monarch_guard import UPSTREAM, upstream_monarch, warning
 
 SIBLINGS: Final[dict[str, tuple[str, ...]]] = {
     "monarch-transport": (),
@@ -46,9 +49,6 @@ MODULES: Final[dict[str, str]] = {
     "monarch.spmd": "monarch-jobs",
 }
 """The sibling wheel that ships each ``monarch`` subpackage outside monarch-core."""
-
-UPSTREAM: Final = "torchmonarch"
-"""Upstream Monarch's distribution: it installs a ``monarch`` package and command too."""
 
 
 def _checkout() -> Path | None:
@@ -135,38 +135,15 @@ def install_finder() -> None:
         sys.meta_path.append(MissingWheelFinder)
 
 
-def torchmonarch_warning(version: str, where: str) -> str:
-    """What to tell a user whose environment has upstream's torchmonarch beside this project."""
-    return (
-        f"upstream's {UPSTREAM} {version} is installed in this environment too ({where}): it "
-        "and this project both install the `monarch` package and command, and whichever was "
-        "installed last has overwritten (or shadows) the other's files. Use one per "
-        f"environment: pip uninstall {UPSTREAM}, then reinstall this project's wheels (or "
-        "give upstream a virtualenv of its own)."
-    )
-
-
-def upstream_beside(package_dirs: Sequence[str]) -> str | None:
-    """``torchmonarch_warning`` when a ``torchmonarch-*.dist-info`` lies beside one of
-    ``package_dirs`` (the ``monarch`` package's folders). Cheap, for ``import monarch``:
-    a few listdirs, no ``importlib.metadata``."""
-    for folder in dict.fromkeys(str(Path(d).parent) for d in package_dirs):
-        try:
-            found = sorted(Path(folder).glob(f"{UPSTREAM}-*.dist-info"))
-        except OSError:
-            continue
-        if found:
-            version = found[-1].name.removeprefix(f"{UPSTREAM}-").removesuffix(".dist-info")
-            return torchmonarch_warning(version, str(found[-1]))
-    return None
-
-
 def upstream_installed() -> str | None:
-    """``torchmonarch_warning`` when torchmonarch is installed anywhere on ``sys.path``."""
+    """What to say when upstream's torchmonarch is installed on ``sys.path`` (its metadata,
+    or its files in a ``monarch`` package: see ``_monarch_guard``), else None."""
     from importlib.metadata import PackageNotFoundError, distribution  # on use: ~20 ms
 
     try:
         found = distribution(UPSTREAM)
     except PackageNotFoundError:
-        return None
-    return torchmonarch_warning(found.version, str(found.locate_file("")))
+        where = upstream_monarch(sys.path)
+    else:
+        where = f"{UPSTREAM} {found.version} in {found.locate_file('')}"
+    return None if where is None else warning(where)
