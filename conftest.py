@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -29,25 +30,28 @@ def _suite_daemons() -> ModuleType:
     return module
 
 
-_daemons_before = pytest.StashKey[dict[str, int]]()
-
-
-def _is_xdist_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")
+_daemon_record = pytest.StashKey[Path]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Note the system daemons running before the session (its controller only)."""
-    if not _is_xdist_worker(config):
-        config.stash[_daemons_before] = _suite_daemons().running()
+    """Name the file where tools/slurm's scripts record the daemons they start (the
+    session's controller; xdist workers inherit the environment)."""
+    if hasattr(config, "workerinput"):
+        return
+    daemons = _suite_daemons()
+    fd, name = tempfile.mkstemp(prefix="monarch-test-daemons-")
+    os.close(fd)
+    config.stash[_daemon_record] = Path(name)
+    os.environ[daemons.RECORD_ENV] = name
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Stop the system daemons the session started (tools/suite_daemons.py)."""
-    before = config.stash.get(_daemons_before, None)
-    if before is None:
+    """Stop the system daemons this session started (tools/suite_daemons.py)."""
+    record = config.stash.get(_daemon_record, None)
+    if record is None:
         return
-    stopped = _suite_daemons().stop_started(before)
+    stopped = _suite_daemons().stop_recorded(record)
+    record.unlink(missing_ok=True)
     if stopped:
         sys.stderr.write(f"stopped the daemons the tests started: {', '.join(stopped)}\n")
 

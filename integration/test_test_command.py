@@ -75,15 +75,26 @@ def daemonize(pidfile: Path) -> int:
     return int(pidfile.read_text())
 
 
-def test_the_daemons_the_suite_started_are_stopped_and_others_left(tmp_path: Path) -> None:
-    pidfiles = {"older": tmp_path / "older.pid", "started": tmp_path / "started.pid"}
-    older = daemonize(pidfiles["older"])
+def test_only_the_daemons_the_suite_recorded_are_stopped(tmp_path: Path) -> None:
+    """Not one running before, nor one another session on this machine started meanwhile:
+    only those tools/slurm's scripts recorded as started for this session."""
+    others = daemonize(tmp_path / "others.pid")
+    ours = daemonize(tmp_path / "ours.pid")
+    record = tmp_path / "record"
+    record.write_text(f"slurmd {ours}\n")
     try:
-        before = suite_daemons.running(pidfiles)
-        assert before == {"older": older}
-        started = daemonize(pidfiles["started"])
-        assert suite_daemons.stop_started(before, pidfiles) == ["started"]
-        assert suite_daemons.running(pidfiles) == {"older": older}
-        assert not os.path.exists(f"/proc/{started}")
+        assert suite_daemons.recorded(record) == [("slurmd", ours)]
+        assert suite_daemons.stop_recorded(record) == ["slurmd"]
+        assert not os.path.exists(f"/proc/{ours}")
+        assert os.path.exists(f"/proc/{others}")
+        assert suite_daemons.stop_recorded(record) == []  # gone: nothing to stop
     finally:
-        os.kill(older, 9)
+        os.kill(others, 9)
+
+
+def test_the_session_names_the_record_for_the_start_scripts() -> None:
+    """conftest.py sets it before the tests (and xdist's workers) run."""
+    record = os.environ.get(suite_daemons.RECORD_ENV)
+    assert record is not None and os.path.isfile(record)
+    for script in ("start.sh", "munge.sh"):
+        assert "$MONARCH_TEST_DAEMONS" in (ROOT / "tools" / "slurm" / script).read_text()
