@@ -145,3 +145,29 @@ def test_a_hook_that_returns_keeps_the_client_running() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout == "went on\n"
     assert REPORT not in done.stderr
+
+
+def test_a_failure_reported_while_python_shuts_down_ends_it_with_status_1() -> None:
+    """The hook is still running when the main thread is done (``threading._shutdown``
+    joins it): no "Exception ignored in: threading._shutdown", status 1 all the same."""
+    done = run_client(
+        """
+        import monarch.actor
+        entered, leave = threading.Event(), threading.Event()
+        default = monarch.actor.unhandled_fault_hook
+
+        def hook(failure):
+            if failure.mesh_name.startswith("fragile"):  # not the proc mesh's logger
+                entered.set()
+                leave.wait(60)  # until Python shuts down
+            default(failure)
+
+        monarch.actor.unhandled_fault_hook = hook
+        procs = this_host().spawn_procs(per_host={"gpus": 1})
+        procs.spawn("fragile", Fragile).die.broadcast()
+        assert entered.wait(60)
+        threading._register_atexit(leave.set)  # first thing threading._shutdown does
+        """
+    )
+    assert_ended_cleanly(done)
+    assert "exited with non-zero code 3" in done.stderr

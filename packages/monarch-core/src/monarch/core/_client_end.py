@@ -29,10 +29,16 @@ EXIT_STATUS: Final = 1
 """The client's exit status after an unhandled failure (upstream's hook: ``sys.exit(1)``)."""
 
 
+def _main_done() -> bool:
+    """Whether the main thread is done: in ``threading._shutdown`` (joining threads; an
+    exception there prints "Exception ignored"), or Python is finalizing."""
+    shutting_down = bool(getattr(threading, "_SHUTTING_DOWN", False))
+    return shutting_down or sys.is_finalizing() or not threading.main_thread().is_alive()
+
+
 def _raise_exit(signum: int, frame: FrameType | None) -> None:
-    """In the main thread: unwind it with ``SystemExit``, unless it is already ending
-    (``threading._shutdown``: an exception there would print "Exception ignored")."""
-    if _ending.is_set() and threading.main_thread().is_alive():
+    """In the main thread: unwind it with ``SystemExit``, unless it is already done."""
+    if _ending.is_set() and not _main_done():
         raise SystemExit(EXIT_STATUS)
 
 
@@ -66,8 +72,8 @@ def end_client(report: str) -> None:
         _ending.set()
     sys.stderr.write(report)
     sys.stderr.flush()
-    if sys.is_finalizing() or not threading.main_thread().is_alive():
-        return  # the main thread is done; exit_status sets the status
+    if _main_done():
+        return  # exit_status sets the status
     signum = _signal if _signal is not None else signal.SIGINT
     signal.pthread_kill(threading.main_thread().ident or 0, signum)
 
