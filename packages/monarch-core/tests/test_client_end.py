@@ -171,3 +171,27 @@ def test_a_failure_reported_while_python_shuts_down_ends_it_with_status_1() -> N
     )
     assert_ended_cleanly(done)
     assert "exited with non-zero code 3" in done.stderr
+
+
+def test_an_oversize_reply_ends_the_client_with_its_report_not_a_keyboard_interrupt() -> None:
+    done = run_client(
+        """
+        from monarch.config import configure
+
+        class Large(Actor):
+            @endpoint
+            def large(self, size: int) -> bytes:
+                return b"x" * size
+
+        configure(codec_max_frame_length=10_000)
+        procs = this_host().spawn_procs(per_host={"gpus": 1})
+        try:
+            procs.spawn("large", Large).large.call_one(20_000).get(timeout=60)
+        except Exception:
+            pass  # the call's SupervisionError, when it comes before the end
+        time.sleep(60)  # the failure interrupts this
+        print("not reached")
+        """
+    )
+    assert_ended_cleanly(done)
+    assert "rejecting oversize frame" in done.stderr
