@@ -4,6 +4,7 @@ same environment is noticed."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 import textwrap
@@ -33,12 +34,28 @@ def test_the_tables_are_the_pyprojects() -> None:
         assert (PACKAGES / wheel / "src" / Path(*module.split("."))).is_dir(), module
 
 
+def installed(wheel: str) -> bool:
+    try:
+        importlib.metadata.distribution(wheel)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def editable(*wheels: str) -> str:
+    """``-e PATH`` for each of ``wheels`` not installed here, and the last one always."""
+    needed = [w for w in wheels if w == wheels[-1] or not installed(w)]
+    return " ".join(f"-e {PACKAGES}/{wheel}" for wheel in needed)
+
+
 def test_a_hint_installs_from_the_checkout_with_the_missing_siblings() -> None:
-    hint = _wheels.install_hint("monarch-jobs", "kubernetes")
+    hint = _wheels.install_hint("monarch-telemetry", "sql")
     assert hint == (
-        f'pip install -e "{PACKAGES}/monarch-jobs[kubernetes]" (monarch-jobs is not on the '
+        f'pip install -e "{PACKAGES}/monarch-telemetry[sql]" (monarch-telemetry is not on the '
         "package index yet: the name is reserved for this project)"
     )
+    jobs = editable("monarch-telemetry", "monarch-admin", "monarch-jobs")
+    assert _wheels.install_hint("monarch-jobs").startswith(f"pip install {jobs} (")
 
 
 def run_without(wheels: list[str], code: str) -> subprocess.CompletedProcess[str]:
@@ -67,8 +84,8 @@ def test_a_core_only_install_says_which_wheel_brings_monarch_job() -> None:
     last = done.stderr.strip().splitlines()[-1]
     assert last == (
         "ModuleNotFoundError: No module named 'monarch.job': it ships in the monarch-jobs "
-        f"wheel; pip install -e {PACKAGES}/monarch-jobs (monarch-jobs is not on the package "
-        "index yet: the name is reserved for this project)"
+        f"wheel; pip install {editable('monarch-telemetry', 'monarch-admin', 'monarch-jobs')} "
+        "(monarch-jobs is not on the package index yet: the name is reserved for this project)"
     )
 
 
