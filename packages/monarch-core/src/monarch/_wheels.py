@@ -13,14 +13,16 @@ Imported by ``monarch/__init__.py``: standard library only, nothing costly at im
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Sequence
-from importlib.machinery import ModuleSpec
-from pathlib import Path
-from types import ModuleType
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from _monarch_guard import UPSTREAM, upstream_monarch, warning
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
 
 SIBLINGS: Final[dict[str, tuple[str, ...]]] = {
     "monarch-transport": (),
@@ -51,11 +53,12 @@ MODULES: Final[dict[str, str]] = {
 """The sibling wheel that ships each ``monarch`` subpackage outside monarch-core."""
 
 
-def _checkout() -> Path | None:
+def _checkout() -> str | None:
     """The checkout this monarch-core runs from (an editable install), else None."""
-    here = Path(__file__).resolve()  # <checkout>/packages/monarch-core/src/monarch/_wheels.py
-    root = here.parents[4] if len(here.parents) > 4 else None
-    if root is not None and (root / "packages" / "monarch-core" / "pyproject.toml").is_file():
+    root = os.path.realpath(__file__)  # <checkout>/packages/monarch-core/src/monarch/_wheels.py
+    for _ in range(5):
+        root = os.path.dirname(root)
+    if os.path.isfile(os.path.join(root, "packages", "monarch-core", "pyproject.toml")):
         return root
     return None
 
@@ -90,7 +93,7 @@ def install_hint(wheel: str, extras: str = "") -> str:
     needed = [name for name in _closure(wheel) if name == wheel or not _installed(name)]
     root = _checkout()
     if root is not None:  # this checkout, editable as the rest
-        folders = [str(root / "packages" / name) for name in needed]
+        folders = [os.path.join(root, "packages", name) for name in needed]
         where, editable = "", "-e "
     else:
         folders = [f"./packages/{name}" for name in needed]
