@@ -12,6 +12,10 @@ test puts the controller on its own "host". Each step prints one JSON line to st
     python remote_controller.py busy ADDR SECONDS
     python remote_controller.py gateway GATEWAY ADDR   (waits for a line on stdin midway)
     python remote_controller.py root-far ADDR
+    python remote_controller.py frozen ADDR WORKER_PID during|after
+    python remote_controller.py spawn ADDR
+    python remote_controller.py flood ADDR COUNT   (no controller: silent connections to ADDR;
+                                                  each line on stdin: how many were closed)
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -219,6 +225,51 @@ def gateway(gateway_addr: str, addr: str) -> None:
     )
 
 
+def frozen(addr: str, worker_pid: str, when: str) -> None:
+    """The worker frozen (SIGSTOP) until it is declared lost, then stop() of its procs:
+    while it is still frozen (``during``), or once it has resumed (``after``)."""
+    lost = threading.Event()
+    monarch.actor.unhandled_fault_hook = lambda failure: lost.set()
+    hosts = attach_to_workers(workers=[addr], ca="trust_all_connections")
+    procs = hosts.spawn_procs(per_host={"gpus": 2})
+    pids = [v["pid"] for v in procs.spawn("where", Where).where.call().get(timeout=30).values()]
+    os.kill(int(worker_pid), signal.SIGSTOP)
+    try:
+        if when == "after":
+            lost.wait(60)
+            os.kill(int(worker_pid), signal.SIGCONT)
+        stopped = outcome(procs.stop(), 60)
+    finally:
+        os.kill(int(worker_pid), signal.SIGCONT)
+    emit(pids=pids, lost=lost.is_set(), stop=stopped)
+
+
+def spawn(addr: str) -> None:
+    hosts = attach_to_workers(workers=[addr], ca="trust_all_connections")
+    actors = hosts.spawn_procs(per_host={"gpus": 2}).spawn("where", Where)
+    emit(spawned=outcome(actors.where.call().then(lambda v: [x["host"] for x in v.values()]), 90))
+
+
+def flood(addr: str, count: str) -> None:
+    """An attacker without the secret: ``count`` connections to ``addr`` that send nothing;
+    for each line on stdin, how many of them the listener has closed."""
+    host, _, port = addr.removeprefix("tcp://").rpartition(":")
+    socks = [socket.create_connection((host, int(port)), timeout=10) for _ in range(int(count))]
+    for sock in socks:
+        sock.setblocking(False)
+    emit(flooding=len(socks))
+    for _ in sys.stdin:
+        closed = 0
+        for sock in socks:
+            try:
+                closed += sock.recv(1) == b""
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed += 1
+        emit(closed=closed)
+
+
 SCENARIOS: dict[str, Callable[..., None]] = {
     "gateway": gateway,
     "busy": busy,
@@ -228,6 +279,9 @@ SCENARIOS: dict[str, Callable[..., None]] = {
     "wrong-secret": wrong_secret,
     "netns": netns,
     "root-far": root_far,
+    "frozen": frozen,
+    "spawn": spawn,
+    "flood": flood,
 }
 
 

@@ -315,6 +315,26 @@ def test_a_proc_whose_loop_is_busy_past_the_heartbeat_timeout_is_not_declared_de
     assert busy["seconds"] >= seconds
 
 
+@pytest.mark.parametrize("when", ["during", "after"])
+def test_stop_returns_when_the_procs_host_agent_froze_past_the_heartbeat(
+    start: Callable[..., Child], env: dict[str, str], when: str
+) -> None:
+    """A worker frozen (SIGSTOP) until the controller declares it lost: ``stop()`` of its
+    procs, called while it is frozen or after it resumed, returns (it cannot confirm their
+    end from here, and says so) instead of raising TimeoutError, and the procs are gone
+    once the worker runs again (it kills the procs of a controller it lost)."""
+    worker, address = start_worker(start, env, "tcp://127.0.0.1:0")
+    controller = start(
+        [sys.executable, str(CONTROLLER), "frozen", address, str(worker.pid), when], env
+    )
+    result = controller.json(120)
+    assert result["lost"] or when == "during"
+    assert result["stop"] == {"value": None, "seconds": result["stop"]["seconds"]}, result
+    assert "not confirmed stopped" in controller.stderr_text()
+    pids = result["pids"]
+    wait_until(lambda: not any(map(alive, pids)), 30, f"procs {pids} gone")
+
+
 def test_wrong_secret_fails_fast(start: Callable[..., Child], env: dict[str, str]) -> None:
     worker, address = start_worker(
         start, {**env, SECRET_ENV: secrets.token_hex(32)}, "tcp://127.0.0.1:0"
@@ -400,6 +420,29 @@ def test_procs_on_other_hosts_reach_the_root_of_a_client_that_attached_late(
     argv = ["ip", "netns", "exec", h1, sys.executable, str(CONTROLLER), "root-far", a2]
     asked = start(argv, env).json(90)["asked"]
     assert asked.get("value") == [1, 2], asked  # one counter, in the root, for both
+
+
+def test_a_worker_flooded_from_another_host_still_serves_its_job(
+    netns_hosts: list[str], start: Callable[..., Child], env: dict[str, str]
+) -> None:
+    """h3, without the secret, holds 300 silent connections open to h2's worker: the
+    controller on h1 still attaches, spawns and calls there, and the worker closes every
+    one of the flood's connections (its hello deadline)."""
+    h1, h2, h3 = netns_hosts
+    _, a2 = start_worker(start, env, "tcp://10.0.0.2:0", netns=h2)
+    flood = ["ip", "netns", "exec", h3, sys.executable, str(CONTROLLER), "flood", a2, "300"]
+    flooder = start(flood, env, stdin=True)
+    assert flooder.json(60) == {"flooding": 300}
+    argv = ["ip", "netns", "exec", h1, sys.executable, str(CONTROLLER), "spawn", a2]
+    spawned = start(argv, env).json(120)["spawned"]
+    assert spawned.get("value") == ["10.0.0.2", "10.0.0.2"], spawned
+
+    def all_closed() -> bool:
+        flooder.send_line("count")
+        return bool(flooder.json(30)["closed"] == 300)
+
+    # each count is a line to the flooder and its answer; it ends when the test does
+    wait_until(all_closed, 60, "the worker closed the flood's 300 connections")
 
 
 def test_a_controller_outside_the_network_attaches_through_a_gateway(

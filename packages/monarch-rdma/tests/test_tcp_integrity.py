@@ -270,3 +270,50 @@ def test_a_choice_changed_in_the_handshake_fails_it(server: Served, end: str) ->
         pytest.raises(RDMAError, match=r"secret|handshake|cut|closed"),
     ):
         move(address, tcp.READ, bytearray(SIZE), SIZE)
+
+
+def test_a_flood_of_silent_connections_neither_holds_a_thread_each_nor_locks_peers_out() -> None:
+    """Ten times the cap of connections that never prove the secret (each read the server's
+    hello and went quiet): the server keeps the newest ``MAX_PENDING_HANDSHAKES``, closing the
+    rest, and a peer with the secret still moves its bytes."""
+    regions: dict[int, Region] = {}
+    served = tcp.DataServer("127.0.0.1", SECRET, regions.get)
+    flood: list[socket.socket] = []
+    try:
+        cap = tcp.MAX_PENDING_HANDSHAKES
+        flood = [socket.create_connection((served.host, served.port)) for _ in range(10 * cap)]
+
+        def evicted() -> int:
+            gone = 0
+            for sock in flood:
+                sock.setblocking(False)
+                try:
+                    while chunk := sock.recv(4096):  # the server's hello, then the end
+                        del chunk
+                    gone += 1
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    gone += 1
+            return gone
+
+        deadline = time.monotonic() + 30
+        while evicted() < 9 * cap and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert evicted() == 9 * cap  # the newest cap still wait for their proof
+
+        def serving() -> int:
+            return sum(t.name == "monarch-rdma-tcp-conn" for t in threading.enumerate())
+
+        while serving() > cap and time.monotonic() < deadline:  # evicted threads ending
+            time.sleep(0.01)
+        assert serving() <= cap
+        remote = bytearray(os.urandom(SIZE))
+        regions[1] = region_of(remote)
+        local = bytearray(SIZE)
+        move((served.host, served.port), tcp.READ, local, SIZE)
+        assert local == remote
+    finally:
+        for sock in flood:
+            sock.close()
+        served.close()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from importlib.metadata import requires, version
 from pathlib import Path
 
@@ -25,6 +27,20 @@ def test_pins_torch_and_core() -> None:
     assert "torch==2.13.0" in declared
     assert f"monarch-core=={version('monarch-tensor')}" in declared
     assert version("torch").split("+")[0] == "2.13.0"
+
+
+def test_torch_imports_without_the_numpy_warning() -> None:
+    """torch warns "Failed to initialize NumPy" at every import without numpy (once per
+    proc, and as a red block in every notebook cell that starts one): numpy comes with
+    monarch-tensor."""
+    assert any(r.startswith("numpy") for r in requires("monarch-tensor") or [])
+    done = subprocess.run(
+        [sys.executable, "-c", "import torch; torch.ones(1).numpy()"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "NumPy" not in done.stderr, done.stderr
 
 
 def test_registers_proc_mesh_activate() -> None:

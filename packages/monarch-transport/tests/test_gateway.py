@@ -90,6 +90,27 @@ async def test_a_client_reaches_a_peer_through_the_gateway() -> None:
             assert str(gateway.address).startswith("gateway://127.0.0.1:")
 
 
+async def test_a_flood_of_silent_connections_does_not_lock_clients_out_of_the_gateway() -> None:
+    """Ten times its cap of connections that never send a request: the gateway keeps the
+    newest, and a client still gets through at once."""
+    cap = 4
+    async with (
+        running_gateway(max_pending_handshakes=cap, handshake_timeout=60) as gateway,
+        echo(await open_listener("tcp://127.0.0.1:0", secret=SECRET)) as peer,
+    ):
+        assert gateway.address.port is not None
+        flood = [
+            await anyio.connect_tcp(gateway.address.host, gateway.address.port)
+            for _ in range(10 * cap)
+        ]
+        with anyio.fail_after(10):
+            conn = await open_connection(peer.address, secret=SECRET, via=str(gateway.address))
+        async with conn:
+            assert await round_trip(conn, b"x") == [b"echo:ping", b"x"]
+        for raw in flood:
+            await raw.aclose()
+
+
 async def test_a_registered_client_is_reached_at_its_route() -> None:
     async with running_gateway() as gateway:
         listener = await open_listener(gateway.address, secret=SECRET)

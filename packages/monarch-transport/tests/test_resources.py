@@ -48,41 +48,92 @@ async def _raw(address: Address) -> SocketStream:
 async def test_a_flood_of_silent_connections_holds_no_more_than_the_cap(url: str) -> None:
     cap, flood_size = 4, 40
     endpoint = Endpoint(url)
-    async with serving(endpoint, max_pending_handshakes=cap, handshake_timeout=60) as server:
+    options = {"max_pending_handshakes": cap, "handshake_timeout": 60, "hello_timeout": 60}
+    async with serving(endpoint, **options) as server:
         before = open_descriptors()
         flood = [await _raw(server.listener.address) for _ in range(flood_size)]
-        await anyio.wait_all_tasks_blocked()  # the listener took all it would
-        assert open_descriptors() - before - flood_size == cap  # the rest wait in the backlog
-        for raw in flood:
-            await raw.aclose()
-        # Each handshake sees its peer gone and frees its slot; the backlog drains.
+        await anyio.wait_all_tasks_blocked()  # the listener took them all, evicting
+        assert open_descriptors() - before - flood_size == cap  # the newest 4 are kept
+        for raw in flood[:-cap]:  # the evicted ones were closed
+            with anyio.fail_after(10):
+                assert await _eof(raw)
+        # a peer with the secret gets in while the last of the flood is still open
         good = await endpoint.connect(server.listener)
         await good.send([b"served"])
         assert bytes((await (await server.next_connection()).receive())[0]) == b"served"
         await good.aclose()
+        for raw in flood:
+            await raw.aclose()
 
 
-async def test_a_peer_beyond_the_cap_waits_its_turn_rather_than_being_refused() -> None:
+async def _eof(raw: SocketStream) -> bool:
+    """Whether the listener closed ``raw`` (read to its end)."""
+    try:
+        while await raw.receive():
+            pass
+    except (anyio.EndOfStream, anyio.BrokenResourceError):
+        pass
+    return True
+
+
+async def test_a_peer_beyond_the_cap_gets_in_at_once_evicting_the_oldest_silent_one() -> None:
+    """Past the cap, the newest connection is not queued behind the flood: the oldest
+    unauthenticated one is closed for it (a peer with the secret takes milliseconds)."""
     cap = 2
     endpoint = Endpoint("tcp://127.0.0.1:0")
-    async with serving(endpoint, max_pending_handshakes=cap, handshake_timeout=60) as server:
+    options = {"max_pending_handshakes": cap, "handshake_timeout": 60, "hello_timeout": 60}
+    async with serving(endpoint, **options) as server:
         flood = [await _raw(server.listener.address) for _ in range(cap)]
-        connected = anyio.Event()
-
-        async def connect() -> None:
+        with anyio.fail_after(10):
             conn = await endpoint.connect(server.listener)
-            connected.set()
-            await conn.aclose()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(connect)
-            await anyio.wait_all_tasks_blocked()
-            assert not connected.is_set()  # accepted by the kernel, not yet by the listener
-            await flood[0].aclose()  # a slot frees
-            with anyio.fail_after(10):
-                await connected.wait()
-        for raw in flood[1:]:
+            assert await _eof(flood[0])  # the oldest went
+        await conn.aclose()
+        for raw in flood:
             await raw.aclose()
+
+
+async def test_a_flood_from_one_address_does_not_evict_a_handshake_from_another() -> None:
+    """A peer of 127.0.0.2 midway through its handshake (it has sent one byte) keeps its
+    place while 127.0.0.1 opens ten times the cap: the most crowded source evicts its own."""
+    cap = 3
+    endpoint = Endpoint("tcp://127.0.0.1:0")
+    options = {"max_pending_handshakes": cap, "handshake_timeout": 60, "hello_timeout": 60}
+    async with serving(endpoint, **options) as server:
+        address = server.listener.address
+        assert address.port is not None
+        slow = await anyio.connect_tcp(address.host, address.port, local_host="127.0.0.2")
+        handshake = Handshake("client", SECRET)
+        hello = handshake.data_to_send()
+        await slow.send(hello[:1])
+        await anyio.wait_all_tasks_blocked()
+        flood = [await _raw(address) for _ in range(10 * cap)]
+        await anyio.wait_all_tasks_blocked()
+        await slow.send(hello[1:])
+        with anyio.fail_after(10):
+            while handshake.wants_more:  # the listener still answers it: not evicted
+                handshake.receive_data(await slow.receive())
+                if out := handshake.data_to_send():
+                    await slow.send(out)
+        assert handshake.complete
+        await slow.aclose()
+        for raw in flood:
+            await raw.aclose()
+
+
+@pytest.mark.parametrize("url", ["unix://@", "tcp://127.0.0.1:0"])
+async def test_a_silent_connection_is_closed_at_the_hello_deadline(url: str) -> None:
+    """One that sends nothing is cut at ``hello_timeout``, not at ``handshake_timeout``."""
+    endpoint = Endpoint(url)
+    async with serving(endpoint, handshake_timeout=600, hello_timeout=0.2) as server:
+        raw = await _raw(server.listener.address)
+        with anyio.fail_after(30):
+            assert await _eof(raw)
+        await raw.aclose()
+
+
+async def test_the_hello_deadline_is_positive() -> None:
+    with pytest.raises(ValueError, match="hello_timeout must be positive"):
+        await Endpoint("tcp://127.0.0.1:0").listen(hello_timeout=0)
 
 
 async def test_the_cap_is_at_least_one() -> None:

@@ -14,7 +14,8 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 
@@ -120,8 +121,7 @@ class _ProcGroup:
                 self.runtime.peer_exited(address, f"(pid {body.pid}) {body.how}")
                 if self.logger is not None and not self.stopping:
                     self.logger.proc_died(body.rank, body.how, self.hosts_root_actors(address))
-            self._exit_seen.set()
-            self._exit_seen = asyncio.Event()
+            self._changed()
             if len(self.exited) == self.count:
                 self.runtime.close_port(self.events)
                 if self.logs is not None:
@@ -150,8 +150,36 @@ class _ProcGroup:
         return {rank: a for rank, a in enumerate(self.addresses) if a is not None}
 
     async def wait_exited(self, ranks: set[int]) -> None:
-        while not ranks <= self.exited.keys():
+        """Until every one of ``ranks`` has exited, or has a host agent that is lost (then
+        nobody can tell us of its exit: see ``unreachable``)."""
+        while not ranks <= self.exited.keys() | self.unreachable():
             await self._exit_seen.wait()
+
+    def unreachable(self) -> set[int]:
+        """Ranks with no exit reported whose host agent is declared lost: none can stop
+        them from here, nor say when they end."""
+        failed = self.runtime.failed_peers
+        return {
+            rank
+            for rank, host in enumerate(self.hosts)
+            if host and host in failed and rank not in self.exited
+        }
+
+    def _changed(self, *_: object) -> None:
+        self._exit_seen.set()
+        self._exit_seen = asyncio.Event()
+
+    @contextmanager
+    def watching_hosts(self) -> Iterator[None]:
+        """While open, a host agent declared lost wakes ``wait_exited`` (it may make
+        ranks unreachable)."""
+        hosts = {host for host in self.hosts if host and host != self.runtime.address}
+        watches = [(host, self.runtime.watch_peer(host, self._changed)) for host in hosts]
+        try:
+            yield
+        finally:
+            for host, key in watches:
+                self.runtime.unwatch_peer(host, key)
 
     def host_lost(self, address: str, exc: BaseException) -> None:
         if not self.ready.done():
@@ -461,32 +489,57 @@ class ProcMesh(ShapedMesh):
         except Exception:  # noqa: BLE001 - a mesh that failed to start: stop what did start
             pass
         started = group.started()
-        for address in started.values():
-            self._runtime.post(address, TO_PROC, "", StopProc(reason))
+        failed = self._runtime.failed_peers
         timeout = current_config().process_exit_timeout
-        try:
-            await asyncio.wait_for(group.wait_exited(set(started)), timeout)
-        except TimeoutError:
-            pass
-        else:
-            return
-        # Frozen (SIGSTOP), stuck in native code, or too busy to stop: their parents kill
-        # them, and each exit is reported as any exit is.
-        late = sorted(set(started) - group.exited.keys())
+        for address in started.values():
+            if address not in failed:
+                self._runtime.post(address, TO_PROC, "", StopProc(reason))
+        # One declared lost (frozen past the heartbeat, cut off) may still run: its parent
+        # kills it at once, and each exit is reported as any exit is.
+        lost = [rank for rank, address in started.items() if address in failed]
+        self._kill(group, lost, f"lost before stop ({reason})")
+        with group.watching_hosts():
+            try:
+                await asyncio.wait_for(group.wait_exited(set(started)), timeout)
+            except TimeoutError:
+                # Frozen (SIGSTOP), stuck in native code, or too busy to stop: as above.
+                late = sorted(set(started) - group.exited.keys() - group.unreachable())
+                why = f"did not exit within process_exit_timeout ({timeout:g} s) of stop"
+                self._kill(group, late, f"{why}: {reason}")
+                try:
+                    await asyncio.wait_for(group.wait_exited(set(late)), timeout)
+                except TimeoutError:
+                    left = sorted(set(late) - group.exited.keys() - group.unreachable())
+                    if left:
+                        raise TimeoutError(
+                            f"procs {left} (pids {[group.pids[r] for r in left]}) did not exit "
+                            f"after stop, nor when their host agents were asked to kill them"
+                        ) from None
+        unreachable = sorted(group.unreachable() & set(started))
+        if unreachable:
+            # Nothing here can stop them: their host agent is lost (dead, or frozen past the
+            # heartbeat). A host agent that loses its controller kills its procs itself, and
+            # a dead one's procs die with it.
+            hosts = sorted({group.hosts[rank] for rank in unreachable})
+            log.warning(
+                "stop of %s: procs %s (pids %s) not confirmed stopped: their host agent(s) %s "
+                "are lost (%s); a host agent that loses its controller kills its procs",
+                group.mesh_id,
+                unreachable,
+                [group.pids[rank] for rank in unreachable],
+                ", ".join(hosts),
+                "; ".join(str(failed[host]) for host in hosts),
+            )
+
+    def _kill(self, group: _ProcGroup, ranks: Sequence[int], why: str) -> None:
+        """Ask the host agents of ``ranks`` (those still reachable) to kill them."""
         by_host: dict[str, list[int]] = {}
-        for rank in late:
-            by_host.setdefault(group.hosts[rank], []).append(group.pids[rank])
-        why = f"did not exit within process_exit_timeout ({timeout:g} s) of stop: {reason}"
+        for rank in ranks:
+            host = group.hosts[rank]
+            if rank not in group.exited and host not in self._runtime.failed_peers:
+                by_host.setdefault(host, []).append(group.pids[rank])
         for host, pids in by_host.items():
             self._runtime.post(host, TO_PROC, "", KillProcs(tuple(pids), why))
-        try:
-            await asyncio.wait_for(group.wait_exited(set(late)), timeout)
-        except TimeoutError:
-            left = sorted(set(late) - group.exited.keys())
-            raise TimeoutError(
-                f"procs {left} (pids {[group.pids[r] for r in left]}) did not exit after "
-                f"stop, nor when their host agents were asked to kill them"
-            ) from None
 
     async def logging_option(
         self,

@@ -20,6 +20,7 @@ handshake, under its proof, and the bytes are tagged unless both said no.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -31,6 +32,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Final
+
+from monarch.transport.lowlevel import Admission
 
 from ._errors import (
     RDMABufferDropped,
@@ -59,6 +62,8 @@ ALTERED: Final = 5
 """A write's bytes did not match their tag (changed on the way): not to be trusted."""
 NONCE: Final = 16
 HANDSHAKE_TIMEOUT: Final = 30.0
+MAX_PENDING_HANDSHAKES: Final = 64
+"""Data connections a server keeps before their proof of the secret (see ``_accept``)."""
 DRAIN: Final = 1024 * 1024
 _TIMEVAL: Final = struct.Struct("@ll")
 
@@ -120,6 +125,20 @@ def _recv_bytes(sock: socket.socket, size: int) -> bytes:
     return bytes(into)
 
 
+class _Pending:
+    """A data connection before its proof, as ``Admission`` evicts it: shut down, so that
+    the read its thread is blocked in returns."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+
+    def cancel(self) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.shutdown(socket.SHUT_RDWR)
+
+
 class DataServer:
     """This process's TCP data server: serves the buffers ``lookup`` finds."""
 
@@ -138,18 +157,32 @@ class DataServer:
         self.host = host
         self.port: int = self._sock.getsockname()[1]
         self._closed = False
+        self._admission = Admission(MAX_PENDING_HANDSHAKES, f"rdma-tcp://{host}:{self.port}")
         threading.Thread(target=self._accept, name="monarch-rdma-tcp", daemon=True).start()
 
     def _accept(self) -> None:
+        """A thread per connection, at most ``MAX_PENDING_HANDSHAKES`` of them before their
+        proof of the secret (``Admission``: a flood of silent connections evicts its own
+        oldest, it neither holds a thread each nor locks the job's peers out)."""
         while not self._closed:
             try:
-                conn, _ = self._sock.accept()
+                conn, peer = self._sock.accept()
             except OSError:
                 return
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(
-                target=self._serve, args=(conn,), name="monarch-rdma-tcp-conn", daemon=True
-            ).start()
+            pending = _Pending(conn)
+            self._admission.admit(str(peer[0]), pending)
+            try:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                threading.Thread(
+                    target=self._serve,
+                    args=(conn, pending),
+                    name="monarch-rdma-tcp-conn",
+                    daemon=True,
+                ).start()
+            except (OSError, RuntimeError) as error:  # gone already; no thread to be had
+                self._admission.release(pending)
+                conn.close()
+                log.warning("closed an RDMA data connection at once: %s", error)
 
     def close(self) -> None:
         self._closed = True
@@ -173,11 +206,14 @@ class DataServer:
         data = _tags_data(server_hello, client_hello)
         return Seal(requests, data), Seal(answers, data)
 
-    def _serve(self, conn: socket.socket) -> None:
+    def _serve(self, conn: socket.socket, pending: _Pending) -> None:
         header = bytearray(HEADER.size + TAG_SIZE)
         with conn:
             try:
-                seals = self._handshake(conn)
+                try:
+                    seals = self._handshake(conn)
+                finally:
+                    self._admission.release(pending)
                 if seals is None:
                     return
                 requests, answers = seals

@@ -32,10 +32,14 @@ class TransportOptions:
     max_parts: int = DEFAULT_MAX_PARTS
     handshake_timeout: float = 10.0
     """Seconds a peer may take to complete the handshake (TLS included)."""
+    hello_timeout: float = 3.0
+    """Seconds an accepted connection has to send its first bytes (a peer with the secret
+    sends its hello at once): a silent one is closed then, well before ``handshake_timeout``."""
     max_pending_handshakes: int = 64
-    """Accepted connections a listener lets be in their handshake at once; more wait in
-    the kernel's backlog. Bounds the descriptors a flood of unauthenticated connections
-    can hold."""
+    """Accepted connections a listener keeps in their handshake at once; a new one past
+    that evicts the oldest of the source that holds the most (``_admission``). Bounds the
+    descriptors a flood of unauthenticated connections can hold, without queueing the job's
+    own peers behind it."""
     connect_timeout: float = 30.0
     close_timeout: float = 5.0
     """Seconds ``aclose`` spends flushing queued frames before dropping them."""
@@ -49,6 +53,8 @@ class TransportOptions:
     still runs with the peer, end to end."""
 
     def __post_init__(self) -> None:
+        if not self.hello_timeout > 0:
+            raise ValueError(f"hello_timeout must be positive, not {self.hello_timeout}")
         if self.max_pending_handshakes < 1:
             raise ValueError(
                 f"max_pending_handshakes must be at least 1, not {self.max_pending_handshakes}"

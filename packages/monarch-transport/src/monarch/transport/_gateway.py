@@ -30,6 +30,7 @@ import msgspec
 
 from ._abc import Listener, TransportOptions
 from ._address import Address
+from ._admission import Admission
 from ._connect import (
     GATEWAY_NONCE,
     GATEWAY_PROOF,
@@ -209,17 +210,26 @@ class Gateway:
         return list(self._routes)
 
     async def serve(self) -> None:
-        """Accept until closed; each connection in a task of its own."""
+        """Accept until closed; each connection in a task of its own, at most
+        ``max_pending_handshakes`` of them before their request (``Admission``: past that,
+        the oldest of the most crowded source address is closed)."""
         async with anyio.create_task_group() as tg:
-            slots = anyio.Semaphore(self._max_pending)
+            admission = Admission(self._max_pending, self.address)
             while True:
-                await slots.acquire()
                 sock = await accept_connection(self._sock, lambda: self._closed, self.address)
                 if sock is None:
                     tg.cancel_scope.cancel()
                     return
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                tg.start_soon(self._handle, sock, slots)
+                try:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    source = str(sock.getpeername()[0])
+                except OSError:
+                    _close(sock)
+                    continue
+                scope = anyio.CancelScope()
+                admission.admit(source, scope)
+                tg.start_soon(self._handle, sock, admission, scope)
+                await anyio.lowlevel.checkpoint()  # an evicted one closes before the next
 
     async def aclose(self) -> None:
         if self._closed:
@@ -231,14 +241,19 @@ class Gateway:
             _close(sock)
         await anyio.lowlevel.checkpoint()
 
-    async def _handle(self, sock: socket.socket, slots: anyio.Semaphore) -> None:
+    async def _handle(
+        self, sock: socket.socket, admission: Admission, scope: anyio.CancelScope
+    ) -> None:
         kept = False
         try:
+            request = None
             try:
-                with anyio.fail_after(self._handshake_timeout):
+                with scope, anyio.fail_after(self._handshake_timeout):
                     request = await self._request(sock)
             finally:
-                slots.release()
+                admission.release(scope)
+            if scope.cancelled_caught:
+                admission.dropped(f"{_peer(sock)}: evicted by a newer connection, no request yet")
             if request is None:
                 return
             if isinstance(request, GatewayOpen):

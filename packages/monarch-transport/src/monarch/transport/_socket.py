@@ -36,6 +36,7 @@ from ._abc import (
     TransportOptions,
 )
 from ._address import Address
+from ._admission import Admission
 from ._errors import (
     ConnectError,
     ConnectionClosed,
@@ -796,49 +797,74 @@ class SocketListener(Listener):
         return f"<{type(self).__name__} {self._address}{' closed' if self._closed else ''}>"
 
     async def serve(self, handler: ConnectionHandler, task_group: TaskGroup | None = None) -> None:
-        """Accept while fewer than ``max_pending_handshakes`` accepted connections are in
-        their handshake; past that, new ones wait in the kernel's backlog (a flood of
-        connections that never authenticate holds that many descriptors, no more, each
-        for ``handshake_timeout`` at most)."""
+        """Accept every connection at once and let it do its handshake, keeping at most
+        ``max_pending_handshakes`` unauthenticated ones (``Admission``: a flood of silent or
+        slow connections evicts itself, it does not queue the job's own peers behind it)."""
         async with AsyncExitStack() as stack:
             if task_group is None:
                 task_group = await stack.enter_async_context(anyio.create_task_group())
-            slots = anyio.Semaphore(self._options.max_pending_handshakes)
+            admission = Admission(self._options.max_pending_handshakes, self._address)
             while not self._closed:
-                await slots.acquire()
                 raw = await self._accept()
                 if raw is None:
                     return
-                task_group.start_soon(self._handle, raw, handler, slots)
+                try:
+                    remote = self._transport.peer_address(raw)
+                except OSError:
+                    raw.close()
+                    continue
+                scope = anyio.CancelScope()
+                admission.admit(remote.host if remote.port is not None else "", scope)
+                task_group.start_soon(self._handle, raw, remote, handler, admission, scope)
+                await checkpoint()  # an evicted handshake closes before the next accept
 
     async def _accept(self) -> socket.socket | None:
         """The next connection (non-blocking), or None once the listener is closed."""
         return await accept_connection(self._sock, lambda: self._closed, self._address)
 
     async def _handle(
-        self, raw: socket.socket, handler: ConnectionHandler, slots: anyio.Semaphore
+        self,
+        raw: socket.socket,
+        remote: Address,
+        handler: ConnectionHandler,
+        admission: Admission,
+        scope: anyio.CancelScope,
     ) -> None:
+        conn: SocketConnection | None = None
         try:
-            try:
-                remote = self._transport.peer_address(raw)
-            except OSError:
-                raw.close()
-                return
-            try:
-                conn = await self._transport.establish(
-                    raw, self._options, "server", local=self._address, remote=remote
-                )
-            except TransportError as exc:
-                log.warning("closing connection from %s to %s: %s", remote, self._address, exc)
-                raw.close()
-                return
+            with scope:
+                conn = await self._establish(raw, remote)
+        except TransportError as exc:
+            admission.dropped(f"{remote}: {exc}")
+            return
         finally:
-            slots.release()
+            admission.release(scope)
+        if conn is None:
+            admission.dropped(f"{remote}: evicted by a newer connection, still unauthenticated")
+            return
         async with conn:
             try:
                 await handler(conn)
             except Exception:
                 log.exception("connection handler for %s failed; closing that connection", remote)
+
+    async def _establish(self, raw: socket.socket, remote: Address) -> SocketConnection:
+        """The handshake of an accepted connection, which must send its first bytes within
+        ``hello_timeout`` (a peer with the secret sends its hello at once); the socket is
+        closed if anything fails."""
+        deadline = min(self._options.hello_timeout, self._options.handshake_timeout)
+        try:
+            with anyio.move_on_after(deadline) as silent:
+                await anyio.wait_readable(raw)
+        except BaseException:
+            raw.close()
+            raise
+        if silent.cancelled_caught:
+            raw.close()
+            raise HandshakeError(f"handshake timed out: nothing sent within {deadline}s")
+        return await self._transport.establish(
+            raw, self._options, "server", local=self._address, remote=remote
+        )
 
     async def aclose(self) -> None:
         if self._closed:
