@@ -3,13 +3,69 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
 
 import pytest
+
+SKIP_SYSTEM = "MONARCH_SKIP_SYSTEM_TESTS"
+"""Set to 1: tools/system-packages.sh installs nothing and the tests marked ``system``
+(they need its Debian packages, or start system daemons) skip, saying so."""
+
+
+def _suite_daemons() -> ModuleType:
+    """tools/suite_daemons.py (tools/ is no package: loaded by path)."""
+    path = Path(__file__).parent / "tools" / "suite_daemons.py"
+    spec = importlib.util.spec_from_file_location("suite_daemons", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_daemon_record = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Name the file where tools/slurm's scripts record the daemons they start (the
+    session's controller; xdist workers inherit the environment)."""
+    if hasattr(config, "workerinput"):
+        return
+    daemons = _suite_daemons()
+    fd, name = tempfile.mkstemp(prefix="monarch-test-daemons-")
+    os.close(fd)
+    config.stash[_daemon_record] = Path(name)
+    os.environ[daemons.RECORD_ENV] = name
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop the system daemons this session started (tools/suite_daemons.py)."""
+    record = config.stash.get(_daemon_record, None)
+    if record is None:
+        return
+    stopped = _suite_daemons().stop_recorded(record)
+    record.unlink(missing_ok=True)
+    if stopped:
+        sys.stderr.write(f"stopped the daemons the tests started: {', '.join(stopped)}\n")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get(SKIP_SYSTEM) != "1":
+        return
+    skip = pytest.mark.skip(
+        reason=f"{SKIP_SYSTEM}=1: needs tools/system-packages.sh's Debian packages or "
+        "starts system daemons"
+    )
+    for item in items:
+        if item.get_closest_marker("system") is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import textwrap
 
 import monarch.actor
 from monarch.actor import (
@@ -133,7 +134,7 @@ def main() -> None:
     try:
         doomed.crash.call_one().get(timeout=30)
     except SupervisionError as error:
-        print("caught SupervisionError:", str(error).splitlines()[0][:100])
+        print("caught SupervisionError:", textwrap.indent(str(error), "  ").strip())
 
     section("stop")
     procs.stop().get()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,8 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
                 "== adverbs",
                 "call_one  ->",
                 "caught ActorError",
-                "caught SupervisionError",
+                "caught SupervisionError",  # the whole error, not cut mid-sentence:
+                "and all its descendants have failed:\n    the process this actor was running on",
                 "stopped",
             ],
         ),
@@ -83,3 +85,24 @@ def test_the_readmes_observability_snippet_runs() -> None:
     out = done.stdout
     assert re.search(r"\[8 similar log lines\]\S* \[\d\] step 1 loss 0.25", out), out[-3000:]
     assert "{'rows': [{'endpoint': 'Trainer.step', 'calls': 8}]}" in out, out[-3000:]
+
+
+def test_the_transport_demo_needs_no_test_tool() -> None:
+    """Run as from a user's install: trustme (a test dependency) is not there."""
+    code = (
+        "import runpy, sys\n"
+        "sys.modules['trustme'] = None  # as if not installed\n"
+        f"runpy.run_path({str(EXAMPLES / 'transport_demo.py')!r}, run_name='__main__')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "tls://127.0.0.1:" in done.stdout and "wrong secret" in done.stdout
+
+
+def test_the_transport_demos_docstring_names_a_command_that_exists() -> None:
+    hatch = tomllib.loads((EXAMPLES.parent / "hatch.toml").read_text())
+    scripts = hatch["envs"]["default"]["scripts"]
+    doc = (EXAMPLES / "transport_demo.py").read_text().split('"""')[1]
+    named = re.findall(r"``hatch run ([\w-]+)``", doc)
+    assert named == ["demo-transport"]
+    assert "examples/transport_demo.py" in scripts[named[0]][1]

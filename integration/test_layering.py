@@ -32,7 +32,9 @@ META = "pymonarch"
 ROOT_OWNER = "monarch-core"
 OWNS: dict[str, frozenset[str]] = {
     "monarch-transport": frozenset({"transport"}),
-    "monarch-core": frozenset({"actor", "config", "core", "tools", "_rust_bindings", "_src"}),
+    "monarch-core": frozenset(
+        {"actor", "config", "core", "tools", "_rust_bindings", "_src", "_wheels"}
+    ),
     "monarch-rdma": frozenset({"rdma"}),
     "monarch-tensor": frozenset(
         {
@@ -80,9 +82,15 @@ def below(dist: str) -> frozenset[str]:
     return frozenset(seen)
 
 
+TOP_LEVEL: dict[str, str] = {"_monarch_guard": "monarch-core"}
+"""Modules outside ``monarch`` (where upstream's torchmonarch cannot overwrite them)."""
+
+
 def owner(module: str) -> str | None:
     """The wheel that ships ``monarch[.sub[...]]``, or None for a module no wheel owns."""
     parts = module.split(".")
+    if parts[0] in TOP_LEVEL:
+        return TOP_LEVEL[parts[0]]
     if parts[0] != "monarch":
         return None
     if len(parts) == 1:
@@ -279,8 +287,9 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
     for floor in (
         # leaves
         "_config _memory _netaddr _per_process _cli _debug_client _tls _table _instrument"
-        " _internal_logs _workspace _reload _filling _mocks",  # + the internal log; files by
-        # checksum; reloads; a call's tensor copies made while they travel; mocked actors
+        " _internal_logs _workspace _reload _filling _mocks _client_end",  # + the internal
+        # log; files by checksum; reloads; a call's tensor copies made while they travel;
+        # mocked actors; how an unhandled failure ends the client
         "_tensors _adopt _buffers",  # tensors as one buffer each (torch never imported); fd
         # sockets; upstream's write Buffer (small writes copied, large bytes kept)
         "_serialize _ring",  # pickling with out-of-band buffers; the lenders' rings

@@ -21,10 +21,13 @@ ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or CHROMEDRIVER is None,
-    reason="chromium and chromium-driver are not installed (tools/system-packages.sh)",
-)
+pytestmark = [
+    pytest.mark.system,
+    pytest.mark.skipif(
+        CHROMIUM is None or CHROMEDRIVER is None,
+        reason="chromium and chromium-driver are not installed (tools/system-packages.sh)",
+    ),
+]
 
 
 @pytest.fixture

@@ -158,6 +158,7 @@ def tmux(socket: str, *args: str, env: dict[str, str] | None = None) -> str:
     return subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
 
 
+@pytest.mark.system
 @pytest.mark.skipif(
     shutil.which("tmux") is None, reason="tmux is not installed (tools/system-packages.sh)"
 )

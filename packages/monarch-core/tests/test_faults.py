@@ -557,6 +557,7 @@ def start_netns_job(
     return start(argv, env, stdin=True), [w2, w3]
 
 
+@pytest.mark.system
 @pytest.mark.usefixtures("firewall")
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_a_host_cut_off_fails_its_calls(
@@ -587,6 +588,7 @@ def test_a_host_cut_off_fails_its_calls(
     assert all(w.popen.poll() is None for w in workers)
 
 
+@pytest.mark.system
 @pytest.mark.usefixtures("firewall")
 def test_half_the_packets_lost_calls_complete_or_fail_never_hang(
     hosts: list[str], start: Callable[..., Child], env: dict[str, str]

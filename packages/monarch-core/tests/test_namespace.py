@@ -28,8 +28,12 @@ def test_missing_layer_names_the_wheel(
     monkeypatch.setitem(sys.modules, "monarch.tensor", None)  # as if monarch-tensor were absent
     with pytest.raises(ImportError) as excinfo:
         monarch.Tensor
+    # The command that works (the wheels are not on the index yet), from this checkout.
+    checkout = Path(monarch.__file__).resolve().parents[4]
     assert str(excinfo.value) == (
-        "monarch.Tensor needs the monarch-tensor wheel: pip install monarch-tensor"
+        f"monarch.Tensor needs the monarch-tensor wheel: pip install -e "
+        f"{checkout}/packages/monarch-tensor (monarch-tensor is not on the package index yet: "
+        "the name is reserved for this project)"
     )
     assert excinfo.value.name == "monarch.tensor"
 

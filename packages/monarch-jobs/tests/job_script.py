@@ -52,7 +52,7 @@ def run(job: JobTrait, kill: bool = False) -> None:
     if kill:
         job.kill()
         # Time for what the hosts' end sends (already in the sockets) to be read: a
-        # failure it reports ends this client (status 130, "Unhandled monarch error").
+        # failure it reports ends this client (status 1, "Unhandled monarch error").
         local = this_host().spawn_procs()
         local.spawn("where", Where).where.call().get(timeout=60)
         local.stop().get(timeout=60)

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from jobkit import Dialog, Script, alive, drop_hosts, ip, make_hosts, netns_of, wait_until
 
+pytestmark = pytest.mark.system  # Slurm and munge (tools/system-packages.sh), daemons
 HERE = Path(__file__).parent
 START = HERE.parents[2] / "tools" / "slurm" / "start-netns.sh"
 NODES = 4

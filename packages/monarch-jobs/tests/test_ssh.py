@@ -18,6 +18,8 @@ from jobkit import SSH_ARGS, Script, alive, drop_hosts, make_hosts, netns_of, st
 
 from monarch.job import JobError, SSHJob, job_load
 
+pytestmark = pytest.mark.system  # an sshd per host (openssh-server: tools/system-packages.sh)
+
 MONARCH = shutil.which("monarch", path=str(Path(sys.executable).parent)) or "monarch"
 
 

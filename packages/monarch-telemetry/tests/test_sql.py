@@ -86,7 +86,8 @@ def test_without_duckdb_the_error_names_the_extra() -> None:
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
-    assert "pip install 'monarch-telemetry[sql]'" in done.stdout, done.stderr[-2000:]
+    assert "monarch-telemetry's sql extra): pip install -e " in done.stdout, done.stderr[-2000:]
+    assert 'monarch-telemetry[sql]" (monarch-telemetry is not on the package' in done.stdout
 
 
 def test_bad_queries_are_clear_errors() -> None:

@@ -15,6 +15,10 @@ from typing import Any as _Any
 # sys.path entries (editable installs) this adds their monarch/ directories to the package.
 __path__ = _pkgutil.extend_path(__path__, __name__)
 
+from monarch import _wheels
+
+_wheels.install_finder()  # `import monarch.job` without monarch-jobs says how to install it
+
 # Upstream's lazy top-level names -> (module that provides it, attribute in that module).
 _LAZY: dict[str, tuple[str, str]] = {
     # monarch-core
@@ -85,7 +89,8 @@ def __getattr__(name: str) -> _Any:
             raise  # the layer is there but one of its own imports is missing
         wheel = _WHEEL[module_name]
         raise ImportError(
-            f"monarch.{name} needs the {wheel} wheel: pip install {wheel}", name=module_name
+            f"monarch.{name} needs the {wheel} wheel: {_wheels.install_hint(wheel)}",
+            name=module_name,
         ) from e
     value = getattr(module, attribute)
     globals()[name] = value

@@ -7,6 +7,7 @@ unhandled, so reassigning it (``monarch.actor.unhandled_fault_hook = my_hook``) 
 from collections.abc import Callable
 from typing import Any
 
+from monarch._wheels import install_hint
 from monarch.core._actor_mesh import (
     Accumulator,
     ActorMesh,
@@ -61,7 +62,7 @@ def __getattr__(name: str) -> Any:
         return next(iter(found)).load()
     if name in _WHEELS:
         raise ImportError(
-            f"monarch.actor.{name} needs the {_WHEELS[name]} wheel: pip install {_WHEELS[name]}",
+            f"monarch.actor.{name} needs the {_WHEELS[name]} wheel: " + install_hint(_WHEELS[name]),
             name=f"monarch.actor.{name}",
         )
     raise AttributeError(f"module 'monarch.actor' has no attribute {name!r}")

@@ -31,6 +31,8 @@ if _sys.orig_argv[-2:] in (["-m", "monarch.core._proc"], ["-m", "monarch.core._z
     # ``serve_zygote``): its passes over them would cost ~6 ms of the proc's start.
     _gc.disable()
 
+from monarch._wheels import install_hint
+
 from ._actor_mesh import ActorMesh, proc_addresses, spawn_actor_mesh
 from ._bootstrap import (
     SECRET_ENV,
@@ -61,6 +63,7 @@ from ._errors import (
     WorkerConfigError,
     WorkspaceSyncError,
 )
+from ._exits import workers_stopping
 from ._future import Future, Outcome, run_on, submit_into, wait_outcome
 from ._gather import Gather
 from ._instrument import (
@@ -94,6 +97,7 @@ from ._proc_mesh import HostMesh, ProcMesh, SpawnedProc, spawned_procs, this_hos
 from ._runtime import Runtime, current_runtime, running_runtime
 from ._serialize import calling_endpoint, calling_target, dumps, loads
 from ._shape import Extent, NDSlice, Point, Shape
+from ._tls import TlsIdentity, job_identity
 from ._value_mesh import ValueMesh
 from ._workspace import Workspace
 
@@ -140,6 +144,7 @@ __all__ = [
     "StackFrame",
     "SupervisionError",
     "ThreadStack",
+    "TlsIdentity",
     "ValueMesh",
     "WorkerConfigError",
     "Workspace",
@@ -160,7 +165,9 @@ __all__ = [
     "gather_directories",
     "import_proc_start",
     "inspect_proc",
+    "install_hint",
     "ip_host",
+    "job_identity",
     "job_secret",
     "lending_available",
     "listen_address",
@@ -178,4 +185,5 @@ __all__ = [
     "this_proc",
     "use_job_secret",
     "wait_outcome",
+    "workers_stopping",
 ]

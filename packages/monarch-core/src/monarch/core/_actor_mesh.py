@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
+from monarch._wheels import install_hint
 from monarch.transport import Buffer
 
 from ._config import current_config
@@ -106,7 +107,8 @@ def tensor_engine_entry(name: str, owner: str = "ProcMesh") -> Callable[..., Any
         points = entry_points(group=TENSOR_ENGINE_GROUP, name=name)
         if not points:
             raise ImportError(
-                f"{owner}.{name}() needs the monarch-tensor wheel: pip install monarch-tensor",
+                f"{owner}.{name}() needs the monarch-tensor wheel: "
+                + install_hint("monarch-tensor"),
                 name="monarch.tensor",
             )
         found = _tensor_engine[name] = next(iter(points)).load()

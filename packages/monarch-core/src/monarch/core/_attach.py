@@ -26,6 +26,7 @@ from monarch.transport import Address, AuthenticationError, TransportError, open
 
 from ._bootstrap import ROOT_ENV, SECRET_ENV
 from ._config import BindSpec, configure, current_config
+from ._exits import worker_stopping, workers_stopping
 from ._future import run_on
 from ._netaddr import WILDCARD_HOSTS, route_source, split_alias
 from ._proc_mesh import HostMesh
@@ -184,7 +185,12 @@ async def _listen_at(runtime: Runtime, scheme: str, host: str) -> None:
 
 
 def _watch_worker(runtime: Runtime, address: str) -> None:
+    workers_stopping([address], False)  # attached (again): its end would be news
+
     def lost(address: str, exc: BaseException) -> None:
+        if worker_stopping(address):
+            log.info("worker %s ended as asked: %s", address, exc)
+            return
         hint = ""
         if isinstance(exc, AuthenticationError):
             hint = f" (the worker must be given this controller's {SECRET_ENV})"

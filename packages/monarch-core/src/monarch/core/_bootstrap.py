@@ -36,6 +36,8 @@ from monarch.transport import MIN_SECRET_SIZE, Address, Buffer, get_transport
 
 from ._actor_mesh import handle_actor_failed, handle_how_ended
 from ._adopt import adopt_listener
+from ._client_end import exit_status
+from ._client_end import prepare as prepare_client_end
 from ._config import KEYS, current_config
 from ._controller import handle_get_controller
 from ._debugger import breakpoint_hook, install_console
@@ -211,6 +213,7 @@ def start_controller(listen: str | None = None) -> Runtime:
     """Start the client's runtime on a background thread and install it (the starter of
     ``current_runtime``): plain code can then block on futures while the loop works."""
     whole_lines()
+    prepare_client_end()
     install_internal_logs("client", banner=True)
     loop = new_event_loop()
     ready = threading.Event()
@@ -731,6 +734,7 @@ def _shutdown_at_exit() -> None:
         kill_children()
         stop_zygote()
         _stop_controller()
+        exit_status()  # after an unhandled failure: status 1, whatever the script did
 
 
 atexit.register(_shutdown_at_exit)

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Sequence
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from typing import Protocol
 
+from monarch._wheels import COMMANDS, install_hint, upstream_installed
+
 COMMANDS_GROUP = "monarch.commands"
 
 
@@ -32,6 +34,10 @@ def _installed_version() -> str:
 
 def _version(args: argparse.Namespace) -> int:
     print(f"monarch {_installed_version()}")
+    upstream = upstream_installed()
+    if upstream is not None:
+        print(f"monarch: warning: {upstream}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -53,8 +59,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _commands(parser: argparse.ArgumentParser) -> set[str]:
+    """The subcommands ``parser`` has (the plug-ins that loaded)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return set(action.choices)
+    return set()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    wheel = COMMANDS.get(argv[0]) if argv else None
+    if wheel is not None and argv[0] not in _commands(parser):
+        print(
+            f"monarch: '{argv[0]}' is a command of the {wheel} wheel, which is not installed "
+            f"here: {install_hint(wheel)}",
+            file=sys.stderr,
+        )
+        return 2
+    args = parser.parse_args(argv)
     result = args.func(args)
     return int(result or 0)
 

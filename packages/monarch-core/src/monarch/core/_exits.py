@@ -12,7 +12,7 @@ and waits ``ASKED_GRACE`` for its answer. Loop thread only.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 GRACE = 1.0
 """Seconds to wait for a host agent's report once a proc's connection closed."""
@@ -31,6 +31,25 @@ _asked: set[str] = set()
 
 _unknown: set[str] = set()
 """Procs whose end nobody could tell this process: not asked about again."""
+
+
+_stopping: set[str] = set()
+"""Workers (host agents) this client is ending on purpose: their end is no error."""
+
+
+def workers_stopping(addresses: Iterable[str], stopping: bool = True) -> None:
+    """Say that the workers at ``addresses`` are about to be ended on purpose (a job's
+    ``kill()``; from any thread): losing them is then logged, not warned of as a failure.
+    ``stopping=False``: attached again, their end would be news."""
+    if stopping:
+        _stopping.update(addresses)
+    else:
+        _stopping.difference_update(addresses)
+
+
+def worker_stopping(address: str) -> bool:
+    """Whether the worker at ``address`` is being ended on purpose (``workers_stopping``)."""
+    return address in _stopping
 
 
 def expect(address: str) -> None:

@@ -120,12 +120,30 @@ class _ProcGroup:
                 ended(address, body.how)
                 self.runtime.peer_exited(address, f"(pid {body.pid}) {body.how}")
                 if self.logger is not None and not self.stopping:
-                    self.logger.proc_died(body.rank, body.how)
+                    self.logger.proc_died(body.rank, body.how, self.hosts_root_actors(address))
             self._changed()
             if len(self.exited) == self.count:
                 self.runtime.close_port(self.events)
                 if self.logs is not None:
                     self.logs.flush()
+
+    def hosts_root_actors(self, address: str) -> bool:
+        """Whether a live actor mesh of the client's own is on the proc at ``address``:
+        its failure reports that proc's death to the user, by the name they gave it."""
+        for mesh in self.actor_meshes:
+            state = mesh._state
+            supervised = state.supervised
+            if supervised is None or supervised.owner is not None or state.stopped is not None:
+                continue
+            addresses, procs = state.addresses, state.procs
+            if addresses is None:  # spawned, not yet resolved
+                if not isinstance(procs, Outcome):
+                    addresses = list(procs or ())
+                elif procs.done() and procs._error is None:
+                    addresses = procs._wait()
+            if address in (addresses or ()):
+                return True
+        return False
 
     def started(self) -> dict[int, str]:
         """The procs that reported an address, by rank."""
@@ -189,8 +207,9 @@ class _LoggerMesh:
         """Procs per OS process (``procs_per_process``): a group rank covers up to that many."""
         self.name = "logger-" + mesh_uid()
 
-    def proc_died(self, process: int, how: str) -> None:
-        """The OS process ``process`` (a rank of the group) ended as ``how`` says."""
+    def proc_died(self, process: int, how: str, reported_elsewhere: bool = False) -> None:
+        """The OS process ``process`` (a rank of the group) ended as ``how`` says;
+        ``reported_elsewhere``: a root-owned actor mesh there reports it (``call_fault_hook``)."""
         reason, clean = process_ended(how)
         if clean:  # a clean exit is a stop, as for actors
             return
@@ -209,7 +228,7 @@ class _LoggerMesh:
             self.owner.supervise(failure)
             return
         try:
-            self.runtime.loop.run_in_executor(None, call_fault_hook, failure)
+            self.runtime.loop.run_in_executor(None, call_fault_hook, failure, reported_elsewhere)
         except RuntimeError:  # the interpreter is exiting: nobody to tell but the log
             log.warning("at exit: %s", failure.report())
 

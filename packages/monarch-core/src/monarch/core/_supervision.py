@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import sys
-import threading
 from datetime import datetime
 
+from ._client_end import end_client
 from ._errors import MeshFailure
 
 log = logging.getLogger("monarch.actor")
@@ -27,23 +26,24 @@ def default_unhandled_fault_hook(failure: MeshFailure) -> None:
     sys.exit(1)
 
 
-def call_fault_hook(failure: MeshFailure) -> None:
+def call_fault_hook(failure: MeshFailure, reported_elsewhere: bool = False) -> None:
     """Call ``monarch.actor.unhandled_fault_hook`` as it is now (users reassign it).
 
     As upstream's: a hook that returns drops the failure; one that raises (the default
-    exits) leaves it unhandled, which is reported on stderr and ends the client: a real
-    SIGINT to the main thread, which interrupts a blocking wait there too, and ends the
-    process with status 130 (an uncaught KeyboardInterrupt).
+    exits) leaves it unhandled, which is reported on stderr once and ends the client
+    (``_client_end``: ``SystemExit(1)`` in the main thread, even in a blocking wait).
+    ``reported_elsewhere``: the same death fails a mesh of the user's, whose failure
+    reports it and ends the client (a proc mesh's internal ``logger-<uid>``).
     """
     actor_module = sys.modules.get("monarch.actor")
     hook = getattr(actor_module, "unhandled_fault_hook", default_unhandled_fault_hook)
     try:
         hook(failure)
     except BaseException:
-        sys.stderr.write(
+        log.debug("unhandled_fault_hook raised", exc_info=True)
+        if reported_elsewhere:
+            return
+        end_client(
             f"Unhandled monarch error on the root actor, hostname={socket.gethostname()}, "
             f"PID={os.getpid()} at time {datetime.now()}:\n{failure.report()}\n"
         )
-        sys.stderr.flush()
-        log.debug("unhandled_fault_hook raised", exc_info=True)
-        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)

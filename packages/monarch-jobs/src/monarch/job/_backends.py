@@ -7,6 +7,8 @@ from __future__ import annotations
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 
+from monarch.core import install_hint
+
 from ._trait import JobTrait
 
 GROUP = "monarch.job_backends"
@@ -25,7 +27,8 @@ def job_backend(name: str) -> type[JobTrait]:
         known = ", ".join(sorted(_registered())) or "none"
         raise LookupError(
             f"no job backend {name!r} (installed: {known}; monarch-jobs provides local, "
-            'process, slurm, ssh, and kubernetes with pip install "monarch-jobs[kubernetes]")'
+            "process, slurm, ssh, and kubernetes with the kubernetes extra: "
+            f"{install_hint('monarch-jobs', 'kubernetes')})"
         )
     loaded = found.load()
     if not (isinstance(loaded, type) and issubclass(loaded, JobTrait)):

@@ -27,13 +27,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from monarch.core import install_hint
+
 try:
     import urllib3
     from kubernetes import client, config
     from kubernetes.client.rest import ApiException
 except ImportError:  # as upstream's: the module needs the client
     raise RuntimeError(
-        'please install kubernetes to use KubernetesJob: pip install "monarch-jobs[kubernetes]"'
+        "please install kubernetes to use KubernetesJob: "
+        + install_hint("monarch-jobs", "kubernetes")
     ) from None
 
 from monarch.core import SECRET_ENV, job_secret

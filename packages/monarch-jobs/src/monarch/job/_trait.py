@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final
 
-from monarch.core import HostMesh
+from monarch.core import HostMesh, workers_stopping
 
 from ._mounts import GatherMount, Mounts, RemoteMount
 from ._state import JobState
@@ -160,6 +160,7 @@ class JobTrait(ABC):
                 mesh.stop().get(timeout=STOP_TIMEOUT)
             except Exception as exc:  # noqa: BLE001 - the hosts are ended below anyway
                 print(f"Could not stop the procs of {mesh!r}: {exc}", file=sys.stderr)
+            workers_stopping(mesh.host_agents())  # their end is what we ask for: no warning
         self._kill()
         self._running = False
 

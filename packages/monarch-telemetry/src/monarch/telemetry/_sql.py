@@ -32,6 +32,7 @@ from monarch.core import (
     current_config,
     current_runtime,
     dumps,
+    install_hint,
     loads,
     running_runtime,
 )
@@ -246,7 +247,8 @@ class TelemetryStore:
             import duckdb  # the "sql" extra: only a client with job telemetry loads it
         except ImportError as exc:
             raise ImportError(
-                "the job's telemetry tables need DuckDB: pip install 'monarch-telemetry[sql]'"
+                "the job's telemetry tables need DuckDB (monarch-telemetry's sql extra): "
+                + install_hint("monarch-telemetry", "sql")
             ) from exc
 
         self.config = config
