@@ -11,6 +11,11 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("monarch.admin") is None,
+    reason="monarch-admin (monarch-jobs' admin extra) is not installed (pkg-jobs)",
+)
+
 SCRIPT = Path(__file__).with_name("admin_script.py")
 DASHBOARD = Path(__file__).with_name("dashboard_script.py")
 
@@ -49,3 +54,4 @@ def test_a_telemetry_dashboard_alone_is_served_with_its_sql(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
     assert result == {"page": True, "rows": [{"n": 2}]}
+

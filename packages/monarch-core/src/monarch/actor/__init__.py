@@ -15,6 +15,7 @@ from monarch.core._actor_mesh import (
     as_endpoint,
     send,
 )
+from monarch.core.lowlevel import plugin_group
 from monarch.core._attach import ChannelTransport, attach, attach_to_workers, enable_transport
 from monarch.core._context import (
     Context,
@@ -54,16 +55,9 @@ _WHEELS = dict.fromkeys(("span", "traced", "get_meter"), "monarch-telemetry")
 
 
 def __getattr__(name: str) -> Any:
-    from importlib.metadata import entry_points  # ~20 ms to import: only when asked
-
-    found = entry_points(group=EXTRAS_GROUP, name=name)
-    if found:
-        return next(iter(found)).load()
-    if name in _WHEELS:
-        raise ImportError(
-            f"monarch.actor.{name} needs the {_WHEELS[name]} wheel: pip install {_WHEELS[name]}",
-            name=f"monarch.actor.{name}",
-        )
+    group = plugin_group(EXTRAS_GROUP, _WHEELS)
+    if name in group.entries() or name in _WHEELS:
+        return group.load(name, needed_by=f"monarch.actor.{name}")
     raise AttributeError(f"module 'monarch.actor' has no attribute {name!r}")
 
 

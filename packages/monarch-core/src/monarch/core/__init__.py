@@ -69,7 +69,7 @@ from ._instrument import (
     current_instrumentation,
     set_instrumentation,
 )
-from ._introspect import inspect_proc
+from ._introspect import inspect_proc, snapshot_procs
 from ._lending import LEND_MIN, Lender
 from ._lending import available as lending_available
 from ._lending import read_range as read_process_memory
@@ -158,6 +158,7 @@ __all__ = [
     "gather_directories",
     "import_proc_start",
     "inspect_proc",
+    "snapshot_procs",
     "ip_host",
     "job_secret",
     "lending_available",

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
-from monarch.transport import Buffer
+from monarch.transport import Buffer, plugin_group
 
 from ._config import current_config
 from ._endpoint import (
@@ -34,6 +34,7 @@ from ._endpoint import (
     endpoints_of,
 )
 from ._errors import MeshFailure, SupervisionError
+from ._ask import ask_body
 from ._exits import ASKED_GRACE, asking, ended, unknown, when_ended
 from ._filling import deferred_fills
 from ._filling import settle as settle_fills
@@ -99,15 +100,8 @@ def tensor_engine_entry(name: str, owner: str = "ProcMesh") -> Callable[..., Any
     """The tensor engine's ``name``, found once; an ImportError naming the wheel if absent."""
     found = _tensor_engine.get(name)
     if found is None:
-        from importlib.metadata import entry_points  # slow to import: only when needed
-
-        points = entry_points(group=TENSOR_ENGINE_GROUP, name=name)
-        if not points:
-            raise ImportError(
-                f"{owner}.{name}() needs the monarch-tensor wheel: pip install monarch-tensor",
-                name="monarch.tensor",
-            )
-        found = _tensor_engine[name] = next(iter(points)).load()
+        group = plugin_group(TENSOR_ENGINE_GROUP, {name: "monarch-tensor"})
+        found = _tensor_engine[name] = group.load(name, needed_by=f"{owner}.{name}()")
     return found
 
 
@@ -581,16 +575,16 @@ def when_proc_ended(state: _MeshState, address: str, then: Callable[[str | None]
     informant = state.informant
     if informant and informant != runtime.address and asking(address):
 
-        def answer(body: Body, payload: Sequence[Buffer]) -> None:
-            runtime.close_port(port)
+        def answer(body: Body | None, payload: Sequence[Buffer], error: BaseException | None) -> None:
+            if error is not None:  # no answer in time, or the informant is gone
+                return
             if isinstance(body, ProcExited) and body.how:
                 ended(address, body.how)
             else:
                 unknown(address)
 
-        port = runtime.open_port(answer)
-        runtime.loop.call_later(ASKED_GRACE, runtime.close_port, port)
-        runtime.post(informant, TO_PROC, "", HowEnded(address, port))
+        question = functools.partial(HowEnded, address)
+        ask_body(runtime, informant, question, ASKED_GRACE, answer)
     when_ended(runtime.loop, address, then)
 
 

@@ -42,13 +42,14 @@ from ._debugger import breakpoint_hook, install_console
 from ._future import Future
 from ._instrument import load_instrumentation, shutdown_instrumentation
 from ._internal_logs import install_internal_logs
-from ._introspect import handle_introspect
+from ._ask import handle_ask_service
+from ._introspect import PROC_SERVICE  # noqa: F401 - every proc serves it
 from ._logs import OutputPlan, ProcOutput, drain, forward_output, handle_set_log_level
 from ._messages import (
     ActorFailed,
     GetController,
     HowEnded,
-    Introspect,
+    AskService,
     KillProcs,
     Launch,
     PortRef,
@@ -166,7 +167,7 @@ def install_services(runtime: Runtime) -> None:
             ProcsOf: handle_procs_of,
             HowEnded: handle_how_ended,
             SetLogLevel: handle_set_log_level,
-            Introspect: handle_introspect,
+            AskService: handle_ask_service,
         }
     )
 

@@ -34,6 +34,7 @@ from ._errors import (
 from ._framing import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_PARTS, Buffer, Frame
 from ._gateway import Gateway, open_gateway
 from ._handshake import MIN_SECRET_SIZE
+from ._plugins import MissingPlugin, PluginConflict, PluginGroup, load_plugin, plugin_group
 from ._registry import (
     ENTRY_POINT_GROUP,
     available_transports,
@@ -44,6 +45,11 @@ from ._registry import (
 )
 
 __all__ = [
+    "MissingPlugin",
+    "PluginConflict",
+    "PluginGroup",
+    "load_plugin",
+    "plugin_group",
     "DEFAULT_MAX_FRAME_SIZE",
     "DEFAULT_MAX_PARTS",
     "ENTRY_POINT_GROUP",
