@@ -139,4 +139,6 @@ def test_the_union_round_trips(request: Echo | Fail) -> None:
 @given(st.booleans())
 def test_proc_queries_round_trip(stacks: bool) -> None:
     query = Introspect(stacks)
-    assert msgspec.msgpack.decode(msgspec.msgpack.encode(query), type=PROC_SERVICE.requests) == query
+    assert (
+        msgspec.msgpack.decode(msgspec.msgpack.encode(query), type=PROC_SERVICE.requests) == query
+    )

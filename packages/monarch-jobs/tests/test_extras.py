@@ -24,4 +24,4 @@ def test_without_the_extras_a_job_says_which_to_install(monkeypatch: pytest.Monk
 
     monkeypatch.delitem(vars(monarch.job), "TelemetryConfig", raising=False)
     with pytest.raises(ImportError, match=r"monarch.job.TelemetryConfig needs monarch.telemetry"):
-        monarch.job.TelemetryConfig  # noqa: B018 - the lazy attribute is the point
+        monarch.job.TelemetryConfig

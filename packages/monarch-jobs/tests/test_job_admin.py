@@ -54,4 +54,3 @@ def test_a_telemetry_dashboard_alone_is_served_with_its_sql(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
     assert result == {"page": True, "rows": [{"n": 2}]}
-

@@ -52,8 +52,10 @@ def test_two_distributions_registering_one_name_are_named(
     with caplog.at_level(logging.WARNING, logger="monarch.plugins"):
         entries = group.entries()
     assert set(entries) == {"dup", "solo"}
-    [warning] = [r.getMessage() for r in caplog.records if "dup" in r.getMessage()]
+    [warning] = {r.getMessage() for r in caplog.records if "dup" in r.getMessage()}
     assert "monarch-one" in warning and "monarch-two" in warning
-    with pytest.raises(PluginConflict, match="registered by monarch-(one|two) and monarch-(one|two)"):
+    with pytest.raises(
+        PluginConflict, match=r"registered by monarch-(one|two) and monarch-(one|two)"
+    ):
         group.load("dup")
     assert group.load("solo") is json.loads

@@ -15,7 +15,6 @@ from monarch.core._actor_mesh import (
     as_endpoint,
     send,
 )
-from monarch.core.lowlevel import plugin_group
 from monarch.core._attach import ChannelTransport, attach, attach_to_workers, enable_transport
 from monarch.core._context import (
     Context,
@@ -42,6 +41,7 @@ from monarch.core._worker import (
     run_worker_loop_until_shutdown,
     start_worker_loop_forever,
 )
+from monarch.core.lowlevel import plugin_group
 
 unhandled_fault_hook: Callable[[MeshFailure], None] = _default_hook
 """Called with every failure that reaches the client unhandled; reassign to change that."""

@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar
 
 from monarch.transport import Buffer, plugin_group
 
+from ._ask import ask_body
 from ._config import current_config
 from ._endpoint import (
     Actor,
@@ -34,7 +35,6 @@ from ._endpoint import (
     endpoints_of,
 )
 from ._errors import MeshFailure, SupervisionError
-from ._ask import ask_body
 from ._exits import ASKED_GRACE, asking, ended, unknown, when_ended
 from ._filling import deferred_fills
 from ._filling import settle as settle_fills
@@ -575,7 +575,9 @@ def when_proc_ended(state: _MeshState, address: str, then: Callable[[str | None]
     informant = state.informant
     if informant and informant != runtime.address and asking(address):
 
-        def answer(body: Body | None, payload: Sequence[Buffer], error: BaseException | None) -> None:
+        def answer(
+            body: Body | None, payload: Sequence[Buffer], error: BaseException | None
+        ) -> None:
             if error is not None:  # no answer in time, or the informant is gone
                 return
             if isinstance(body, ProcExited) and body.how:

@@ -36,20 +36,20 @@ from monarch.transport import MIN_SECRET_SIZE, Address, Buffer, get_transport
 
 from ._actor_mesh import handle_actor_failed, handle_how_ended
 from ._adopt import adopt_listener
+from ._ask import handle_ask_service
 from ._config import KEYS, current_config
 from ._controller import handle_get_controller
 from ._debugger import breakpoint_hook, install_console
 from ._future import Future
 from ._instrument import load_instrumentation, shutdown_instrumentation
 from ._internal_logs import install_internal_logs
-from ._ask import handle_ask_service
 from ._introspect import PROC_SERVICE  # noqa: F401 - every proc serves it
 from ._logs import OutputPlan, ProcOutput, drain, forward_output, handle_set_log_level
 from ._messages import (
     ActorFailed,
+    AskService,
     GetController,
     HowEnded,
-    AskService,
     KillProcs,
     Launch,
     PortRef,

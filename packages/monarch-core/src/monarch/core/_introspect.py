@@ -1,11 +1,12 @@
 """What a proc says of itself when asked: its actors, its process, its Python stacks.
 
-Any process answers an ``Introspect`` request (of the ``proc`` ``Service``) with a ``ProcSnapshot``: the actors
-it hosts (state, why one failed or stopped, messages handled, queue depth, the endpoint
-running now and for how long, the last activity), its pid, CPU times and resident memory
-(from ``/proc/self``), and on request every thread's Python stack, the dump a process
-takes of itself (``sys._current_frames``). Nothing is kept or sampled between requests:
-a proc pays only when asked, and its runners keep three plain fields per message.
+Any process answers an ``Introspect`` request (of the ``proc`` ``Service``, see ``_ask``)
+with a ``ProcSnapshot``: the actors it hosts (state, why one failed or stopped, messages
+handled, queue depth, the endpoint running now and for how long, the last activity), its
+pid, CPU times and resident memory (from ``/proc/self``), and on request every thread's
+Python stack, the dump a process takes of itself (``sys._current_frames``). Nothing is
+kept or sampled between requests: a proc pays only when asked, and its runners keep three
+plain fields per message.
 
 ``inspect_proc`` asks one proc and never waits longer than its timeout: a proc whose
 loop is held (an ``async def`` endpoint blocking it, a proc stopped by a signal) is
@@ -26,8 +27,8 @@ from typing import Final
 
 import msgspec
 
-from ._context import running
 from ._ask import Service, ask
+from ._context import running
 from ._future import Future
 from ._messages import ActorState, ProcSnapshot, StackFrame, ThreadStack
 from ._runner import ActorRunner

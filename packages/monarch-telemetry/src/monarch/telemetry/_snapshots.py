@@ -20,7 +20,6 @@ from __future__ import annotations
 import getpass
 import os
 import threading
-import time
 import uuid
 from collections.abc import Sequence
 from typing import Any, Final

@@ -45,11 +45,6 @@ from ._registry import (
 )
 
 __all__ = [
-    "MissingPlugin",
-    "PluginConflict",
-    "PluginGroup",
-    "load_plugin",
-    "plugin_group",
     "DEFAULT_MAX_FRAME_SIZE",
     "DEFAULT_MAX_PARTS",
     "ENTRY_POINT_GROUP",
@@ -69,6 +64,9 @@ __all__ = [
     "Gateway",
     "HandshakeError",
     "Listener",
+    "MissingPlugin",
+    "PluginConflict",
+    "PluginGroup",
     "ProtocolError",
     "ProtocolVersionError",
     "Transport",
@@ -77,8 +75,10 @@ __all__ = [
     "UnknownTransportError",
     "available_transports",
     "get_transport",
+    "load_plugin",
     "open_connection",
     "open_gateway",
     "open_listener",
+    "plugin_group",
     "register_transport",
 ]

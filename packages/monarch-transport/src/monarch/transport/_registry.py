@@ -68,7 +68,9 @@ def _load(scheme: str) -> type[Transport]:
     except MissingPlugin:
         installed = ", ".join(f"{n} ({d})" for n, d in available_transports().items())
         provider = _PROVIDERS.get(scheme)
-        hint = f"; install the {provider} wheel to get it (pip install {provider})" if provider else ""
+        hint = (
+            f"; install the {provider} wheel to get it (pip install {provider})" if provider else ""
+        )
         raise UnknownTransportError(
             f"no transport for {scheme!r}{hint}; installed: {installed or 'none'}"
         ) from None
