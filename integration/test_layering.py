@@ -299,7 +299,7 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_cast _launch _zygote",  # cast trees and FIFO order; how procs are started; forks
         "_runtime",  # the per-process runtime (a package: spin, loop, flow, peers, router)
         "_future _logs",  # Future/Outcome; procs' output read by their agent, shown by spawner
-        "_gather _port",  # replies on a port; user ports
+        "_gather _port _ask",  # replies on a port; user ports; ask a proc, Service
         "_pending",  # procs still starting, as a value that can be sent
         "_actor_mesh",  # the caller side: actor meshes and adverbs
         "_proc_mesh _controller",  # proc and host meshes; get_or_spawn_controller
@@ -308,7 +308,8 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_introspect",  # what a proc says of itself when asked (actors, process, stacks)
         "_bootstrap",  # starts runtimes (controller, proc, worker); owns MONARCH_* env names
         "_zygote_proc",  # the zygote's loop (a program, or forked by monarch worker)
-        "__init__ _proc _worker",  # the face (low-level API); entry points
+        "__init__ lowlevel _proc _worker",  # the faces (siblings' API, the mechanisms'); entry
+        # points
         "_attach _gateway worker __main__",  # attach_to_workers, attach, enable_transport;
         # monarch gateway; python -m monarch.core.worker (launchers), python -m monarch.core
     )

@@ -11,6 +11,11 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("monarch.admin") is None,
+    reason="monarch-admin (monarch-jobs' admin extra) is not installed (pkg-jobs)",
+)
+
 SCRIPT = Path(__file__).with_name("admin_script.py")
 DASHBOARD = Path(__file__).with_name("dashboard_script.py")
 

@@ -31,7 +31,7 @@ SIBLINGS: Final[dict[str, tuple[str, ...]]] = {
     "monarch-tensor": ("monarch-core",),
     "monarch-telemetry": ("monarch-core",),
     "monarch-admin": ("monarch-core",),
-    "monarch-jobs": ("monarch-core", "monarch-telemetry", "monarch-admin"),
+    "monarch-jobs": ("monarch-core",),  # telemetry and admin: its extras
 }
 """Each wheel's sibling wheels it depends on (its pyproject.toml's, checked by a test)."""
 

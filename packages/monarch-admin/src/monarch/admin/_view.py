@@ -1,7 +1,7 @@
 """The job as the admin server shows it: hosts, their procs, the procs' actors.
 
 ``JobView.collect()`` asks every live proc this client spawned (and the client itself)
-for its snapshot at once (``monarch.core.inspect_proc``) and waits at most ``timeout``
+for its snapshot at once (``monarch.core.snapshot_procs``) and waits at most ``timeout``
 for them all: a proc that does not answer is shown as ``not answering`` with what it
 said last, a dead one as ``died`` (or ``stopped``, when it exited cleanly) with its last
 actors marked ``lost``. Rates (messages per second, CPU) are the differences between a
@@ -27,6 +27,7 @@ from monarch.core import (
     SpawnedProc,
     current_runtime,
     inspect_proc,
+    snapshot_procs,
     spawned_procs,
 )
 
@@ -72,21 +73,9 @@ class JobView:
     def collect(self) -> Json:
         """A snapshot of the whole job (the ``/v1/snapshot`` document)."""
         procs = self.procs()
-        asked = {}
-        for proc in procs:
-            if proc.address is not None and proc.exited is None:
-                try:
-                    asked[proc.address] = inspect_proc(proc.address, timeout=self.timeout)
-                except RuntimeError:  # the client's runtime is stopping
-                    pass
+        live = (p.address for p in procs if p.address is not None and p.exited is None)
         now = time.time()
-        answers: dict[str, ProcSnapshot | BaseException] = {}
-        deadline = time.monotonic() + self.timeout + 1.0
-        for address, future in asked.items():
-            try:
-                answers[address] = future.get(timeout=max(0.0, deadline - time.monotonic()))
-            except Exception as exc:  # noqa: BLE001 - shown as the proc's state
-                answers[address] = exc
+        answers = snapshot_procs(live, self.timeout)
         client = current_runtime().address
         hosts: dict[str, Json] = {}
         for proc in procs:

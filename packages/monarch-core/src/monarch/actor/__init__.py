@@ -42,6 +42,7 @@ from monarch.core._worker import (
     run_worker_loop_until_shutdown,
     start_worker_loop_forever,
 )
+from monarch.core.lowlevel import plugin_group
 
 unhandled_fault_hook: Callable[[MeshFailure], None] = _default_hook
 """Called with every failure that reaches the client unhandled; reassign to change that."""
@@ -55,16 +56,9 @@ _WHEELS = dict.fromkeys(("span", "traced", "get_meter"), "monarch-telemetry")
 
 
 def __getattr__(name: str) -> Any:
-    from importlib.metadata import entry_points  # ~20 ms to import: only when asked
-
-    found = entry_points(group=EXTRAS_GROUP, name=name)
-    if found:
-        return next(iter(found)).load()
-    if name in _WHEELS:
-        raise ImportError(
-            f"monarch.actor.{name} needs the {_WHEELS[name]} wheel: " + install_hint(_WHEELS[name]),
-            name=f"monarch.actor.{name}",
-        )
+    group = plugin_group(EXTRAS_GROUP, _WHEELS, hint=install_hint)
+    if name in group.entries() or name in _WHEELS:
+        return group.load(name, needed_by=f"monarch.actor.{name}")
     raise AttributeError(f"module 'monarch.actor' has no attribute {name!r}")
 
 

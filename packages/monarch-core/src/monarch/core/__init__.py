@@ -72,7 +72,7 @@ from ._instrument import (
     current_instrumentation,
     set_instrumentation,
 )
-from ._introspect import inspect_proc
+from ._introspect import inspect_proc, snapshot_procs
 from ._lending import LEND_MIN, Lender
 from ._lending import available as lending_available
 from ._lending import read_range as read_process_memory
@@ -178,6 +178,7 @@ __all__ = [
     "run_on",
     "running_runtime",
     "set_instrumentation",
+    "snapshot_procs",
     "spawn_actor_mesh",
     "spawned_procs",
     "submit_into",

@@ -24,8 +24,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from monarch._wheels import install_hint
-from monarch.transport import Buffer
+from monarch.transport import Buffer, plugin_group
 
+from ._ask import ask_body
 from ._config import current_config
 from ._endpoint import (
     Actor,
@@ -102,16 +103,8 @@ def tensor_engine_entry(name: str, owner: str = "ProcMesh") -> Callable[..., Any
     """The tensor engine's ``name``, found once; an ImportError naming the wheel if absent."""
     found = _tensor_engine.get(name)
     if found is None:
-        from importlib.metadata import entry_points  # slow to import: only when needed
-
-        points = entry_points(group=TENSOR_ENGINE_GROUP, name=name)
-        if not points:
-            raise ImportError(
-                f"{owner}.{name}() needs the monarch-tensor wheel: "
-                + install_hint("monarch-tensor"),
-                name="monarch.tensor",
-            )
-        found = _tensor_engine[name] = next(iter(points)).load()
+        group = plugin_group(TENSOR_ENGINE_GROUP, {name: "monarch-tensor"}, hint=install_hint)
+        found = _tensor_engine[name] = group.load(name, needed_by=f"{owner}.{name}()")
     return found
 
 
@@ -586,16 +579,18 @@ def when_proc_ended(state: _MeshState, address: str, then: Callable[[str | None]
     informant = state.informant
     if informant and informant != runtime.address and asking(address):
 
-        def answer(body: Body, payload: Sequence[Buffer]) -> None:
-            runtime.close_port(port)
+        def answer(
+            body: Body | None, payload: Sequence[Buffer], error: BaseException | None
+        ) -> None:
+            if error is not None:  # no answer in time, or the informant is gone
+                return
             if isinstance(body, ProcExited) and body.how:
                 ended(address, body.how)
             else:
                 unknown(address)
 
-        port = runtime.open_port(answer)
-        runtime.loop.call_later(ASKED_GRACE, runtime.close_port, port)
-        runtime.post(informant, TO_PROC, "", HowEnded(address, port))
+        question = functools.partial(HowEnded, address)
+        ask_body(runtime, informant, question, ASKED_GRACE, answer)
     when_ended(runtime.loop, address, then)
 
 

@@ -32,10 +32,19 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from monarch.transport import MIN_SECRET_SIZE, Address, Buffer, get_transport
+from monarch._wheels import install_hint
+from monarch.transport import (
+    ENTRY_POINT_GROUP,
+    MIN_SECRET_SIZE,
+    Address,
+    Buffer,
+    get_transport,
+    plugin_group,
+)
 
 from ._actor_mesh import handle_actor_failed, handle_how_ended
 from ._adopt import adopt_listener
+from ._ask import handle_ask_service
 from ._client_end import exit_status
 from ._client_end import prepare as prepare_client_end
 from ._config import KEYS, current_config
@@ -44,13 +53,13 @@ from ._debugger import breakpoint_hook, install_console
 from ._future import Future
 from ._instrument import load_instrumentation, shutdown_instrumentation
 from ._internal_logs import install_internal_logs
-from ._introspect import handle_introspect
+from ._introspect import PROC_SERVICE  # noqa: F401 - every proc serves it
 from ._logs import OutputPlan, ProcOutput, drain, forward_output, handle_set_log_level
 from ._messages import (
     ActorFailed,
+    AskService,
     GetController,
     HowEnded,
-    Introspect,
     KillProcs,
     Launch,
     PortRef,
@@ -81,6 +90,10 @@ from ._zygote import (
 )
 
 log = logging.getLogger("monarch.core")
+
+# A transport another wheel provides (ibverbs: monarch-rdma) is named with the command that
+# installs it from a checkout; the transport wheel, below the core, knows only "pip install".
+plugin_group(ENTRY_POINT_GROUP, hint=install_hint)
 
 SECRET_ENV: Final = "MONARCH_JOB_SECRET"
 """The job secret (hex): children get it through their environment, never a command line."""
@@ -168,7 +181,7 @@ def install_services(runtime: Runtime) -> None:
             ProcsOf: handle_procs_of,
             HowEnded: handle_how_ended,
             SetLogLevel: handle_set_log_level,
-            Introspect: handle_introspect,
+            AskService: handle_ask_service,
         }
     )
 

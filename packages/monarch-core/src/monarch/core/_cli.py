@@ -11,10 +11,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from importlib.metadata import PackageNotFoundError, entry_points, version
+from importlib.metadata import PackageNotFoundError, version
 from typing import Protocol
 
 from monarch._wheels import COMMANDS, install_hint, upstream_installed
+from monarch.transport import plugin_group
 
 COMMANDS_GROUP = "monarch.commands"
 
@@ -42,7 +43,7 @@ def _version(args: argparse.Namespace) -> int:
 
 
 def _plugins() -> Iterable[_EntryPoint]:
-    return entry_points(group=COMMANDS_GROUP)
+    return plugin_group(COMMANDS_GROUP).entries().values()
 
 
 def build_parser() -> argparse.ArgumentParser:

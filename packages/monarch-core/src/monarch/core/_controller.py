@@ -7,16 +7,17 @@ process on the first request and answers every request with the same mesh.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from monarch.transport import Buffer
 
 from ._actor_mesh import ActorMesh, spawn_actor_mesh
+from ._ask import ask_body, settle_from_reply
 from ._errors import RemoteFailure
 from ._future import Future, submit_into
-from ._gather import Gather
-from ._messages import TO_PROC, GetController, PortValue
+from ._messages import Body, GetController, PortValue
 from ._reports import CONTROLLERS
 from ._runtime import Runtime, current_runtime
 from ._serialize import dumps, loads
@@ -34,8 +35,10 @@ def get_or_spawn_controller(name: str, Class: type[T], *args: Any, **kwargs: Any
     payload = dumps((Class, args, kwargs))
 
     def start(result: Future[Any]) -> None:
-        gather = Gather(runtime, 1, {root}, result=result, want="one")
-        runtime.post(root, TO_PROC, "", GetController(name, gather.port), payload)
+        def then(body: Body | None, data: Sequence[Buffer], error: BaseException | None) -> None:
+            settle_from_reply(result, body, data, error, f"the root client at {root} failed")
+
+        ask_body(runtime, root, functools.partial(GetController, name), None, then, payload)
 
     return submit_into(runtime, start)
 

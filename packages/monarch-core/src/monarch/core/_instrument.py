@@ -15,6 +15,8 @@ import logging
 from collections.abc import Sequence
 from typing import Final, Protocol
 
+from monarch.transport import plugin_group
+
 log = logging.getLogger("monarch.core")
 
 ENTRY_POINT_GROUP: Final = "monarch.instrumentation"
@@ -93,9 +95,7 @@ def outgoing(mesh: str, method: str, mesh_id: str, view: object) -> str:
 
 def load_instrumentation() -> None:
     """Install the plug-ins of ``ENTRY_POINT_GROUP`` (a proc, when telemetry is on)."""
-    from importlib.metadata import entry_points  # slow: only when telemetry is on
-
-    for entry in entry_points(group=ENTRY_POINT_GROUP):
+    for entry in plugin_group(ENTRY_POINT_GROUP).entries().values():
         try:
             entry.load()()
         except Exception as exc:  # noqa: BLE001 - telemetry must not stop a proc

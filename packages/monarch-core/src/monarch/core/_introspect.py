@@ -1,11 +1,12 @@
 """What a proc says of itself when asked: its actors, its process, its Python stacks.
 
-Any process answers an ``Introspect`` control message with a ``ProcSnapshot``: the actors
-it hosts (state, why one failed or stopped, messages handled, queue depth, the endpoint
-running now and for how long, the last activity), its pid, CPU times and resident memory
-(from ``/proc/self``), and on request every thread's Python stack, the dump a process
-takes of itself (``sys._current_frames``). Nothing is kept or sampled between requests:
-a proc pays only when asked, and its runners keep three plain fields per message.
+Any process answers an ``Introspect`` request (of the ``proc`` ``Service``, see ``_ask``)
+with a ``ProcSnapshot``: the actors it hosts (state, why one failed or stopped, messages
+handled, queue depth, the endpoint running now and for how long, the last activity), its
+pid, CPU times and resident memory (from ``/proc/self``), and on request every thread's
+Python stack, the dump a process takes of itself (``sys._current_frames``). Nothing is
+kept or sampled between requests: a proc pays only when asked, and its runners keep three
+plain fields per message.
 
 ``inspect_proc`` asks one proc and never waits longer than its timeout: a proc whose
 loop is held (an ``async def`` endpoint blocking it, a proc stopped by a signal) is
@@ -15,22 +16,21 @@ walks ``spawned_procs`` with it.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Final
 
-from monarch.transport import Buffer
+import msgspec
 
+from ._ask import Service, ask
 from ._context import running
-from ._errors import PeerLost
-from ._future import Future, run_on
-from ._messages import TO_PROC, ActorState, Body, Introspect, ProcSnapshot, StackFrame, ThreadStack
+from ._future import Future
+from ._messages import ActorState, ProcSnapshot, StackFrame, ThreadStack
 from ._runner import ActorRunner
 from ._runtime import Runtime, current_runtime
 
@@ -124,10 +124,26 @@ def snapshot(runtime: Runtime, stacks: bool = False) -> ProcSnapshot:
     )
 
 
-def handle_introspect(
-    runtime: Runtime, body: Introspect, payload: Sequence[Buffer], sender: str
-) -> None:
-    runtime.send_to_port(body.reply, snapshot(runtime, body.stacks))
+class Introspect(msgspec.Struct, tag="introspect", frozen=True):
+    """Ask a proc for a ``ProcSnapshot`` of itself; with ``stacks``, its threads'
+    Python stacks too (the dump a proc takes of itself)."""
+
+    stacks: bool = False
+
+
+ProcQuery = Introspect
+"""What the ``proc`` service answers: a union of tagged Structs (add a query here)."""
+ProcAnswer = ProcSnapshot
+"""What it answers with (a union of the answers' Structs, tagged)."""
+
+
+def answer_query(query: ProcQuery) -> ProcAnswer:
+    """The ``proc`` service's handler (on the proc's runtime loop)."""
+    return snapshot(current_runtime(), query.stacks)
+
+
+PROC_SERVICE: Final = Service("proc", ProcQuery, answer_query, answers=ProcAnswer)
+"""What every proc says of itself when asked (monarch-admin's, monarch-telemetry's view)."""
 
 
 def inspect_proc(
@@ -138,28 +154,29 @@ def inspect_proc(
     Fails with ``TimeoutError`` when it does not answer within ``timeout`` seconds (its
     loop is held, or it is stopped), and with ``PeerLost`` when it is gone.
     """
-    runtime = current_runtime()
-    return run_on(runtime, _ask(runtime, address, stacks, timeout))
+    answer: Future[ProcSnapshot] = ask(address, Introspect(stacks), timeout)
+    return answer
 
 
-async def _ask(runtime: Runtime, address: str, stacks: bool, seconds: float) -> ProcSnapshot:
-    answer: asyncio.Future[ProcSnapshot] = runtime.loop.create_future()
+def snapshot_procs(
+    addresses: Iterable[str], timeout: float = ANSWER_TIMEOUT
+) -> dict[str, ProcSnapshot | BaseException]:
+    """Every proc's ``ProcSnapshot``, or why there is none (blocks; not on the loop).
 
-    def on_answer(body: Body, payload: Sequence[Buffer]) -> None:
-        if isinstance(body, ProcSnapshot) and not answer.done():
-            answer.set_result(body)
-
-    def lost(peer: str, exc: BaseException) -> None:
-        if not answer.done():
-            answer.set_exception(PeerLost(f"proc {peer} is gone: {exc}"))
-
-    port = runtime.open_port(on_answer)
-    key = runtime.watch_peer(address, lost)
-    try:
-        runtime.post(address, TO_PROC, "", Introspect(port, stacks))
-        return await asyncio.wait_for(answer, seconds)
-    except TimeoutError:
-        raise TimeoutError(f"proc {address} did not answer within {seconds:g}s") from None
-    finally:
-        runtime.close_port(port)
-        runtime.unwatch_peer(address, key)
+    All are asked at once and waited for ``timeout`` (and a second for the replies in
+    flight) at most; a proc that cannot be asked (the runtime stopping) is left out.
+    """
+    asked: dict[str, Future[ProcSnapshot]] = {}
+    for address in addresses:
+        try:
+            asked[address] = inspect_proc(address, timeout=timeout)
+        except RuntimeError:  # the client's runtime is stopping
+            pass
+    deadline = time.monotonic() + timeout + 1.0
+    answers: dict[str, ProcSnapshot | BaseException] = {}
+    for address, future in asked.items():
+        try:
+            answers[address] = future.get(timeout=max(0.0, deadline - time.monotonic()))
+        except Exception as exc:  # noqa: BLE001 - the proc's state says it
+            answers[address] = exc
+    return answers

@@ -259,12 +259,13 @@ class SetLogLevel(msgspec.Struct, array_like=True, tag=34, frozen=True, gc=False
     level: int
 
 
-class Introspect(msgspec.Struct, array_like=True, tag=40, frozen=True, gc=False):
-    """Ask a proc for a ``ProcSnapshot`` of itself (see ``_introspect``), to ``reply``;
-    with ``stacks``, its threads' Python stacks too (the dump a proc takes of itself)."""
+class AskService(msgspec.Struct, array_like=True, tag=42, frozen=True, gc=False):
+    """A request to one of a proc's ``Service``s (see ``_ask``): its name, the request
+    (msgpack of a Struct of the service's union) and where the answer goes."""
 
+    service: str
+    request: bytes
     reply: PortRef
-    stacks: bool = False
 
 
 class ActorState(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -349,8 +350,8 @@ Body = (
     | HowEnded
     | LogLines
     | SetLogLevel
-    | Introspect
     | ProcSnapshot
+    | AskService
 )
 
 

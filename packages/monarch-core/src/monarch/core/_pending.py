@@ -9,16 +9,17 @@ hands a controller the mesh it just made, without waiting for it.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from monarch.transport import Buffer
 
+from ._ask import ask_body, settle_from_reply
 from ._errors import RemoteFailure, SupervisionError
 from ._future import Future, Outcome
-from ._gather import Gather
-from ._messages import TO_PROC, PortValue, ProcsOf
+from ._messages import Body, PortValue, ProcsOf
 from ._runtime import Runtime, current_runtime
 from ._serialize import dumps
 
@@ -76,8 +77,10 @@ def _ask_for_procs(owner: str, token: str) -> ProcsRef:
     ref = ProcsRef._ref(owner, token)
 
     def ask() -> None:
-        gather = Gather(runtime, 1, {owner}, result=ref, want="one")
-        runtime.post(owner, TO_PROC, "", ProcsOf(token, gather.port))
+        def then(body: Body | None, payload: Sequence[Buffer], error: BaseException | None) -> None:
+            settle_from_reply(ref, body, payload, error, f"the procs' spawner at {owner} failed")
+
+        ask_body(runtime, owner, functools.partial(ProcsOf, token), None, then)
 
     runtime.call_soon(ask)
     return ref

@@ -19,6 +19,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ._extras import optional
+
 if TYPE_CHECKING:
     from monarch.admin import MeshAdminConfig
     from monarch.telemetry import TelemetryConfig
@@ -65,8 +67,10 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    path = module if module.startswith("monarch.") else f"{__name__}.{module}"
-    value = getattr(importlib.import_module(path), name)
+    if module.startswith("monarch."):
+        value = getattr(optional(module, f"monarch.job.{name}"), name)
+    else:
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value
 

@@ -21,6 +21,7 @@ from typing import IO, TYPE_CHECKING, Final
 
 from monarch.core import HostMesh, workers_stopping
 
+from ._extras import optional
 from ._mounts import GatherMount, Mounts, RemoteMount
 from ._state import JobState
 
@@ -169,7 +170,8 @@ class JobTrait(ABC):
         client, queried by SQL through ``state().query_engine_client`` (upstream's; see
         monarch-telemetry). Call it before ``state()``: procs spawned before it report
         nothing."""
-        from monarch.telemetry import TelemetryConfig  # on use: importing OpenTelemetry costs
+        # on use: importing OpenTelemetry costs a client that has no need
+        TelemetryConfig = optional("monarch.telemetry", "job.enable_telemetry()").TelemetryConfig
 
         if self._attached:
             raise RuntimeError(
@@ -214,17 +216,15 @@ class JobTrait(ABC):
         """Serve the job's admin API (hosts, procs, actors, stacks; ``monarch top`` and the
         dashboard read it) from this client once ``state()`` is taken: upstream's. Its
         address is ``state().admin_url``; the server prints its token (see monarch-admin)."""
-        from monarch.admin import MeshAdminConfig
-
+        MeshAdminConfig = optional("monarch.admin", "job.enable_admin()").MeshAdminConfig
         self._admin = config or MeshAdminConfig()
 
     def _attach(self) -> JobState:
         """``_state()``, remembering its meshes for ``kill()``; with telemetry enabled, the
         state's ``query_engine_client``; with the admin server, its ``admin_url``."""
         if self._telemetry is not None:
-            from monarch.telemetry import enable_telemetry
-
-            engine = enable_telemetry(self._telemetry)  # before any proc is spawned
+            telemetry = optional("monarch.telemetry", "job.enable_telemetry()")
+            engine = telemetry.enable_telemetry(self._telemetry)  # before any proc is spawned
         state = self._state()
         self._attached = list({id(mesh): mesh for mesh in state._hosts.values()}.values())
         self._last_hosts = dict(state._hosts)
@@ -234,8 +234,7 @@ class JobTrait(ABC):
         dashboard = self._telemetry is not None and self._telemetry.include_dashboard
         if self._admin is not None or dashboard:
             if self._admin_server is None:
-                from monarch.admin import start_admin
-
+                start_admin = optional("monarch.admin", "the job's admin server").start_admin
                 query = engine.query if self._telemetry is not None else None
                 assert self._telemetry is not None or self._admin is not None
                 # The admin server serves the dashboard page too (monarch-admin): with

@@ -2,7 +2,7 @@
 
 Every ``snapshot_interval_secs`` a thread of the client asks every live proc it spawned
 (and the client's own) what it hosts, all at once, through the core's introspection
-(``inspect_proc``, ``spawned_procs``: what monarch-admin shows), and writes one snapshot:
+(``snapshot_procs``, ``spawned_procs``: what monarch-admin shows), and writes one snapshot:
 ``snapshots``, ``nodes`` (root, hosts, procs, actors), ``children`` (root > host > proc >
 actor), the kind tables and ``actor_failures`` for the actors failed at that time. A proc
 that does not answer within ``inspect_proc``'s timeout is an ``error`` node with a
@@ -20,18 +20,16 @@ from __future__ import annotations
 import getpass
 import os
 import threading
-import time
 import uuid
 from collections.abc import Sequence
 from typing import Any, Final
 
 from monarch.core import (
     ActorState,
-    Future,
     ProcSnapshot,
     SpawnedProc,
-    inspect_proc,
     running_runtime,
+    snapshot_procs,
     spawned_procs,
 )
 
@@ -106,18 +104,8 @@ class Snapshots:
     def _ask(self, procs: list[SpawnedProc]) -> dict[str, ProcSnapshot | BaseException]:
         """Every live proc's answer, or why there is none: all asked at once, waited for
         ``ANSWER_TIMEOUT`` (and a second for the replies in flight) at most."""
-        asked: dict[str, Future[ProcSnapshot]] = {}
-        for proc in procs:
-            if proc.address and proc.exited is None:
-                asked[proc.address] = inspect_proc(proc.address, timeout=ANSWER_TIMEOUT)
-        deadline = time.monotonic() + ANSWER_TIMEOUT + 1.0
-        answers: dict[str, ProcSnapshot | BaseException] = {}
-        for address, future in asked.items():
-            try:
-                answers[address] = future.get(timeout=max(0.0, deadline - time.monotonic()))
-            except Exception as exc:  # noqa: BLE001 - the proc's node says it
-                answers[address] = exc
-        return answers
+        live = (p.address for p in procs if p.address and p.exited is None)
+        return snapshot_procs(live, ANSWER_TIMEOUT)
 
     def _write(
         self,

@@ -34,6 +34,7 @@ from ._errors import (
 from ._framing import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_PARTS, Buffer, Frame
 from ._gateway import Gateway, open_gateway
 from ._handshake import MIN_SECRET_SIZE
+from ._plugins import MissingPlugin, PluginConflict, PluginGroup, load_plugin, plugin_group
 from ._registry import (
     ENTRY_POINT_GROUP,
     available_transports,
@@ -63,6 +64,9 @@ __all__ = [
     "Gateway",
     "HandshakeError",
     "Listener",
+    "MissingPlugin",
+    "PluginConflict",
+    "PluginGroup",
     "ProtocolError",
     "ProtocolVersionError",
     "Transport",
@@ -71,8 +75,10 @@ __all__ = [
     "UnknownTransportError",
     "available_transports",
     "get_transport",
+    "load_plugin",
     "open_connection",
     "open_gateway",
     "open_listener",
+    "plugin_group",
     "register_transport",
 ]

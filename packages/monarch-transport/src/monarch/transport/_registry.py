@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Final
 from ._abc import Connection, Listener, Transport, TransportOptions
 from ._address import Address
 from ._errors import UnknownTransportError
+from ._plugins import MissingPlugin, plugin_group
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -29,16 +30,10 @@ reading every installed distribution's metadata), on every proc's and client's s
 
 _lock = threading.Lock()
 _loaded: dict[str, Transport] = {}
-_entry_points: dict[str, EntryPoint] | None = None
 
 
 def _discover() -> dict[str, EntryPoint]:
-    global _entry_points
-    if _entry_points is None:
-        from importlib.metadata import entry_points  # slow to import: only when needed
-
-        _entry_points = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
-    return _entry_points
+    return plugin_group(ENTRY_POINT_GROUP, _PROVIDERS).entries()
 
 
 def available_transports() -> dict[str, str]:
@@ -68,13 +63,17 @@ def _load(scheme: str) -> type[Transport]:
         module, _, name = BUILTIN[scheme].partition(":")
         cls: type[Transport] = getattr(importlib.import_module(module), name)
         return cls
-    ep = _discover().get(scheme)
-    if ep is None:
+    try:
+        ep = plugin_group(ENTRY_POINT_GROUP, _PROVIDERS).entry(scheme)
+    except MissingPlugin:
         installed = ", ".join(f"{n} ({d})" for n, d in available_transports().items())
-        hint = f"; install the {_PROVIDERS[scheme]} wheel to get it" if scheme in _PROVIDERS else ""
+        provider = _PROVIDERS.get(scheme)
+        hint = (
+            f"; install the {provider} wheel to get it (pip install {provider})" if provider else ""
+        )
         raise UnknownTransportError(
             f"no transport for {scheme!r}{hint}; installed: {installed or 'none'}"
-        )
+        ) from None
     loaded: type[Transport] = ep.load()
     return loaded
 

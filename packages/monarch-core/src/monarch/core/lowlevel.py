@@ -1,0 +1,38 @@
+"""monarch.core.lowlevel: the mechanisms every layer above the core builds on.
+
+As trio's ``trio.lowlevel``: a thin public face over the core's private modules.
+
+- ``ask(address, request, timeout)``: ask a proc one question and wait for the answer,
+  with its reply port, the watch on the peer (a dead proc fails the ask at once with
+  ``PeerLost``) and the deadline (``TimeoutError``) in one place (``_ask``);
+  ``ask_body`` is the same for the core's own control messages.
+- ``Service``: a named handler every proc serves, whose requests are a msgspec tagged
+  union of Structs; a request it cannot read is answered with a ``ServiceError``. The
+  ``proc`` service (``PROC_SERVICE``, ``_introspect``) answers what monarch-admin asks.
+- ``snapshot_procs``: every proc's ``ProcSnapshot`` at once (monarch-admin, -telemetry).
+- ``plugin_group`` / ``load_plugin``: the one loader of every entry-point group, with a
+  ``pip install`` hint (``MissingPlugin``) and duplicate detection (``PluginConflict``).
+"""
+
+from monarch.transport import MissingPlugin, PluginConflict, PluginGroup, load_plugin, plugin_group
+
+from ._ask import ASK_TIMEOUT, Service, ServiceError, ask, ask_body
+from ._introspect import PROC_SERVICE, Introspect, ProcQuery, inspect_proc, snapshot_procs
+
+__all__ = [
+    "ASK_TIMEOUT",
+    "PROC_SERVICE",
+    "Introspect",
+    "MissingPlugin",
+    "PluginConflict",
+    "PluginGroup",
+    "ProcQuery",
+    "Service",
+    "ServiceError",
+    "ask",
+    "ask_body",
+    "inspect_proc",
+    "load_plugin",
+    "plugin_group",
+    "snapshot_procs",
+]
