@@ -30,17 +30,32 @@ def hosts(job: ProcessJob) -> HostMesh:
 
 
 def procs_of(job: ProcessJob) -> list[int]:
-    """The processes the job's workers started (their procs, and their zygotes' forks)."""
+    """The processes the job's workers started: their procs, and their zygotes' forks (a
+    zygote's successor, which preloads torch and forks later procs, is a zygote too)."""
     found = []
     for worker in (w for ws in job._workers.values() for w in ws):
         found += children_of(worker.pid)
-    zygotes = [p for p in found if b"_zygote_proc" in Path(f"/proc/{p}/cmdline").read_bytes()]
-    return [p for p in found if p not in zygotes] + [c for z in zygotes for c in children_of(z)]
+    procs = []
+    while found:
+        pid = found.pop()
+        try:
+            zygote = b"_zygote_proc" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except FileNotFoundError:  # ended meanwhile
+            continue
+        if zygote:
+            found += children_of(pid)
+        else:
+            procs.append(pid)
+    return procs
 
 
 def children_of(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    found: list[int] = []
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except FileNotFoundError:  # ended meanwhile
+        return found
+    for task in tasks:
         try:
             found += [int(child) for child in (task / "children").read_text().split()]
         except FileNotFoundError:  # a thread that ended meanwhile
