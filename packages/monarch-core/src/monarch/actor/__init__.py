@@ -29,6 +29,7 @@ from monarch.core._debugger import debug_controller
 from monarch.core._endpoint import Actor, concurrent_endpoint, endpoint
 from monarch.core._errors import ActorError, MeshFailure, SupervisionError, WorkspaceSyncError
 from monarch.core._future import Future, returns_future
+from monarch.core._ids import ProcId, Uid
 from monarch.core._launch import default_bootstrap_cmd
 from monarch.core._port import Channel, Port, PortReceiver, RankedPortReceiver
 from monarch.core._proc_mesh import HostMesh, ProcMesh, shutdown_context, this_host, this_proc
@@ -41,6 +42,8 @@ from monarch.core._worker import (
     run_worker_loop_until_shutdown,
     start_worker_loop_forever,
 )
+
+from . import concurrent  # upstream's monarch.actor.concurrent, an attribute once imported
 
 unhandled_fault_hook: Callable[[MeshFailure], None] = _default_hook
 """Called with every failure that reaches the client unhandled; reassign to change that."""
@@ -85,17 +88,20 @@ __all__ = [
     "NotAnEndpoint",
     "Point",
     "Port",
+    "ProcId",
     "PortReceiver",
     "ProcMesh",
     "RankedPortReceiver",
     "Selection",
     "Shape",
     "SupervisionError",
+    "Uid",
     "ValueMesh",
     "WorkspaceSyncError",
     "as_endpoint",
     "attach",
     "attach_to_workers",
+    "concurrent",
     "concurrent_endpoint",
     "context",
     "current_actor_name",

@@ -57,7 +57,7 @@ from ._reports import failed_event, failed_report, mesh_uid, process_ended
 from ._runtime import Runtime, current_runtime
 from ._scope import Owner, current_owner
 from ._serialize import dumps, loads
-from ._shape import NDSlice, Point, Shape, ShapedMesh
+from ._shape import NDSlice, Point, Region, Shape, ShapedMesh
 from ._supervision import call_fault_hook
 from ._table import gpus_per_host, mesh_table
 from ._workspace import SYNCED_ENV, synced
@@ -684,6 +684,17 @@ class HostMesh(ShapedMesh):
     def initialized(self) -> Future[Literal[True]]:
         """``True``, as upstream's: the host agents ran when this mesh was made."""
         return Future._of(True)
+
+    @property
+    def region(self) -> Region:
+        """The labelled host ranks this mesh covers (its shape's region, as upstream's)."""
+        return self._shape.region
+
+    @property
+    def stream_logs(self) -> bool:
+        """Always false, as upstream's 0.7.0 (which never sets it): procs' output reaches the
+        client through ``ProcMesh.logging_option``, not through the host mesh."""
+        return False
 
     def spawn_procs(
         self,
