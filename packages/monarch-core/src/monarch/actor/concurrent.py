@@ -1,4 +1,4 @@
-"""Upstream's ``monarch.actor.concurrent``: where ``concurrent_endpoint`` is also importable from."""
+"""Upstream's ``monarch.actor.concurrent``, a second home of ``concurrent_endpoint``."""
 
 from monarch.core._endpoint import concurrent_endpoint
 

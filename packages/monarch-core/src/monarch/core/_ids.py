@@ -188,9 +188,11 @@ class ProcId:
     __slots__ = ("_uid",)
 
     def __init__(self, uid: Uid) -> None:
-        if not isinstance(uid, Uid):
-            raise TypeError(f"argument 'uid': {type(uid).__name__!r} object cannot be cast as 'Uid'")
-        self._uid = uid
+        given: object = uid  # callers without type checking pass strings
+        if not isinstance(given, Uid):
+            kind = type(given).__name__
+            raise TypeError(f"argument 'uid': {kind!r} object cannot be cast as 'Uid'")
+        self._uid = given
 
     @staticmethod
     def from_string(proc_id: str) -> ProcId:

@@ -1,4 +1,4 @@
-"""Upstream's byte form of an ``Extent`` and a ``Point`` (``Extent.from_bytes``, ``Point.from_bytes``).
+"""Upstream's byte form of an ``Extent`` and a ``Point``: ``Extent/Point.from_bytes``.
 
 Upstream 0.7.0 pickles both as ``from_bytes(bincode)``: little-endian u64 counts and values,
 labels as u64 length + UTF-8. An extent is ``labels, sizes``; a point is ``rank, extent``.
@@ -39,7 +39,7 @@ class _Reader:
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError as error:
-            raise ValueError(f"label is not UTF-8: {error}") from None
+            raise ValueError(f"Utf8 {{ {error} }}: a label is not UTF-8") from None
 
     def extent(self) -> tuple[list[str], list[int]]:
         labels = [self.text() for _ in range(self.u64())]

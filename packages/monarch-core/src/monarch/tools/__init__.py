@@ -1,1 +1,1 @@
-"""Upstream's ``monarch.tools``: ``config`` (``Workspace``, ``Config``, ``NOT_SET``) and ``network``."""
+"""Upstream's ``monarch.tools``: ``config`` (``Config``, ``Workspace``) and ``network``."""

@@ -1,4 +1,4 @@
-"""Upstream's ``monarch.tools.config``: ``Workspace``, and the scheduler ``Config`` with ``NOT_SET``.
+"""Upstream's ``monarch.tools.config``: ``Workspace``, the scheduler ``Config``, ``NOT_SET``.
 
 ``Config`` is the dataclass upstream's ``monarch.tools.commands`` take. Its default ``appdef`` is an
 empty torchx ``AppDef``, so, as upstream's, ``Config()`` needs torchx unless ``appdef`` is given.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from importlib import import_module
 from typing import Any
 
 from monarch.core._workspace import Workspace
@@ -20,7 +21,7 @@ NOT_SET: str = "__NOT_SET__"
 
 def _empty_appdef() -> Any:
     try:
-        from torchx.specs import AppDef
+        specs = import_module("torchx.specs")  # optional: by name, so nothing needs its stubs
     except ModuleNotFoundError as error:
         if error.name is None or not error.name.startswith("torchx"):
             raise
@@ -29,7 +30,7 @@ def _empty_appdef() -> Any:
             "pip install torchx, or pass appdef=",
             name="torchx",
         ) from error
-    return AppDef(name=NOT_SET)
+    return specs.AppDef(name=NOT_SET)
 
 
 @dataclass
