@@ -401,7 +401,7 @@ class ProcMesh(ShapedMesh):
     def spawn(self, name: str, Class: type[T], *args: Any, **kwargs: Any) -> ActorMesh[T]:
         """Spawn ``Class(*args, **kwargs)`` on every proc; returns the ActorMesh at once."""
         if self._stopped:
-            raise RuntimeError("cannot spawn on a stopped proc mesh")
+            raise RuntimeError("`ProcMesh` has already been stopped")
         failed = self._failures()
         if failed:
             raise SupervisionError(
@@ -586,6 +586,8 @@ class ProcMesh(ShapedMesh):
         return found
 
     async def __aenter__(self) -> ProcMesh:
+        if self._stopped:
+            raise RuntimeError("`ProcMesh` has already been stopped")
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -641,6 +643,10 @@ def _rebuild_proc_mesh(
     )
 
 
+_SHUT_DOWN = "HostMesh has already been shut down"
+"""Upstream's words for using a host mesh after ``shutdown()``: users match them."""
+
+
 class HostMesh(ShapedMesh):
     """Host agents laid out on a shape; ``spawn_procs`` starts processes on each.
 
@@ -664,6 +670,8 @@ class HostMesh(ShapedMesh):
         self._owned = owned
         self._proc_meshes: list[ProcMesh] = []
         """What ``spawn_procs`` made here: ``stop()`` stops them."""
+        self._shut_down = False
+        """``shutdown()`` completed: the mesh is unusable (as upstream's)."""
 
     def _new_with_shape(self, shape: Shape) -> HostMesh:
         owned = self._owned and shape == self._shape
@@ -711,6 +719,8 @@ class HostMesh(ShapedMesh):
         ``bootstrap_command``: the command that starts each proc, or a function of its
         point (over the host and ``per_host`` dimensions) giving one.
         """
+        if self._shut_down:
+            raise RuntimeError(_SHUT_DOWN)
         per_host = dict(per_host or {})
         for label, size in per_host.items():
             value: object = size
@@ -793,6 +803,8 @@ class HostMesh(ShapedMesh):
             return _refused(
                 RuntimeError("cannot shut down `HostMesh` that is a reference instead of owned")
             )
+        if self._shut_down:
+            return _refused(RuntimeError(_SHUT_DOWN))
         runtime = self._runtime
         hosts = [self._hosts[rank] for rank in self._shape.ndslice]
         remote = sorted({host for host in hosts if host != runtime.address})
@@ -805,10 +817,13 @@ class HostMesh(ShapedMesh):
                 runtime.post(host, TO_PROC, "", StopProc("host mesh shut down"))
             if gone:
                 await asyncio.wait_for(asyncio.gather(*gone), current_config().process_exit_timeout)
+            self._shut_down = True
 
         return run_on(runtime, stop())
 
     async def __aenter__(self) -> HostMesh:
+        if self._shut_down:
+            raise RuntimeError(_SHUT_DOWN)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
