@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from monarch.actor import Actor, Future, endpoint, this_host
+from monarch.actor import Actor, Future, MeshFailure, context, endpoint, this_host
 
 
 class Mixed(Actor):
@@ -33,6 +33,10 @@ class Plain(Actor):
     @endpoint
     def one(self) -> int:
         return 1
+
+    @endpoint
+    def abort(self) -> None:
+        context().actor_instance.abort()
 
 
 def test_mixed_endpoints_text() -> None:
@@ -129,3 +133,20 @@ def test_shut_down_host_mesh_text(tmp_path: Path) -> None:
     finally:
         worker.kill()
         worker.wait()
+
+
+def test_abort_without_a_reason_text(unhandled_failures: list[MeshFailure]) -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        actor = procs.spawn("quitter", Plain)
+        actor.abort.call_one().get(timeout=60)
+        with pytest.raises(RuntimeError) as raised:
+            actor.one.call_one().get(timeout=60)
+        assert type(raised.value).__name__ == "SupervisionError"
+        assert str(raised.value).startswith("Endpoint call quitter.one() failed, The actor ")
+        assert str(raised.value).endswith(
+            "and all its descendants have failed:\n"
+            "  actor explicitly aborted due to: (no reason provided)"
+        )
+    finally:
+        procs.stop().get(timeout=60)
