@@ -274,3 +274,13 @@ def test_tools_network() -> None:
     assert get_sockaddr("127.0.0.1", 80) == "127.0.0.1:80"
     with pytest.raises(RuntimeError, match=r"Unable to resolve `no-such-host\.invalid`"):
         get_ipaddr("no-such-host.invalid", 1)
+
+
+@pytest.mark.ours_only  # upstream builds such extents, or panics
+def test_from_bytes_refuses_malformed_extents() -> None:
+    with pytest.raises(ValueError, match="duplicate dimension name"):
+        Extent.from_bytes(extent_bytes(["a", "a"], [1, 2]))
+    with pytest.raises(ValueError, match="dimension mismatch"):
+        Extent.from_bytes(extent_bytes(["a"], [1, 2]))
+    with pytest.raises(ValueError, match="does not contain rank 9"):
+        Point.from_bytes(_u64(9) + extent_bytes(["a"], [3]))
