@@ -267,7 +267,9 @@ class ActorRunner:
 
     def _supervised(self, failure: MeshFailure, handled: Any) -> None:
         """What ``__supervise__`` returned (or raised): a falsy value fails the actor."""
-        if isinstance(handled, BaseException):
+        if isinstance(handled, BaseException) and not isinstance(handled, Exception):
+            self._fail(handled, aborted_by(handled))  # a KeyboardInterrupt: its traceback
+        elif isinstance(handled, Exception):
             name = self.actor_name
             event = failed_event(name, aborted_by(handled))  # the traceback, for the logs
             report = supervise_raised_report(name, handled, failure.report())
