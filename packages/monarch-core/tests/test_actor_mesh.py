@@ -192,7 +192,7 @@ def test_mixed_sync_and_async_endpoints_are_refused_at_spawn(procs: ProcMesh) ->
         @endpoint
         async def b(self) -> None: ...
 
-    with pytest.raises(ValueError, match="mixes sync endpoints"):
+    with pytest.raises(ValueError, match="mixes both async and sync endpoints"):
         procs.spawn("mixed", Mixed)
     with pytest.raises(ValueError, match="not an Actor"):
         procs.spawn("nope", dict)

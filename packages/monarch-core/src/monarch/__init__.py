@@ -22,7 +22,16 @@ _wheels.install_finder()  # `import monarch.job` without monarch-jobs says how t
 # Upstream's lazy top-level names -> (module that provides it, attribute in that module).
 _LAZY: dict[str, tuple[str, str]] = {
     # monarch-core
-    "configure": ("monarch.config", "configure"),
+    **{
+        name: ("monarch.config", name)
+        for name in (
+            "configure",
+            "configured",
+            "get_global_config",
+            "get_runtime_config",
+            "clear_runtime_config",
+        )
+    },
     "Extent": ("monarch.actor", "Extent"),
     "Shape": ("monarch.actor", "Shape"),
     "NDSlice": ("monarch.actor", "NDSlice"),

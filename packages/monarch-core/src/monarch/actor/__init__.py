@@ -30,6 +30,7 @@ from monarch.core._debugger import debug_controller
 from monarch.core._endpoint import Actor, concurrent_endpoint, endpoint
 from monarch.core._errors import ActorError, MeshFailure, SupervisionError, WorkspaceSyncError
 from monarch.core._future import Future, returns_future
+from monarch.core._ids import ProcId, Uid
 from monarch.core._launch import default_bootstrap_cmd
 from monarch.core._port import Channel, Port, PortReceiver, RankedPortReceiver
 from monarch.core._proc_mesh import HostMesh, ProcMesh, shutdown_context, this_host, this_proc
@@ -43,6 +44,8 @@ from monarch.core._worker import (
     start_worker_loop_forever,
 )
 from monarch.core.lowlevel import plugin_group
+
+from . import concurrent  # upstream's monarch.actor.concurrent, an attribute once imported
 
 unhandled_fault_hook: Callable[[MeshFailure], None] = _default_hook
 """Called with every failure that reaches the client unhandled; reassign to change that."""
@@ -81,16 +84,19 @@ __all__ = [
     "Point",
     "Port",
     "PortReceiver",
+    "ProcId",
     "ProcMesh",
     "RankedPortReceiver",
     "Selection",
     "Shape",
     "SupervisionError",
+    "Uid",
     "ValueMesh",
     "WorkspaceSyncError",
     "as_endpoint",
     "attach",
     "attach_to_workers",
+    "concurrent",
     "concurrent_endpoint",
     "context",
     "current_actor_name",

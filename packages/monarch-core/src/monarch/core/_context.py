@@ -68,7 +68,7 @@ class Instance:
 
     def abort(self, reason: str | None = None) -> None:
         """Fail this actor: its owner is told, later calls raise SupervisionError."""
-        self._controls().request_abort(reason or "aborted by itself")
+        self._controls().request_abort(reason or "(no reason provided)")  # upstream's words
 
     def kill(self, reason: str | None = None) -> None:
         """Like :meth:`abort`: the actor fails without running ``__cleanup__``."""

@@ -187,9 +187,11 @@ def actor_is_async(cls: type) -> bool:
     if len(set(kinds.values())) > 1:
         sync = sorted(n for n, a in kinds.items() if not a)
         asyn = sorted(n for n, a in kinds.items() if a)
-        raise ValueError(
-            f"{cls.__name__} mixes sync endpoints {sync} and async endpoints {asyn}; "
-            "an actor's endpoints must be all `def` or all `async def`"
+        raise ValueError(  # upstream's words (missing spaces included): users match them
+            f"{cls} mixes both async and sync endpoints."
+            "Synchronous endpoints cannot be mixed with async endpoints because they can "
+            "cause the asyncio loop to deadlock if they wait."
+            f"sync: {sync} async: {asyn}"
         )
     return any(kinds.values())
 

@@ -181,7 +181,9 @@ class Future(Outcome[R]):
     _start: Callable[[Future[R]], None] | None
 
     def __init__(self, *args: object, **kwargs: object) -> None:
-        raise TypeError("Future cannot be constructed directly; Monarch operations return one")
+        raise TypeError(
+            "Future objects are returned by Monarch operations and cannot be constructed directly."
+        )
 
     @classmethod
     def _new(cls) -> Future[R]:

@@ -57,7 +57,7 @@ from ._reports import failed_event, failed_report, mesh_uid, process_ended
 from ._runtime import Runtime, current_runtime
 from ._scope import Owner, current_owner
 from ._serialize import dumps, loads
-from ._shape import NDSlice, Point, Shape, ShapedMesh
+from ._shape import NDSlice, Point, Region, Shape, ShapedMesh
 from ._supervision import call_fault_hook
 from ._table import gpus_per_host, mesh_table
 from ._workspace import SYNCED_ENV, synced
@@ -420,7 +420,7 @@ class ProcMesh(ShapedMesh):
     def spawn(self, name: str, Class: type[T], *args: Any, **kwargs: Any) -> ActorMesh[T]:
         """Spawn ``Class(*args, **kwargs)`` on every proc; returns the ActorMesh at once."""
         if self._stopped:
-            raise RuntimeError("cannot spawn on a stopped proc mesh")
+            raise RuntimeError("`ProcMesh` has already been stopped")
         failed = self._failures()
         if failed:
             raise SupervisionError(
@@ -605,6 +605,8 @@ class ProcMesh(ShapedMesh):
         return found
 
     async def __aenter__(self) -> ProcMesh:
+        if self._stopped:
+            raise RuntimeError("`ProcMesh` has already been stopped")
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -660,6 +662,10 @@ def _rebuild_proc_mesh(
     )
 
 
+_SHUT_DOWN = "HostMesh has already been shut down"
+"""Upstream's words for using a host mesh after ``shutdown()``: users match them."""
+
+
 class HostMesh(ShapedMesh):
     """Host agents laid out on a shape; ``spawn_procs`` starts processes on each.
 
@@ -683,6 +689,8 @@ class HostMesh(ShapedMesh):
         self._owned = owned
         self._proc_meshes: list[ProcMesh] = []
         """What ``spawn_procs`` made here: ``stop()`` stops them."""
+        self._shut_down = False
+        """``shutdown()`` completed: the mesh is unusable (as upstream's)."""
 
     def _new_with_shape(self, shape: Shape) -> HostMesh:
         owned = self._owned and shape == self._shape
@@ -704,6 +712,17 @@ class HostMesh(ShapedMesh):
         """``True``, as upstream's: the host agents ran when this mesh was made."""
         return Future._of(True)
 
+    @property
+    def region(self) -> Region:
+        """The labelled host ranks this mesh covers (its shape's region, as upstream's)."""
+        return self._shape.region
+
+    @property
+    def stream_logs(self) -> bool:
+        """Always false, as upstream's 0.7.0 (which never sets it): procs' output reaches the
+        client through ``ProcMesh.logging_option``, not through the host mesh."""
+        return False
+
     def spawn_procs(
         self,
         per_host: dict[str, int] | None = None,
@@ -719,6 +738,8 @@ class HostMesh(ShapedMesh):
         ``bootstrap_command``: the command that starts each proc, or a function of its
         point (over the host and ``per_host`` dimensions) giving one.
         """
+        if self._shut_down:
+            raise RuntimeError(_SHUT_DOWN)
         per_host = dict(per_host or {})
         for label, size in per_host.items():
             value: object = size
@@ -801,6 +822,8 @@ class HostMesh(ShapedMesh):
             return _refused(
                 RuntimeError("cannot shut down `HostMesh` that is a reference instead of owned")
             )
+        if self._shut_down:
+            return _refused(RuntimeError(_SHUT_DOWN))
         runtime = self._runtime
         hosts = [self._hosts[rank] for rank in self._shape.ndslice]
         remote = sorted({host for host in hosts if host != runtime.address})
@@ -813,10 +836,13 @@ class HostMesh(ShapedMesh):
                 runtime.post(host, TO_PROC, "", StopProc("host mesh shut down"))
             if gone:
                 await asyncio.wait_for(asyncio.gather(*gone), current_config().process_exit_timeout)
+            self._shut_down = True
 
         return run_on(runtime, stop())
 
     async def __aenter__(self) -> HostMesh:
+        if self._shut_down:
+            raise RuntimeError(_SHUT_DOWN)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

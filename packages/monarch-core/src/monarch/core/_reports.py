@@ -100,6 +100,16 @@ def failed_report(actor: str, reason: str) -> str:
     return f"The actor {actor} and all its descendants have failed:\n{indent(reason, '  ')}"
 
 
+def supervise_raised_report(actor: str, exc: BaseException, child_report: str) -> str:
+    """What a call to an actor whose ``__supervise__`` raised is told (upstream's form): the
+    exception, then the failure it was handling."""
+    return (
+        failed_report(actor, f"{type(exc).__name__}: {exc}")
+        + "\nThis error occurred while handling another failure:\n"
+        + indent(child_report, "  ")
+    )
+
+
 def endpoint(mesh_name: str, method: str) -> str:
     """How a SupervisionError names the call that failed (``SupervisionError.endpoint``)."""
     return f"{mesh_name}.{method}()"

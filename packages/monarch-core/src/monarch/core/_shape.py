@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Self, SupportsIndex, final, overload
 
 from ._errors import DimensionError, MeshIndexError, NegativeIndexError
+from ._shape_bytes import decode_extent, decode_point
 
 __all__ = [
     "DimensionError",
@@ -427,6 +428,12 @@ class Extent(Mapping[str, int]):
     def __reduce__(self) -> tuple[Any, ...]:
         return (Extent, (list(self._labels), list(self._sizes)))
 
+    @staticmethod
+    def from_bytes(data: bytes) -> Extent:
+        """The extent upstream's pickled form holds (``Extent.from_bytes(bincode)``)."""
+        labels, sizes = decode_extent(data)
+        return Extent(labels, sizes)
+
     def __repr__(self) -> str:
         body = ", ".join(
             f"{_fmt_label(lb)}: {sz}" for lb, sz in zip(self._labels, self._sizes, strict=True)
@@ -508,6 +515,12 @@ class Point(Mapping[str, int]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Point, (self._rank, self._extent))
+
+    @staticmethod
+    def from_bytes(data: bytes) -> Point:
+        """The point upstream's pickled form holds (``Point.from_bytes(bincode)``)."""
+        rank, labels, sizes = decode_point(data)
+        return Point(rank, Extent(labels, sizes))
 
     def __repr__(self) -> str:
         parts = (

@@ -1,1 +1,1 @@
-"""Upstream's ``monarch.tools``: here only ``monarch.tools.config.Workspace``."""
+"""Upstream's ``monarch.tools``: ``config`` (``Config``, ``Workspace``) and ``network``."""

@@ -47,6 +47,7 @@ from monarch.core._reports import (
     failed_report,
     oversize,
     status_event,
+    supervise_raised_report,
     unhandled_event,
 )
 from monarch.core._runtime import Runtime
@@ -266,8 +267,13 @@ class ActorRunner:
 
     def _supervised(self, failure: MeshFailure, handled: Any) -> None:
         """What ``__supervise__`` returned (or raised): a falsy value fails the actor."""
-        if isinstance(handled, BaseException):
-            self._fail(handled, aborted_by(handled))
+        if isinstance(handled, BaseException) and not isinstance(handled, Exception):
+            self._fail(handled, aborted_by(handled))  # a KeyboardInterrupt: its traceback
+        elif isinstance(handled, Exception):
+            name = self.actor_name
+            event = failed_event(name, aborted_by(handled))  # the traceback, for the logs
+            report = supervise_raised_report(name, handled, failure.report())
+            self._failed(handled, event, report)
         elif not handled:
             self._fail_unhandled(failure)
 

@@ -1,0 +1,5 @@
+"""Upstream's ``monarch.tools.config.workspace`` (where its deprecation warnings point)."""
+
+from monarch.core._workspace import Workspace
+
+__all__ = ["Workspace"]
