@@ -287,9 +287,10 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
     for floor in (
         # leaves
         "_config _memory _netaddr _per_process _cli _debug_client _tls _table _instrument"
-        " _internal_logs _workspace _reload _filling _mocks _client_end",  # + the internal
-        # log; files by checksum; reloads; a call's tensor copies made while they travel;
-        # mocked actors; how an unhandled failure ends the client
+        " _internal_logs _workspace _reload _filling _mocks _client_end _ids _shape_bytes",
+        # + the internal log; files by checksum; reloads; a call's tensor copies made while
+        # they travel; mocked actors; how an unhandled failure ends the client; upstream's
+        # Uid and ProcId; upstream's pickled Extent and Point
         "_tensors _adopt _buffers",  # tensors as one buffer each (torch never imported); fd
         # sockets; upstream's write Buffer (small writes copied, large bytes kept)
         "_serialize _ring",  # pickling with out-of-band buffers; the lenders' rings
