@@ -656,23 +656,30 @@ class HostMesh(ShapedMesh):
         python: str = "",
         *,
         owned: bool = False,
+        attached: Future[Literal[True]] | None = None,
     ) -> None:
         self._hosts = list(hosts)
         self._shape = shape
         self._runtime = runtime
         self._python = python
         self._owned = owned
+        self._attached = attached
+        """Until the host agents answered (``attach_to_workers``); None: they run."""
         self._proc_meshes: list[ProcMesh] = []
         """What ``spawn_procs`` made here: ``stop()`` stops them."""
 
     def _new_with_shape(self, shape: Shape) -> HostMesh:
         owned = self._owned and shape == self._shape
-        return HostMesh(self._hosts, shape, self._runtime, self._python, owned=owned)
+        return HostMesh(
+            self._hosts, shape, self._runtime, self._python, owned=owned, attached=self._attached
+        )
 
     def with_python_executable(self, path: str) -> HostMesh:
         """The same hosts, starting procs with the Python at ``path`` (on each host); the
         procs' own ``this_host()`` starts theirs with it too."""
-        return HostMesh(self._hosts, self._shape, self._runtime, path, owned=self._owned)
+        return HostMesh(
+            self._hosts, self._shape, self._runtime, path, owned=self._owned, attached=self._attached
+        )
 
     @property
     def is_fake_in_process(self) -> bool:
@@ -682,8 +689,9 @@ class HostMesh(ShapedMesh):
 
     @property
     def initialized(self) -> Future[Literal[True]]:
-        """``True``, as upstream's: the host agents ran when this mesh was made."""
-        return Future._of(True)
+        """``True`` once the host agents answered (at once, but for ``attach_to_workers``'s
+        workers still starting), as upstream's."""
+        return Future._of(True) if self._attached is None else self._attached
 
     def spawn_procs(
         self,
@@ -733,8 +741,11 @@ class HostMesh(ShapedMesh):
         if current_config().enable_log_forwarding:
             group.logs = LogSink(name or "procs", group.hosts, runtime.loop.call_later)
         python = self._python
+        attached = self._attached
 
         async def start() -> list[str]:
+            if attached is not None:
+                await wait_outcome(attached)
             started = await _start_procs(
                 runtime, hosts, processes, name or "procs", bootstrap, group, python, launches
             )
