@@ -37,7 +37,7 @@ from ._bootstrap import ROOT_ENV, SECRET_ENV
 from ._config import BindSpec, configure, current_config
 from ._future import run_on
 from ._netaddr import WILDCARD_HOSTS, route_source, split_alias
-from ._proc_mesh import HostMesh
+from ._proc_mesh import HostMesh, shut_down_hosts
 from ._runtime import Runtime, current_runtime, dial, running_runtime
 from ._shape import NDSlice, Shape
 from ._tls import CA, PrivateKey, tls_options
@@ -194,12 +194,16 @@ async def _listen_at(runtime: Runtime, scheme: str, host: str) -> None:
 
 def _watch_worker(runtime: Runtime, address: str) -> None:
     def lost(address: str, exc: BaseException) -> None:
+        if address in shut_down_hosts:
+            log.debug("worker %s shut down: %s", address, exc)
+            return
         hint = ""
         if isinstance(exc, AuthenticationError):
             hint = f" (the worker must be given this controller's {SECRET_ENV})"
         log.warning("worker %s failed: %s%s", address, exc, hint)
 
     runtime.forget(address)  # attaching again means: a new worker may be there now
+    shut_down_hosts.discard(address)
     runtime.watch_peer(address, lost)
 
 

@@ -784,8 +784,8 @@ class HostMesh(ShapedMesh):
         return run_on(self._runtime, wait_all())
 
     def shutdown(self) -> Future[None]:
-        """Stop the host agents of this mesh (workers exit, their procs with them). Only
-        the owned mesh can (as upstream's).
+        """Stop the procs spawned through this mesh, then its host agents (workers exit).
+        Only the owned mesh can (as upstream's).
 
         The client's own machine is not stopped: its agent is the client itself.
         """
@@ -796,11 +796,22 @@ class HostMesh(ShapedMesh):
         runtime = self._runtime
         hosts = [self._hosts[rank] for rank in self._shape.ndslice]
         remote = sorted({host for host in hosts if host != runtime.address})
+        meshes = [mesh for mesh in self._proc_meshes if not mesh._stopped]
+        self._proc_meshes.clear()
+        for mesh in meshes:
+            mesh._stopped = True
 
         async def stop() -> None:
+            # The procs spawned here are stopped first, as ``stop()`` stops them: their
+            # end is then no failure (the agents would kill them, and every actor there
+            # would report its proc killed, to the client's fault hook at the root).
+            await asyncio.gather(
+                *(mesh._stop("host mesh shut down") for mesh in meshes), return_exceptions=True
+            )
             loop = runtime.loop
             gone: list[asyncio.Future[None]] = [loop.create_future() for _ in remote]
             for host, done in zip(remote, gone, strict=True):
+                shut_down_hosts.add(host)
                 runtime.watch_peer(host, _resolver(done))
                 runtime.post(host, TO_PROC, "", StopProc("host mesh shut down"))
             if gone:
@@ -904,6 +915,9 @@ def _syncer() -> tuple[WorkspaceSync, Callable[[ProcMesh], list[str]]]:
         raise RuntimeError("sync_workspace needs monarch.core imported (import monarch.actor)")
     return _workspace_sync[0]
 
+
+shut_down_hosts: set[str] = set()
+"""Host agents this process shut down: their going away is no failure to warn of."""
 
 _owned: list[ProcMesh] = []
 """Proc meshes this process spawned, for shutdown_context."""
