@@ -149,9 +149,7 @@ def test_a_worker_still_starting_with_an_advertised_and_a_bind_address(
 
 
 @pytest.mark.parametrize("scheme", ["tcp", "ipc"])
-def test_a_worker_that_never_starts_fails_the_attach_naming_it(
-    tmp_path: Path, scheme: str
-) -> None:
+def test_a_worker_that_never_starts_fails_the_attach_naming_it(tmp_path: Path, scheme: str) -> None:
     if scheme == "tcp":
         host = f"127.0.0.1:{_free_port()}"  # nothing listens there
         address = f"tcp://{host}"

@@ -10,7 +10,6 @@ torchmonarch 0.7.0. The client is a process of its own: a failure at its root wo
 from __future__ import annotations
 
 import ast
-import os
 import subprocess
 import sys
 

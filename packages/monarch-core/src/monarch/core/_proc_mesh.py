@@ -677,9 +677,9 @@ class HostMesh(ShapedMesh):
     def with_python_executable(self, path: str) -> HostMesh:
         """The same hosts, starting procs with the Python at ``path`` (on each host); the
         procs' own ``this_host()`` starts theirs with it too."""
-        return HostMesh(
-            self._hosts, self._shape, self._runtime, path, owned=self._owned, attached=self._attached
-        )
+        mesh = HostMesh(self._hosts, self._shape, self._runtime, path, owned=self._owned)
+        mesh._attached = self._attached
+        return mesh
 
     @property
     def is_fake_in_process(self) -> bool:
