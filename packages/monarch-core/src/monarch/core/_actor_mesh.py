@@ -813,13 +813,23 @@ class ActorMesh(ShapedMesh, Generic[R]):
         return submit_into(self._runtime, self._start_stop, ACTOR_MESH_STOPPED)
 
     def _start_stop(self, reason: str, result: Future[tuple[()]]) -> None:
-        """Stop the actors; later calls are told ``reason`` (the status they stopped with)."""
+        """Stop the actors; later calls are told ``reason`` (the status they stopped with).
+
+        As upstream's, the stop returns at ``cleanup_timeout`` at the latest: an actor
+        whose code never gets to the stop (an ``__init__`` that never returns, an endpoint
+        still running) does not hold its caller; its proc's stop ends it."""
 
         def finish(values: list[Any] | None, error: BaseException | None) -> None:
+            if result.done():
+                return  # given up on at cleanup_timeout
             # An actor whose proc is gone has stopped too: only other errors fail the stop.
             if error is not None and not isinstance(error, SupervisionError):
                 result.set_exception(error)
             else:
+                result.set_result(())
+
+        def give_up() -> None:
+            if not result.done():
                 result.set_result(())
 
         def go(ready: list[str] | BaseException) -> None:
@@ -829,6 +839,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
             ranks, _, targets = self._cast_plan(ready)
             gather = Gather(self._runtime, len(ranks), targets, on_done=finish)
             self._post_to(ready, STOP_METHOD, dumps(reason), gather.port, gather=True)
+            self._runtime.loop.call_later(current_config().cleanup_timeout, give_up)
 
         state = self._state
         state.when_ready(go)

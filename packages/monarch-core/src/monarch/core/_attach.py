@@ -15,14 +15,23 @@ that gateway and reaches the workers through it.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import enum
 import logging
 import os
+import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
-from monarch.transport import Address, AuthenticationError, TransportError, open_listener
+from monarch.transport import (
+    Address,
+    AuthenticationError,
+    ConnectError,
+    HandshakeError,
+    TransportError,
+    open_listener,
+)
 
 from ._bootstrap import ROOT_ENV, SECRET_ENV
 from ._config import BindSpec, configure, current_config
@@ -30,7 +39,7 @@ from ._exits import worker_stopping, workers_stopping
 from ._future import run_on
 from ._netaddr import WILDCARD_HOSTS, route_source, split_alias
 from ._proc_mesh import HostMesh
-from ._runtime import Runtime, current_runtime, running_runtime
+from ._runtime import Runtime, current_runtime, dial, running_runtime
 from ._shape import NDSlice, Shape
 from ._tls import CA, PrivateKey, tls_options
 from ._worker import secure
@@ -200,6 +209,74 @@ def _watch_worker(runtime: Runtime, address: str) -> None:
     runtime.watch_peer(address, lost)
 
 
+ATTACH_FAILED = "attach failed: config push failed during attach"
+"""Upstream's words for workers not reached within ``mesh_attach_config_timeout``."""
+
+_FIRST_RETRY = 0.05
+_LAST_RETRY = 1.0
+"""Seconds between tries to reach a worker: doubling from the first to the last."""
+
+
+def _not_there_yet(exc: BaseException) -> bool:
+    """Whether a failed dial may be a worker still starting (nothing listens yet, or it
+    has not accepted yet), rather than one that answered and refused us."""
+    if isinstance(exc, ConnectError):
+        return True
+    if type(exc) is not HandshakeError:  # AuthenticationError, ProtocolVersionError
+        return False
+    ssl = sys.modules.get("ssl")  # loaded only by the tls transport
+    return ssl is None or not isinstance(exc.__cause__, ssl.SSLError)
+
+
+async def _reach(runtime: Runtime, address: str, deadline: float) -> BaseException | None:
+    """Dial ``address`` until a worker answers there, backing off, until ``deadline``
+    (loop time): None once one answers (a refusal included: the worker's watch reports
+    it), else the last reason it could not be reached."""
+    loop = runtime.loop
+    delay = _FIRST_RETRY
+    last: BaseException = TimeoutError("no answer")
+    while True:
+        try:
+            conn = await asyncio.wait_for(dial(runtime, address), deadline - loop.time())
+        except TimeoutError:
+            return last
+        except (TransportError, OSError) as exc:
+            if not _not_there_yet(exc):
+                return None
+            last = exc
+            left = deadline - loop.time()
+            if left <= 0:
+                return exc
+            log.debug("worker %s not reachable yet (%s); trying again", address, exc)
+            await asyncio.sleep(min(delay, left))
+            delay = min(2 * delay, _LAST_RETRY)
+        else:
+            await conn.aclose()
+            return None
+
+
+async def _attach_all(runtime: Runtime, addresses: list[str]) -> Literal[True]:
+    """Wait for every worker to answer (a worker launched a moment before the attach may
+    still be starting, as batch schedulers start them), then watch each: upstream's
+    config push, which fails closed naming the hosts it could not reach."""
+    budget = current_config().mesh_attach_config_timeout
+    deadline = runtime.loop.time() + budget
+    unique = list(dict.fromkeys(addresses))
+    reasons = await asyncio.gather(*(_reach(runtime, a, deadline) for a in unique))
+    failed = [(a, r) for a, r in zip(unique, reasons, strict=True) if r is not None]
+    for address in unique:
+        if all(address != a for a, _ in failed):
+            _watch_worker(runtime, address)
+    if failed:
+        lines = "".join(
+            f"\n  - {address}: not reachable within mesh_attach_config_timeout ({budget:g}s): "
+            f"{reason}"
+            for address, reason in failed
+        )
+        raise RuntimeError(f"{ATTACH_FAILED} on {len(failed)} host(s):{lines}")
+    return True
+
+
 _attached: list[str] = []
 """The address ``attach`` was given (once)."""
 
@@ -263,6 +340,11 @@ def attach_to_workers(
     certificate that signed theirs, with ``private_key=`` (PEM: this machine's key and a
     certificate that CA signed, which the workers check), or ``"trust_all_connections"``
     (see ``_tls``). ``name`` is accepted for upstream compatibility.
+
+    Returns at once, as upstream's: workers that are still starting are tried again, with
+    backoff, for ``mesh_attach_config_timeout``; procs are spawned once all answered. One
+    that never does fails the mesh's ``initialized`` (and what is spawned on it) with
+    RuntimeError "attach failed: config push failed during attach ...", naming it.
     """
     if isinstance(workers, str):
         raise TypeError("workers is a sequence of addresses, not one address")
@@ -271,8 +353,6 @@ def attach_to_workers(
     if not addresses:
         raise ValueError("attach_to_workers needs at least one worker")
     runtime = _reachable_runtime(addresses)
-    for address in addresses:
-        # Connect now: heartbeats start, and a bad secret or a dead worker is logged at once.
-        runtime.call_soon(_watch_worker, runtime, address)
+    attached = run_on(runtime, _attach_all(runtime, addresses))
     shape = Shape(["hosts"], NDSlice.new_row_major([len(addresses)]))
-    return HostMesh(addresses, shape, runtime, owned=True)
+    return HostMesh(addresses, shape, runtime, owned=True, attached=attached)

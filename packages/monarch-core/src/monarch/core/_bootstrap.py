@@ -131,6 +131,8 @@ def decode_secret(text: str, source: str) -> bytes:
 
 _secret: list[bytes] = []
 """The job secret once known: kept here, not in ``os.environ``."""
+_secret_inherited: list[bool] = [False]
+"""Whether this process was given its job's secret (it joins that job), not made it."""
 
 
 def job_secret() -> bytes:
@@ -145,6 +147,7 @@ def job_secret() -> bytes:
     value = os.environ.pop(SECRET_ENV, None)
     secret = decode_secret(value, SECRET_ENV) if value else secrets.token_bytes(32)
     _secret.append(secret)
+    _secret_inherited[0] = bool(value)
     return secret
 
 
@@ -222,6 +225,15 @@ def listen_address() -> str:
     return str(transport)
 
 
+def _inherited_root() -> str:
+    """The root a client takes from its environment: only a client given its job's secret
+    joins that job. One that made its secret starts a job of its own, whose root it is,
+    even when started by another job's process (a test isolated in a subprocess, a
+    script's helper): that process's root, named in the environment it passed on, would
+    refuse it (another secret), and its controllers are not this job's."""
+    return os.environ.get(ROOT_ENV, "") if _secret_inherited[0] else ""
+
+
 def start_controller(listen: str | None = None) -> Runtime:
     """Start the client's runtime on a background thread and install it (the starter of
     ``current_runtime``): plain code can then block on futures while the loop works."""
@@ -239,7 +251,7 @@ def start_controller(listen: str | None = None) -> Runtime:
         async def boot() -> None:
             try:
                 await runtime.start(listen or listen_address())
-                _boot(runtime, os.environ.get(ROOT_ENV, ""))
+                _boot(runtime, _inherited_root())
                 if runtime.root == runtime.address:  # procs' breakpoints come here
                     install_console(runtime)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
@@ -256,7 +268,7 @@ def start_controller(listen: str | None = None) -> Runtime:
     if failure:
         raise failure[0]
     _controller_loops.append((loop, thread))
-    os.environ.setdefault(ROOT_ENV, runtime.address)  # this client is the job's root
+    os.environ[ROOT_ENV] = runtime.root  # what this process starts belongs to its job
     log.info("client %d listening at %s (job root %s)", os.getpid(), runtime.address, runtime.root)
     return runtime
 

@@ -31,7 +31,7 @@ from ._actor_mesh import (
 )
 from ._config import KEYS, current_config, runtime_env
 from ._errors import MeshFailure, RemoteFailure, SupervisionError
-from ._exits import ended, expect
+from ._exits import ended, expect, workers_stopping
 from ._future import Future, Outcome, run_on, wait_outcome
 from ._gather import Gather
 from ._instrument import instrumented, procs_spawned, supervision
@@ -681,12 +681,15 @@ class HostMesh(ShapedMesh):
         python: str = "",
         *,
         owned: bool = False,
+        attached: Future[Literal[True]] | None = None,
     ) -> None:
         self._hosts = list(hosts)
         self._shape = shape
         self._runtime = runtime
         self._python = python
         self._owned = owned
+        self._attached = attached
+        """Until the host agents answered (``attach_to_workers``); None: they run."""
         self._proc_meshes: list[ProcMesh] = []
         """What ``spawn_procs`` made here: ``stop()`` stops them."""
         self._shut_down = False
@@ -694,12 +697,16 @@ class HostMesh(ShapedMesh):
 
     def _new_with_shape(self, shape: Shape) -> HostMesh:
         owned = self._owned and shape == self._shape
-        return HostMesh(self._hosts, shape, self._runtime, self._python, owned=owned)
+        return HostMesh(
+            self._hosts, shape, self._runtime, self._python, owned=owned, attached=self._attached
+        )
 
     def with_python_executable(self, path: str) -> HostMesh:
         """The same hosts, starting procs with the Python at ``path`` (on each host); the
         procs' own ``this_host()`` starts theirs with it too."""
-        return HostMesh(self._hosts, self._shape, self._runtime, path, owned=self._owned)
+        mesh = HostMesh(self._hosts, self._shape, self._runtime, path, owned=self._owned)
+        mesh._attached = self._attached
+        return mesh
 
     @property
     def is_fake_in_process(self) -> bool:
@@ -709,8 +716,9 @@ class HostMesh(ShapedMesh):
 
     @property
     def initialized(self) -> Future[Literal[True]]:
-        """``True``, as upstream's: the host agents ran when this mesh was made."""
-        return Future._of(True)
+        """``True`` once the host agents answered (at once, but for ``attach_to_workers``'s
+        workers still starting), as upstream's."""
+        return Future._of(True) if self._attached is None else self._attached
 
     @property
     def region(self) -> Region:
@@ -773,8 +781,11 @@ class HostMesh(ShapedMesh):
         if current_config().enable_log_forwarding:
             group.logs = LogSink(name or "procs", group.hosts, runtime.loop.call_later)
         python = self._python
+        attached = self._attached
 
         async def start() -> list[str]:
+            if attached is not None:
+                await wait_outcome(attached)
             started = await _start_procs(
                 runtime, hosts, processes, name or "procs", bootstrap, group, python, launches
             )
@@ -813,8 +824,8 @@ class HostMesh(ShapedMesh):
         return run_on(self._runtime, wait_all())
 
     def shutdown(self) -> Future[None]:
-        """Stop the host agents of this mesh (workers exit, their procs with them). Only
-        the owned mesh can (as upstream's).
+        """Stop the procs spawned through this mesh, then its host agents (workers exit).
+        Only the owned mesh can (as upstream's).
 
         The client's own machine is not stopped: its agent is the client itself.
         """
@@ -827,10 +838,21 @@ class HostMesh(ShapedMesh):
         runtime = self._runtime
         hosts = [self._hosts[rank] for rank in self._shape.ndslice]
         remote = sorted({host for host in hosts if host != runtime.address})
+        meshes = [mesh for mesh in self._proc_meshes if not mesh._stopped]
+        self._proc_meshes.clear()
+        for mesh in meshes:
+            mesh._stopped = True
 
         async def stop() -> None:
+            # The procs spawned here are stopped first, as ``stop()`` stops them: their
+            # end is then no failure (the agents would kill them, and every actor there
+            # would report its proc killed, to the client's fault hook at the root).
+            await asyncio.gather(
+                *(mesh._stop("host mesh shut down") for mesh in meshes), return_exceptions=True
+            )
             loop = runtime.loop
             gone: list[asyncio.Future[None]] = [loop.create_future() for _ in remote]
+            workers_stopping(remote)  # their going away is then no failure to warn of
             for host, done in zip(remote, gone, strict=True):
                 runtime.watch_peer(host, _resolver(done))
                 runtime.post(host, TO_PROC, "", StopProc("host mesh shut down"))
