@@ -388,25 +388,28 @@ def test_the_layers_above_use_only_the_public_core() -> None:
     ]
     files += sorted((ROOT / "benchmarks").glob("*.py")) + sorted((ROOT / "examples").rglob("*.py"))
     files += [ROOT / "conftest.py", *sorted((ROOT / "integration").glob("*.py"))]
-    found = []
-    for path in files:
-        if path == Path(__file__):
-            continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and not node.level:
-                names = [node.module or ""]
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                names = [node.value]
-            else:
-                continue
-            found += [
-                f"{path.relative_to(ROOT)}:{node.lineno}: {hit.group()}"
-                for name in names
-                for hit in private.finditer(name)
-            ]
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {hit.group()}"
+        for path in files
+        if path != Path(__file__)
+        for line, name in named_modules(path, entry_points=True)
+        for hit in private.finditer(name)
+    ]
     assert not found, "\n".join(found)
+
+
+def named_modules(path: Path, entry_points: bool) -> Iterator[tuple[int, str]]:
+    """Each module ``path`` imports (absolute imports), and each string in it (a module it
+    may run or import by name: ``python -m x``, ``import_module("x")``), with its line;
+    ``entry_points=False`` leaves out strings in an entry point's ``module:attr`` form."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            yield node.lineno, node.module or ""
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if entry_points or ":" not in node.value:
+                yield node.lineno, node.value
 
 
 def test_no_wheel_imports_another_wheels_private_modules() -> None:
@@ -434,21 +437,11 @@ def test_no_wheel_imports_another_wheels_private_modules() -> None:
             if other != dist
             for path in sorted(folder.rglob("*.py"))
         ]
-        for path in [*others, *outside]:
-            if path == Path(__file__):
-                continue
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                if isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                elif isinstance(node, ast.ImportFrom) and not node.level:
-                    names = [node.module or ""]
-                elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                    names = [node.value] if ":" not in node.value else []
-                else:
-                    continue
-                found += [
-                    f"{path.relative_to(ROOT)}:{node.lineno}: {hit.group()} (of {dist})"
-                    for name in names
-                    for hit in pattern.finditer(name)
-                ]
+        found += [
+            f"{path.relative_to(ROOT)}:{line}: {hit.group()} (of {dist})"
+            for path in [*others, *outside]
+            if path != Path(__file__)
+            for line, name in named_modules(path, entry_points=False)
+            for hit in pattern.finditer(name)
+        ]
     assert not found, "\n".join(found)
