@@ -407,9 +407,12 @@ def named_modules(path: Path, entry_points: bool) -> Iterator[tuple[int, str]]:
             yield from ((node.lineno, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level:
             yield node.lineno, node.module or ""
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if entry_points or ":" not in node.value:
-                yield node.lineno, node.value
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and (entry_points or ":" not in node.value)
+        ):
+            yield node.lineno, node.value
 
 
 def test_no_wheel_imports_another_wheels_private_modules() -> None:
