@@ -146,36 +146,21 @@ def test_a_failure_poisons_exactly_its_dependents(
 # shape (often by returning the argument itself), with none (ours: the function on meta
 # tensors), and "cached" (the first proc's run says it; not for a function that writes, which
 # would run twice there).
+def variants(fn: Any, declared: Any, cached: bool = True) -> dict[str, Any]:
+    """``fn`` as a remote function with its shape ``declared``, with none, and cached."""
+    made = {"declared": remote(fn, propagate=declared), "none": remote(fn)}
+    if cached:
+        made["cached"] = remote(fn, propagate="cached")
+    return made
+
+
 REMOTES: dict[str, dict[str, Any]] = {
-    "plus_one": {
-        "declared": remote(programs.plus_one, propagate=lambda t: t),
-        "none": remote(programs.plus_one),
-        "cached": remote(programs.plus_one, propagate="cached"),
-    },
-    "plus_sum_of": {
-        "declared": remote(programs.plus_sum_of, propagate=lambda t, other: t),
-        "none": remote(programs.plus_sum_of),
-        "cached": remote(programs.plus_sum_of, propagate="cached"),
-    },
-    "first_row": {
-        "declared": remote(programs.first_row, propagate=lambda t: t[0]),
-        "none": remote(programs.first_row),
-        "cached": remote(programs.first_row, propagate="cached"),
-    },
-    "transposed": {
-        "declared": remote(programs.transposed, propagate=lambda t: t.t()),
-        "none": remote(programs.transposed),
-        "cached": remote(programs.transposed, propagate="cached"),
-    },
-    "same": {
-        "declared": remote(programs.same, propagate=lambda t: t),
-        "none": remote(programs.same),
-        "cached": remote(programs.same, propagate="cached"),
-    },
-    "bumped": {
-        "declared": remote(programs.bumped, propagate=lambda t, by: t),
-        "none": remote(programs.bumped),
-    },
+    "plus_one": variants(programs.plus_one, lambda t: t),
+    "plus_sum_of": variants(programs.plus_sum_of, lambda t, other: t),
+    "first_row": variants(programs.first_row, lambda t: t[0]),
+    "transposed": variants(programs.transposed, lambda t: t.t()),
+    "same": variants(programs.same, lambda t: t),
+    "bumped": variants(programs.bumped, lambda t, by: t, cached=False),
 }
 TORCH_STEPS = ["add_", "row", "t", "mul"]
 
