@@ -3,59 +3,17 @@ terminal would (a real pseudo-terminal, or pipes), and ``monarch shell`` on a sa
 
 from __future__ import annotations
 
-import fcntl
 import os
-import pty
-import select
-import struct
 import subprocess
 import sys
-import termios
-import time
 from pathlib import Path
 
 import pytest
-from jobkit import wait_until
+from jobkit import Terminal, wait_until
 
 from monarch.job import ProcessJob, shell
 
 SCRIPT = Path(__file__).resolve().parent / "shell_script.py"
-
-
-class Terminal:
-    """A process on a pseudo-terminal of its own, read with deadlines."""
-
-    def __init__(self, argv: list[str], cwd: Path | None = None) -> None:
-        self.master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-        self.proc = subprocess.Popen(
-            argv, stdin=slave, stdout=slave, stderr=slave, cwd=cwd, start_new_session=True
-        )
-        os.close(slave)
-        self.seen = b""
-
-    def until(self, marker: bytes, timeout: float = 60) -> bytes:
-        deadline = time.monotonic() + timeout
-        while marker not in self.seen:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"not within {timeout}s: {marker!r} in {self.seen[-2000:]!r}")
-            ready, _, _ = select.select([self.master], [], [], left)
-            if ready:
-                try:
-                    self.seen += os.read(self.master, 65536)
-                except OSError:  # the process ended and closed the terminal
-                    raise AssertionError(f"{marker!r} never came: {self.seen[-2000:]!r}") from None
-        return self.seen
-
-    def type(self, keys: bytes) -> None:
-        os.write(self.master, keys)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(30)
-        os.close(self.master)
 
 
 def test_terminal_data_goes_both_ways_and_the_exit_status_comes_back(tmp_path: Path) -> None:
