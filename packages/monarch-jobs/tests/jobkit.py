@@ -5,12 +5,16 @@ Nothing here sleeps for a fixed time: every wait polls a condition against a dea
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
 import select
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -177,3 +181,39 @@ class Dialog:
             self.popen.kill()
         self.popen.wait(10)
         self.stderr.close()
+
+
+class Terminal:
+    """A process on a pseudo-terminal of its own, read with deadlines."""
+
+    def __init__(self, argv: list[str], cwd: Path | None = None) -> None:
+        self.master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+        self.proc = subprocess.Popen(
+            argv, stdin=slave, stdout=slave, stderr=slave, cwd=cwd, start_new_session=True
+        )
+        os.close(slave)
+        self.seen = b""
+
+    def until(self, marker: bytes, timeout: float = 60) -> bytes:
+        deadline = time.monotonic() + timeout
+        while marker not in self.seen:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"not within {timeout}s: {marker!r} in {self.seen[-2000:]!r}")
+            ready, _, _ = select.select([self.master], [], [], left)
+            if ready:
+                try:
+                    self.seen += os.read(self.master, 65536)
+                except OSError:  # the process ended and closed the terminal
+                    raise AssertionError(f"{marker!r} never came: {self.seen[-2000:]!r}") from None
+        return self.seen
+
+    def type(self, keys: bytes) -> None:
+        os.write(self.master, keys)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(30)
+        os.close(self.master)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from jobkit import Script, alive
+from jobkit import Script, Terminal, alive
 
 from monarch.job import ProcessJob, job_load
 
@@ -90,13 +90,15 @@ def test_apply_exec_kill_and_a_script_that_attaches(folder: Path) -> None:
     assert gpus.stdout.splitlines() == ["[hosts=1,gpus=1] 1 1"]
     assert "[hosts=1,gpus=1] exit status 7" in gpus.stderr
 
-    lines = "echo $MONARCH_RANK_HOSTS\ncd /tmp\npwd\ncd /no/such/dir\npwd\n\nfalse\n"
-    shell = monarch(folder, "shell", "--rank", "1", stdin=lines)
-    assert shell.returncode == 1  # the last command's status
-    assert shell.stdout.splitlines()[:2] == ["1", "/tmp"]
-    assert shell.stdout.splitlines()[-1] == "/tmp"  # the failed cd moved nothing
-    assert "[hosts=1] exit status 2" in shell.stderr  # the failed cd, and why:
-    assert "/no/such/dir" in shell.stderr and "/no/such/dir" not in shell.stdout
+    term = Terminal([MONARCH, "shell", "--rank", "1", "-e", "X=5"], folder)
+    try:  # an interactive shell on host 1
+        term.until(b"# ")
+        term.type(b"echo x-$X; tty; exit 4\r")
+        term.until(b"x-5")
+        term.until(b"/dev/pts/")
+        assert term.proc.wait(60) == 4
+    finally:
+        term.close()
     every = monarch(folder, "shell", "--all", stdin="echo hi\nexit\necho never\n")
     assert every.returncode == 0
     assert every.stdout.splitlines() == ["[hosts=0] hi", "[hosts=1] hi"]

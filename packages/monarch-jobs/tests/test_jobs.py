@@ -7,6 +7,7 @@ import os
 import select
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -256,3 +257,46 @@ def test_a_failing_sbatch_says_why(slurm: None, tmp_path: Path) -> None:
     job = SlurmJob({"hosts": 1}, partition="no-such-partition", log_dir=str(tmp_path))
     with pytest.raises(JobError, match="invalid partition"):
         job.apply()
+
+
+TUTORIAL = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+from job_script import host_agent
+from monarch.actor import Actor, HostMesh, ProcMesh, context, endpoint
+from monarch.job import hosts_from_config
+
+
+class Trainer(Actor):
+    @endpoint
+    def step(self):
+        return f"Trainer {context().message_rank} taking a step.", host_agent()
+
+
+hosts: HostMesh = hosts_from_config("MONARCH_HOSTS")
+print(json.dumps({"hosts": dict(hosts.extent)}), flush=True)
+trainer_procs: ProcMesh = hosts.spawn_procs(per_host={"gpus": 4})
+trainers = trainer_procs.spawn("trainer", Trainer)
+said = trainers.step.call().get()
+print(json.dumps({"procs": dict(trainer_procs.extent), "said": [s for s, _ in said.values()],
+                  "workers": sorted({w for _, w in said.values()})}), flush=True)
+"""
+
+
+def test_hosts_from_config_with_no_job_starts_local_workers(tmp_path: Path) -> None:
+    # upstream's getting-started tutorial, its multi-host part, where no job is configured
+    done = subprocess.run(
+        [sys.executable, "-c", TUTORIAL, str(Path(__file__).parent)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, second = (json.loads(line) for line in done.stdout.splitlines()[-2:])
+    assert first == {"hosts": {"hosts": 2}}
+    assert second["procs"] == {"hosts": 2, "gpus": 4}
+    assert len(second["said"]) == 8 and all("taking a step" in s for s in second["said"])
+    assert len(second["workers"]) == 2
+    wait_until(lambda: not any(map(alive, second["workers"])), 30, "the workers end with it")
+    assert not (tmp_path / ".monarch").exists()  # nothing saved: the next run starts afresh

@@ -8,6 +8,8 @@ import importlib.util
 import itertools
 import json
 import math
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -170,7 +172,7 @@ def test_bad_torchrun_command_lines_and_schedulers_are_refused() -> None:
         parse_torchrun(["torchrun", "--nproc-per-node=gpu", "train.py"])
     with pytest.raises(ValueError, match="cannot read"):
         parse_torchrun(["torchrun", "--nnodes=2"])
-    with pytest.raises(ValueError, match=r"mast_conda.*local, slurm, ssh, kubernetes"):
+    with pytest.raises(ValueError, match=r"mast_conda.*local, local_cwd, slurm, ssh, kube"):
         serve(["torchrun", "train.py"])
     with pytest.raises(ValueError, match="names 1 hosts for --nnodes=2"):
         serve(["torchrun", "--nnodes=2", "t.py"], scheduler="ssh", scheduler_cfg={"hosts": ["a"]})
@@ -198,3 +200,50 @@ def test_serve_runs_the_script_again_on_the_same_hosts_and_job_load_brings_it_ba
     assert len(workers) == 2  # the same two hosts every run: no new provisioning
     script("kill")
     assert not any(map(alive, workers))
+
+
+LOCAL_CWD = """
+import sys
+from monarch.job.spmd import serve
+
+if sys.argv[1] == "list":  # the 0.3 release notes' snippet, a relative script path
+    job = serve(["torchrun", "--nproc-per-node=2", "--standalone", "train.py", ".", "l"],
+                scheduler="local_cwd")
+else:  # upstream's DDP SPMD example: a torchx AppDef
+    from torchx import specs
+
+    role = specs.Role(
+        name="trainer", image="", entrypoint="workspace/entrypoint.sh",
+        args=["torchrun", "--nnodes=1", "--nproc-per-node=2", "train.py", ".", "a"],
+        num_replicas=2,
+    )
+    job = serve(specs.AppDef(name="ddp", roles=[role]), scheduler="local_cwd")
+try:
+    job.run_spmd()
+finally:
+    job.kill()
+"""
+
+
+@needs_torch
+@pytest.mark.parametrize("kind", ["list", "appdef"])
+def test_local_cwd_runs_the_script_in_the_current_directory(kind: str, tmp_path: Path) -> None:
+    if kind == "appdef" and importlib.util.find_spec("torchx") is None:
+        pytest.skip("torchx is not installed (monarch-jobs[torchx])")
+    (tmp_path / "train.py").write_text(TRAIN.read_text())
+    done = subprocess.run(
+        [sys.executable, "-c", LOCAL_CWD, kind],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    tag = kind[0]
+    hosts = 1 if kind == "list" else 2
+    lines = [
+        json.loads((tmp_path / f"{tag}-rank{r}.jsonl").read_text())
+        for r in range(2 * hosts)
+    ]
+    assert {line["sum"] for line in lines} == {float(sum(range(2 * hosts)))}
+    assert len({line["worker"] for line in lines}) == hosts

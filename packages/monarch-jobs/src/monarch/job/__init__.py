@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 
     from ._backends import job_backend
     from ._exec import exec_command
+    from ._port_forward import PortForwarder
     from ._process import LocalJob, ProcessJob
+    from ._shell import shell
     from ._slurm import SlurmJob
     from ._ssh import SSHJob
     from ._state import JobState
@@ -49,6 +51,7 @@ _WHERE = {
     "JobTrait": "_trait",
     "LocalJob": "_process",
     "MeshAdminConfig": "monarch.admin",
+    "PortForwarder": "_port_forward",
     "ProcessJob": "_process",
     "SSHJob": "_ssh",
     "SlurmJob": "_slurm",
@@ -60,6 +63,7 @@ _WHERE = {
     "job_loads": "_trait",
     "load_current_job": "_trait",
     "set_current_job": "_trait",
+    "shell": "_shell",
 }
 
 
@@ -86,6 +90,7 @@ __all__ = [
     "JobTrait",
     "LocalJob",
     "MeshAdminConfig",
+    "PortForwarder",
     "ProcessJob",
     "SSHJob",
     "SlurmJob",
@@ -97,4 +102,5 @@ __all__ = [
     "job_loads",
     "load_current_job",
     "set_current_job",
+    "shell",
 ]

@@ -10,9 +10,10 @@ Each is an entry point of the ``monarch.commands`` group (see monarch-core's REA
 - ``monarch exec [--mesh NAME] -- CMD ...``: runs CMD on every host of the saved job
   (``exec_command``), prints each rank's output prefixed with its point, and exits with
   the first non-zero status.
-- ``monarch shell [--rank N | --all]``: reads command lines from stdin and runs each on
-  one host (or all) of the saved job, in procs kept for the session; ``cd`` moves the
-  working directory of the next ones; the status is the last command's.
+- ``monarch shell [--mesh NAME] [--point DIM=N,... | --rank N] [-e K=V] [--workdir DIR]
+  [--kill]``: an interactive shell on one host of the saved job (``monarch.job.shell``),
+  upstream's options; ``--all`` instead runs stdin's command lines on every host, in procs
+  kept for the session (``cd`` moves the next ones), exiting with the last one's status.
 - ``monarch kill``: ends the saved job and removes it.
 """
 
@@ -85,18 +86,25 @@ def register_exec(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
 def register_shell(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "shell",
-        help="run command lines on a host of the saved job, one after another",
+        help="open an interactive shell on one host of the saved job",
         description=(
-            "Read command lines from stdin (a prompt on a terminal) and run each with /bin/sh "
-            "on one host of the saved job (--rank, default 0) or on all (--all). `cd DIR` "
-            "sets the working directory of the next ones; `exit` or end of input ends it."
+            "Open an interactive shell (over a pseudo-terminal) on one host of the saved "
+            "job: flat rank 0 of its first mesh unless --mesh/--point/--rank say otherwise; "
+            "exit with its status. --all instead reads command lines from stdin and runs "
+            "each with /bin/sh on every host (`cd DIR` moves the next ones)."
         ),
     )
     _job_option(parser)
-    parser.add_argument("--mesh", help="the mesh (needed when the job has several)")
+    parser.add_argument("--mesh", metavar="NAME", help="the mesh (default: the first)")
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--rank", type=int, default=0, help="the host to run on (default 0)")
-    where.add_argument("--all", action="store_true", help="run every line on every host")
+    where.add_argument("--point", metavar="DIM=N,DIM=N", help="the host at this point")
+    where.add_argument("--rank", type=int, help="the host at this flat rank (default 0)")
+    where.add_argument("--all", action="store_true", help="run stdin's lines on every host")
+    parser.add_argument(
+        "-e", "--env", action="append", default=[], metavar="KEY=VALUE", help="extra environment"
+    )
+    parser.add_argument("--workdir", help="the working directory on the host")
+    parser.add_argument("--kill", action="store_true", help="kill the job after the shell exits")
     parser.set_defaults(func=_shell)
 
 
@@ -223,11 +231,12 @@ def _exec(args: argparse.Namespace) -> int:
     return _show(ran, prefix=True)
 
 
-def _saved_mesh(path: str, name: str | None) -> HostMesh:
-    """The mesh ``name`` (or the only one) of the running job saved at ``path``."""
+def _saved_mesh(path: str, name: str | None, first: bool = False) -> HostMesh:
+    """The mesh ``name`` (or the only one; with ``first``, the first) of the running job
+    saved at ``path``."""
     state = _saved_running_job(path)._state()
-    meshes = sorted(state._hosts)
-    if name is None and len(meshes) != 1:
+    meshes = list(state._hosts) if first else sorted(state._hosts)
+    if name is None and len(meshes) != 1 and not first:
         raise _Failed(f"the job has meshes {', '.join(meshes)}: say which with --mesh")
     if name is not None and name not in meshes:
         raise _Failed(f"the job has no mesh {name!r} (its meshes: {', '.join(meshes)})")
@@ -252,19 +261,42 @@ def _show(ran: Sequence[Ran], prefix: bool, out: TextIO | None = None) -> int:
 
 @_fail_clearly
 def _shell(args: argparse.Namespace) -> int:
+    if args.all:
+        return _lines_on_every_host(_saved_mesh(args.job, args.mesh, first=True))
+    from ._shell import shell
+
+    mesh = _saved_mesh(args.job, args.mesh, first=True)
+    if args.point is not None:
+        host = mesh.slice(**_point(args.point))
+    else:
+        flat = mesh.flatten("rank")
+        rank = args.rank or 0
+        if not 0 <= rank < flat.size():
+            raise _Failed(f"--rank {rank}: the mesh has {flat.size()} hosts")
+        host = flat.slice(rank=rank)
+    status = shell(host, env=_pairs(args.env, "--env") or None, workdir=args.workdir)
+    if args.kill:
+        _kill(argparse.Namespace(job=args.job, command="kill"))
+    return status
+
+
+def _point(text: str) -> dict[str, int]:
+    point = _pairs(text.split(","), "--point")
+    if not all(value.isdigit() for value in point.values()):
+        raise _Failed(f"--point must be DIM=N,DIM=N, not {text!r}")
+    return {dim: int(value) for dim, value in point.items()}
+
+
+def _lines_on_every_host(mesh: HostMesh) -> int:
     from ._exec import Runners
 
-    runners = Runners(_saved_mesh(args.job, args.mesh))
+    runners = Runners(mesh)
     try:
-        where = None if args.all else runners.where(rank=args.rank)
-        prompt = "monarch " + (
-            "all" if where is None else ",".join(f"{k}={v}" for k, v in where.items())
-        )
         workdir: str | None = None
         status = 0
         while True:
             if sys.stdin.isatty():
-                print(f"{prompt}$ ", end="", file=sys.stderr, flush=True)
+                print("monarch all$ ", end="", file=sys.stderr, flush=True)
             line = sys.stdin.readline()
             if not line or line.strip() in ("exit", "logout"):
                 return status
@@ -274,15 +306,15 @@ def _shell(args: argparse.Namespace) -> int:
             if line == "cd" or line.startswith("cd "):
                 # Where the hosts' shell lands, as its own cd would (relative, ~, -P).
                 target = f"{line} >/dev/null && pwd -P"
-                ran = runners.run(["/bin/sh", "-c", target], {}, workdir, None, where, True)
+                ran = runners.run(["/bin/sh", "-c", target], {}, workdir, None, None, True)
                 results = ran.get()
                 failed = [r for r in results if r.returncode]
                 status = _show(failed, prefix=True, out=sys.stderr)
                 if status == 0 and results:
                     workdir = (results[0].output or b"").decode().strip() or workdir
                 continue
-            ran = runners.run(["/bin/sh", "-c", line], {}, workdir, None, where, True)
-            status = _show(ran.get(), prefix=where is None)
+            ran = runners.run(["/bin/sh", "-c", line], {}, workdir, None, None, True)
+            status = _show(ran.get(), prefix=True)
     finally:
         runners.stop().get(timeout=60)
 

@@ -24,7 +24,7 @@ from ._state import JobState
 from ._store import StoreJob
 from ._trait import JobError, JobTrait
 
-SCHEDULERS: Final = ("local", "slurm", "ssh", "kubernetes")
+SCHEDULERS: Final = ("local", "local_cwd", "slurm", "ssh", "kubernetes")
 _KUBE_JOB_ARGS: Final = ("namespace", "timeout", "kubeconfig")
 """``scheduler_cfg`` keys for ``KubernetesJob`` itself; the others are ``add_mesh``'s."""
 _IGNORED: Final = (
@@ -153,28 +153,72 @@ class SPMDJob(JobTrait):
         self._job._kill()
 
 
+_LAUNCHERS: Final = ("torchrun", "torch.distributed.run", "python", "python3")
+
+
+def _from_appdef(appdef: Any) -> tuple[TorchRun, dict[str, str]]:
+    """What a torchx ``AppDef`` of one role asks for, and its role's environment: its
+    ``num_replicas`` hosts, each running the role's command line (``torchrun ...``, or
+    ``python script.py ...``: one proc a host). An entrypoint that is a wrapper script
+    (``workspace/entrypoint.sh``) is left out: its arguments are the command line, as
+    upstream reads them."""
+    roles = list(appdef.roles)
+    if len(roles) != 1:
+        raise ValueError(f"SPMD jobs have one role; this AppDef has {len(roles)}")
+    role = roles[0]
+    entrypoint = str(role.entrypoint)
+    argv = [str(arg) for arg in role.args]
+    if entrypoint.rpartition("/")[2] in _LAUNCHERS:
+        argv = [entrypoint.rpartition("/")[2], *argv]
+    if not argv:
+        raise ValueError(f"the AppDef's role {role.name!r} has no command line")
+    nnodes = int(role.num_replicas)
+    if nnodes < 1:
+        raise ValueError(f"the AppDef's role {role.name!r} has num_replicas={nnodes}")
+    if argv[0] in ("python", "python3") and argv[1:3] not in (
+        ["-m", "torch.distributed.run"],
+        ["-m", "torchrun"],
+    ):
+        run = TorchRun(nnodes, 1, tuple(argv[1:]))  # a plain script: one proc a host
+    else:
+        if argv[1:3] == ["-m", "torchrun"]:
+            argv = ["torchrun", *argv[3:]]
+        parsed = parse_torchrun(argv)
+        run = TorchRun(nnodes, parsed.nproc_per_node, parsed.script_args)
+    if not run.script_args:
+        raise ValueError(f"the AppDef's role {role.name!r} names no script")
+    return run, {str(k): str(v) for k, v in dict(role.env or {}).items()}
+
+
 def serve(
     appdef: Sequence[str] | Any,
     scheduler: str = "mast_conda",
     scheduler_cfg: Mapping[str, Any] | None = None,
 ) -> SPMDJob:
     """An ``SPMDJob`` for a torchrun command line (``["torchrun", "--nnodes=2",
-    "--nproc-per-node=8", "train.py", ...]``). ``scheduler``: ``"local"`` (worker
-    processes on this machine, ``ProcessJob``), ``"slurm"`` (``SlurmJob``; ``scheduler_cfg``
+    "--nproc-per-node=8", "train.py", ...]``) or a torchx ``AppDef`` of one role (its
+    ``num_replicas`` hosts). ``scheduler``: ``"local"`` or ``"local_cwd"`` (worker
+    processes on this machine, in the current directory, ``ProcessJob``), ``"slurm"`` (``SlurmJob``; ``scheduler_cfg``
     holds its keyword arguments), ``"ssh"`` (``SSHJob``; ``scheduler_cfg["hosts"]``, one
     per node, and its other keyword arguments) or ``"kubernetes"`` (``KubernetesJob``:
     ``namespace``, ``timeout``, ``kubeconfig``; the rest are ``add_mesh``'s, e.g.
     ``image_spec``, for its mesh of ``--nnodes`` pods). Not started yet: ``run_spmd()`` or
     ``state()`` start it."""
-    if not isinstance(appdef, Sequence) or isinstance(appdef, str):
+    env: dict[str, str] = {}
+    if hasattr(appdef, "roles"):
+        run, env = _from_appdef(appdef)
+    elif isinstance(appdef, Sequence) and not isinstance(appdef, str):
+        run = parse_torchrun([str(arg) for arg in appdef])
+    else:
         raise TypeError(
-            "appdef: a torchrun command line as a list of strings (torchx AppDefs need "
-            "torchx, which this package does not use)"
+            "appdef: a torchrun command line as a list of strings, or a torchx AppDef "
+            f"(pip install 'monarch-jobs[torchx]'), not {type(appdef).__name__}"
         )
-    run = parse_torchrun([str(arg) for arg in appdef])
     cfg = dict(scheduler_cfg or {})
     job: JobTrait
-    if scheduler == "local":
+    if scheduler in ("local", "local_cwd"):  # worker processes here, in this directory
+        if env:
+            cfg["env"] = {**env, **cfg.get("env", {})}
         job = ProcessJob({"hosts": run.nnodes}, **cfg)
     elif scheduler == "slurm":
         job = SlurmJob({"hosts": run.nnodes}, **cfg)
