@@ -131,6 +131,12 @@ def forwarder() -> Iterator[ActorMesh[PortForwarder]]:
     fwd.stop().get(timeout=60)
 
 
+
+def drain(conn: socket.socket) -> None:
+    """Read ``conn`` to its end."""
+    while conn.recv(1 << 20):
+        pass
+
 def test_one_forward_per_rank_several_owned_by_one_forwarder(
     procs: ProcMesh, forwarder: ActorMesh[PortForwarder]
 ) -> None:
@@ -262,8 +268,7 @@ def test_stop_ends_a_backpressured_connection(procs: ProcMesh) -> None:
         assert refused(local)
         # what was in flight drains, then the connection ends (reset: it was cut short)
         with pytest.raises(ConnectionResetError):
-            while conn.recv(1 << 20):
-                pass
+            drain(conn)
 
 
 def test_meshes_of_different_shapes_are_refused(
@@ -318,7 +323,9 @@ def echo_forward(procs: ProcMesh) -> Iterator[int]:
     service.close()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.lists(st.binary(min_size=1, max_size=200_000), max_size=12))
 def test_bytes_in_any_chunks_arrive_intact_and_in_order(
     echo_forward: int, chunks: list[bytes]
@@ -398,8 +405,10 @@ def test_a_client_reaches_a_service_on_another_hosts_loopback(two_hosts: list[st
         text=True,
     )
     worker = subprocess.Popen(
-        ["ip", "netns", "exec", two_hosts[1], sys.executable, "-m", "monarch.core", "worker"]
-        + ["--listen", "tcp://10.0.0.2:26600"],
+        [
+            *["ip", "netns", "exec", two_hosts[1], sys.executable, "-m", "monarch.core"],
+            *["worker", "--listen", "tcp://10.0.0.2:26600"],
+        ],
         env=env,
         stdout=subprocess.PIPE,
         text=True,
