@@ -131,11 +131,11 @@ def forwarder() -> Iterator[ActorMesh[PortForwarder]]:
     fwd.stop().get(timeout=60)
 
 
-
 def drain(conn: socket.socket) -> None:
     """Read ``conn`` to its end."""
     while conn.recv(1 << 20):
         pass
+
 
 def test_one_forward_per_rank_several_owned_by_one_forwarder(
     procs: ProcMesh, forwarder: ActorMesh[PortForwarder]

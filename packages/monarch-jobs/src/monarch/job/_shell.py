@@ -309,8 +309,10 @@ async def _terminal(keys: Port[_In], screen: PortReceiver[_Out], stdin: int, std
             else:
                 raise RuntimeError(f"the remote shell failed: {message.error}")
 
-    with _raw(stdin), _nonblocking(stdin, stdout), _on_resize(
-        lambda: keys.send(_Resize(*_size_of(stdin)))
+    with (
+        _raw(stdin),
+        _nonblocking(stdin, stdout),
+        _on_resize(lambda: keys.send(_Resize(*_size_of(stdin)))),
     ):
         reading = asyncio.ensure_future(typed())
         showing = asyncio.ensure_future(shown())
