@@ -108,9 +108,16 @@ def read_all(conn: socket.socket) -> bytes:
     return bytes(out)
 
 
+def send_then_end(conn: socket.socket, *chunks: bytes) -> None:
+    """Write ``chunks``, then end the sending half (the peer reads to its end)."""
+    for chunk in chunks:
+        conn.sendall(chunk)
+    conn.shutdown(socket.SHUT_WR)
+
+
 def exchange(port: int, payload: bytes) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
-        sender = threading.Thread(target=lambda: (conn.sendall(payload), conn.shutdown(1)))
+        sender = threading.Thread(target=send_then_end, args=(conn, payload))
         sender.start()
         got = read_all(conn)
         sender.join(60)
@@ -194,7 +201,12 @@ def test_data_stays_intact_under_backpressure(
     # and the other way: the client reads nothing until the service has written it all
     big = os.urandom(16 * 1024 * 1024)
     written = threading.Event()
-    service2 = Service(lambda conn: (conn.sendall(big), written.set())).start()
+
+    def write_big(conn: socket.socket) -> None:
+        conn.sendall(big)
+        written.set()
+
+    service2 = Service(write_big).start()
     local2 = free_port()
     forwarder.forward.call_one(
         procs.slice(gpus=0), service2.port, this_proc(), f"127.0.0.1:{local2}"
@@ -332,9 +344,7 @@ def test_bytes_in_any_chunks_arrive_intact_and_in_order(
 ) -> None:
     with socket.create_connection(("127.0.0.1", echo_forward), timeout=60) as conn:
         out = bytearray()
-        sender = threading.Thread(
-            target=lambda: ([conn.sendall(chunk) for chunk in chunks], conn.shutdown(1))
-        )
+        sender = threading.Thread(target=send_then_end, args=(conn, *chunks))
         sender.start()
         out += read_all(conn)
         sender.join(60)
