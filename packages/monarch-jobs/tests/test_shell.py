@@ -17,9 +17,7 @@ SCRIPT = Path(__file__).resolve().parent / "shell_script.py"
 
 
 def test_terminal_data_goes_both_ways_and_the_exit_status_comes_back(tmp_path: Path) -> None:
-    term = Terminal(
-        [sys.executable, str(SCRIPT), "--env", "FOO=bar", "--workdir", str(tmp_path)]
-    )
+    term = Terminal([sys.executable, str(SCRIPT), "--env", "FOO=bar", "--workdir", str(tmp_path)])
     try:
         term.until(b"# ")  # the remote bash's prompt
         term.type(b"echo $((6*7))-$FOO; tty; pwd; stty size\r")

@@ -241,9 +241,6 @@ def test_local_cwd_runs_the_script_in_the_current_directory(kind: str, tmp_path:
     assert done.returncode == 0, done.stderr[-3000:]
     tag = kind[0]
     hosts = 1 if kind == "list" else 2
-    lines = [
-        json.loads((tmp_path / f"{tag}-rank{r}.jsonl").read_text())
-        for r in range(2 * hosts)
-    ]
+    lines = [json.loads((tmp_path / f"{tag}-rank{r}.jsonl").read_text()) for r in range(2 * hosts)]
     assert {line["sum"] for line in lines} == {float(sum(range(2 * hosts)))}
     assert len({line["worker"] for line in lines}) == hosts

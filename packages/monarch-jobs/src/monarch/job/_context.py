@@ -98,7 +98,9 @@ def remove(name: str) -> None:
 
 
 def listing() -> None:
-    names = sorted(p.name for p in MONARCH_DIR.iterdir() if p.is_dir()) if MONARCH_DIR.is_dir() else []
+    names = (
+        sorted(p.name for p in MONARCH_DIR.iterdir() if p.is_dir()) if MONARCH_DIR.is_dir() else []
+    )
     if not names:
         print("No contexts.")
         return

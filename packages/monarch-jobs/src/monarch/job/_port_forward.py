@@ -147,7 +147,7 @@ async def _close(writer: asyncio.StreamWriter) -> None:
     writer.close()
     try:
         await asyncio.wait_for(writer.wait_closed(), _CLOSE_DEADLINE)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         writer.transport.abort()
 
 

@@ -160,7 +160,7 @@ class _Session(Actor):
             raise RuntimeError("this session runs a shell already")
         keys, inbox = Channel[_In].open()
         child_env = {**os.environ, **_rank_env(), **(env or {}), "TERM": term}
-        cwd = workdir or (client_cwd if os.path.isdir(client_cwd) else None)
+        cwd = workdir or (client_cwd if os.path.isdir(client_cwd) else None)  # noqa: ASYNC240
         master, slave = os.openpty()
         try:
             _set_size(master, *size)
@@ -309,8 +309,10 @@ async def _terminal(keys: Port[_In], screen: PortReceiver[_Out], stdin: int, std
             else:
                 raise RuntimeError(f"the remote shell failed: {message.error}")
 
-    with _raw(stdin), _nonblocking(stdin, stdout), _on_resize(
-        lambda: keys.send(_Resize(*_size_of(stdin)))
+    with (
+        _raw(stdin),
+        _nonblocking(stdin, stdout),
+        _on_resize(lambda: keys.send(_Resize(*_size_of(stdin)))),
     ):
         reading = asyncio.ensure_future(typed())
         showing = asyncio.ensure_future(shown())

@@ -198,10 +198,11 @@ def serve(
     """An ``SPMDJob`` for a torchrun command line (``["torchrun", "--nnodes=2",
     "--nproc-per-node=8", "train.py", ...]``) or a torchx ``AppDef`` of one role (its
     ``num_replicas`` hosts). ``scheduler``: ``"local"`` or ``"local_cwd"`` (worker
-    processes on this machine, in the current directory, ``ProcessJob``), ``"slurm"`` (``SlurmJob``; ``scheduler_cfg``
-    holds its keyword arguments), ``"ssh"`` (``SSHJob``; ``scheduler_cfg["hosts"]``, one
-    per node, and its other keyword arguments) or ``"kubernetes"`` (``KubernetesJob``:
-    ``namespace``, ``timeout``, ``kubeconfig``; the rest are ``add_mesh``'s, e.g.
+    processes on this machine, in the current directory, ``ProcessJob``), ``"slurm"``
+    (``SlurmJob``; ``scheduler_cfg`` holds its keyword arguments), ``"ssh"`` (``SSHJob``;
+    ``scheduler_cfg["hosts"]``, one per node, and its other keyword arguments) or
+    ``"kubernetes"`` (``KubernetesJob``: ``namespace``, ``timeout``, ``kubeconfig``; the
+    rest are ``add_mesh``'s, e.g.
     ``image_spec``, for its mesh of ``--nnodes`` pods). Not started yet: ``run_spmd()`` or
     ``state()`` start it."""
     env: dict[str, str] = {}
