@@ -108,8 +108,7 @@ def read_all(conn: socket.socket) -> bytes:
     return bytes(out)
 
 
-def send_then_end(conn: socket.socket, *chunks: bytes) -> None:
-    """Write ``chunks``, then end the sending half (the peer reads to its end)."""
+def send_then_end(conn: socket.socket, chunks: list[bytes]) -> None:
     for chunk in chunks:
         conn.sendall(chunk)
     conn.shutdown(socket.SHUT_WR)
@@ -117,7 +116,7 @@ def send_then_end(conn: socket.socket, *chunks: bytes) -> None:
 
 def exchange(port: int, payload: bytes) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
-        sender = threading.Thread(target=send_then_end, args=(conn, payload))
+        sender = threading.Thread(target=send_then_end, args=(conn, [payload]))
         sender.start()
         got = read_all(conn)
         sender.join(60)
@@ -136,12 +135,6 @@ def forwarder() -> Iterator[ActorMesh[PortForwarder]]:
     fwd = this_proc().spawn(f"fwd{free_port()}", PortForwarder)
     yield fwd
     fwd.stop().get(timeout=60)
-
-
-def drain(conn: socket.socket) -> None:
-    """Read ``conn`` to its end."""
-    while conn.recv(1 << 20):
-        pass
 
 
 def test_one_forward_per_rank_several_owned_by_one_forwarder(
@@ -202,11 +195,11 @@ def test_data_stays_intact_under_backpressure(
     big = os.urandom(16 * 1024 * 1024)
     written = threading.Event()
 
-    def write_big(conn: socket.socket) -> None:
+    def write_all_then_say(conn: socket.socket) -> None:
         conn.sendall(big)
         written.set()
 
-    service2 = Service(write_big).start()
+    service2 = Service(write_all_then_say).start()
     local2 = free_port()
     forwarder.forward.call_one(
         procs.slice(gpus=0), service2.port, this_proc(), f"127.0.0.1:{local2}"
@@ -280,7 +273,7 @@ def test_stop_ends_a_backpressured_connection(procs: ProcMesh) -> None:
         assert refused(local)
         # what was in flight drains, then the connection ends (reset: it was cut short)
         with pytest.raises(ConnectionResetError):
-            drain(conn)
+            read_all(conn)
 
 
 def test_meshes_of_different_shapes_are_refused(
@@ -344,7 +337,7 @@ def test_bytes_in_any_chunks_arrive_intact_and_in_order(
 ) -> None:
     with socket.create_connection(("127.0.0.1", echo_forward), timeout=60) as conn:
         out = bytearray()
-        sender = threading.Thread(target=send_then_end, args=(conn, *chunks))
+        sender = threading.Thread(target=send_then_end, args=(conn, chunks))
         sender.start()
         out += read_all(conn)
         sender.join(60)
@@ -394,6 +387,13 @@ procs.stop().get(60)
 """
 
 
+LISTEN = ("--listen", "tcp://10.0.0.2:26600")
+
+
+def in_host(host: str) -> list[str]:
+    return ["ip", "netns", "exec", host]
+
+
 @pytest.fixture
 def two_hosts() -> Iterator[list[str]]:
     if os.geteuid() != 0 or shutil.which("ip") is None:
@@ -415,10 +415,7 @@ def test_a_client_reaches_a_service_on_another_hosts_loopback(two_hosts: list[st
         text=True,
     )
     worker = subprocess.Popen(
-        [
-            *["ip", "netns", "exec", two_hosts[1], sys.executable, "-m", "monarch.core"],
-            *["worker", "--listen", "tcp://10.0.0.2:26600"],
-        ],
+        [*in_host(two_hosts[1]), sys.executable, "-m", "monarch.core", "worker", *LISTEN],
         env=env,
         stdout=subprocess.PIPE,
         text=True,

@@ -14,7 +14,7 @@ Each is an entry point of the ``monarch.commands`` group (see monarch-core's REA
   [--kill]``: an interactive shell on one host of the saved job (``monarch.job.shell``),
   upstream's options; ``--all`` instead runs stdin's command lines on every host, in procs
   kept for the session (``cd`` moves the next ones), exiting with the last one's status.
-- ``monarch kill``: ends the saved job and removes it.
+- ``monarch kill [NAME]``: ends the saved job (or context NAME's) and removes it.
 """
 
 from __future__ import annotations
@@ -113,6 +113,7 @@ def register_kill(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
         "kill", help="end the saved job", description="End the saved job's hosts; remove it."
     )
     _job_option(parser)
+    parser.add_argument("name", nargs="?", help="the context whose job to end (monarch context)")
     parser.set_defaults(func=_kill)
 
 
@@ -329,9 +330,14 @@ def _count(value: str, dim: str) -> int:
 def _kill(args: argparse.Namespace) -> int:
     from ._trait import job_load
 
-    job = job_load(args.job)
+    path = Path(args.job)
+    if getattr(args, "name", None):
+        from ._context import STATE, context_dir
+
+        path = context_dir(args.name) / STATE
+    job = job_load(str(path))
     with _step(f"Stopping {type(job).__name__}"):
         job.kill()
-    os.remove(args.job)
-    print(f"killed the job saved at {args.job}")
+    os.remove(path.resolve())  # a context's link stays, pointing at no job
+    print(f"killed the job saved at {path}")
     return 0

@@ -160,7 +160,7 @@ class _Session(Actor):
             raise RuntimeError("this session runs a shell already")
         keys, inbox = Channel[_In].open()
         child_env = {**os.environ, **_rank_env(), **(env or {}), "TERM": term}
-        cwd = workdir or (client_cwd if os.path.isdir(client_cwd) else None)  # noqa: ASYNC240 - one stat
+        cwd = workdir or (client_cwd if os.path.isdir(client_cwd) else None)  # noqa: ASYNC240
         master, slave = os.openpty()
         try:
             _set_size(master, *size)

@@ -318,7 +318,10 @@ def checked_meshes(meshes: Mapping[str, int], unit: str) -> dict[str, int]:
 
 
 def write_private(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` with mode 0600 (it holds the job secret), atomically."""
+    """Write ``data`` to ``path`` with mode 0600 (it holds the job secret), atomically;
+    through a symbolic link (``monarch context``'s), to where it points."""
+    if path.is_symlink():
+        path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

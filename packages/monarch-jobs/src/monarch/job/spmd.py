@@ -201,9 +201,10 @@ def serve(
     processes on this machine, in the current directory, ``ProcessJob``), ``"slurm"``
     (``SlurmJob``; ``scheduler_cfg`` holds its keyword arguments), ``"ssh"`` (``SSHJob``;
     ``scheduler_cfg["hosts"]``, one per node, and its other keyword arguments) or
-    ``"kubernetes"`` (``KubernetesJob``: ``namespace``, ``timeout``, ``kubeconfig``; the rest
-    are ``add_mesh``'s, e.g. ``image_spec``, for its mesh of ``--nnodes`` pods). Not started
-    yet: ``run_spmd()`` or ``state()`` start it."""
+    ``"kubernetes"`` (``KubernetesJob``: ``namespace``, ``timeout``, ``kubeconfig``; the
+    rest are ``add_mesh``'s, e.g.
+    ``image_spec``, for its mesh of ``--nnodes`` pods). Not started yet: ``run_spmd()`` or
+    ``state()`` start it."""
     env: dict[str, str] = {}
     if hasattr(appdef, "roles"):
         run, env = _from_appdef(appdef)
