@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from monarch.telemetry import TelemetryConfig
 
     from ._backends import job_backend
+    from ._configured import hosts_from_config
     from ._exec import exec_command
     from ._port_forward import PortForwarder
     from ._process import LocalJob, ProcessJob
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
         DEFAULT_JOB_PATH,
         JobError,
         JobTrait,
-        hosts_from_config,
         job_load,
         job_loads,
         load_current_job,
@@ -57,7 +57,7 @@ _WHERE = {
     "SlurmJob": "_slurm",
     "TelemetryConfig": "monarch.telemetry",
     "exec_command": "_exec",
-    "hosts_from_config": "_trait",
+    "hosts_from_config": "_configured",
     "job_backend": "_backends",
     "job_load": "_trait",
     "job_loads": "_trait",

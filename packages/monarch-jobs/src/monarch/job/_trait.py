@@ -381,6 +381,11 @@ def set_current_job(job: JobTrait) -> None:
     _current[:] = [job]
 
 
+def current_job_set() -> bool:
+    """Whether ``set_current_job`` was called."""
+    return bool(_current)
+
+
 def load_current_job(cached_path: str | None = DEFAULT_JOB_PATH) -> JobState:
     """The state of the current job (``set_current_job``), or of the one saved at
     ``cached_path``."""
@@ -390,26 +395,3 @@ def load_current_job(cached_path: str | None = DEFAULT_JOB_PATH) -> JobState:
         raise JobError("no current job: call set_current_job(job) first")
     job = job_load(cached_path)
     return job.state(cached_path)
-
-
-LOCAL_HOSTS = 2
-"""Hosts of the mesh ``hosts_from_config`` starts when no job is configured (upstream's)."""
-
-
-def hosts_from_config(name: str) -> HostMesh:
-    """The host mesh ``name`` of the current job (``set_current_job``, or the one saved at
-    ``DEFAULT_JOB_PATH``). With no job configured, as upstream 0.7.0: ``LOCAL_HOSTS``
-    worker processes started on this machine for it and attached to (a ``ProcessJob``;
-    unlike upstream's, they end with this process)."""
-    if _current or os.path.exists(DEFAULT_JOB_PATH):
-        mesh: HostMesh = getattr(load_current_job(), name)
-        return mesh
-    import atexit
-
-    from ._process import ProcessJob  # on use: it imports this module
-
-    job = ProcessJob({"hosts": LOCAL_HOSTS})
-    state = job.state(cached_path=None)
-    atexit.register(job.kill)
-    local: HostMesh = state.hosts
-    return local
