@@ -20,6 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import _monarch_guard
 import pytest
 from guest_paths import GUEST_OWN, hidden_from_guest
 
@@ -74,6 +75,8 @@ def guest(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
             dirs_exist_ok=True,
             ignore=shutil.ignore_patterns("__pycache__"),
         )
+    # ... with monarch-core's guard module beside the package (its .pth imports it at start)
+    shutil.copy(_monarch_guard.__file__, share / "monarch-src" / "_monarch_guard.py")
     subprocess.run(["bash", str(HERE / "build-initramfs.sh"), str(build)], check=True, timeout=120)
     vm = subprocess.run(
         ["bash", str(HERE / "run-vm.sh"), str(build), str(share)],
