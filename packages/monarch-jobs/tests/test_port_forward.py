@@ -34,6 +34,13 @@ def free_port() -> int:
         return port
 
 
+def forward_one(forwarder: ActorMesh[PortForwarder], proc: ProcMesh, port: int) -> int:
+    """Forward a fresh local port of this process to ``port`` of one proc; the local port."""
+    local = free_port()
+    forwarder.forward.call_one(proc, port, this_proc(), f"127.0.0.1:{local}").get(timeout=60)
+    return local
+
+
 def refused(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
@@ -169,10 +176,7 @@ def test_it_waits_for_the_destination_to_be_up(
     procs: ProcMesh, forwarder: ActorMesh[PortForwarder]
 ) -> None:
     service = Service(echo)  # bound, not listening yet: a dial is refused
-    local = free_port()
-    forwarder.forward.call_one(
-        procs.slice(gpus=0), service.port, this_proc(), f"127.0.0.1:{local}"
-    ).get(timeout=60)
+    local = forward_one(forwarder, procs.slice(gpus=0), service.port)
     with socket.create_connection(("127.0.0.1", local), timeout=60) as conn:
         conn.sendall(b"early bytes")
         service.start()  # up after the client connected
@@ -184,10 +188,7 @@ def test_data_stays_intact_under_backpressure(
     procs: ProcMesh, forwarder: ActorMesh[PortForwarder]
 ) -> None:
     service = Service(digest_after_eof).start()
-    local = free_port()
-    forwarder.forward.call_one(
-        procs.slice(gpus=1), service.port, this_proc(), f"127.0.0.1:{local}"
-    ).get(timeout=60)
+    local = forward_one(forwarder, procs.slice(gpus=1), service.port)
     payload = os.urandom(24 * 1024 * 1024)
     got = exchange(local, payload)
     assert got == struct.pack("!Q", len(payload)) + hashlib.sha256(payload).digest()
@@ -200,10 +201,7 @@ def test_data_stays_intact_under_backpressure(
         written.set()
 
     service2 = Service(write_all_then_say).start()
-    local2 = free_port()
-    forwarder.forward.call_one(
-        procs.slice(gpus=0), service2.port, this_proc(), f"127.0.0.1:{local2}"
-    ).get(timeout=60)
+    local2 = forward_one(forwarder, procs.slice(gpus=0), service2.port)
     with socket.create_connection(("127.0.0.1", local2), timeout=60) as conn:
         assert written.wait(60)
         assert read_all(conn) == big
@@ -226,10 +224,7 @@ def test_an_abrupt_disconnect_reaches_the_other_end(
             ended.set()
 
     service = Service(watch).start()
-    local = free_port()
-    forwarder.forward.call_one(
-        procs.slice(gpus=0), service.port, this_proc(), f"127.0.0.1:{local}"
-    ).get(timeout=60)
+    local = forward_one(forwarder, procs.slice(gpus=0), service.port)
     conn = socket.create_connection(("127.0.0.1", local), timeout=60)
     conn.sendall(b"hello")
     wait_until(lambda: b"hello" in seen, 60, "the service got the first bytes")
@@ -243,10 +238,7 @@ def test_an_abrupt_disconnect_reaches_the_other_end(
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
     service2 = Service(reset_at_once).start()
-    local2 = free_port()
-    forwarder.forward.call_one(
-        procs.slice(gpus=1), service2.port, this_proc(), f"127.0.0.1:{local2}"
-    ).get(timeout=60)
+    local2 = forward_one(forwarder, procs.slice(gpus=1), service2.port)
     with socket.create_connection(("127.0.0.1", local2), timeout=60) as conn2:
         conn2.sendall(b"hello")
         with pytest.raises(ConnectionResetError):
@@ -262,10 +254,7 @@ def test_stop_ends_a_backpressured_connection(procs: ProcMesh) -> None:
             conn.sendall(flood)
 
     service = Service(firehose).start()
-    local = free_port()
-    fwd.forward.call_one(procs.slice(gpus=0), service.port, this_proc(), f"127.0.0.1:{local}").get(
-        timeout=60
-    )
+    local = forward_one(fwd, procs.slice(gpus=0), service.port)
     with socket.create_connection(("127.0.0.1", local), timeout=60) as conn:
         first = conn.recv(1024)  # flowing, then nobody reads: the forward backs up
         assert first
@@ -319,10 +308,7 @@ def test_a_setup_failure_closes_what_it_had_opened(
 def echo_forward(procs: ProcMesh) -> Iterator[int]:
     fwd = this_proc().spawn("fwd_echo", PortForwarder)
     service = Service(echo).start()
-    local = free_port()
-    fwd.forward.call_one(procs.slice(gpus=1), service.port, this_proc(), f"127.0.0.1:{local}").get(
-        timeout=60
-    )
+    local = forward_one(fwd, procs.slice(gpus=1), service.port)
     yield local
     fwd.stop().get(timeout=60)
     service.close()
