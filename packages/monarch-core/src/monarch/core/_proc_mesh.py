@@ -29,6 +29,7 @@ from ._actor_mesh import (
     spawn_actor_mesh,
     tensor_engine_entry,
 )
+from ._client_end import ending
 from ._config import KEYS, current_config, runtime_env
 from ._errors import MeshFailure, RemoteFailure, SupervisionError
 from ._exits import ended, expect, workers_stopping
@@ -230,7 +231,10 @@ class _LoggerMesh:
         try:
             self.runtime.loop.run_in_executor(None, call_fault_hook, failure, reported_elsewhere)
         except RuntimeError:  # the interpreter is exiting: nobody to tell but the log
-            log.warning("at exit: %s", failure.report())
+            # Unless the user's mesh there reported it, or another failure is ending the
+            # client (its procs die with it, their exits arriving as Python ends).
+            quiet = reported_elsewhere or ending()
+            log.log(logging.INFO if quiet else logging.WARNING, "at exit: %s", failure.report())
 
 
 AUTO_PRELOAD: Final = ("torch",)
