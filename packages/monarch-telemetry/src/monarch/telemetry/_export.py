@@ -18,6 +18,9 @@ from typing import Any, Final
 
 from opentelemetry import metrics, trace
 
+from . import _collector
+from ._collector import guarded, quiet_after_first
+
 _providers: list[Any] = []
 _factories: list[Callable[..., logging.LogRecord]] = []
 _OWN_LOGGERS: Final = ("opentelemetry", "urllib3", "requests")
@@ -44,11 +47,14 @@ def _export_logs(resource: Any) -> None:
         from opentelemetry._logs import set_logger_provider
         from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
         from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
+        from opentelemetry.sdk._logs import export as log_export
         from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
     except ImportError:
         return
+    result = getattr(log_export, "LogRecordExportResult", None) or log_export.LogExportResult
     provider = LoggerProvider(resource=resource)
-    provider.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter()))
+    exporter = guarded(OTLPLogExporter, result.FAILURE)()
+    provider.add_log_record_processor(BatchLogRecordProcessor(exporter))
     set_logger_provider(provider)
     handler = LoggingHandler(level=logging.NOTSET, logger_provider=provider)
     made = logging.getLogRecordFactory()
@@ -75,19 +81,26 @@ def configure_export(service: str) -> bool:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.metrics.export import (
+            MetricExportResult,
+            PeriodicExportingMetricReader,
+        )
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
     except ImportError:
         return False
     if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         return False  # the application configured OpenTelemetry itself
+    _collector.told_at = logging.WARNING if service == "monarch-client" else logging.INFO
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", service)})
     tracer_provider = TracerProvider(resource=resource)
-    tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    spans = guarded(OTLPSpanExporter, SpanExportResult.FAILURE)()
+    tracer_provider.add_span_processor(BatchSpanProcessor(spans))
     trace.set_tracer_provider(tracer_provider)
-    reader = PeriodicExportingMetricReader(OTLPMetricExporter())
+    quiet_after_first()
+    exported_metrics = guarded(OTLPMetricExporter, MetricExportResult.FAILURE)()
+    reader = PeriodicExportingMetricReader(exported_metrics)
     meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
     metrics.set_meter_provider(meter_provider)
     _providers.extend([tracer_provider, meter_provider])
