@@ -69,6 +69,22 @@ def test_example_runs(script: str, expected: list[str]) -> None:
         assert text in done.stdout, (text, done.stdout[-3000:])
 
 
+def test_the_readmes_first_snippet_prints_what_each_trainer_did() -> None:
+    """A newcomer who pastes the README's first code into a script sees that it worked."""
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    found = re.search(r"<!-- first -->\n```python\n(.*?)```\n<!-- /first -->", readme, re.S)
+    assert found is not None, "the README's first snippet is gone"
+    done = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", found[1]],
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode == 0, (done.stdout[-1500:], done.stderr[-3000:])
+    lines = [line for line in done.stdout.splitlines() if line.startswith("trainer ")]
+    assert lines == [f"trainer {rank} ran step 0" for rank in range(8)], done.stdout[-3000:]
+
+
 def test_the_readmes_observability_snippet_runs() -> None:
     """The README's "Seeing what a job does" code, as a new user copies it into a script."""
     readme = (EXAMPLES.parent / "README.md").read_text()
