@@ -6,27 +6,27 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ._endpoint import Actor, endpoint
 
-if TYPE_CHECKING:
-    from ._proc_mesh import ProcMesh
+SpawnCallback = Callable[[Any], None]
+"""Called with a new ``ProcMesh`` (a floor above this module: not named here)."""
 
-_callbacks: list[Callable[[ProcMesh], None]] = []
+_callbacks: list[SpawnCallback] = []
 
 
-def register_proc_mesh_spawn_callback(callback: Callable[[ProcMesh], None]) -> None:
+def register_proc_mesh_spawn_callback(callback: SpawnCallback) -> None:
     """Call ``callback`` with every proc mesh spawned from now on (as upstream's)."""
     _callbacks.append(callback)
 
 
-def unregister_proc_mesh_spawn_callback(callback: Callable[[ProcMesh], None]) -> None:
+def unregister_proc_mesh_spawn_callback(callback: SpawnCallback) -> None:
     """Stop calling ``callback``; ``ValueError`` if it was not registered (as upstream's)."""
     _callbacks.remove(callback)
 
 
-def spawned(mesh: ProcMesh) -> None:
+def spawned(mesh: Any) -> None:
     """Tell the registered callbacks of a new proc mesh."""
     for callback in list(_callbacks):
         callback(mesh)
