@@ -45,6 +45,14 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
             ],
         ),
         (
+            "pods_ddp.py",
+            [
+                *(f"[{r}] rank {r} of 4: weights equal on every rank: True" for r in range(4)),
+                "every rank ran the script: True",
+                "pods exited: [0, 0]",
+            ],
+        ),
+        (
             "ddp_actors.py",
             [
                 "rank 1: pid",
