@@ -92,9 +92,7 @@ async def main() -> None:
         await procs.logging_option(stream_to_client=True)
         spmd = procs.spawn("_SPMDActor", SPMDActor)
         first = dict.fromkeys(procs._labels, 0)
-        master_addr, master_port = await spmd.slice(**first).get_host_port.call_one(
-            AddrType.IPv4
-        )
+        master_addr, master_port = await spmd.slice(**first).get_host_port.call_one(AddrType.IPv4)
         done = await spmd.main.call(master_addr, master_port, [str(folder / "train.py")])
         print(f"every rank ran the script: {all(done.values())}", flush=True)
         await hosts.shutdown()  # the pods' workers exit (status 0)

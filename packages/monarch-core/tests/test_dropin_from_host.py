@@ -50,7 +50,7 @@ def test_every_spawn_reaches_the_callbacks_until_unregistered() -> None:
     assert seen == [procs] and seen[0] is procs
     later = this_host().spawn_procs(per_host={"gpus": 1})
     assert seen == [procs]  # unregistered: not told
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="remove"):  # list.remove's: not registered
         unregister_proc_mesh_spawn_callback(seen.append)
     procs.stop().get(timeout=60)
     later.stop().get(timeout=60)

@@ -79,9 +79,11 @@ def test_a_client_that_checks_names_accepts_the_issued_certificate(pki: Path, na
 
         thread = threading.Thread(target=accept)
         thread.start()
-        with socket.create_connection(("127.0.0.1", port), timeout=30) as raw:
-            with client.wrap_socket(raw, server_hostname=name) as conn:
-                assert conn.recv(2) == b"ok"
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=30) as raw,
+            client.wrap_socket(raw, server_hostname=name) as conn,
+        ):
+            assert conn.recv(2) == b"ok"
         thread.join(30)
 
 

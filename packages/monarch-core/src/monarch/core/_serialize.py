@@ -20,7 +20,7 @@ import types
 from collections import ChainMap
 from collections.abc import Sequence
 from contextvars import ContextVar
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import cloudpickle
 
@@ -120,7 +120,9 @@ def _code_with_its_file(code: types.CodeType) -> Any:
 class _CodePickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is untyped
     """cloudpickle, with code sent by value keeping its file name."""
 
-    dispatch_table = ChainMap({types.CodeType: _code_with_its_file}, cloudpickle.Pickler.dispatch_table)
+    dispatch_table: ClassVar[ChainMap[type, Any]] = ChainMap(
+        {types.CodeType: _code_with_its_file}, cloudpickle.Pickler.dispatch_table
+    )
 
 
 class _Pickler(_CodePickler):

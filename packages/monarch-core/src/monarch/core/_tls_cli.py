@@ -88,7 +88,9 @@ def _load_ca(folder: Path) -> tuple[Any, Any]:
         cert = x509.load_pem_x509_certificate((folder / "ca.pem").read_bytes())
         key = serialization.load_pem_private_key((folder / "ca-key.pem").read_bytes(), None)
     except FileNotFoundError as exc:
-        raise SystemExit(f"monarch tls: no CA in {folder} ({exc.filename}): run monarch tls init")
+        raise SystemExit(
+            f"monarch tls: no CA in {folder} ({exc.filename}): run monarch tls init"
+        ) from None
     return cert, key
 
 
