@@ -57,6 +57,17 @@ class Cluster:
         assert done.returncode == 0, done.stderr
         return done.stdout
 
+    def python(self, code: str, folder: Path) -> subprocess.CompletedProcess[str]:
+        """``python -c code`` as a client on the controller's host, in ``folder``."""
+        return subprocess.run(
+            [*self.prefix, sys.executable, "-c", code],
+            cwd=folder,
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
     def left(self) -> dict[str, list[str]]:
         """What runs on each node besides its slurmd: ``{node: [comm, ...]}``."""
         found = {}
@@ -238,14 +249,7 @@ def test_a_batch_job_runs_its_client_in_the_allocation_and_ends_with_it(
         job.apply(client_script={client!r})
         print(job._jobs["hosts"])
     """
-    done = subprocess.run(
-        [*idle.prefix, sys.executable, "-c", code],
-        cwd=tmp_path,
-        env={**os.environ, **idle.env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = idle.python(code, tmp_path)
     assert done.returncode == 0, done.stderr
     job = done.stdout.strip()
     # The client's own state() attached to the job it runs in, from the first node (h2).
@@ -269,14 +273,7 @@ def test_more_nodes_than_the_partition_has_says_why_it_waits_and_fails_at_the_de
         except JobError as exc:
             print(f"JobError: {{exc}}")
     """
-    done = subprocess.run(
-        [*idle.prefix, sys.executable, "-c", code],
-        cwd=tmp_path,
-        env={**os.environ, **idle.env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = idle.python(code, tmp_path)
     assert done.returncode == 0, done.stderr
     # squeue's reason, said while it waits (each time it changes: PartitionConfig, then
     # PartitionNodeLimit here), then the failure with the last; the idle fixture then
