@@ -45,6 +45,14 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
             ],
         ),
         (
+            "pods_ddp.py",
+            [
+                *(f"[{r}] rank {r} of 4: weights equal on every rank: True" for r in range(4)),
+                "every rank ran the script: True",
+                "pods exited: [0, 0]",
+            ],
+        ),
+        (
             "ddp_actors.py",
             [
                 "rank 1: pid",
@@ -69,12 +77,13 @@ def test_example_runs(script: str, expected: list[str]) -> None:
         assert text in done.stdout, (text, done.stdout[-3000:])
 
 
-def test_the_readmes_observability_snippet_runs() -> None:
-    """The README's "Seeing what a job does" code, as a new user copies it into a script."""
+def run_readme_snippet(marker: str) -> str:
+    """The README's code between ``<!-- marker -->`` and ``<!-- /marker -->``, run as a new
+    user runs it pasted into a script; its stdout."""
     readme = (EXAMPLES.parent / "README.md").read_text()
-    snippet = r"<!-- observability -->\n```python\n(.*?)```\n<!-- /observability -->"
+    snippet = rf"<!-- {marker} -->\n```python\n(.*?)```\n<!-- /{marker} -->"
     found = re.search(snippet, readme, re.S)
-    assert found is not None, "the README's observability snippet is gone"
+    assert found is not None, f"the README's {marker} snippet is gone"
     done = subprocess.run(
         [sys.executable, "-X", "faulthandler", "-c", found[1]],
         capture_output=True,
@@ -82,7 +91,19 @@ def test_the_readmes_observability_snippet_runs() -> None:
         timeout=100,
     )
     assert done.returncode == 0, (done.stdout[-1500:], done.stderr[-3000:])
-    out = done.stdout
+    return done.stdout
+
+
+def test_the_readmes_first_snippet_prints_what_each_trainer_did() -> None:
+    """A newcomer who pastes the README's first code into a script sees that it worked."""
+    out = run_readme_snippet("first")
+    lines = [line for line in out.splitlines() if line.startswith("trainer ")]
+    assert lines == [f"trainer {rank} ran step 0" for rank in range(8)], out[-3000:]
+
+
+def test_the_readmes_observability_snippet_runs() -> None:
+    """The README's "Seeing what a job does" code, as a new user copies it into a script."""
+    out = run_readme_snippet("observability")
     assert re.search(r"\[8 similar log lines\]\S* \[\d\] step 1 loss 0.25", out), out[-3000:]
     assert "{'rows': [{'endpoint': 'Trainer.step', 'calls': 8}]}" in out, out[-3000:]
 

@@ -291,13 +291,15 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         # + the internal log; files by checksum; reloads; a call's tensor copies made while
         # they travel; mocked actors; how an unhandled failure ends the client; upstream's
         # Uid and ProcId; upstream's pickled Extent and Point
-        "_tensors _adopt _buffers",  # tensors as one buffer each (torch never imported); fd
-        # sockets; upstream's write Buffer (small writes copied, large bytes kept)
+        "_tensors _adopt _buffers _tls_cli",  # tensors as one buffer each (torch never
+        # imported); fd sockets; upstream's write Buffer (small writes copied, large bytes
+        # kept); monarch tls (a CA and certificates of one's own)
         "_serialize _ring",  # pickling with out-of-band buffers; the lenders' rings
         "_errors _reports",  # the one exception tree; upstream's words for failures
         "_shape _selection _scope _supervision _lending _exits",  # mesh algebra; code; loans; exits
         "_messages _endpoint _value_mesh _actor_logs",  # wire; Actor/@endpoint; values; log prefix
-        "_cast _launch _zygote",  # cast trees and FIFO order; how procs are started; forks
+        "_cast _launch _zygote _spawn_hooks",  # cast trees and FIFO order; how procs are
+        # started; forks; upstream's proc mesh spawn callbacks and setup actor
         "_runtime",  # the per-process runtime (a package: spin, loop, flow, peers, router)
         "_future _logs",  # Future/Outcome; procs' output read by their agent, shown by spawner
         "_gather _port _ask",  # replies on a port; user ports; ask a proc, Service

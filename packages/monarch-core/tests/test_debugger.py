@@ -7,6 +7,7 @@ under a HOME of the test's own; ``monarch debug`` reads it from there.
 
 from __future__ import annotations
 
+import linecache
 import os
 import pty
 import re
@@ -194,6 +195,54 @@ def test_two_ranks_stop_attach_step_cast_and_continue(home: Path) -> None:
     assert list(result.get(timeout=DEADLINE).values()) == [21, 21]
     terminal.send("list")
     assert "debugee" not in terminal.expect("monarch_dbg> ")
+    terminal.send("quit")
+    terminal.expect("Quitting debug session")
+    assert terminal.close() == 0
+    procs.stop().get(timeout=DEADLINE)
+
+
+CELL = """
+class CellDebugee(Actor):
+    @endpoint
+    def compute(self, x: int) -> int:
+        y = x * 2  # a line only the client can read
+        breakpoint()
+        return y + 1
+"""
+
+
+def cell_class() -> Any:
+    """An actor class defined as a notebook cell defines it: its source in the client's
+    linecache only (no file), the class pickled by value."""
+    name = "<ipython-input-7-cell>"
+    linecache.cache[name] = (len(CELL), None, CELL.splitlines(True), name)
+    namespace: dict[str, Any] = {"Actor": Actor, "endpoint": endpoint, "__name__": "__main__"}
+    exec(compile(CELL, name, "exec"), namespace)
+    return namespace["CellDebugee"]
+
+
+def test_code_of_a_notebook_cell_is_listed_and_a_cast_prints_each_ranks_answer(
+    home: Path,
+) -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("cell", cell_class())
+    result = mesh.compute.call(10)
+    wait_for_sessions(2)
+    terminal = open_terminal(home)
+    terminal.send("cast cell ranks(0,1) p y")
+    shown = terminal.expect("monarch_dbg> ")
+    assert "[cell 0] 20\n" in shown and "[cell 1] 20\n" in shown, shown
+    terminal.send("attach cell 0")
+    terminal.expect(r"\(Pdb\) ")
+    terminal.send("l")
+    listing = terminal.expect(r"\(Pdb\) ")
+    assert "y = x * 2  # a line only the client can read" in listing, listing
+    assert "->\t        return y + 1" in listing, listing  # where it stopped, in the cell
+    terminal.send("detach")
+    terminal.expect("monarch_dbg> ")
+    terminal.send("continue")
+    terminal.expect("monarch_dbg> ")
+    assert list(result.get(timeout=DEADLINE).values()) == [21, 21]
     terminal.send("quit")
     terminal.expect("Quitting debug session")
     assert terminal.close() == 0

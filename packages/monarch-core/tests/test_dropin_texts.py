@@ -1,5 +1,6 @@
 """Upstream's error texts where users match them: mixed sync/async endpoints, a stopped
-``ProcMesh``, a shut-down ``HostMesh``, constructing a ``Future``.
+``ProcMesh``, a shut-down ``HostMesh``, constructing a ``Future``, a mesh whose owner died
+ungracefully.
 
 Public API only: ``python integration/upstream_check.py`` runs this file under upstream
 torchmonarch 0.7.0 to show the expectations are upstream's.
@@ -9,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -148,5 +151,59 @@ def test_abort_without_a_reason_text(unhandled_failures: list[MeshFailure]) -> N
             "and all its descendants have failed:\n"
             "  actor explicitly aborted due to: (no reason provided)"
         )
+    finally:
+        procs.stop().get(timeout=60)
+
+
+class Child(Actor):
+    @endpoint
+    def ping(self) -> int:
+        return 7
+
+    @endpoint
+    def die(self) -> None:
+        os._exit(6)
+
+
+class Owner(Actor):
+    @endpoint
+    def make(self) -> Any:  # the child mesh (typed ActorMesh[Child] here, Child upstream)
+        self.procs = this_host().spawn_procs(per_host={"x": 1})
+        self.child = self.procs.spawn("child", Child)
+        self.child.ping.call().get(timeout=60)
+        return self.child
+
+    @endpoint
+    def die(self) -> None:
+        os._exit(5)
+
+
+@pytest.mark.timeout(300)  # upstream's own timeout comes after ~2 minutes
+def test_a_mesh_whose_owner_died_ungracefully_cannot_reach_its_controller(
+    unhandled_failures: list[MeshFailure],
+) -> None:
+    """The owner's process exits without stopping what it spawned; once a proc of the
+    mesh it handed out is lost too, calls to it say the controller cannot be reached
+    (upstream: after its own timeout, ~2 min; ours: at once, the child's procs having died
+    with their owner)."""
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        owner = procs.spawn("owner", Owner)
+        child = owner.make.call_one().get(timeout=60)
+        assert child.ping.call_one().get(timeout=60) == 7
+        with pytest.raises(RuntimeError):
+            owner.die.call_one().get(timeout=60)
+        with pytest.raises((TimeoutError, RuntimeError)):  # upstream: a timeout; ours: below
+            child.die.call_one().get(timeout=100)
+        with pytest.raises(RuntimeError) as raised:
+            child.ping.call_one().get(timeout=100)
+        assert type(raised.value).__name__ == "SupervisionError"
+        text = str(raised.value)
+        assert re.fullmatch(
+            r"Endpoint call child\.ping\(\) failed, The actor (\S+.*) and all its descendants "
+            r"have failed:\n  timed out reaching controller \1 for mesh child-[0-9A-Za-z]{11}\. "
+            r"Assuming controller's proc is dead",
+            text,
+        ), text
     finally:
         procs.stop().get(timeout=60)

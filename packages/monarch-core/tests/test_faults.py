@@ -13,6 +13,7 @@ asserted here only loosely.
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import secrets
@@ -632,3 +633,39 @@ def test_half_the_packets_lost_calls_complete_or_fail_never_hang(
     procs = [p["pid"] for p in ready["procs"]]
     wait_until(partial(none_alive, procs), 10, f"procs {procs} die with the controller")
     assert all(w.popen.poll() is None for w in workers)
+
+
+DIAL = """
+import json, sys, time
+from monarch.core._messages import TO_PROC, StopProc
+from monarch.core._runtime import current_runtime
+
+address = sys.argv[1]
+runtime = current_runtime()
+start = time.monotonic()
+runtime.post(address, TO_PROC, "", StopProc("probe"))  # its first message: a new connection
+while address not in runtime.failed_peers and time.monotonic() - start < 60:
+    time.sleep(0.05)
+print(json.dumps({"reason": str(runtime.failed_peers.get(address))}), flush=True)
+"""
+
+
+@pytest.mark.system
+@pytest.mark.usefixtures("firewall")
+def test_an_address_whose_packets_are_dropped_could_not_be_connected(
+    hosts: list[str], start: Callable[..., Child], env: dict[str, str]
+) -> None:
+    """A peer never reached is not one that stopped beating: the heartbeat deadline that
+    ends the wait names the connection that was never made."""
+    _, address = start_worker(start, env, "tcp://10.0.0.2:0", netns=hosts[1])
+    heal = silent_partition(hosts[1])
+    try:
+        argv = ["ip", "netns", "exec", hosts[0], sys.executable, "-c", DIAL, address]
+        env = {**env, "MONARCH_HEARTBEAT_TIMEOUT": "1.5s"}
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=90)
+    finally:
+        heal()
+    assert done.returncode == 0, done.stderr[-3000:]
+    reason = json.loads(done.stdout.splitlines()[-1])["reason"]
+    assert reason.startswith(f"could not connect to {address}: no answer in "), reason
+    assert reason.endswith("(heartbeat_timeout is 1.5s)"), reason

@@ -57,6 +57,17 @@ class Cluster:
         assert done.returncode == 0, done.stderr
         return done.stdout
 
+    def python(self, code: str, folder: Path) -> subprocess.CompletedProcess[str]:
+        """``python -c code`` as a client on the controller's host, in ``folder``."""
+        return subprocess.run(
+            [*self.prefix, sys.executable, "-c", code],
+            cwd=folder,
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
     def left(self) -> dict[str, list[str]]:
         """What runs on each node besides its slurmd: ``{node: [comm, ...]}``."""
         found = {}
@@ -238,14 +249,7 @@ def test_a_batch_job_runs_its_client_in_the_allocation_and_ends_with_it(
         job.apply(client_script={client!r})
         print(job._jobs["hosts"])
     """
-    done = subprocess.run(
-        [*idle.prefix, sys.executable, "-c", code],
-        cwd=tmp_path,
-        env={**os.environ, **idle.env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = idle.python(code, tmp_path)
     assert done.returncode == 0, done.stderr
     job = done.stdout.strip()
     # The client's own state() attached to the job it runs in, from the first node (h2).
@@ -255,3 +259,31 @@ def test_a_batch_job_runs_its_client_in_the_allocation_and_ends_with_it(
     assert seen["client"] == netns_of(idle.nodes[0])
     assert seen["nets"] == [netns_of(node) for node in idle.nodes[:2]]
     # It ended, and the allocation with it: the idle fixture waits for nothing left.
+
+
+def test_more_nodes_than_the_partition_has_says_why_it_waits_and_fails_at_the_deadline(
+    idle: Cluster, tmp_path: Path
+) -> None:
+    code = f"""if True:
+        import sys
+        from monarch.job import JobError, SlurmJob
+        job = SlurmJob({{"hosts": {NODES + 1}}}, sys.executable, exclusive=False, start_timeout=8)
+        try:
+            job.state()
+        except JobError as exc:
+            print(f"JobError: {{exc}}")
+    """
+    done = idle.python(code, tmp_path)
+    assert done.returncode == 0, done.stderr
+    # squeue's reason, said while it waits (each time it changes: PartitionConfig, then
+    # PartitionNodeLimit here), then the failure with the last; the idle fixture then
+    # checks that the pending job was cancelled
+    pending = [line for line in done.stderr.splitlines() if "is pending: " in line]
+    reasons = [line.split("is pending: ")[1] for line in pending]
+    assert reasons and len(set(reasons)) == len(reasons), done.stderr
+    reason = reasons[-1]
+    assert reason != "no reason given", pending
+    assert f"{NODES + 1} nodes): its workers did not start within start_timeout (8s)" in (
+        done.stdout
+    ), done.stdout
+    assert f"it was PENDING ({reason}), and is cancelled" in done.stdout, done.stdout

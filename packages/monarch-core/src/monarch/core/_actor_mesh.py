@@ -294,7 +294,11 @@ class CallGather(Gather):
         mesh = self.mesh
         assert isinstance(mesh, ActorMesh)
         ranks = list(mesh._shape.ndslice)
-        error = mesh._state.proc_lost_error(ranks, self.method, address, how or str(exc))
+        state = mesh._state
+        if how is None and state.informant in state.runtime.failed_peers:
+            error = state.controller_lost_error(self.method, mesh._mesh_id)
+        else:
+            error = state.proc_lost_error(ranks, self.method, address, how or str(exc))
         if self.arrivals is not None:
             for slot in self.arrivals:
                 if not slot.done():
@@ -474,6 +478,17 @@ class _MeshState:
         reason, clean = process_ended(how)
         text = status_event(actor, reason) if clean else failed_report(actor, reason)
         return SupervisionError(text, endpoint(self.name, method))
+
+    def controller_lost_error(self, method: str, mesh_id: str) -> SupervisionError:
+        """What a call is told when a proc of this mesh was lost and so was the process
+        that spawned it, which alone could say how the proc ended (an owner that died
+        ungracefully, taking its procs with it): upstream's words for a mesh whose
+        controller cannot be reached (ours: the owner is the controller)."""
+        reason = (
+            f"timed out reaching controller {self.owner} for mesh "
+            f"{failure_mesh_name(mesh_id)}. Assuming controller's proc is dead"
+        )
+        return SupervisionError(failed_report(self.owner, reason), endpoint(self.name, method))
 
     def when_ready(self, then: Callable[[list[str] | BaseException], None]) -> None:
         if self.stopped is not None:

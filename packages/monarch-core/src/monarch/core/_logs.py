@@ -160,17 +160,17 @@ def _pump(
             end = pending.rfind(b"\n")
             if end >= 0:  # whole lines, passed on and sent as one write each
                 whole, pending = pending[: end + 1], pending[end + 1 :]
-                _write_all(stream, whole)
+                _pass_on(stream, whole, events, plan)
                 send(whole[:-1])
             elif len(pending) >= LONGEST_LINE:
-                _write_all(stream, pending)
+                _pass_on(stream, pending, events, plan)
                 send(pending)
                 pending = b""
     except OSError:
         pass
     finally:
         if pending:
-            _write_all(stream, pending)
+            _pass_on(stream, pending, events, plan)
             send(pending)
         with contextlib.suppress(OSError):
             os.close(fd)
@@ -214,6 +214,15 @@ def host_files() -> HostFiles | None:
         return None
 
 
+def _pass_on(stream: int, data: bytes, events: PortRef, plan: OutputPlan) -> None:
+    """The agent's copy of a proc's output on its own stream, but where this process is
+    also the spawner and its sink prints the lines (stream_to_client): printed once, not
+    raw and then again with where they came from (as upstream does)."""
+    sink = _local_sinks.get(events) if plan.forward else None
+    if sink is None or not sink.stream:
+        _write_all(stream, data)
+
+
 def _write_all(fd: int, data: bytes) -> None:
     """Pass ``data`` on to this process's own ``fd``; a closed one is given up on."""
     view = memoryview(data)
@@ -247,7 +256,15 @@ def drain(output: ProcOutput | None) -> None:
 class LogSink:
     """One proc mesh's forwarded output at its spawner (see the module docstring)."""
 
-    def __init__(self, name: str, hosts: list[str], call_later: Callable[..., object]) -> None:
+    def __init__(
+        self,
+        name: str,
+        hosts: list[str],
+        call_later: Callable[..., object],
+        events: PortRef | None = None,
+    ) -> None:
+        """``events``: the port its lines come to, by which an agent in this same process
+        finds the sink (see ``_pass_on``)."""
         self.name = name
         self.hosts = hosts
         """Each rank's host agent."""
@@ -256,6 +273,8 @@ class LogSink:
         self.window: float | None = None
         self._windows: dict[int, _Window] = {}
         _sinks.add(self)
+        if events is not None:
+            _local_sinks[events] = self
 
     def configure(self, stream: bool, window: float | None) -> None:
         self.flush()
@@ -281,13 +300,13 @@ class LogSink:
     def _close_window(self, stream: int, window: _Window) -> None:
         if self._windows.get(stream) is window:
             del self._windows[stream]
-            _print(stream, window.block())
+            _print(stream, window.block(colour=_is_tty(stream)))
 
     def flush(self) -> None:
         """Print what the open windows hold (a stop, a new option, the end)."""
         windows, self._windows = self._windows, {}
         for stream, window in windows.items():
-            _print(stream, window.block())
+            _print(stream, window.block(colour=_is_tty(stream)))
 
 
 class _Group:
@@ -313,16 +332,20 @@ class _Window:
                 return
         self.groups.append(_Group(line, rank))
 
-    def block(self) -> str:
+    def block(self, colour: bool = True) -> str:
+        """The window as upstream prints it; ``colour``: with its ANSI colours (a terminal;
+        a file or a pipe gets plain text, where upstream writes the codes too)."""
+
         def stamp(when: float) -> str:
             return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
 
-        lines = [f"{CYAN}>>> Aggregated Logs ({stamp(self.opened)}) >>>{RESET}\n"]
+        cyan, yellow, reset = (CYAN, YELLOW, RESET) if colour else ("", "", "")
+        lines = [f"{cyan}>>> Aggregated Logs ({stamp(self.opened)}) >>>{reset}\n"]
         lines += [
-            f"{YELLOW}[{g.count} similar log lines]{RESET} [{g.rank}] {g.text}\n"
+            f"{yellow}[{g.count} similar log lines]{reset} [{g.rank}] {g.text}\n"
             for g in self.groups
         ]
-        lines.append(f"{CYAN}<<< Aggregated Logs ({stamp(time.time())}) <<<{RESET}\n\n")
+        lines.append(f"{cyan}<<< Aggregated Logs ({stamp(time.time())}) <<<{reset}\n\n")
         return "".join(lines)
 
 
@@ -358,6 +381,8 @@ def similar(a: str, b: str) -> bool:
 # -- one printer per process -------------------------------------------------------------------
 
 _sinks: weakref.WeakSet[LogSink] = weakref.WeakSet()
+_local_sinks: weakref.WeakValueDictionary[PortRef, LogSink] = weakref.WeakValueDictionary()
+"""This process's sinks by the port their lines come to."""
 _queue: queue.SimpleQueue[tuple[int, str] | None] = queue.SimpleQueue()
 _printer: list[threading.Thread] = []
 _printer_lock = threading.Lock()
@@ -372,6 +397,14 @@ def _print(stream: int, text: str) -> None:
                 _printer.append(thread)
                 atexit.register(_finish_printing)
     _queue.put((stream, text))
+
+
+def _is_tty(stream: int) -> bool:
+    out = sys.stdout if stream == 1 else sys.stderr
+    try:
+        return out.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without it, or closed
+        return False
 
 
 def _run_printer() -> None:

@@ -430,7 +430,23 @@ class DebugInput(msgspec.Struct, array_like=True, tag=64, frozen=True, gc=False)
     line: str
 
 
-DebugMessage = DebugStart | DebugWrite | DebugRead | DebugEnd | DebugInput
+class DebugSource(msgspec.Struct, array_like=True, tag=65, frozen=True, gc=False):
+    """The debugger asks the root for the source of ``filename``, which the proc cannot
+    read (code of the client's script or notebook cell, pickled by value)."""
+
+    filename: str
+
+
+class DebugLines(msgspec.Struct, array_like=True, tag=66, frozen=True, gc=False):
+    """The root's lines of ``filename`` (none where it has none either)."""
+
+    filename: str
+    lines: list[str]
+
+
+DebugMessage = (
+    DebugStart | DebugWrite | DebugRead | DebugEnd | DebugInput | DebugSource | DebugLines
+)
 decode_debug: Final = msgspec.msgpack.Decoder(DebugMessage).decode
 
 

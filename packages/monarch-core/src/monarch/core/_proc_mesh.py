@@ -59,6 +59,7 @@ from ._runtime import Runtime, current_runtime
 from ._scope import Owner, current_owner
 from ._serialize import dumps, loads
 from ._shape import NDSlice, Point, Region, Shape, ShapedMesh
+from ._spawn_hooks import Setup, SetupActor, spawned
 from ._supervision import call_fault_hook
 from ._table import gpus_per_host, mesh_table
 from ._workspace import SYNCED_ENV, synced
@@ -399,6 +400,47 @@ class ProcMesh(ShapedMesh):
             python=self._python,
             informant=self._informant,
         )
+
+    @classmethod
+    def from_host_mesh(
+        cls,
+        host_mesh: HostMesh,
+        hy_proc_mesh: ProcMesh,
+        region: Region,
+        setup: Setup | None = None,
+        _attach_controller_controller: bool = True,
+    ) -> ProcMesh:
+        """Upstream's step of ``HostMesh.spawn_procs``: the ProcMesh over ``region`` of the
+        procs being spawned on ``host_mesh``, ``setup`` run on each of them before any
+        actor spawned on the result, then the spawn callbacks told of it. Our handle of
+        such procs is the ProcMesh ``spawn_procs`` returned (upstream's is a native one);
+        every mesh here is owned by its spawner (``_attach_controller_controller`` is
+        accepted for upstream's callers)."""
+        if not isinstance(hy_proc_mesh, ProcMesh):
+            raise TypeError(f"from_host_mesh takes the procs as a ProcMesh, not {hy_proc_mesh!r}")
+        if region != hy_proc_mesh._shape.region:
+            raise ValueError(f"region {region} is not the procs' {hy_proc_mesh._shape.region}")
+        known = set(host_mesh._hosts)
+        if hy_proc_mesh._hosts and not known.issuperset(hy_proc_mesh._hosts):
+            raise ValueError("the procs were not spawned on this host mesh")
+        mesh = hy_proc_mesh
+        if setup is not None:
+            runtime = hy_proc_mesh._runtime
+
+            async def set_up() -> list[str]:
+                addresses = await resolve(hy_proc_mesh._procs)
+                runner = hy_proc_mesh.spawn("setup", SetupActor)
+                await runner.setup.call(setup)
+                await runner.stop()
+                return list(addresses)
+
+            procs = ProcsRef.spawning(runtime.address)
+            procs.follow(run_on(runtime, set_up())._cf)
+            mesh = hy_proc_mesh._copy(hy_proc_mesh._shape)
+            mesh._procs = procs
+            mesh._spawned_into = hy_proc_mesh._spawned_into
+        spawned(mesh)
+        return mesh
 
     @property
     def host_mesh(self) -> HostMesh:
@@ -783,7 +825,9 @@ class HostMesh(ShapedMesh):
             procs_spawned(group.mesh_id, name or "procs", shape)
         group.logger = _LoggerMesh(runtime, owner, shape, per, together)
         if current_config().enable_log_forwarding:
-            group.logs = LogSink(name or "procs", group.hosts, runtime.loop.call_later)
+            group.logs = LogSink(
+                name or "procs", group.hosts, runtime.loop.call_later, group.events
+            )
         python = self._python
         attached = self._attached
 
@@ -809,7 +853,7 @@ class HostMesh(ShapedMesh):
             owner.owned.append(mesh)  # it dies with the actor that made it
         else:
             _owned.append(mesh)
-        return mesh
+        return ProcMesh.from_host_mesh(self, mesh, shape.region)
 
     def stop(self) -> Future[None]:
         """Stop the procs spawned through this mesh; the hosts stay, for new meshes (as

@@ -16,9 +16,11 @@ carries it as a part of its own; such a pickle travels as
 from __future__ import annotations
 
 import pickle
+import types
+from collections import ChainMap
 from collections.abc import Sequence
 from contextvars import ContextVar
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import cloudpickle
 
@@ -102,7 +104,28 @@ def _is_plain(obj: Any, depth: int = 0) -> bool:
     return False
 
 
-class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is untyped
+_CLOUDPICKLE_CODE: Final = cloudpickle.Pickler.dispatch_table[types.CodeType]
+_DYNAMIC: Final = "<dynamic-code>"
+"""The file name cloudpickle gives the code it sends by value."""
+
+
+def _code_with_its_file(code: types.CodeType) -> Any:
+    """cloudpickle's reduction of code sent by value, keeping the file it came from
+    (cloudpickle writes ``<dynamic-code>``): a proc's tracebacks and pdb then name the
+    client's script or notebook cell, whose lines the debugger asks of the root."""
+    constructor, args = _CLOUDPICKLE_CODE(code)
+    return constructor, tuple(code.co_filename if arg == _DYNAMIC else arg for arg in args)
+
+
+class _CodePickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is untyped
+    """cloudpickle, with code sent by value keeping its file name."""
+
+    dispatch_table: ClassVar[ChainMap[type, Any]] = ChainMap(
+        {types.CodeType: _code_with_its_file}, cloudpickle.Pickler.dispatch_table
+    )
+
+
+class _Pickler(_CodePickler):
     """cloudpickle, with torch tensors reduced to one buffer each (see ``_tensors``)."""
 
     def __init__(self, file: WriteBuffer, tensor: type, buffer_callback: Any) -> None:
@@ -209,7 +232,7 @@ def dumps(obj: object) -> list[Buffer]:
     copies: set[int] = set()
     sink = WriteBuffer()
     if tensor is None:
-        cloudpickle.Pickler(sink, protocol=5, buffer_callback=keep).dump(lifted)
+        _CodePickler(sink, protocol=5, buffer_callback=keep).dump(lifted)
     else:
         pickler = _Pickler(sink, tensor, buffer_callback=keep)
         copies = pickler.copies

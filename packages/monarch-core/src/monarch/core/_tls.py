@@ -200,8 +200,17 @@ def _cryptography() -> Any:
 
 
 def _certificate(
-    subject: str, key: Any, issuer: str, signer: Any, *, ca: bool
+    subject: str,
+    key: Any,
+    issuer: str,
+    signer: Any,
+    *,
+    ca: bool,
+    names: list[str] | None = None,
+    validity: datetime.timedelta = VALIDITY,
 ) -> tuple[Any, bytes]:
+    """A certificate of ``key`` signed by ``signer``; one that is not a CA's names this
+    machine (``names``: host names and IP addresses, default its own name and loopback)."""
     x509, hashes, serialization, _, name_oid = _cryptography()
     now = datetime.datetime.now(datetime.UTC)
     builder = (
@@ -211,18 +220,23 @@ def _certificate(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + VALIDITY)
+        .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
     )
     if not ca:
-        names = [
-            x509.DNSName(socket.gethostname()),
-            x509.DNSName("localhost"),
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-        ]
-        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+        given = names if names is not None else [socket.gethostname(), "localhost", "127.0.0.1"]
+        sans = [_san(x509, name) for name in given]
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     cert = builder.sign(signer, hashes.SHA256())
     return cert, cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _san(x509: Any, name: str) -> Any:
+    """An IP address SAN for an address, a DNS one for a host name."""
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
 
 
 def _key_pem(key: Any) -> bytes:

@@ -10,6 +10,7 @@ one's stderr is the error.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import secrets
@@ -35,7 +36,7 @@ from ._trait import (
 )
 
 START_TIMEOUT: Final = 300.0
-"""Seconds for an allocation to start and its workers to listen."""
+"""Seconds for an allocation to start and its workers to listen (``start_timeout``)."""
 
 LOOK_EVERY: Final = 0.02
 """Seconds between looks at the workers' output files while they start."""
@@ -44,10 +45,14 @@ SQUEUE_EVERY: Final = 0.5
 _ADDRESS: Final = re.compile(r"[a-z][a-z0-9+.\-]*://\S+")
 """What a worker's first line is when it listens (else it is why it could not)."""
 
+log = logging.getLogger("monarch.job")
+
 
 class SlurmJob(JobTrait):
     """``meshes``: nodes per mesh name. The keyword arguments are upstream's; ``slurm_args``
-    are passed to sbatch as they are."""
+    are passed to sbatch as they are. ``start_timeout`` (ours): seconds for the allocations
+    to start and their workers to listen; a job still pending then (squeue's reason said
+    meanwhile, e.g. more nodes than its partition has) is cancelled and the call fails."""
 
     def __init__(
         self,
@@ -64,8 +69,13 @@ class SlurmJob(JobTrait):
         gpus_per_node: int | None = None,
         cpus_per_task: int | None = None,
         mem: str | None = None,
+        *,
+        start_timeout: float = START_TIMEOUT,
     ) -> None:
         super().__init__()
+        if not start_timeout > 0:
+            raise ValueError(f"start_timeout must be positive seconds, not {start_timeout!r}")
+        self._start_timeout = start_timeout
         self._meshes = checked_meshes(meshes, "nodes")
         if ntasks_per_node != 1:
             raise ValueError("ntasks_per_node: one worker runs per node (procs are spawned on it)")
@@ -164,6 +174,7 @@ class SlurmJob(JobTrait):
         job = self._job_ids()[name]
         files = [self._folder / f"{name}-{task}.out" for task in range(self._meshes[name])]
         asked = -SQUEUE_EVERY  # when squeue was last asked (it costs a process, and slurmctld)
+        said = ""  # the pending reason last told
         while True:
             found: list[str] = []
             for path in files:
@@ -186,29 +197,45 @@ class SlurmJob(JobTrait):
                 time.sleep(LOOK_EVERY)
                 continue
             asked = time.monotonic()
-            state = _job_state(job)
+            state, reason = _job_state(job)
             if state not in ("PENDING", "CONFIGURING", "RUNNING"):
-                log = self._folder / f"{name}-batch.out"
-                text = log.read_text()[-2000:] if log.exists() else ""
+                batch = self._folder / f"{name}-batch.out"
+                text = batch.read_text()[-2000:] if batch.exists() else ""
                 raise JobError(f"Slurm job {job} (mesh {name!r}) is {state or 'gone'}: {text}")
+            why = f" ({reason})" if state == "PENDING" and reason else ""
+            if state == "PENDING" and reason != said:
+                said = reason
+                log.warning(
+                    "Slurm job %s (mesh %r, %d nodes) is pending: %s",
+                    job,
+                    name,
+                    len(files),
+                    reason or "no reason given",
+                )
             if time.monotonic() > deadline:
                 raise JobError(
-                    f"Slurm job {job} (mesh {name!r}): its workers did not start within "
-                    f"{START_TIMEOUT:g}s (state {state})"
+                    f"Slurm job {job} (mesh {name!r}, {len(files)} nodes): its workers did not "
+                    f"start within start_timeout ({self._start_timeout:g}s); it was "
+                    f"{state}{why}, and is cancelled"
                 )
             time.sleep(LOOK_EVERY)
 
     def _state(self) -> JobState:
         use_job_secret(self._secret)
-        deadline = time.monotonic() + START_TIMEOUT
+        deadline = time.monotonic() + self._start_timeout
         hosts: dict[str, HostMesh] = {}
-        for name in self._meshes:
-            hosts[name] = attach_to_workers(workers=self._addresses(name, deadline), name=name)
+        try:
+            for name in self._meshes:
+                addresses = self._addresses(name, deadline)
+                hosts[name] = attach_to_workers(workers=addresses, name=name)
+        except JobError:
+            self._kill()  # nothing left queued for an allocation nobody waits for
+            raise
         return JobState(hosts)
 
     def _is_running(self) -> bool:
         jobs = self._job_ids()
-        return bool(jobs) and all(_job_state(j) == "RUNNING" for j in jobs.values())
+        return bool(jobs) and all(_job_state(j)[0] == "RUNNING" for j in jobs.values())
 
     def _kill(self) -> None:
         jobs = self._job_ids()
@@ -227,11 +254,13 @@ def _run(argv: list[str], stdin: str | None = None) -> str:
     return done.stdout.strip()
 
 
-def _job_state(job: str) -> str:
-    """The job's state as squeue says it ('' once Slurm has forgotten it)."""
+def _job_state(job: str) -> tuple[str, str]:
+    """The job's state and its reason as squeue says them (``("", "")`` once Slurm has
+    forgotten it; the reason is ``None`` where there is none, e.g. a running job)."""
     try:
-        return _run(["squeue", "-h", "-j", job, "-o", "%T"])
+        state, _, reason = _run(["squeue", "-h", "-j", job, "-o", "%T|%r"]).partition("|")
     except JobError as exc:
         if "Invalid job id" in str(exc):
-            return ""
+            return "", ""
         raise
+    return state, "" if reason == "None" else reason

@@ -36,6 +36,8 @@ BANNER = (
     "Enter 'list' to show all active breakpoints.\n\n"
 )
 PROMPT = "monarch_dbg> "
+PDB_PROMPT = "(Pdb) "
+"""What pdb writes when it waits for a line: not part of a command's answer."""
 
 
 class ConsoleClosed(Exception):
@@ -168,7 +170,8 @@ class _Terminal:
                 elif isinstance(command, Attach):
                     await self.attach(sessions.get(command.actor_name, command.rank))
                 elif isinstance(command, Cast):
-                    await cast(command.command, sessions.select(command.actor_name, command.ranks))
+                    chosen = sessions.select(command.actor_name, command.ranks)
+                    await self.cast_and_show(command.command, chosen)
                 elif isinstance(command, Continue):
                     await cast("clear", sessions.select())
                     await cast("c", sessions.select())
@@ -176,6 +179,26 @@ class _Terminal:
                     await self.output(HELP)
             except ValueError as exc:
                 await self.output(f"Error processing command: {exc}\n")
+
+    async def cast_and_show(self, line: str, selected: Iterable[Session]) -> None:
+        """``cast``: ``line`` to each selected session, then what each printed, a line at a
+        time prefixed with its actor and rank (upstream's cast prints nothing; the output
+        also stays for whoever attaches)."""
+        chosen = list(selected)
+
+        async def one(session: Session) -> str:
+            if not await session.next_line_wanted():
+                return ""
+            await session.send_line(line)
+            await session.next_line_wanted()  # its answer is whole once it asks again
+            session.unseen.clear()
+            return "".join(session.backlog)
+
+        outputs = await asyncio.gather(*(one(session) for session in chosen))
+        for session, text in zip(chosen, outputs, strict=True):
+            text = text.removesuffix(PDB_PROMPT)
+            where = f"[{session.actor_name} {session.rank}] "
+            await self.output("".join(f"{where}{shown}\n" for shown in text.splitlines()))
 
     async def attach(self, session: Session) -> None:
         """Relay the session's pdb until the user says ``detach`` or the actor runs on."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import bdb
 import io
+import linecache
 import os
 import pdb
 import socket
@@ -25,8 +26,10 @@ from monarch.core._messages import (
     SERVICE,
     DebugEnd,
     DebugInput,
+    DebugLines,
     DebugMessage,
     DebugRead,
+    DebugSource,
     DebugStart,
     DebugWrite,
     decode_debug,
@@ -122,18 +125,38 @@ class RemotePdb(pdb.Pdb):
         self.started = False
         self.stopped_in: tuple[FrameType, ...] = ()
         """The stack of the last breakpoint: an exception through it is post-mortem'd."""
+        self.asked: set[str] = set()
+        """Files whose source was asked of the root (see ``fetch_sources``)."""
         super().__init__(stdin=cast(IO[str], _Input(self)), stdout=cast(IO[str], _Output(self)))
         self.use_rawinput = False  # read through self.stdin, not input()
 
     def interaction(self, frame: FrameType | None, tb: TracebackType | None) -> None:
+        last = tb
+        while last is not None and last.tb_next is not None:
+            last = last.tb_next
+        where = frame if frame is not None else last.tb_frame if last is not None else None
+        self.fetch_sources(where)
         if not self.started:
-            while tb is not None and tb.tb_next is not None:
-                tb = tb.tb_next
-            where = frame if frame is not None else tb.tb_frame if tb is not None else None
             function, line = _where(where)
             self.link.send(msgspec.structs.replace(self.start, function=function, lineno=line))
             self.started = True
+            tb = last
         super().interaction(frame, tb)
+
+    def fetch_sources(self, frame: FrameType | None) -> None:
+        """Source this process cannot read, of the paused stack's code (the client's
+        script or notebook cell, pickled by value), asked of the root, where it was
+        written, into this process's linecache: ``list`` and the stack show it."""
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if name not in self.asked and not linecache.getlines(name, frame.f_globals):
+                self.asked.add(name)
+                self.link.send(DebugSource(name))
+                answer = self.link.receive()
+                if isinstance(answer, DebugLines) and answer.lines:
+                    size = sum(len(line) for line in answer.lines)
+                    linecache.cache[name] = (size, None, list(answer.lines), name)
+            frame = frame.f_back
 
     def set_continue(self) -> None:
         super().set_continue()

@@ -11,6 +11,7 @@ root runtime's loop.
 from __future__ import annotations
 
 import asyncio
+import linecache
 import logging
 from collections.abc import Callable, Iterator
 
@@ -19,7 +20,9 @@ import msgspec
 from monarch.core._messages import (
     DebugEnd,
     DebugInput,
+    DebugLines,
     DebugRead,
+    DebugSource,
     DebugStart,
     DebugWrite,
     decode_debug,
@@ -161,7 +164,10 @@ async def serve_session(conn: Connection) -> None:
         while True:
             frame = await conn.receive()
             message = decode_debug(frame[0])
-            if isinstance(message, DebugStart):
+            if isinstance(message, DebugSource):  # at any time, before a session too
+                lines = linecache.getlines(message.filename)
+                await conn.send([encode_body(DebugLines(message.filename, lines))])
+            elif isinstance(message, DebugStart):
                 if session is not None:
                     sessions.remove(session)
                 session = Session(message, conn)

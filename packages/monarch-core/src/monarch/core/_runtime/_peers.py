@@ -418,12 +418,11 @@ class PeerWriter:
                 self.heard = max(self.heard, now)
             silent = now - self.heard
             if silent > limit:
-                self._fail(
-                    PeerLost(
-                        f"{self.address} sent no heartbeat for {silent:.1f}s "
-                        f"(heartbeat_timeout is {limit:g}s)"
-                    )
-                )
+                if self.connected.is_set():
+                    said = f"{self.address} sent no heartbeat for {silent:.1f}s"
+                else:  # never connected: its packets go nowhere (dropped, a dead route)
+                    said = f"could not connect to {self.address}: no answer in {silent:.1f}s"
+                self._fail(PeerLost(f"{said} (heartbeat_timeout is {limit:g}s)"))
                 self.stop()
                 return
 

@@ -1,0 +1,1 @@
+"""Upstream's ``monarch._src.job``: ``kubernetes`` (the pod bootstrap its examples build on)."""
