@@ -32,6 +32,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from monarch.core import current_config, current_runtime
 
 from ._auth import new_token, remove_token, token_matches, write_token
+from ._discovery import remove_record, write_record
 from ._openapi import openapi
 from ._view import ROOT, JobView, NotAnswering, NotFound, tree_text
 
@@ -67,7 +68,10 @@ class AdminServer:
     ``addr`` ``None`` is the ``mesh_admin_addr`` key; at its default (upstream's
     ``[::]:1729``) the server listens on ``127.0.0.1:1729``, or on a free port when that
     one is taken. ``token`` ``None`` makes one. ``timeout``: seconds a proc has to answer.
-    ``query``: runs SQL for ``/v1/query`` (monarch-jobs passes the telemetry engine's).
+    ``query``: runs SQL for ``/v1/query``; ``None``: the tables of this client's
+    ``enable_telemetry()`` (monarch-telemetry), whenever it was or will be called. ``job``:
+    the saved job this client attached through (``None``: the one monarch-jobs' ``state()``
+    last attached through, if any), for ``monarch query`` to find the server of a context.
     """
 
     def __init__(
@@ -77,6 +81,7 @@ class AdminServer:
         *,
         timeout: float = 2.0,
         query: Query | None = None,
+        job: str | None = None,
     ) -> None:
         self.token = token or new_token()
         self.view = JobView(timeout)
@@ -101,6 +106,12 @@ class AdminServer:
         except OSError as exc:  # a home that cannot be written: the printed token still works
             log.warning("admin server: cannot write its token file: %s", exc)
             self.token_path = None
+        self.job = job if job is not None else _attached_job()
+        if self.token_path is not None:
+            try:
+                write_record(self.host, self.port, self.job)
+            except OSError as exc:
+                log.warning("admin server: cannot write its discovery record: %s", exc)
         atexit.register(self._forget_token)  # a client that ends without close()
         self._thread = threading.Thread(
             target=self._http.serve_forever, name="monarch-admin", daemon=True
@@ -153,6 +164,16 @@ class AdminServer:
     def _forget_token(self) -> None:
         if self.token_path is not None:
             remove_token(self.port, self.token)
+            remove_record(self.port)
+
+    def query_function(self) -> Query | None:
+        """What answers ``/v1/query``: the one given, else this client's telemetry tables
+        (looked up on each request: ``enable_telemetry()`` may come after ``start_admin()``)."""
+        if self.query is not None:
+            return self.query
+        telemetry = sys.modules.get("monarch.telemetry")
+        tables: Callable[[], Query | None] | None = getattr(telemetry, "job_query", None)
+        return tables() if tables is not None else None
 
     def __enter__(self) -> AdminServer:
         return self
@@ -210,19 +231,23 @@ class AdminServer:
             ref = _ref(path.removeprefix("/v1/"))
             node = self.view.node(ref)
             if ref == ROOT:
-                node["properties"]["telemetry"] = self.query is not None
+                node["properties"]["telemetry"] = self.query_function() is not None
             request.send_json(HTTPStatus.OK, node)
         else:
             raise NotFound(path)
 
     def _query(self, params: dict[str, list[str]]) -> Any:
-        if self.query is None:
-            raise NotFound("no telemetry tables: the job was started without enable_telemetry")
+        query = self.query_function()
+        if query is None:
+            raise NotFound(
+                "no telemetry tables: this job's client did not call enable_telemetry() "
+                "(monarch.telemetry, or job.enable_telemetry() before job.state())"
+            )
         sql = params.get("sql", [""])[0]
         if not sql.strip():
             raise ValueError("/v1/query needs ?sql=SELECT ...")
         try:
-            result = self.query(sql)
+            result = query(sql)
         except Exception as exc:  # noqa: BLE001 - a query that cannot run is a bad request
             raise ValueError(str(exc)) from None
         if isinstance(result, dict):
@@ -230,6 +255,13 @@ class AdminServer:
         if hasattr(result, "to_pylist"):
             result = result.to_pylist()
         return {"rows": result}
+
+
+def _attached_job() -> str | None:
+    """The saved job monarch-jobs' ``state()`` attached this client through, if it did."""
+    job_module = sys.modules.get("monarch.job._trait")  # loaded by any state()
+    attached: Callable[[], str | None] | None = getattr(job_module, "attached_job_file", None)
+    return attached() if attached is not None else None
 
 
 def _bind(host: str, port: int) -> _HTTPServer:

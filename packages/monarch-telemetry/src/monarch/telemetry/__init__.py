@@ -15,7 +15,7 @@ messages at the client, and periodic snapshots of its procs and actors, for SQL
 from ._instrumentation import enable_telemetry, install
 from ._meter import get_meter
 from ._spans import span, traced
-from ._sql import QueryEngineClient, TelemetryConfig, TelemetryQueryError
+from ._sql import QueryEngineClient, TelemetryConfig, TelemetryQueryError, job_query
 
 __all__ = [
     "QueryEngineClient",
@@ -24,6 +24,7 @@ __all__ = [
     "enable_telemetry",
     "get_meter",
     "install",
+    "job_query",
     "span",
     "traced",
 ]

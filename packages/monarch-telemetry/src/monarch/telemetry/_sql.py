@@ -20,7 +20,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -355,6 +355,14 @@ def current_sink() -> TelemetryStore | RowShipper | None:
     proc, _, port = address.rpartition("#")
     _sink.append(RowShipper(runtime, PortRef(proc, int(port))))
     return _sink[0]
+
+
+def job_query() -> Callable[[str], dict[str, Any]] | None:
+    """The query of this client's telemetry tables, if ``enable_telemetry()`` made them
+    (monarch-admin's ``/v1/query`` asks, so that ``start_admin()`` needs no ``query=``)."""
+    if _sink and isinstance(_sink[0], TelemetryStore):
+        return _sink[0].query
+    return None
 
 
 def flush_rows() -> None:
