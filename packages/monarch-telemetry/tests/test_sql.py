@@ -66,6 +66,23 @@ def test_a_jobs_actors_messages_and_failures_answer_sql() -> None:
     assert json.loads(counted["shape_json"]) == {"inner": {"labels": ["gpus"], "sizes": [4]}}
     parent_view = {"labels": ["gpus"], "slice": {"offset": 0, "sizes": [4], "strides": [1]}}
     assert json.loads(counted["parent_view_json"]) == parent_view
+    # Ours: every proc (and the client) with its lifecycle, each call's send span and its
+    # endpoint's run under it (on another proc), messages done in order, and one timeline.
+    procs_table = result["procs_table"]
+    assert sorted(r["role"] for r in procs_table) == ["client"] + ["proc"] * 4
+    assert all(r["events"] == ["Running", "Stopped"] for r in procs_table if r["role"] == "proc")
+    states = result["states"]
+    assert len(states) == 11 and all(r["status"] == "done" and r["ordered"] for r in states)
+    flows = result["flows"]
+    pings = [f for f in flows if f["run"] == "Counted.ping"]
+    assert len(pings) == 11 and all(f["send"] == "send counted.ping" for f in pings)
+    assert not any(f["same_proc"] for f in pings)
+    assert [f["status"] for f in flows if f["run"] == "Counted.die"] == ["error"]
+    lifecycle = [(r["kind"], r["subject"], r["status"]) for r in result["lifecycle"]]
+    assert lifecycle.index(("mesh", "counted", "Created")) < lifecycle.index(
+        ("actor", "counted[3]", "Failed")
+    )
+    assert ("proc", procs_table[0]["address"], "Running") in lifecycle
     bad_sql, unknown_table = result["errors"]
     assert bad_sql.startswith("SQL error:") and "SELEC" in bad_sql
     assert "no_such_table" in unknown_table

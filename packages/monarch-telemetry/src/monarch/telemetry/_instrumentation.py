@@ -11,6 +11,7 @@ and errors and time endpoints.
 from __future__ import annotations
 
 import contextvars
+import os
 import time
 from collections.abc import Sequence
 from typing import Any, Final
@@ -25,6 +26,15 @@ from monarch.core import current_instrumentation, running_runtime, set_instrumen
 
 from ._export import configure_export, shutdown_export
 from ._instruments import instruments, tracer
+from ._observed import (
+    PROC_LOST,
+    endpoint_span_row,
+    message_key,
+    proc_rows,
+    proc_status_row,
+    send_rows,
+    supervision_row,
+)
 from ._snapshots import remember_lost, start_snapshots
 from ._sql import (
     CLIENT,
@@ -41,9 +51,11 @@ from ._sql import (
     mesh_rows,
     message_row,
     message_status_row,
+    now_us,
     open_store,
     procs_row,
     sent_row,
+    split_actor_id,
     status_row,
 )
 
@@ -59,15 +71,23 @@ fills ``messages.from_actor_id``), else the traceparent alone."""
 
 
 class Rows:
-    """A handled message's rows: ``active`` when it starts, ``complete`` when done (also
-    the endpoint's whole scope where only the job's tables record: no SDK)."""
+    """A handled message's rows: ``active`` when it starts, ``complete`` and its endpoint
+    span when done (also the endpoint's whole scope where only the job's tables record:
+    no SDK). Its id is the one its sender's ``send`` span has, where the call carried it."""
 
-    __slots__ = ("message", "sink", "token")
+    __slots__ = ("actor", "endpoint", "message", "parent", "sink", "start", "token")
 
-    def __init__(self, sink: TelemetryStore | RowShipper, actor: int, endpoint: str, sender: str):
+    def __init__(
+        self, sink: TelemetryStore | RowShipper, actor: int, endpoint: str, sender: str
+    ) -> None:
         self.sink = sink
-        self.message = event_id()
+        self.actor = actor
+        self.endpoint = endpoint
+        sender, _, carried = sender.partition(_SENDER)
+        self.parent = message_key(int(carried), actor) if carried.isdigit() else None
+        self.message = self.parent if self.parent is not None else event_id()
         origin = int(sender) if sender.isdigit() else None
+        self.start = now_us()
         sink.add(
             [
                 message_row(self.message, origin, actor, endpoint),
@@ -77,7 +97,12 @@ class Rows:
         self.token = _current_actor.set(actor)
 
     def close(self, error: BaseException | None = None) -> None:
-        self.sink.add([message_status_row(self.message, "complete")])
+        end = now_us()
+        span = endpoint_span_row(
+            event_id(), self.parent, self.endpoint, here(), self.actor, self.start, end,
+            error is None,
+        )
+        self.sink.add([message_status_row(self.message, "complete"), span])
         _current_actor.reset(self.token)
 
 
@@ -122,7 +147,7 @@ class EndpointScope:
         self.span.end()
         context.detach(self.token)
         if self.rows is not None:
-            self.rows.close()
+            self.rows.close(error)
 
 
 class _Idle:
@@ -155,10 +180,14 @@ class OpenTelemetry:
         if sink is None:
             return "" if idle() else self._traceparent(mesh, method)
         sender = _current_actor.get()
+        message = event_id()
         if view is not None:
-            sink.add([sent_row(sender, mesh_id, view)])
+            actors = [actor_key(mesh_id, rank) for rank in view.ndslice]
+            name = f"send {mesh}.{method}"
+            sends = send_rows(message, sender, here(), name, actors, now_us())
+            sink.add([sent_row(sender, mesh_id, view), *sends])
         carried = "" if idle() else self._traceparent(mesh, method)
-        return f"{carried}{_SENDER}{sender}"
+        return f"{carried}{_SENDER}{sender}{_SENDER}{message}"
 
     def _traceparent(self, mesh: str, method: str) -> str:
         instruments().sent.add(1, {"monarch.endpoint": f"{mesh}.{method}"})
@@ -207,13 +236,21 @@ class OpenTelemetry:
     ) -> None:
         if not idle():
             instruments().supervision.add(ranks, {"monarch.mesh": mesh})
+        sink = current_sink()
+        if sink is not None:
+            stamp = now_us()
+            sink.add([supervision_row(mesh, ranks, report, here(), stamp, event_id())])
         if lost:  # actors lost with their proc: they could not send their Failed rows
             remember_lost(lost, report)
-            sink = current_sink()
             if sink is not None:
                 sink.add([lost_row(actor, report) for actor in lost])
+                dead = {split_actor_id(actor)[1] for actor in lost}
+                sink.add([(PROC_LOST, (address, report or None, now_us())) for address in dead])
 
     def shutdown(self) -> None:
+        sink = current_sink()
+        if sink is not None:
+            sink.add([proc_status_row(here(), "Stopped", None, now_us(), event_id())])
         flush_rows()
         shutdown_export()
 
@@ -223,7 +260,10 @@ def enable_telemetry(config: TelemetryConfig | None = None) -> QueryEngineClient
     every proc spawned from now on (instrumented), and its snapshots (every
     ``snapshot_interval_secs``); returns the client to query them."""
     install()
+    first = current_sink() is None
     engine = open_store(config)
+    if first:
+        engine.store.add(proc_rows(here(), "client", now_us(), event_id()))
     start_snapshots(engine.store)
     return engine
 
@@ -240,3 +280,22 @@ def install() -> None:
     configure_export("monarch-proc" if in_proc else "monarch-client")
     set_instrumentation(OpenTelemetry())
     configure(enable_telemetry=True)
+    sink = current_sink() if in_proc else None
+    if sink is not None:  # a proc of a job that keeps its tables: it runs
+        sink.add(proc_rows(here(), "proc", now_us(), event_id()))
+
+
+def here() -> str:
+    """This process's address (the ``proc`` of its rows; kept per pid: a zygote's forks
+    are other procs)."""
+    pid = os.getpid()
+    if pid not in _address:
+        runtime = running_runtime()
+        if runtime is None:
+            return ""
+        _address.clear()
+        _address[pid] = runtime.address
+    return _address[pid]
+
+
+_address: dict[int, str] = {}

@@ -38,6 +38,8 @@ from monarch.core import (
 )
 from monarch.transport import Buffer
 
+from ._observed import OBSERVED_SCHEMA, PROC_LOST, VIEWS
+
 SHIP_EVERY: Final = 0.2
 """Seconds between a proc's batches of rows."""
 RETAIN_EVERY: Final = 1.0
@@ -110,6 +112,7 @@ CLIENT: Final = "<root>"
 
 Row = tuple[str, tuple[Any, ...]]
 """(table, values in its column order)."""
+_TABLES: Final = {*SCHEMA, *SNAPSHOT_SCHEMA, *OBSERVED_SCHEMA, LOST, PROC_LOST}
 
 
 class TelemetryQueryError(ValueError):
@@ -255,15 +258,18 @@ class TelemetryStore:
         self._db = duckdb.connect(":memory:")
         self._lock = threading.Lock()
         self._retained = time.monotonic()
-        for table, columns in (SCHEMA | SNAPSHOT_SCHEMA).items():
+        for table, columns in (SCHEMA | SNAPSHOT_SCHEMA | OBSERVED_SCHEMA).items():
             self._db.execute(f"CREATE TABLE {table} ({columns})")
+        for view, sql in VIEWS.items():
+            self._db.execute(f"CREATE VIEW {view} AS {sql}")
 
     def add(self, rows: Sequence[Row]) -> None:
         by_table: dict[str, list[tuple[Any, ...]]] = {}
         for table, values in rows:
-            if table in SCHEMA or table in SNAPSHOT_SCHEMA or table == LOST:
+            if table in _TABLES:
                 by_table.setdefault(table, []).append(values)
         lost = by_table.pop(LOST, [])
+        procs_lost = by_table.pop(PROC_LOST, [])
         with self._lock:
             for table, batch in by_table.items():
                 marks = ", ".join("?" * len(batch[0]))
@@ -275,6 +281,13 @@ class TelemetryStore:
                     f"new_status IN {_TERMINAL})",
                     [event_id(), actor, reason, stamp, actor],
                 )
+            for address, reason, stamp in procs_lost:
+                self._db.execute(
+                    "INSERT INTO proc_status_events SELECT ?, ?, 'Failed', ?, ? WHERE NOT "
+                    "EXISTS (SELECT 1 FROM proc_status_events WHERE address = ? AND "
+                    f"new_status IN {_TERMINAL})",
+                    [event_id(), address, reason, stamp, address],
+                )
             if time.monotonic() - self._retained >= RETAIN_EVERY:
                 self.retain()
 
@@ -285,7 +298,7 @@ class TelemetryStore:
         if not self.config.retention_secs:
             return
         oldest = now_us() - int(self.config.retention_secs * 1_000_000)
-        for table in SCHEMA:
+        for table in SCHEMA | OBSERVED_SCHEMA:
             self._db.execute(f"DELETE FROM {table} WHERE timestamp_us < ?", [oldest])
         (old,) = self._db.execute(  # a snapshot's rows go with it
             "SELECT count(*) FROM snapshots WHERE snapshot_ts < ?", [oldest]
