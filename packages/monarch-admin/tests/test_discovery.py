@@ -98,6 +98,30 @@ def test_monarch_query_prints_a_live_jobs_tables(
     assert bad.returncode == 1 and "SQL error" in bad.stderr and "nope" in bad.stderr
 
 
+def test_monarch_trace_writes_a_live_jobs_timeline(
+    tmp_path: Path, telemetry_job: tuple[subprocess.Popen[str], dict[str, Any]]
+) -> None:
+    """``monarch trace``: the job's timeline on demand (``/v1/trace``), Chrome trace-event
+    JSON: a thread track per worker, the client's sends joined to their runs by flows."""
+    out = tmp_path / "job.json"
+
+    def traced() -> dict[str, Any] | None:
+        done = monarch(tmp_path, "trace", "-o", str(out))
+        assert done.returncode == 0, done.stderr
+        trace: dict[str, Any] = json.loads(out.read_text())
+        flows = [e for e in trace["traceEvents"] if e["ph"] == "f"]
+        return trace if len(flows) == 2 else None  # the procs' rows arrive in batches
+
+    trace = wait_for(traced, timeout=DEADLINE, message="both runs in the trace")
+    events = trace["traceEvents"]
+    threads = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert threads == {"client", "workers[0]", "workers[1]"}
+    runs = [e for e in events if e["ph"] == "X" and e["name"] == "Worker.ping"]
+    sends = {e["id"]: e["pid"] for e in events if e["ph"] == "s"}
+    assert len(runs) == 2 and len(sends) == 2
+    assert all(e["pid"] != sends[e["id"]] for e in events if e["ph"] == "f")
+
+
 def test_the_server_says_how_to_get_telemetry_tables(tmp_path: Path) -> None:
     """A server whose client has no telemetry tables: the dashboard hides its SQL box, and
     ``monarch query`` says what the client must call."""

@@ -5,12 +5,18 @@ its queries answer as JSON."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 from typing import Any
 
 import monarch.actor
 from monarch.actor import Actor, endpoint, this_host
-from monarch.telemetry import TelemetryConfig, TelemetryQueryError, enable_telemetry
+from monarch.telemetry import (
+    TelemetryConfig,
+    TelemetryQueryError,
+    enable_telemetry,
+    write_perfetto,
+)
 
 
 class Counted(Actor):
@@ -87,6 +93,8 @@ def main() -> None:
             errors.append(str(exc))
     procs.stop().get()
     observed = ours(engine)
+    if len(sys.argv) > 1:  # the job's timeline, taken at its end
+        write_perfetto(sys.argv[1])
     print(
         json.dumps(
             {

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -27,10 +28,41 @@ from monarch.telemetry._sql import (
 CLIENT = Path(__file__).with_name("sql_client.py")
 
 
-def test_a_jobs_actors_messages_and_failures_answer_sql() -> None:
+def check_trace(trace: dict[str, Any], procs_table: list[dict[str, Any]]) -> None:
+    """The timeline as Perfetto reads it: a process track per proc (the client's too), a
+    thread track per actor, each call's send joined to its run by a flow arrow that
+    crosses procs, and the time it queued."""
+    events = trace["traceEvents"]
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    threads = {
+        (e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"
+    }
+    assert {p["address"] for p in procs_table} == {n.split()[1] for n in processes.values()}
+    assert {"client", "relay[0]"} | {f"counted[{r}]" for r in range(4)} == set(threads.values())
+    slices = [e for e in events if e["ph"] == "X"]
+    runs = [e for e in slices if e["name"] == "Counted.ping"]
+    assert len(runs) == 11 and all(e["dur"] >= 1 for e in runs)
+    assert {threads[(e["pid"], e["tid"])] for e in runs} == {f"counted[{r}]" for r in range(4)}
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert starts.keys() == ends.keys() and len(starts) == 13  # 11 pings, relay, die
+    assert all(starts[i]["pid"] != ends[i]["pid"] for i in starts)
+    assert all(starts[i]["ts"] <= ends[i]["ts"] for i in starts)
+    client = next(p for p, name in processes.items() if name.startswith("client"))
+    assert sum(starts[i]["pid"] == client for i in starts) == 12  # the relay's is its own
+    waits = [e for e in events if e.get("cat") == "queue"]
+    assert all(e["ph"] in "be" for e in waits) and len(waits) % 2 == 0
+
+
+def test_a_jobs_actors_messages_and_failures_answer_sql(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    trace = tmp_path / "trace.json"
     done = subprocess.run(
-        [sys.executable, str(CLIENT)], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, str(CLIENT), str(trace)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
@@ -83,6 +115,7 @@ def test_a_jobs_actors_messages_and_failures_answer_sql() -> None:
         ("actor", "counted[3]", "Failed")
     )
     assert ("proc", procs_table[0]["address"], "Running") in lifecycle
+    check_trace(json.loads(trace.read_text()), procs_table)
     bad_sql, unknown_table = result["errors"]
     assert bad_sql.startswith("SQL error:") and "SELEC" in bad_sql
     assert "no_such_table" in unknown_table

@@ -121,7 +121,11 @@ def _read(port: int) -> ServerRecord | None:
     try:
         data = json.loads(record_file(port).read_text())
         return ServerRecord(
-            str(data["host"]), int(data["port"]), int(data["pid"]), data["job"], float(data["started"])
+            str(data["host"]),
+            int(data["port"]),
+            int(data["pid"]),
+            data["job"],
+            float(data["started"]),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

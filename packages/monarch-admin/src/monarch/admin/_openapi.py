@@ -104,6 +104,9 @@ def openapi() -> dict[str, Any]:
                 obj,
                 {"name": "sql", "in": "query", "required": True, "schema": {"type": "string"}},
             ),
+            "/v1/trace": _get(
+                "the job's timeline from its telemetry tables (Chrome trace-event JSON)", obj
+            ),
             "/v1/{ref}": _get(
                 "a node: host, proc or actor", {"$ref": "#/components/schemas/NodePayload"}, _REF
             ),

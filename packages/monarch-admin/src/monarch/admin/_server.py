@@ -9,7 +9,8 @@ status, never the client's end.
 Routes (upstream's reference-walking admin API, plus ours): ``/`` the dashboard page,
 ``/openapi.json``, ``/v1/root``, ``/v1/tree`` (text), ``/v1/snapshot`` (the whole job),
 ``/v1/stacks/<ref>`` (a proc's Python stacks), ``/v1/query?sql=`` (the job's telemetry
-tables, when a query function was given), ``/v1/<ref>`` (a node).
+tables), ``/v1/trace`` (the job's timeline from them, Chrome trace-event JSON),
+``/v1/<ref>`` (a node).
 """
 
 from __future__ import annotations
@@ -227,6 +228,8 @@ class AdminServer:
             request.send_json(HTTPStatus.OK, self.view.stacks(ref, source))
         elif path == "/v1/query":
             request.send_json(HTTPStatus.OK, self._query(params))
+        elif path == "/v1/trace":
+            request.send_json(HTTPStatus.OK, self._trace())
         elif path.startswith("/v1/"):
             ref = _ref(path.removeprefix("/v1/"))
             node = self.view.node(ref)
@@ -236,13 +239,17 @@ class AdminServer:
         else:
             raise NotFound(path)
 
+    def _trace(self) -> Any:
+        """The job's timeline (Chrome trace-event JSON), from its telemetry tables."""
+        query = self._tables()
+        telemetry = sys.modules.get("monarch.telemetry")
+        trace: Callable[[Query], Any] | None = getattr(telemetry, "perfetto_trace", None)
+        if trace is None:
+            raise NotFound("no timeline: monarch-telemetry is not loaded in the job's client")
+        return trace(query)
+
     def _query(self, params: dict[str, list[str]]) -> Any:
-        query = self.query_function()
-        if query is None:
-            raise NotFound(
-                "no telemetry tables: this job's client did not call enable_telemetry() "
-                "(monarch.telemetry, or job.enable_telemetry() before job.state())"
-            )
+        query = self._tables()
         sql = params.get("sql", [""])[0]
         if not sql.strip():
             raise ValueError("/v1/query needs ?sql=SELECT ...")
@@ -255,6 +262,15 @@ class AdminServer:
         if hasattr(result, "to_pylist"):
             result = result.to_pylist()
         return {"rows": result}
+
+    def _tables(self) -> Query:
+        query = self.query_function()
+        if query is None:
+            raise NotFound(
+                "no telemetry tables: this job's client did not call enable_telemetry() "
+                "(monarch.telemetry, or job.enable_telemetry() before job.state())"
+            )
+        return query
 
 
 def _attached_job() -> str | None:

@@ -65,6 +65,9 @@ _current_actor: contextvars.ContextVar[int] = contextvars.ContextVar(
     "monarch_telemetry_actor", default=_CLIENT_KEY
 )
 """The actor whose endpoint runs here (its key in the tables): the sender of its calls."""
+_bases: dict[str, Any] = {}
+"""The slice of its proc mesh that each actor mesh spawned here covers, by mesh id: a
+send's destination ranks are positions in it (elsewhere: the proc mesh's whole)."""
 _SENDER: Final = "|"
 """What a call carries: ``TRACEPARENT|SENDER`` where the job keeps tables (the sender's key
 fills ``messages.from_actor_id``), else the traceparent alone."""
@@ -99,7 +102,13 @@ class Rows:
     def close(self, error: BaseException | None = None) -> None:
         end = now_us()
         span = endpoint_span_row(
-            event_id(), self.parent, self.endpoint, here(), self.actor, self.start, end,
+            event_id(),
+            self.parent,
+            self.endpoint,
+            here(),
+            self.actor,
+            self.start,
+            end,
             error is None,
         )
         self.sink.add([message_status_row(self.message, "complete"), span])
@@ -182,7 +191,9 @@ class OpenTelemetry:
         sender = _current_actor.get()
         message = event_id()
         if view is not None:
-            actors = [actor_key(mesh_id, rank) for rank in view.ndslice]
+            base = _bases.get(mesh_id)  # a view's ranks are its proc mesh's: the actors'
+            ranks = [base.index(r) for r in view.ndslice] if base else view.ndslice
+            actors = [actor_key(mesh_id, rank) for rank in ranks]
             name = f"send {mesh}.{method}"
             sends = send_rows(message, sender, here(), name, actors, now_us())
             sink.add([sent_row(sender, mesh_id, view), *sends])
@@ -220,6 +231,7 @@ class OpenTelemetry:
         sink = current_sink()
         if sink is not None:
             sink.add(mesh_rows(mesh, name, cls, shape, procs))
+            _bases[mesh] = shape.ndslice
 
     def procs_spawned(self, mesh: str, name: str, shape: Any) -> None:
         sink = current_sink()
