@@ -20,6 +20,7 @@ from monarch.admin import AdminServer
 from monarch.admin._client import AdminClient
 from monarch.admin._discovery import record_file
 from monarch.admin._query_command import text_table
+from monarch.admin._stacks import pyspy_path
 
 DEADLINE = 120
 
@@ -207,3 +208,33 @@ def test_text_table_aligns_columns_and_counts_rows() -> None:
         "(2 rows)\n"
     )
     assert text_table([]) == "(0 rows)\n"
+
+
+def test_monarch_profile_samples_every_proc_onto_the_jobs_timeline(
+    tmp_path: Path, telemetry_job: tuple[subprocess.Popen[str], dict[str, Any]]
+) -> None:
+    """``monarch profile``: py-spy samples the client and both procs at once; their samples
+    land on the same process tracks as the job's spans (one pid per proc), and the flame
+    graph has every proc at its base."""
+    if pyspy_path() is None:
+        pytest.skip("py-spy is not installed (pyspy_bin, PYSPY_BIN, PATH)")
+    prefix = tmp_path / "prof"
+    done = monarch(tmp_path, "profile", "--seconds", "1", "--idle", "-o", str(prefix))
+    assert done.returncode == 0, done.stderr
+    assert "not sampled" not in done.stderr
+    events = json.loads((tmp_path / "prof.json").read_text())["traceEvents"]
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    sampled = {e["pid"] for e in events if e.get("cat") == "py-spy"}
+    assert len(sampled) == 3  # the client and its two procs
+    threads: dict[int, set[str]] = {}
+    for e in events:
+        if e["name"] == "thread_name":
+            threads.setdefault(e["pid"], set()).add(e["args"]["name"])
+    workers = [pid for pid, names in threads.items() if names & {"workers[0]", "workers[1]"}]
+    assert len(workers) == 2 and set(workers) <= sampled  # spans and samples: one track
+    assert all(any(n.startswith("py-spy thread") for n in threads[pid]) for pid in workers)
+    assert all(pid in processes for pid in sampled)
+    svg = (tmp_path / "prof.svg").read_text()
+    assert svg.startswith("<svg") and svg.count('class="frame"') > 3
+    for proc in ("client[0]", "procs[0]", "procs[1]"):
+        assert f"<title>{proc} (" in svg

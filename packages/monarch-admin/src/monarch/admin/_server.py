@@ -10,6 +10,7 @@ Routes (upstream's reference-walking admin API, plus ours): ``/`` the dashboard 
 ``/openapi.json``, ``/v1/root``, ``/v1/tree`` (text), ``/v1/snapshot`` (the whole job),
 ``/v1/stacks/<ref>`` (a proc's Python stacks), ``/v1/query?sql=`` (the job's telemetry
 tables), ``/v1/trace`` (the job's timeline from them, Chrome trace-event JSON),
+``/v1/profile?seconds=`` (every proc here sampled by py-spy, on that timeline),
 ``/v1/<ref>`` (a node).
 """
 
@@ -35,6 +36,7 @@ from monarch.core import current_config, current_runtime
 from ._auth import new_token, remove_token, token_matches, write_token
 from ._discovery import remove_record, write_record
 from ._openapi import openapi
+from ._profile import check, sample
 from ._view import ROOT, JobView, NotAnswering, NotFound, tree_text
 
 log = logging.getLogger("monarch.admin")
@@ -230,6 +232,8 @@ class AdminServer:
             request.send_json(HTTPStatus.OK, self._query(params))
         elif path == "/v1/trace":
             request.send_json(HTTPStatus.OK, self._trace())
+        elif path == "/v1/profile":
+            request.send_json(HTTPStatus.OK, self._profile(params))
         elif path.startswith("/v1/"):
             ref = _ref(path.removeprefix("/v1/"))
             node = self.view.node(ref)
@@ -238,6 +242,31 @@ class AdminServer:
             request.send_json(HTTPStatus.OK, node)
         else:
             raise NotFound(path)
+
+    def _profile(self, params: dict[str, list[str]]) -> Any:
+        """Every live proc of this machine sampled by py-spy at once (``_profile``), on the
+        tracks of the job's timeline where it keeps telemetry tables."""
+        try:
+            seconds = float(params.get("seconds", ["5"])[0])
+            rate = int(params.get("rate", ["100"])[0])
+        except ValueError:
+            raise ValueError("seconds and rate are numbers: ?seconds=5&rate=100") from None
+        idle = params.get("idle", ["0"])[0] in ("1", "true")
+        check(seconds, rate)
+        self.view.collect()  # what each proc said of itself: its host's name
+        procs = [
+            p
+            for p in self.view.procs()
+            if p.address and p.exited is None and self.view.is_local(p)
+        ]
+        try:
+            profile = sample(procs, seconds, rate, idle)
+        except LookupError as exc:
+            raise NotFound(str(exc)) from None
+        events = list(profile.events)
+        if self.query_function() is not None:
+            events = self._trace()["traceEvents"] + events
+        return {"traceEvents": events, "stacks": profile.stacks, "notes": profile.notes}
 
     def _trace(self) -> Any:
         """The job's timeline (Chrome trace-event JSON), from its telemetry tables."""

@@ -43,8 +43,9 @@ def perfetto_trace(query: Query) -> dict[str, Any]:
 
     def track(proc: str, actor_id: int, actor: str) -> tuple[int, int]:
         if proc not in pids:
-            pid = pids[proc] = len(pids) + 1
             info = procs.get(proc, {})
+            # its own pid where known: a profile's samples of it join the same track
+            pid = pids[proc] = info.get("pid") or len(pids) + 1
             role = info.get("role") or "proc"
             name = f"{role} {proc}" + (f" (pid {info['pid']})" if info.get("pid") else "")
             events.append(_meta("process_name", pid, 0, name))
