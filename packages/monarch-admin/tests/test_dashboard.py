@@ -170,9 +170,9 @@ def test_a_profiles_flame_graph_opens_in_chromium(
         pytest.skip("py-spy is not installed (pyspy_bin, PYSPY_BIN, PATH)")
     job.command("hang")
     prefix = tmp_path / "prof"
+    where = ["--addr", job.addr, "--token", job.token, "-o", str(prefix)]
     done = subprocess.run(
-        [sys.executable, "-m", "monarch.core", "profile", "--seconds", "1", "--idle"]
-        + ["--addr", job.addr, "--token", job.token, "-o", str(prefix)],
+        [sys.executable, "-m", "monarch.core", "profile", "--seconds", "1", "--idle", *where],
         capture_output=True,
         text=True,
         timeout=120,

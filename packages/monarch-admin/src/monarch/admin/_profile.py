@@ -88,7 +88,7 @@ def _start(command: list[str]) -> subprocess.Popen[str]:
 
 
 def _finish(process: subprocess.Popen[str], deadline: float) -> str:
-    """"" if py-spy did its work, else what it said."""
+    """ "" if py-spy did its work, else what it said."""
     try:
         output, _ = process.communicate(timeout=max(deadline - time.monotonic(), 1))
     except subprocess.TimeoutExpired:

@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--py-spy", action="store_true", help="sample with py-spy (the default, and only, sampler)"
     )
     parser.add_argument(
-        "-o", "--output", default="monarch-profile", help="PREFIX of the files (default: %(default)s)"
+        "-o", "--output", default="monarch-profile", help="the files' PREFIX (%(default)s)"
     )
     add_server_options(parser)
     parser.set_defaults(func=run)

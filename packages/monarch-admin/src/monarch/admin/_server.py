@@ -255,9 +255,7 @@ class AdminServer:
         check(seconds, rate)
         self.view.collect()  # what each proc said of itself: its host's name
         procs = [
-            p
-            for p in self.view.procs()
-            if p.address and p.exited is None and self.view.is_local(p)
+            p for p in self.view.procs() if p.address and p.exited is None and self.view.is_local(p)
         ]
         try:
             profile = sample(procs, seconds, rate, idle)
