@@ -274,20 +274,17 @@ class TelemetryStore:
             for table, batch in by_table.items():
                 marks = ", ".join("?" * len(batch[0]))
                 self._db.executemany(f"INSERT INTO {table} VALUES ({marks})", batch)
-            for actor, reason, stamp in lost:
-                self._db.execute(
-                    "INSERT INTO actor_status_events SELECT ?, ?, 'Failed', ?, ? WHERE NOT "
-                    "EXISTS (SELECT 1 FROM actor_status_events WHERE actor_id = ? AND "
-                    f"new_status IN {_TERMINAL})",
-                    [event_id(), actor, reason, stamp, actor],
-                )
-            for address, reason, stamp in procs_lost:
-                self._db.execute(
-                    "INSERT INTO proc_status_events SELECT ?, ?, 'Failed', ?, ? WHERE NOT "
-                    "EXISTS (SELECT 1 FROM proc_status_events WHERE address = ? AND "
-                    f"new_status IN {_TERMINAL})",
-                    [event_id(), address, reason, stamp, address],
-                )
+            for events, column, failed in (
+                ("actor_status_events", "actor_id", lost),
+                ("proc_status_events", "address", procs_lost),
+            ):
+                for who, reason, stamp in failed:  # Failed, unless it already ended
+                    self._db.execute(
+                        f"INSERT INTO {events} SELECT ?, ?, 'Failed', ?, ? WHERE NOT EXISTS "
+                        f"(SELECT 1 FROM {events} WHERE {column} = ? AND new_status IN "
+                        f"{_TERMINAL})",
+                        [event_id(), who, reason, stamp, who],
+                    )
             if time.monotonic() - self._retained >= RETAIN_EVERY:
                 self.retain()
 
