@@ -9,6 +9,7 @@ goes to ``monarch.actor.unhandled_fault_hook`` (by default: report and end the c
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -19,6 +20,16 @@ from ._client_end import end_client
 from ._errors import MeshFailure
 
 log = logging.getLogger("monarch.actor")
+records = logging.getLogger("monarch.supervision")
+
+
+def log_failure(failure: MeshFailure) -> None:
+    """The failure's structured record as one JSON line (the message of an info record of
+    ``monarch.supervision``: the job's system log), for filtering by machine."""
+    if records.isEnabledFor(logging.INFO):
+        stamp = datetime.now().astimezone().isoformat()
+        line = {"time": stamp, "pid": os.getpid(), "host": socket.gethostname()}
+        records.info("%s", json.dumps(line | failure.record()))
 
 
 def default_unhandled_fault_hook(failure: MeshFailure) -> None:
