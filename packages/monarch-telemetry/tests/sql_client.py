@@ -134,6 +134,9 @@ def ours(engine: Any) -> dict[str, Any]:
             "FROM spans s JOIN spans e ON e.parent_span_id = s.span_id "
             "WHERE s.kind = 'send' AND e.kind = 'endpoint' ORDER BY 2"
         )["rows"],
+        "supervision": engine.query(
+            "SELECT mesh, category, kind, root_cause_actor, root_cause FROM supervision_events"
+        )["rows"],
         "lifecycle": engine.query(
             "SELECT kind, subject, status FROM lifecycle_events ORDER BY timestamp_us"
         )["rows"],

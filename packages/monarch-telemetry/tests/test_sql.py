@@ -115,6 +115,10 @@ def test_a_jobs_actors_messages_and_failures_answer_sql(tmp_path: Path) -> None:
         ("actor", "counted[3]", "Failed")
     )
     assert ("proc", procs_table[0]["address"], "Running") in lifecycle
+    (died,) = [r for r in result["supervision"] if r["mesh"] == "counted"]
+    assert (died["category"], died["kind"]) == ("user", "exception in user code")
+    assert died["root_cause_actor"].endswith("Counted counted{'gpus': 3/4}>")
+    assert "SystemExit" in died["root_cause"]
     check_trace(json.loads(trace.read_text()), procs_table)
     bad_sql, unknown_table = result["errors"]
     assert bad_sql.startswith("SQL error:") and "SELEC" in bad_sql

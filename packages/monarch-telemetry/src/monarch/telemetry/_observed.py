@@ -17,6 +17,8 @@ import os
 import socket
 from typing import Any, Final
 
+from monarch.core import failure_cause
+
 MASK: Final = (1 << 63) - 1
 
 OBSERVED_SCHEMA: Final = {
@@ -26,6 +28,7 @@ OBSERVED_SCHEMA: Final = {
     ),
     "supervision_events": (
         "id BIGINT, mesh VARCHAR, ranks BIGINT, report VARCHAR, observer VARCHAR, "
+        "category VARCHAR, kind VARCHAR, root_cause_actor VARCHAR, root_cause VARCHAR, "
         "timestamp_us BIGINT"
     ),
     "spans": (
@@ -66,7 +69,7 @@ VIEWS: Final = {
         UNION ALL SELECT timestamp_us, 'proc', address, new_status, reason
             FROM proc_status_events
         UNION ALL SELECT timestamp_us, 'mesh', given_name, 'Created', full_name FROM meshes
-        UNION ALL SELECT timestamp_us, 'supervision', mesh, 'Failed', report
+        UNION ALL SELECT timestamp_us, 'supervision', mesh, 'Failed: ' || category, report
             FROM supervision_events
     """,
 }
@@ -102,7 +105,11 @@ def proc_status_row(address: str, status: str, reason: str | None, stamp: int, e
 def supervision_row(
     mesh: str, ranks: int, report: str, observer: str, stamp: int, event: int
 ) -> Row:
-    return ("supervision_events", (event, mesh, ranks, report or None, observer, stamp))
+    """A failure heard, with its category and first failure (the core's reading of its
+    report: ``failure_cause``)."""
+    cause = failure_cause(report)
+    values = (event, mesh, ranks, report or None, observer, cause.category, cause.kind)
+    return ("supervision_events", (*values, cause.actor or None, cause.reason or None, stamp))
 
 
 def send_rows(
