@@ -187,3 +187,38 @@ def test_a_profiles_flame_graph_opens_in_chromium(
     assert any("hang (" in title for title, _ in frames), [t for t, _ in frames]
     ARTIFACTS.mkdir(exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "flamegraph.png"))
+
+
+def test_the_plots_draw_the_jobs_last_minutes(browser: WebDriver, job: Job) -> None:
+    """Time series of the job while the page is open: messages per second and queue depth,
+    a CPU and an RSS line per proc, each an SVG line whose points are the snapshots seen."""
+    browser.get(f"{job.url}/?token={job.token}&interval=300")
+    wait = WebDriverWait(browser, 60, poll_frequency=0.2)
+    job.command("ping 50")
+
+    def lines() -> dict[str, dict[str, int]]:
+        found: dict[str, dict[str, int]] = browser.execute_script(
+            "const out = {};"
+            "for (const div of document.querySelectorAll('#plots .plot')) {"
+            "  out[div.id] = {};"
+            "  for (const l of div.querySelectorAll('polyline'))"
+            "    out[div.id][l.dataset.name] = Number(l.dataset.count); }"
+            "return out;"
+        )
+        return found
+
+    wait.until(lambda _: min(lines().get("plot-rss", {"": 0}).values()) >= 5)
+    job.command("ping 50")
+    plots = lines()
+    assert {"plot-messages", "plot-queue", "plot-cpu", "plot-rss"} <= set(plots)
+    assert "plot-latency" not in plots  # no telemetry tables in this job
+    procs = {"client[0]", "workers[0]", "workers[1]", "loopers[0]"}
+    assert procs <= set(plots["plot-cpu"]) and procs <= set(plots["plot-rss"])
+    assert plots["plot-messages"]["all actors"] >= 5
+    top = browser.execute_script(
+        "const l = document.querySelector('#plot-messages polyline');"
+        "return Math.min(...l.getAttribute('points').split(' ').map(p => Number(p.split(',')[1])));"
+    )
+    assert top < 98  # some snapshot saw messages per second above zero
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "dashboard-plots.png"))
