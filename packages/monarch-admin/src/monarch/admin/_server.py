@@ -302,7 +302,7 @@ class AdminServer:
 
 def _attached_job() -> str | None:
     """The saved job monarch-jobs' ``state()`` attached this client through, if it did."""
-    job_module = sys.modules.get("monarch.job._trait")  # loaded by any state()
+    job_module = sys.modules.get("monarch.job")  # imported by any job's client
     attached: Callable[[], str | None] | None = getattr(job_module, "attached_job_file", None)
     return attached() if attached is not None else None
 

@@ -51,7 +51,6 @@ from ._config import current_config
 from ._context import Context, Instance, context
 from ._endpoint import Actor, endpoint
 from ._errors import (
-    SUPERVISION_SCHEMA,
     ActorError,
     DimensionError,
     MeshFailure,
@@ -99,6 +98,7 @@ from ._reports import FailureCause, failure_cause
 from ._runtime import Runtime, current_runtime, running_runtime
 from ._serialize import calling_endpoint, calling_target, dumps, loads
 from ._shape import Extent, NDSlice, Point, Shape
+from ._supervision import SUPERVISION_SCHEMA, failure_record
 from ._tls import TlsIdentity, job_identity
 from ._value_mesh import ValueMesh
 from ._workspace import Workspace
@@ -167,6 +167,7 @@ __all__ = [
     "endpoint",
     "engine_factory_for",
     "failure_cause",
+    "failure_record",
     "gather_directories",
     "import_proc_start",
     "inspect_proc",

@@ -10,14 +10,9 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
-from ._reports import FailureCause, failure_cause
 from ._serialize import dumps
-
-SUPERVISION_SCHEMA = "monarch.supervision/1"
-"""The version of ``MeshFailure.record()``'s shape."""
 
 
 class MonarchError(Exception):
@@ -117,31 +112,6 @@ class MeshFailure(MonarchError):
             return self._report
         ranks = ", ".join(map(str, self.crashed_ranks)) or "none"
         return f"mesh {self.mesh_name!r} (ranks {ranks}) failed: {self.event}"
-
-    @property
-    def cause(self) -> FailureCause:
-        """Where this failure began (in a cascade: the first one) and its category."""
-        cause = failure_cause(self.report())
-        if not cause.actor:  # a report in no upstream form: the event names it
-            cause = failure_cause(self.event)
-        if not cause.propagated and "did not handle a supervision event" in self.event:
-            cause = replace(cause, propagated=True)
-        return cause
-
-    def record(self) -> dict[str, Any]:
-        """This failure as a structured record (schema ``SUPERVISION_SCHEMA``, in
-        monarch-core's README): what the system log's JSON lines hold."""
-        cause = self.cause
-        return {
-            "schema": SUPERVISION_SCHEMA,
-            "mesh": self.mesh_name,
-            "ranks": self.crashed_ranks,
-            "category": cause.category,
-            "kind": cause.kind,
-            "root_cause": {"actor": cause.actor, "reason": cause.reason},
-            "propagated": cause.propagated,
-            "report": self.report(),
-        }
 
     def __str__(self) -> str:
         return (
