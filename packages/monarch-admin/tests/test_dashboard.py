@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,7 @@ import pytest
 from adminkit import Job
 
 from monarch.admin import AdminServer
+from monarch.admin._stacks import pyspy_path
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
@@ -155,3 +158,67 @@ def test_the_sql_box_shows_the_telemetry_rows(browser: WebDriver) -> None:
         )
         wait.until(lambda _: "trainers[0]" in text_of(browser, "sql-result"))
         assert asked == ["SELECT actor, count(*) AS messages FROM messages GROUP BY 1"]
+
+
+def test_a_profiles_flame_graph_opens_in_chromium(
+    browser: WebDriver, job: Job, tmp_path: Path
+) -> None:
+    """``monarch profile`` of a job with a stuck actor (no telemetry tables): its flame graph
+    draws in Chromium, the stuck endpoint (``Worker.hang``) among the frames, every frame a
+    box of some width."""
+    if pyspy_path() is None:
+        pytest.skip("py-spy is not installed (pyspy_bin, PYSPY_BIN, PATH)")
+    job.command("hang")
+    prefix = tmp_path / "prof"
+    where = ["--addr", job.addr, "--token", job.token, "-o", str(prefix)]
+    done = subprocess.run(
+        [sys.executable, "-m", "monarch.core", "profile", "--seconds", "1", "--idle", *where],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    browser.get(f"file://{prefix}.svg")
+    frames = browser.execute_script(
+        "return [...document.querySelectorAll('g.frame')].map(g => "
+        "[g.querySelector('title').textContent, g.querySelector('rect').getBBox().width])"
+    )
+    assert frames and all(width > 0 for _, width in frames)
+    assert any("hang (" in title for title, _ in frames), [t for t, _ in frames]
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "flamegraph.png"))
+
+
+def test_the_plots_draw_the_jobs_last_minutes(browser: WebDriver, job: Job) -> None:
+    """Time series of the job while the page is open: messages per second and queue depth,
+    a CPU and an RSS line per proc, each an SVG line whose points are the snapshots seen."""
+    browser.get(f"{job.url}/?token={job.token}&interval=300")
+    wait = WebDriverWait(browser, 60, poll_frequency=0.2)
+    job.command("ping 50")
+
+    def lines() -> dict[str, dict[str, int]]:
+        found: dict[str, dict[str, int]] = browser.execute_script(
+            "const out = {};"
+            "for (const div of document.querySelectorAll('#plots .plot')) {"
+            "  out[div.id] = {};"
+            "  for (const l of div.querySelectorAll('polyline'))"
+            "    out[div.id][l.dataset.name] = Number(l.dataset.count); }"
+            "return out;"
+        )
+        return found
+
+    wait.until(lambda _: min(lines().get("plot-rss", {"": 0}).values()) >= 5)
+    job.command("ping 50")
+    plots = lines()
+    assert {"plot-messages", "plot-queue", "plot-cpu", "plot-rss"} <= set(plots)
+    assert "plot-latency" not in plots  # no telemetry tables in this job
+    procs = {"client[0]", "workers[0]", "workers[1]", "loopers[0]"}
+    assert procs <= set(plots["plot-cpu"]) and procs <= set(plots["plot-rss"])
+    assert plots["plot-messages"]["all actors"] >= 5
+    top = browser.execute_script(
+        "const l = document.querySelector('#plot-messages polyline');"
+        "return Math.min(...l.getAttribute('points').split(' ').map(p => Number(p.split(',')[1])));"
+    )
+    assert top < 98  # some snapshot saw messages per second above zero
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "dashboard-plots.png"))

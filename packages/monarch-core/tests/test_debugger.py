@@ -366,6 +366,25 @@ def test_monarch_debug_without_a_token_file_says_so(tmp_path: Path) -> None:
     assert "no token for port 1" in done.stderr
 
 
+def test_the_console_token_file_goes_when_the_client_ends_cleanly(tmp_path: Path) -> None:
+    """The console's token is only good while its client runs: a clean exit removes it
+    (nothing closes the console before that), so no stale file names a dead port."""
+    script = (
+        "import asyncio\n"
+        "from monarch.core._debugger._console import console\n"
+        "asyncio.run(console.start())\n"
+        "print(console.token_path, console.token_path.exists(), flush=True)\n"
+    )
+    env = {**os.environ, "HOME": str(tmp_path), "MONARCH_DEBUG_SERVER_PORT": "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=DEADLINE
+    )
+    assert done.returncode == 0, done.stderr
+    path, existed = done.stdout.split()
+    assert existed == "True" and Path(path).parent.parent.parent == tmp_path
+    assert not Path(path).exists()
+
+
 def test_commands_parse_as_upstream_writes_them() -> None:
     assert parse("list") == parse("l") == ListSessions()
     assert parse("continue") == parse("c") == Continue()

@@ -5,11 +5,18 @@ its queries answer as JSON."""
 from __future__ import annotations
 
 import json
+import sys
 import time
+from typing import Any
 
 import monarch.actor
 from monarch.actor import Actor, endpoint, this_host
-from monarch.telemetry import TelemetryConfig, TelemetryQueryError, enable_telemetry
+from monarch.telemetry import (
+    TelemetryConfig,
+    TelemetryQueryError,
+    enable_telemetry,
+    write_perfetto,
+)
 
 
 class Counted(Actor):
@@ -85,6 +92,9 @@ def main() -> None:
         except TelemetryQueryError as exc:
             errors.append(str(exc))
     procs.stop().get()
+    observed = ours(engine)
+    if len(sys.argv) > 1:  # the job's timeline, taken at its end
+        write_perfetto(sys.argv[1])
     print(
         json.dumps(
             {
@@ -98,9 +108,39 @@ def main() -> None:
                 "errors": errors,
                 "procs": procs_meshes,
                 "counted": counted_mesh,
+                **observed,
             }
         )
     )
+
+
+def ours(engine: Any) -> dict[str, Any]:
+    """Our tables and views beyond upstream's, once the stopped procs said so."""
+    deadline = time.monotonic() + 30
+    stopped = "SELECT count(*) AS n FROM proc_status_events WHERE new_status = 'Stopped'"
+    while engine.query(stopped)["rows"][0]["n"] < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return {
+        "procs_table": engine.query(
+            "SELECT p.role, p.address, list(e.new_status ORDER BY e.timestamp_us) AS events "
+            "FROM procs p JOIN proc_status_events e USING (address) GROUP BY 1, 2"
+        )["rows"],
+        "states": engine.query(
+            "SELECT endpoint, status, queued_us <= started_us AND started_us <= done_us AS "
+            "ordered FROM message_states WHERE endpoint = 'Counted.ping'"
+        )["rows"],
+        "flows": engine.query(
+            "SELECT s.name AS send, e.name AS run, s.proc = e.proc AS same_proc, e.status "
+            "FROM spans s JOIN spans e ON e.parent_span_id = s.span_id "
+            "WHERE s.kind = 'send' AND e.kind = 'endpoint' ORDER BY 2"
+        )["rows"],
+        "supervision": engine.query(
+            "SELECT mesh, category, kind, root_cause_actor, root_cause FROM supervision_events"
+        )["rows"],
+        "lifecycle": engine.query(
+            "SELECT kind, subject, status FROM lifecycle_events ORDER BY timestamp_us"
+        )["rows"],
+    }
 
 
 if __name__ == "__main__":

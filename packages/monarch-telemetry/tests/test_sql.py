@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -27,10 +28,41 @@ from monarch.telemetry._sql import (
 CLIENT = Path(__file__).with_name("sql_client.py")
 
 
-def test_a_jobs_actors_messages_and_failures_answer_sql() -> None:
+def check_trace(trace: dict[str, Any], procs_table: list[dict[str, Any]]) -> None:
+    """The timeline as Perfetto reads it: a process track per proc (the client's too), a
+    thread track per actor, each call's send joined to its run by a flow arrow that
+    crosses procs, and the time it queued."""
+    events = trace["traceEvents"]
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    threads = {
+        (e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"
+    }
+    assert {p["address"] for p in procs_table} == {n.split()[1] for n in processes.values()}
+    assert {"client", "relay[0]"} | {f"counted[{r}]" for r in range(4)} == set(threads.values())
+    slices = [e for e in events if e["ph"] == "X"]
+    runs = [e for e in slices if e["name"] == "Counted.ping"]
+    assert len(runs) == 11 and all(e["dur"] >= 1 for e in runs)
+    assert {threads[(e["pid"], e["tid"])] for e in runs} == {f"counted[{r}]" for r in range(4)}
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert starts.keys() == ends.keys() and len(starts) == 13  # 11 pings, relay, die
+    assert all(starts[i]["pid"] != ends[i]["pid"] for i in starts)
+    assert all(starts[i]["ts"] <= ends[i]["ts"] for i in starts)
+    client = next(p for p, name in processes.items() if name.startswith("client"))
+    assert sum(starts[i]["pid"] == client for i in starts) == 12  # the relay's is its own
+    waits = [e for e in events if e.get("cat") == "queue"]
+    assert all(e["ph"] in "be" for e in waits) and len(waits) % 2 == 0
+
+
+def test_a_jobs_actors_messages_and_failures_answer_sql(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    trace = tmp_path / "trace.json"
     done = subprocess.run(
-        [sys.executable, str(CLIENT)], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, str(CLIENT), str(trace)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
@@ -66,6 +98,28 @@ def test_a_jobs_actors_messages_and_failures_answer_sql() -> None:
     assert json.loads(counted["shape_json"]) == {"inner": {"labels": ["gpus"], "sizes": [4]}}
     parent_view = {"labels": ["gpus"], "slice": {"offset": 0, "sizes": [4], "strides": [1]}}
     assert json.loads(counted["parent_view_json"]) == parent_view
+    # Ours: every proc (and the client) with its lifecycle, each call's send span and its
+    # endpoint's run under it (on another proc), messages done in order, and one timeline.
+    procs_table = result["procs_table"]
+    assert sorted(r["role"] for r in procs_table) == ["client"] + ["proc"] * 4
+    assert all(r["events"] == ["Running", "Stopped"] for r in procs_table if r["role"] == "proc")
+    states = result["states"]
+    assert len(states) == 11 and all(r["status"] == "done" and r["ordered"] for r in states)
+    flows = result["flows"]
+    pings = [f for f in flows if f["run"] == "Counted.ping"]
+    assert len(pings) == 11 and all(f["send"] == "send counted.ping" for f in pings)
+    assert not any(f["same_proc"] for f in pings)
+    assert [f["status"] for f in flows if f["run"] == "Counted.die"] == ["error"]
+    lifecycle = [(r["kind"], r["subject"], r["status"]) for r in result["lifecycle"]]
+    assert lifecycle.index(("mesh", "counted", "Created")) < lifecycle.index(
+        ("actor", "counted[3]", "Failed")
+    )
+    assert ("proc", procs_table[0]["address"], "Running") in lifecycle
+    (died,) = [r for r in result["supervision"] if r["mesh"] == "counted"]
+    assert (died["category"], died["kind"]) == ("user", "exception in user code")
+    assert died["root_cause_actor"].endswith("Counted counted{'gpus': 3/4}>")
+    assert "SystemExit" in died["root_cause"]
+    check_trace(json.loads(trace.read_text()), procs_table)
     bad_sql, unknown_table = result["errors"]
     assert bad_sql.startswith("SQL error:") and "SELEC" in bad_sql
     assert "no_such_table" in unknown_table

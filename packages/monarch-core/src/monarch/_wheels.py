@@ -36,7 +36,7 @@ SIBLINGS: Final[dict[str, tuple[str, ...]]] = {
 """Each wheel's sibling wheels it depends on (its pyproject.toml's, checked by a test)."""
 
 COMMANDS: Final[dict[str, str]] = {
-    **dict.fromkeys(("top", "tui", "dashboard"), "monarch-admin"),
+    **dict.fromkeys(("top", "tui", "dashboard", "query", "trace", "profile"), "monarch-admin"),
     **dict.fromkeys(("apply", "exec", "kill", "shell"), "monarch-jobs"),
 }
 """The sibling wheel that adds each ``monarch`` subcommand outside monarch-core's."""

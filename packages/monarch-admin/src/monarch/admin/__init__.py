@@ -31,11 +31,13 @@ def start_admin(
     timeout: float = 2.0,
     query: Query | None = None,
     quiet: bool = False,
+    job: str | None = None,
 ) -> AdminServer:
     """Start an admin server over this client's job and say where (stderr) unless
-    ``quiet``; ``close()`` it, or let the process end. ``query``: SQL over the job's
-    telemetry tables, for ``/v1/query`` and the dashboard."""
-    server = AdminServer(addr, token, timeout=timeout, query=query)
+    ``quiet``; ``close()`` it, or let the process end. ``query``: SQL for ``/v1/query``
+    and the dashboard (default: the tables of ``enable_telemetry()``); ``job``: the saved
+    job served (see ``AdminServer``)."""
+    server = AdminServer(addr, token, timeout=timeout, query=query, job=job)
     if not quiet:
         server.announce()
     return server

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import sys
 import urllib.error
 import urllib.request
 from typing import Any, Final
 from urllib.parse import quote
 
-from ._auth import read_token, token_folder
+from ._auth import read_token
+from ._discovery import choose, context_job, live_servers
 from ._stacks import PYSPY_TIMEOUT
 
-DEFAULT_ADDR: Final = "127.0.0.1:1729"
 STACKS_MARGIN: Final = 20.0
 """Seconds a stacks request may take beyond py-spy's: the server's wait on the proc."""
 
@@ -68,21 +67,34 @@ def port_of(addr: str) -> int:
     return int(port)
 
 
-def find_server(addr: str | None, token: str | None) -> tuple[str, str | None]:
-    """The server to show, and its token: ``addr`` if given, else the newest server of
-    this user that still listens on this machine (its token file says which), else the
-    default address. A token not given is read from ``MONARCH_ADMIN_TOKEN`` or the file."""
+class NoServer(Exception):
+    """No admin server to talk to (the message says why and what to do)."""
+
+
+def find_server(addr: str | None, token: str | None) -> tuple[str, str]:
+    """The server to talk to, and its token: ``addr`` if given, else the one serving the
+    job of this folder's active ``monarch context``, else this user's newest one here
+    (``_discovery``; a choice that needs saying is said on stderr). A token not given is
+    read from ``MONARCH_ADMIN_TOKEN`` or the server's file. ``NoServer`` if none."""
     if addr is None:
-        addr = DEFAULT_ADDR
-        try:
-            files = sorted(token_folder().glob("*.token"), key=lambda p: p.stat().st_mtime)
-        except OSError:
-            files = []
-        for path in reversed(files):
-            if path.stem.isdigit() and _listens(int(path.stem)):
-                addr = f"127.0.0.1:{path.stem}"
-                break
-    return addr, token or read_token(port_of(addr))
+        job = context_job()
+        record, why = choose(live_servers(), job)
+        if record is None:
+            raise NoServer(
+                "no admin server is running here for this user (start_admin(), "
+                "job.enable_admin() or TelemetryConfig(include_dashboard=True) in the job's "
+                "client starts one); --addr HOST:PORT --token TOKEN reaches one elsewhere"
+            )
+        if why:
+            print(f"monarch: {why}", file=sys.stderr)
+        addr = record.addr
+    found = token or read_token(port_of(addr))
+    if not found:
+        raise NoServer(
+            f"no token for {addr}: pass --token, set MONARCH_ADMIN_TOKEN, "
+            "or run as the user whose job started the admin server"
+        )
+    return addr, found
 
 
 def add_server_options(parser: argparse.ArgumentParser) -> None:
@@ -90,8 +102,8 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--addr",
         default=None,
-        help="the admin server's HOST:PORT (default: this user's newest one here, "
-        "else 127.0.0.1:1729)",
+        help="the admin server's HOST:PORT (default: the one of this folder's active "
+        "monarch context's job, else this user's newest one here)",
     )
     parser.add_argument(
         "--token",
@@ -100,23 +112,14 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def found_server(args: argparse.Namespace, command: str) -> tuple[str, str] | None:
-    """The server the options of ``add_server_options`` name, with its token; None (and a
-    sentence on stderr) where no token can be had."""
-    addr, token = find_server(args.addr, args.token)
-    if not token:
-        print(
-            f"monarch {command}: no token for {addr}: pass --token, set MONARCH_ADMIN_TOKEN, "
-            "or run as the user whose job started the admin server",
-            file=sys.stderr,
-        )
-        return None
-    return addr, token
-
-
-def _listens(port: int) -> bool:
+def found_server(args: argparse.Namespace, command: str) -> AdminClient | None:
+    """A client of the server the options of ``add_server_options`` name, once it answered;
+    None (and a sentence on stderr) where there is none, or it does not answer."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
+        addr, token = find_server(args.addr, args.token)
+        client = AdminClient(addr, token)
+        client.get("/v1/root")
+    except (NoServer, AdminError, ValueError) as exc:
+        print(f"monarch {command}: {exc}", file=sys.stderr)
+        return None
+    return client

@@ -20,11 +20,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    found = found_server(args, "dashboard")
-    if found is None:
+    client = found_server(args, "dashboard")  # one that answers: never a dead link
+    if client is None:
         return 2
-    addr, token = found
-    url = f"http://{addr}/?token={token}"
+    url = f"http://{client.addr}/?token={client.token}"
     print(url, flush=True)
     if args.open and not webbrowser.open(url):
         print("monarch dashboard: no web browser to open it with", file=sys.stderr)

@@ -104,6 +104,17 @@ def openapi() -> dict[str, Any]:
                 obj,
                 {"name": "sql", "in": "query", "required": True, "schema": {"type": "string"}},
             ),
+            "/v1/profile": _get(
+                "every proc of this machine sampled by py-spy for some seconds: a Chrome "
+                "trace (with the job's timeline), stacks for a flame graph, notes",
+                obj,
+                {"name": "seconds", "in": "query", "schema": {"type": "number"}},
+                {"name": "rate", "in": "query", "schema": {"type": "integer"}},
+                {"name": "idle", "in": "query", "schema": {"type": "boolean"}},
+            ),
+            "/v1/trace": _get(
+                "the job's timeline from its telemetry tables (Chrome trace-event JSON)", obj
+            ),
             "/v1/{ref}": _get(
                 "a node: host, proc or actor", {"$ref": "#/components/schemas/NodePayload"}, _REF
             ),

@@ -9,7 +9,9 @@ status, never the client's end.
 Routes (upstream's reference-walking admin API, plus ours): ``/`` the dashboard page,
 ``/openapi.json``, ``/v1/root``, ``/v1/tree`` (text), ``/v1/snapshot`` (the whole job),
 ``/v1/stacks/<ref>`` (a proc's Python stacks), ``/v1/query?sql=`` (the job's telemetry
-tables, when a query function was given), ``/v1/<ref>`` (a node).
+tables), ``/v1/trace`` (the job's timeline from them, Chrome trace-event JSON),
+``/v1/profile?seconds=`` (every proc here sampled by py-spy, on that timeline),
+``/v1/<ref>`` (a node).
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from monarch.core import current_config, current_runtime
 
 from ._auth import new_token, remove_token, token_matches, write_token
+from ._discovery import remove_record, write_record
 from ._openapi import openapi
+from ._profile import check, sample
 from ._view import ROOT, JobView, NotAnswering, NotFound, tree_text
 
 log = logging.getLogger("monarch.admin")
@@ -67,7 +71,10 @@ class AdminServer:
     ``addr`` ``None`` is the ``mesh_admin_addr`` key; at its default (upstream's
     ``[::]:1729``) the server listens on ``127.0.0.1:1729``, or on a free port when that
     one is taken. ``token`` ``None`` makes one. ``timeout``: seconds a proc has to answer.
-    ``query``: runs SQL for ``/v1/query`` (monarch-jobs passes the telemetry engine's).
+    ``query``: runs SQL for ``/v1/query``; ``None``: the tables of this client's
+    ``enable_telemetry()`` (monarch-telemetry), whenever it was or will be called. ``job``:
+    the saved job this client attached through (``None``: the one monarch-jobs' ``state()``
+    last attached through, if any), for ``monarch query`` to find the server of a context.
     """
 
     def __init__(
@@ -77,6 +84,7 @@ class AdminServer:
         *,
         timeout: float = 2.0,
         query: Query | None = None,
+        job: str | None = None,
     ) -> None:
         self.token = token or new_token()
         self.view = JobView(timeout)
@@ -101,6 +109,12 @@ class AdminServer:
         except OSError as exc:  # a home that cannot be written: the printed token still works
             log.warning("admin server: cannot write its token file: %s", exc)
             self.token_path = None
+        self.job = job if job is not None else _attached_job()
+        if self.token_path is not None:
+            try:
+                write_record(self.host, self.port, self.job)
+            except OSError as exc:
+                log.warning("admin server: cannot write its discovery record: %s", exc)
         atexit.register(self._forget_token)  # a client that ends without close()
         self._thread = threading.Thread(
             target=self._http.serve_forever, name="monarch-admin", daemon=True
@@ -153,6 +167,16 @@ class AdminServer:
     def _forget_token(self) -> None:
         if self.token_path is not None:
             remove_token(self.port, self.token)
+            remove_record(self.port)
+
+    def query_function(self) -> Query | None:
+        """What answers ``/v1/query``: the one given, else this client's telemetry tables
+        (looked up on each request: ``enable_telemetry()`` may come after ``start_admin()``)."""
+        if self.query is not None:
+            return self.query
+        telemetry = sys.modules.get("monarch.telemetry")
+        tables: Callable[[], Query | None] | None = getattr(telemetry, "job_query", None)
+        return tables() if tables is not None else None
 
     def __enter__(self) -> AdminServer:
         return self
@@ -206,23 +230,58 @@ class AdminServer:
             request.send_json(HTTPStatus.OK, self.view.stacks(ref, source))
         elif path == "/v1/query":
             request.send_json(HTTPStatus.OK, self._query(params))
+        elif path == "/v1/trace":
+            request.send_json(HTTPStatus.OK, self._trace())
+        elif path == "/v1/profile":
+            request.send_json(HTTPStatus.OK, self._profile(params))
         elif path.startswith("/v1/"):
             ref = _ref(path.removeprefix("/v1/"))
             node = self.view.node(ref)
             if ref == ROOT:
-                node["properties"]["telemetry"] = self.query is not None
+                node["properties"]["telemetry"] = self.query_function() is not None
             request.send_json(HTTPStatus.OK, node)
         else:
             raise NotFound(path)
 
+    def _profile(self, params: dict[str, list[str]]) -> Any:
+        """Every live proc of this machine sampled by py-spy at once (``_profile``), on the
+        tracks of the job's timeline where it keeps telemetry tables."""
+        try:
+            seconds = float(params.get("seconds", ["5"])[0])
+            rate = int(params.get("rate", ["100"])[0])
+        except ValueError:
+            raise ValueError("seconds and rate are numbers: ?seconds=5&rate=100") from None
+        idle = params.get("idle", ["0"])[0] in ("1", "true")
+        check(seconds, rate)
+        self.view.collect()  # what each proc said of itself: its host's name
+        procs = [
+            p for p in self.view.procs() if p.address and p.exited is None and self.view.is_local(p)
+        ]
+        try:
+            profile = sample(procs, seconds, rate, idle)
+        except LookupError as exc:
+            raise NotFound(str(exc)) from None
+        events = list(profile.events)
+        if self.query_function() is not None:
+            events = self._trace()["traceEvents"] + events
+        return {"traceEvents": events, "stacks": profile.stacks, "notes": profile.notes}
+
+    def _trace(self) -> Any:
+        """The job's timeline (Chrome trace-event JSON), from its telemetry tables."""
+        query = self._tables()
+        telemetry = sys.modules.get("monarch.telemetry")
+        trace: Callable[[Query], Any] | None = getattr(telemetry, "perfetto_trace", None)
+        if trace is None:
+            raise NotFound("no timeline: monarch-telemetry is not loaded in the job's client")
+        return trace(query)
+
     def _query(self, params: dict[str, list[str]]) -> Any:
-        if self.query is None:
-            raise NotFound("no telemetry tables: the job was started without enable_telemetry")
+        query = self._tables()
         sql = params.get("sql", [""])[0]
         if not sql.strip():
             raise ValueError("/v1/query needs ?sql=SELECT ...")
         try:
-            result = self.query(sql)
+            result = query(sql)
         except Exception as exc:  # noqa: BLE001 - a query that cannot run is a bad request
             raise ValueError(str(exc)) from None
         if isinstance(result, dict):
@@ -230,6 +289,22 @@ class AdminServer:
         if hasattr(result, "to_pylist"):
             result = result.to_pylist()
         return {"rows": result}
+
+    def _tables(self) -> Query:
+        query = self.query_function()
+        if query is None:
+            raise NotFound(
+                "no telemetry tables: this job's client did not call enable_telemetry() "
+                "(monarch.telemetry, or job.enable_telemetry() before job.state())"
+            )
+        return query
+
+
+def _attached_job() -> str | None:
+    """The saved job monarch-jobs' ``state()`` attached this client through, if it did."""
+    job_module = sys.modules.get("monarch.job")  # imported by any job's client
+    attached: Callable[[], str | None] | None = getattr(job_module, "attached_job_file", None)
+    return attached() if attached is not None else None
 
 
 def _bind(host: str, port: int) -> _HTTPServer:

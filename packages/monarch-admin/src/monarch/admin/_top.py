@@ -330,12 +330,11 @@ def _add(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], name: 
 
 
 def run(args: argparse.Namespace) -> int:
-    found = found_server(args, "top")
-    if found is None:
-        return 2
-    addr, token = found
     if args.interval <= 0:
         print("monarch top: --interval must be positive", file=sys.stderr)
         return 2
-    TopApp(AdminClient(addr, token), args.interval).run()
+    client = found_server(args, "top")
+    if client is None:
+        return 2
+    TopApp(client, args.interval).run()
     return 0

@@ -264,7 +264,7 @@ class JobView:
         program = pyspy_path()
         is_client = address == current_runtime().address
         note = ""
-        if source != "self" and not is_client and self._local(proc):
+        if source != "self" and not is_client and self.is_local(proc):
             if program is None:
                 note = "py-spy is not installed (pyspy_bin, PYSPY_BIN, PATH)"
             else:
@@ -307,7 +307,7 @@ class JobView:
                 return proc, list(last.actors) if last is not None else []
         raise NotFound(ref)
 
-    def _local(self, proc: SpawnedProc) -> bool:
+    def is_local(self, proc: SpawnedProc) -> bool:
         """Whether ``proc`` runs on this machine (its pid means something here)."""
         address = proc.address or ""
         if address.startswith("unix:"):

@@ -94,9 +94,11 @@ from ._mocks import engine_factory_for
 from ._netaddr import WILDCARD_HOSTS, ip_host
 from ._port import Channel, Port
 from ._proc_mesh import HostMesh, ProcMesh, SpawnedProc, spawned_procs, this_host, this_proc
+from ._reports import FailureCause, failure_cause
 from ._runtime import Runtime, current_runtime, running_runtime
 from ._serialize import calling_endpoint, calling_target, dumps, loads
 from ._shape import Extent, NDSlice, Point, Shape
+from ._supervision import SUPERVISION_SCHEMA, failure_record
 from ._tls import TlsIdentity, job_identity
 from ._value_mesh import ValueMesh
 from ._workspace import Workspace
@@ -104,6 +106,7 @@ from ._workspace import Workspace
 __all__ = [
     "LEND_MIN",
     "SECRET_ENV",
+    "SUPERVISION_SCHEMA",
     "TO_ACTOR",
     "TO_PORT",
     "TO_PROC",
@@ -117,6 +120,7 @@ __all__ = [
     "Context",
     "DimensionError",
     "Extent",
+    "FailureCause",
     "Future",
     "Gather",
     "HostMesh",
@@ -162,6 +166,8 @@ __all__ = [
     "dumps",
     "endpoint",
     "engine_factory_for",
+    "failure_cause",
+    "failure_record",
     "gather_directories",
     "import_proc_start",
     "inspect_proc",

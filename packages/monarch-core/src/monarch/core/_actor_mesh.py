@@ -76,7 +76,7 @@ from ._runtime import Runtime, current_runtime
 from ._scope import Owner, current_owner
 from ._serialize import dumps, dumps_call_arguments, dumps_spawn, size_of
 from ._shape import NDSlice, Point, Shape, ShapedMesh
-from ._supervision import call_fault_hook
+from ._supervision import call_fault_hook, log_failure
 from ._value_mesh import ValueMesh
 
 log = logging.getLogger("monarch.actor")
@@ -567,6 +567,7 @@ class _Supervised:
         failure = MeshFailure(failure_mesh_name(self.mesh_id), positions, event, mesh, report)
         lost = [f"{self.mesh_id}[{rank}]@{lost_at}" for rank in new] if lost_at else []
         supervision(self.name, len(new), lost, report or event)
+        log_failure(failure)
         if self.owner is not None:
             self.owner.supervise(failure)
         else:  # the root: nobody above to handle it

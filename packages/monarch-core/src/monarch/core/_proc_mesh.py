@@ -60,7 +60,7 @@ from ._scope import Owner, current_owner
 from ._serialize import dumps, loads
 from ._shape import NDSlice, Point, Region, Shape, ShapedMesh
 from ._spawn_hooks import Setup, SetupActor, spawned
-from ._supervision import call_fault_hook
+from ._supervision import call_fault_hook, log_failure
 from ._table import gpus_per_host, mesh_table
 from ._workspace import SYNCED_ENV, synced
 
@@ -226,6 +226,7 @@ class _LoggerMesh:
         event, report = failed_event(actor, reason), failed_report(actor, reason)
         failure = MeshFailure(self.name, ranks, event, None, report)
         supervision(self.name, len(ranks))
+        log_failure(failure)
         if self.owner is not None:
             self.owner.supervise(failure)
             return

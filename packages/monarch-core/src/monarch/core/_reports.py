@@ -11,11 +11,14 @@ failure has a *reason* (``the process this actor was running on exited with non-
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import string
 import traceback
-from textwrap import indent
+from dataclasses import dataclass
+from textwrap import dedent, indent
+from typing import Final
 
 ROOT = "<root>"
 """The root client, first in every actor's name."""
@@ -134,3 +137,62 @@ def undeliverable(mesh_name: str, method: str, adverb: str, why: str) -> str:
 def actor_call_failed(mesh_name: str, method: str) -> str:
     """``ActorError.message`` of an endpoint that raised."""
     return f"Actor call {mesh_name}.{method} failed."
+
+
+# -- what a failure is, for machines ---------------------------------------------------------
+
+USER: Final = "user"
+SYSTEM: Final = "system"
+INFRASTRUCTURE: Final = "infrastructure"
+
+_FAILED_AT = re.compile(
+    r"(?:The actor (.+?) and all its descendants have failed|Supervision event: actor (.+?) "
+    r"failed):\n"
+)
+_FRAME = re.compile(r'File "([^"]+)"')
+
+
+@dataclass(frozen=True)
+class FailureCause:
+    """Where a failure (or a cascade of them) began, and of what kind: ``category`` user
+    (the user's code raised), system (Monarch itself) or infrastructure (a process killed
+    or lost, a host gone); ``kind`` says which; ``actor`` and ``reason`` are the first
+    failure's, as the texts below name it."""
+
+    category: str
+    kind: str
+    actor: str
+    reason: str
+    propagated: bool
+    """Whether the failure reached this mesh from another actor's (a cascade)."""
+
+
+def failure_cause(text: str) -> FailureCause:
+    """The cause a supervision event or report names (the innermost failure: the texts
+    nest each owner's words around its child's)."""
+    matches = list(_FAILED_AT.finditer(text))
+    if not matches:
+        return FailureCause(SYSTEM, "unknown", "", text.strip(), False)
+    last = matches[-1]
+    actor = last.group(1) or last.group(2) or ""
+    reason = dedent(text[last.end() :]).strip()
+    propagated = len(matches) > 1 or "did not handle a supervision event" in text
+    category, kind = _category(reason)
+    return FailureCause(category, kind, actor, reason, propagated)
+
+
+def _category(reason: str) -> tuple[str, str]:
+    if "Killed(sig=" in reason:
+        return INFRASTRUCTURE, "killed process"
+    if "exited with non-zero code" in reason:
+        return INFRASTRUCTURE, "process exited"
+    if reason.startswith("the process this actor was running on failed"):
+        return INFRASTRUCTURE, "lost process or host"
+    if reason.startswith("actor explicitly aborted due to:"):
+        frames = _FRAME.findall(reason)
+        if frames and f"{os.sep}monarch{os.sep}" in frames[-1]:
+            return SYSTEM, "exception in monarch"
+        return USER, "exception in user code"
+    if "undeliverable" in reason or "oversize frame" in reason:
+        return SYSTEM, "undeliverable message"
+    return SYSTEM, "other"

@@ -9,16 +9,58 @@ goes to ``monarch.actor.unhandled_fault_hook`` (by default: report and end the c
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
 import sys
+from dataclasses import replace
 from datetime import datetime
+from typing import Any, Final
 
 from ._client_end import end_client
 from ._errors import MeshFailure
+from ._reports import FailureCause, failure_cause
 
 log = logging.getLogger("monarch.actor")
+records = logging.getLogger("monarch.supervision")
+
+SUPERVISION_SCHEMA: Final = "monarch.supervision/1"
+"""The version of ``failure_record``'s shape (monarch-core's README)."""
+
+
+def failure_cause_of(failure: MeshFailure) -> FailureCause:
+    """Where ``failure`` began (in a cascade: the first failure) and its category."""
+    cause = failure_cause(failure.report())
+    if not cause.actor:  # a report in no upstream form: the event names it
+        cause = failure_cause(failure.event)
+    if not cause.propagated and "did not handle a supervision event" in failure.event:
+        cause = replace(cause, propagated=True)
+    return cause
+
+
+def failure_record(failure: MeshFailure) -> dict[str, Any]:
+    """``failure`` as a structured record: what the system log's JSON lines hold."""
+    cause = failure_cause_of(failure)
+    return {
+        "schema": SUPERVISION_SCHEMA,
+        "mesh": failure.mesh_name,
+        "ranks": failure.crashed_ranks,
+        "category": cause.category,
+        "kind": cause.kind,
+        "root_cause": {"actor": cause.actor, "reason": cause.reason},
+        "propagated": cause.propagated,
+        "report": failure.report(),
+    }
+
+
+def log_failure(failure: MeshFailure) -> None:
+    """The failure's structured record as one JSON line (the message of an info record of
+    ``monarch.supervision``: the job's system log), for filtering by machine."""
+    if records.isEnabledFor(logging.INFO):
+        stamp = datetime.now().astimezone().isoformat()
+        line = {"time": stamp, "pid": os.getpid(), "host": socket.gethostname()}
+        records.info("%s", json.dumps(line | failure_record(failure)))
 
 
 def default_unhandled_fault_hook(failure: MeshFailure) -> None:

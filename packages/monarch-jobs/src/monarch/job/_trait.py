@@ -114,6 +114,7 @@ class JobTrait(ABC):
     def state(self, cached_path: str | None = DEFAULT_JOB_PATH) -> JobState:
         """The job's host meshes, started if need be (see the module docstring)."""
         if cached_path is not None:
+            _attached_through[:] = [os.path.realpath(cached_path)]  # the context's own file
             cached = _load_cached(cached_path)
             running = cached is not None and cached._is_running()
             if cached is not None and running and cached.can_run(self):
@@ -351,6 +352,17 @@ def job_load(filename: str | os.PathLike[str] = DEFAULT_JOB_PATH) -> JobTrait:
     except OSError as exc:
         raise JobError(f"cannot read a saved job at {filename}: {exc.strerror}") from None
     return job_loads(data)
+
+
+_attached_through: list[str] = []
+"""The saved job file (a real path) this process's last ``state()`` went through."""
+
+
+def attached_job_file() -> str | None:
+    """The real path of the saved job this client attached through (``.monarch/<context>/
+    state.pkl``), if any: its admin server records it, so that ``monarch query`` run in
+    that folder finds this client's server for the active context."""
+    return _attached_through[0] if _attached_through else None
 
 
 def _load_cached(path: str) -> JobTrait | None:

@@ -9,13 +9,15 @@ changes nothing. With ``OTEL_EXPORTER_OTLP_ENDPOINT`` set and the ``otlp``
 extra installed, spans and metrics of every process are exported over OTLP/HTTP.
 ``enable_telemetry()`` keeps the job's tables of meshes, actors, their status changes and
 messages at the client, and periodic snapshots of its procs and actors, for SQL
-(``query_engine_client.query``, the ``sql`` extra).
+(``query_engine_client.query``, the ``sql`` extra), and the job's timeline from them as a
+Perfetto trace (``write_perfetto``).
 """
 
 from ._instrumentation import enable_telemetry, install
 from ._meter import get_meter
+from ._perfetto import perfetto_trace, write_perfetto
 from ._spans import span, traced
-from ._sql import QueryEngineClient, TelemetryConfig, TelemetryQueryError
+from ._sql import QueryEngineClient, TelemetryConfig, TelemetryQueryError, job_query
 
 __all__ = [
     "QueryEngineClient",
@@ -24,6 +26,9 @@ __all__ = [
     "enable_telemetry",
     "get_meter",
     "install",
+    "job_query",
+    "perfetto_trace",
     "span",
     "traced",
+    "write_perfetto",
 ]

@@ -11,11 +11,13 @@ and errors and time endpoints.
 from __future__ import annotations
 
 import contextvars
+import os
 import time
 from collections.abc import Sequence
 from typing import Any, Final
 
 from opentelemetry import context, metrics, trace
+from opentelemetry.metrics import _internal as _metrics
 from opentelemetry.metrics._internal import _ProxyMeterProvider as _PROXY_METER_PROVIDER
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -25,6 +27,15 @@ from monarch.core import current_instrumentation, running_runtime, set_instrumen
 
 from ._export import configure_export, shutdown_export
 from ._instruments import instruments, tracer
+from ._observed import (
+    PROC_LOST,
+    endpoint_span_row,
+    message_key,
+    proc_rows,
+    proc_status_row,
+    send_rows,
+    supervision_row,
+)
 from ._snapshots import remember_lost, start_snapshots
 from ._sql import (
     CLIENT,
@@ -41,9 +52,11 @@ from ._sql import (
     mesh_rows,
     message_row,
     message_status_row,
+    now_us,
     open_store,
     procs_row,
     sent_row,
+    split_actor_id,
     status_row,
 )
 
@@ -53,21 +66,32 @@ _current_actor: contextvars.ContextVar[int] = contextvars.ContextVar(
     "monarch_telemetry_actor", default=_CLIENT_KEY
 )
 """The actor whose endpoint runs here (its key in the tables): the sender of its calls."""
+_bases: dict[str, Any] = {}
+"""The slice of its proc mesh that each actor mesh spawned here covers, by mesh id: a
+send's destination ranks are positions in it (elsewhere: the proc mesh's whole)."""
 _SENDER: Final = "|"
 """What a call carries: ``TRACEPARENT|SENDER`` where the job keeps tables (the sender's key
 fills ``messages.from_actor_id``), else the traceparent alone."""
 
 
 class Rows:
-    """A handled message's rows: ``active`` when it starts, ``complete`` when done (also
-    the endpoint's whole scope where only the job's tables record: no SDK)."""
+    """A handled message's rows: ``active`` when it starts, ``complete`` and its endpoint
+    span when done (also the endpoint's whole scope where only the job's tables record:
+    no SDK). Its id is the one its sender's ``send`` span has, where the call carried it."""
 
-    __slots__ = ("message", "sink", "token")
+    __slots__ = ("actor", "endpoint", "message", "parent", "sink", "start", "token")
 
-    def __init__(self, sink: TelemetryStore | RowShipper, actor: int, endpoint: str, sender: str):
+    def __init__(
+        self, sink: TelemetryStore | RowShipper, actor: int, endpoint: str, sender: str
+    ) -> None:
         self.sink = sink
-        self.message = event_id()
+        self.actor = actor
+        self.endpoint = endpoint
+        sender, _, carried = sender.partition(_SENDER)
+        self.parent = message_key(int(carried), actor) if carried.isdigit() else None
+        self.message = self.parent if self.parent is not None else event_id()
         origin = int(sender) if sender.isdigit() else None
+        self.start = now_us()
         sink.add(
             [
                 message_row(self.message, origin, actor, endpoint),
@@ -77,7 +101,18 @@ class Rows:
         self.token = _current_actor.set(actor)
 
     def close(self, error: BaseException | None = None) -> None:
-        self.sink.add([message_status_row(self.message, "complete")])
+        end = now_us()
+        span = endpoint_span_row(
+            event_id(),
+            self.parent,
+            self.endpoint,
+            here(),
+            self.actor,
+            self.start,
+            end,
+            error is None,
+        )
+        self.sink.add([message_status_row(self.message, "complete"), span])
         _current_actor.reset(self.token)
 
 
@@ -122,7 +157,7 @@ class EndpointScope:
         self.span.end()
         context.detach(self.token)
         if self.rows is not None:
-            self.rows.close()
+            self.rows.close(error)
 
 
 class _Idle:
@@ -141,9 +176,17 @@ def idle() -> bool:
     """Whether no SDK is installed to record spans or metrics in this process: then the
     hooks do nothing (OpenTelemetry's no-op API would still cost a call its span, context
     and instrument calls). Checked per call: an application may install one later."""
+    if trace._TRACER_PROVIDER is None and _metrics._METER_PROVIDER is None and not _FROM_ENV:
+        return True  # none set (what the getters would find out, at ~10x the cost)
     return isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider) and isinstance(
         metrics.get_meter_provider(), _PROXY_METER_PROVIDER
     )
+
+
+_FROM_ENV: Final = any(
+    name in os.environ for name in ("OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER")
+)
+"""Providers named in the environment, which the getters load on first use."""
 
 
 class OpenTelemetry:
@@ -155,10 +198,16 @@ class OpenTelemetry:
         if sink is None:
             return "" if idle() else self._traceparent(mesh, method)
         sender = _current_actor.get()
+        message = event_id()
         if view is not None:
-            sink.add([sent_row(sender, mesh_id, view)])
+            base = _bases.get(mesh_id)  # a view's ranks are its proc mesh's: the actors'
+            ranks = [base.index(r) for r in view.ndslice] if base else view.ndslice
+            actors = [actor_key(mesh_id, rank) for rank in ranks]
+            name = f"send {mesh}.{method}"
+            sends = send_rows(message, sender, here(), name, actors, now_us())
+            sink.add([sent_row(sender, mesh_id, view), *sends])
         carried = "" if idle() else self._traceparent(mesh, method)
-        return f"{carried}{_SENDER}{sender}"
+        return f"{carried}{_SENDER}{sender}{_SENDER}{message}"
 
     def _traceparent(self, mesh: str, method: str) -> str:
         instruments().sent.add(1, {"monarch.endpoint": f"{mesh}.{method}"})
@@ -191,6 +240,7 @@ class OpenTelemetry:
         sink = current_sink()
         if sink is not None:
             sink.add(mesh_rows(mesh, name, cls, shape, procs))
+            _bases[mesh] = shape.ndslice
 
     def procs_spawned(self, mesh: str, name: str, shape: Any) -> None:
         sink = current_sink()
@@ -207,13 +257,21 @@ class OpenTelemetry:
     ) -> None:
         if not idle():
             instruments().supervision.add(ranks, {"monarch.mesh": mesh})
+        sink = current_sink()
+        if sink is not None:
+            stamp = now_us()
+            sink.add([supervision_row(mesh, ranks, report, here(), stamp, event_id())])
         if lost:  # actors lost with their proc: they could not send their Failed rows
             remember_lost(lost, report)
-            sink = current_sink()
             if sink is not None:
                 sink.add([lost_row(actor, report) for actor in lost])
+                dead = {split_actor_id(actor)[1] for actor in lost}
+                sink.add([(PROC_LOST, (address, report or None, now_us())) for address in dead])
 
     def shutdown(self) -> None:
+        sink = current_sink()
+        if sink is not None:
+            sink.add([proc_status_row(here(), "Stopped", None, now_us(), event_id())])
         flush_rows()
         shutdown_export()
 
@@ -223,7 +281,10 @@ def enable_telemetry(config: TelemetryConfig | None = None) -> QueryEngineClient
     every proc spawned from now on (instrumented), and its snapshots (every
     ``snapshot_interval_secs``); returns the client to query them."""
     install()
+    first = current_sink() is None
     engine = open_store(config)
+    if first:
+        engine.store.add(proc_rows(here(), "client", now_us(), event_id()))
     start_snapshots(engine.store)
     return engine
 
@@ -240,3 +301,22 @@ def install() -> None:
     configure_export("monarch-proc" if in_proc else "monarch-client")
     set_instrumentation(OpenTelemetry())
     configure(enable_telemetry=True)
+    sink = current_sink() if in_proc else None
+    if sink is not None:  # a proc of a job that keeps its tables: it runs
+        sink.add(proc_rows(here(), "proc", now_us(), event_id()))
+
+
+def here() -> str:
+    """This process's address (the ``proc`` of its rows; kept per pid: a zygote's forks
+    are other procs)."""
+    pid = os.getpid()
+    if pid not in _address:
+        runtime = running_runtime()
+        if runtime is None:
+            return ""
+        _address.clear()
+        _address[pid] = runtime.address
+    return _address[pid]
+
+
+_address: dict[int, str] = {}

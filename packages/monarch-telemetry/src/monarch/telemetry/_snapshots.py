@@ -33,6 +33,7 @@ from monarch.core import (
     spawned_procs,
 )
 
+from ._observed import sample_rows
 from ._sql import Row, TelemetryStore, now_us, split_actor_id
 
 ANSWER_TIMEOUT: Final = 2.0
@@ -146,6 +147,7 @@ class Snapshots:
                 answer = answers.get(proc.address or "")
                 if isinstance(answer, ProcSnapshot):
                     rows += self._live(snap, stamp, proc, answer, known, failed_at)
+                    rows += sample_rows(stamp, answer.address, answer)
                 elif answer is not None:
                     code = "timeout" if isinstance(answer, TimeoutError) else "unreachable"
                     rows += [

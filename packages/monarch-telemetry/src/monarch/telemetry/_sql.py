@@ -20,7 +20,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -37,6 +37,8 @@ from monarch.core import (
     running_runtime,
 )
 from monarch.transport import Buffer
+
+from ._observed import OBSERVED_SCHEMA, PROC_LOST, VIEWS
 
 SHIP_EVERY: Final = 0.2
 """Seconds between a proc's batches of rows."""
@@ -110,6 +112,7 @@ CLIENT: Final = "<root>"
 
 Row = tuple[str, tuple[Any, ...]]
 """(table, values in its column order)."""
+_TABLES: Final = {*SCHEMA, *SNAPSHOT_SCHEMA, *OBSERVED_SCHEMA, LOST, PROC_LOST}
 
 
 class TelemetryQueryError(ValueError):
@@ -255,26 +258,33 @@ class TelemetryStore:
         self._db = duckdb.connect(":memory:")
         self._lock = threading.Lock()
         self._retained = time.monotonic()
-        for table, columns in (SCHEMA | SNAPSHOT_SCHEMA).items():
+        for table, columns in (SCHEMA | SNAPSHOT_SCHEMA | OBSERVED_SCHEMA).items():
             self._db.execute(f"CREATE TABLE {table} ({columns})")
+        for view, sql in VIEWS.items():
+            self._db.execute(f"CREATE VIEW {view} AS {sql}")
 
     def add(self, rows: Sequence[Row]) -> None:
         by_table: dict[str, list[tuple[Any, ...]]] = {}
         for table, values in rows:
-            if table in SCHEMA or table in SNAPSHOT_SCHEMA or table == LOST:
+            if table in _TABLES:
                 by_table.setdefault(table, []).append(values)
         lost = by_table.pop(LOST, [])
+        procs_lost = by_table.pop(PROC_LOST, [])
         with self._lock:
             for table, batch in by_table.items():
                 marks = ", ".join("?" * len(batch[0]))
                 self._db.executemany(f"INSERT INTO {table} VALUES ({marks})", batch)
-            for actor, reason, stamp in lost:
-                self._db.execute(
-                    "INSERT INTO actor_status_events SELECT ?, ?, 'Failed', ?, ? WHERE NOT "
-                    "EXISTS (SELECT 1 FROM actor_status_events WHERE actor_id = ? AND "
-                    f"new_status IN {_TERMINAL})",
-                    [event_id(), actor, reason, stamp, actor],
-                )
+            for events, column, failed in (
+                ("actor_status_events", "actor_id", lost),
+                ("proc_status_events", "address", procs_lost),
+            ):
+                for who, reason, stamp in failed:  # Failed, unless it already ended
+                    self._db.execute(
+                        f"INSERT INTO {events} SELECT ?, ?, 'Failed', ?, ? WHERE NOT EXISTS "
+                        f"(SELECT 1 FROM {events} WHERE {column} = ? AND new_status IN "
+                        f"{_TERMINAL})",
+                        [event_id(), who, reason, stamp, who],
+                    )
             if time.monotonic() - self._retained >= RETAIN_EVERY:
                 self.retain()
 
@@ -285,7 +295,7 @@ class TelemetryStore:
         if not self.config.retention_secs:
             return
         oldest = now_us() - int(self.config.retention_secs * 1_000_000)
-        for table in SCHEMA:
+        for table in SCHEMA | OBSERVED_SCHEMA:
             self._db.execute(f"DELETE FROM {table} WHERE timestamp_us < ?", [oldest])
         (old,) = self._db.execute(  # a snapshot's rows go with it
             "SELECT count(*) FROM snapshots WHERE snapshot_ts < ?", [oldest]
@@ -355,6 +365,14 @@ def current_sink() -> TelemetryStore | RowShipper | None:
     proc, _, port = address.rpartition("#")
     _sink.append(RowShipper(runtime, PortRef(proc, int(port))))
     return _sink[0]
+
+
+def job_query() -> Callable[[str], dict[str, Any]] | None:
+    """The query of this client's telemetry tables, if ``enable_telemetry()`` made them
+    (monarch-admin's ``/v1/query`` asks, so that ``start_admin()`` needs no ``query=``)."""
+    if _sink and isinstance(_sink[0], TelemetryStore):
+        return _sink[0].query
+    return None
 
 
 def flush_rows() -> None:

@@ -11,6 +11,7 @@ replaces the last, as upstream's does.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import errno
 import hmac
 import logging
@@ -77,6 +78,7 @@ class Console:
         fd = os.open(self.token_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
             out.write(self.token + "\n")
+        atexit.register(self._forget_token)  # nothing closes the console: the client ends
 
     def announce(self, session: Session) -> None:
         """Tell the user, once, that a breakpoint waits and how to get to it."""
@@ -96,6 +98,9 @@ class Console:
     def close(self) -> None:
         if self.server is not None:
             self.server.close()
+        self._forget_token()
+
+    def _forget_token(self) -> None:
         if self.token_path is not None:
             with suppress(OSError):
                 self.token_path.unlink()
