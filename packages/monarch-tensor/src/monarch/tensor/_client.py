@@ -18,7 +18,7 @@ import torch
 
 from monarch.core import ActorMesh, Future, ProcMesh, ValueMesh
 
-from ._commands import DELETE, STREAM
+from ._commands import Command, Delete, UseStream
 from ._errors import RemoteException
 from ._host import reachable_host
 from ._stream import Stream, get_active_stream
@@ -55,7 +55,7 @@ class MeshClient:
         self.sizes: list[int] = list(extent.sizes)
         self.device = torch.device("cpu")
         self._ids = itertools.count()
-        self._commands: list[tuple[Any, ...]] = []
+        self._commands: list[Command] = []
         self._freed: deque[int] = deque()
         self._lock = threading.Lock()
         self._workers: ActorMesh[TensorWorker] | None = None
@@ -73,13 +73,13 @@ class MeshClient:
     def new_id(self) -> int:
         return next(self._ids)
 
-    def record(self, command: tuple[Any, ...], stream: Stream | None = None) -> None:
+    def record(self, command: Command, stream: Stream | None = None) -> None:
         """Buffer ``command``, for ``stream`` (default: the active one): a change of stream
-        between two commands is a ``STREAM`` command (none in a program of one stream)."""
+        between two commands is a ``UseStream`` command (none in a program of one stream)."""
         sid = (stream or get_active_stream()).sid
         with self._lock:
             if sid != self._recording:
-                self._commands.append((STREAM, sid))
+                self._commands.append(UseStream(sid))
                 self._recording = sid
             self._commands.append(command)
             full = len(self._commands) >= BATCH
@@ -103,7 +103,7 @@ class MeshClient:
         with self._lock:
             commands, self._commands = self._commands, []
         if freed:
-            commands.append((DELETE, tuple(freed)))
+            commands.append(Delete(tuple(freed)))
         if commands:
             coalesced.sending = True  # a monarch Tensor met here is no actor's argument
             try:

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from ._commands import WAIT
+from ._commands import Wait
 
 
 class Tensor(Protocol):
@@ -123,7 +123,7 @@ class Borrow:
         if self._borrowing is not self._lending:
             # The lender's later commands wait for the borrower's so far (its reads, or
             # its writes of a mutable borrow), as upstream's stream synchronization does.
-            self._client.record((WAIT, self._borrowing.sid), self._lending)
+            self._client.record(Wait(self._borrowing.sid), self._lending)
         for tensor in list(self._aliases.tensors):
             tensor._client.free(tensor._ref)
         lender = self._lender

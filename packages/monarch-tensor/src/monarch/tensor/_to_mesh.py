@@ -21,7 +21,7 @@ from monarch.core import ProcMesh
 
 from ._active import pushed
 from ._client import MeshClient, client_for
-from ._commands import RECV, SEND
+from ._commands import Recv, Send
 from ._stream import check_inputs
 
 
@@ -77,9 +77,9 @@ class MeshSliceTensor:
             result = torch.empty(meta.shape, dtype=meta.dtype, device="meta")
         out = type(self.tensor)._wrap(result, destination)
         key = destination.transfer_key()
-        source.record((SEND, self.tensor._ref, key, plan, destination.inbox()))
+        source.record(Send(self.tensor._ref, key, plan, destination.inbox()))
         source.flush(now=True)  # no destination may wait on a send still held here
-        destination.record((RECV, out._ref, key))
+        destination.record(Recv(out._ref, key))
         return out
 
 
