@@ -81,8 +81,8 @@ Plain = Borrowed | Reduce | Recv | Lend | Delete | UseStream | Wait
 
 commands: st.SearchStrategy[Command] = st.one_of(
     plain,
-    st.builds(Op, id_tuples, funcs, args, kwargs, st.booleans()),
-    st.builds(Call, ids, pickled, args, kwargs, st.booleans()),
+    st.builds(Op, funcs, args, kwargs, st.booleans(), id_tuples),
+    st.builds(Call, pickled, args, kwargs, st.booleans(), ids),
 )
 
 
@@ -124,9 +124,9 @@ def test_a_send_carries_its_destination_mesh(
 def test_each_command_says_what_it_reads_and_writes(
     out: tuple[int, ...], a: int, b: int, scalar: object
 ) -> None:
-    op = Op(out, torch.add, (Ref(a), [scalar, Ref(b)]), {"alpha": scalar}, True)
+    op = Op(torch.add, (Ref(a), [scalar, Ref(b)]), {"alpha": scalar}, True, out)
     assert (op.reads(), op.writes()) == ((a, b), out)
-    call = Call(a, Pickled("f", [b""]), (), {"x": Ref(b)}, False)
+    call = Call(Pickled("f", [b""]), (), {"x": Ref(b)}, False, a)
     assert (call.reads(), call.writes()) == ((b,), (a,))
     assert (Borrowed(a, b).reads(), Borrowed(a, b).writes()) == ((b,), (a,))
     reduce = Reduce(a, b, (0,), "sum", False, ("h", 1))

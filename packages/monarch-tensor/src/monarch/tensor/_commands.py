@@ -100,18 +100,26 @@ class _Base(msgspec.Struct, frozen=True, tag=True, array_like=True):
         """Run on ``worker``'s stream thread; an exception poisons ``writes()``."""
 
 
-class Op(_Base, frozen=True):
-    """A torch function (or a remote function with tensor results) on each proc's shards:
-    its tensor results, in order, become ids ``out``."""
+class _Applies(_Base, frozen=True):
+    """A function called on each proc with its shards for the ``Ref`` in its arguments, in
+    the recorded grad mode."""
 
-    out: Ids
     func: Function
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     grad: bool
 
     def reads(self) -> Ids:
-        return _refs(self.args, self.kwargs)
+        return tuple(
+            leaf.id for leaf in flatten_call(self.args, self.kwargs)[0] if isinstance(leaf, Ref)
+        )
+
+
+class Op(_Applies, frozen=True):
+    """A torch function (or a remote function with tensor results) on each proc's shards:
+    its tensor results, in order, become ids ``out``."""
+
+    out: Ids
 
     def writes(self) -> Ids:
         return self.out
@@ -142,18 +150,11 @@ class Op(_Base, frozen=True):
             worker.env[ref] = tensor
 
 
-class Call(_Base, frozen=True):
+class Call(_Applies, frozen=True):
     """A remote function's adverb call (``fn.call``, ``fn.broadcast``...): its result,
     whatever it is, held at ``out``."""
 
     out: int
-    func: Pickled
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    grad: bool
-
-    def reads(self) -> Ids:
-        return _refs(self.args, self.kwargs)
 
     def writes(self) -> Ids:
         return (self.out,)
@@ -329,10 +330,6 @@ def decode(batch: object) -> list[Command]:
 def _describe(value: object) -> str:
     text = repr(value)
     return f"a {type(value).__name__} ({text[:80]}{'...' if len(text) > 80 else ''})"
-
-
-def _refs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Ids:
-    return tuple(leaf.id for leaf in flatten_call(args, kwargs)[0] if isinstance(leaf, Ref))
 
 
 def wire_func(func: Callable[..., Any]) -> Callable[..., Any]:

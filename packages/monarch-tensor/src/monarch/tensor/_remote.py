@@ -188,7 +188,9 @@ class Remote(Generic[R]):
         wire_args, wire_kwargs = unflatten(wired, spec)
         ref = client.new_id()
         grad = torch.is_grad_enabled()
-        client.record(Call(ref, self._wired(), wire_args, wire_kwargs, grad))
+        client.record(
+            Call(func=self._wired(), args=wire_args, kwargs=wire_kwargs, grad=grad, out=ref)
+        )
         return client, ref
 
     def _wired(self) -> Pickled:

@@ -240,7 +240,7 @@ def dispatch(
         wire_args, wire_kwargs = unflatten([_to_wire(x) for x in flat], spec)
         grad = torch.is_grad_enabled()
         sent = wire_func(func) if wire is None else wire
-        client.record(Op(tuple(ids), sent, wire_args, wire_kwargs, grad))
+        client.record(Op(func=sent, args=wire_args, kwargs=wire_kwargs, grad=grad, out=tuple(ids)))
     return unflatten(out, out_spec)
 
 
