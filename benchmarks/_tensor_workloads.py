@@ -159,13 +159,21 @@ def run(rec: Recorder, reps: int, ops: int, big_mib: int, timeout: float, size: 
     rec.attempt(f"fetch_{big_mib}MiB_s", fetch_big)
 
     def reduce_tiny_first() -> float:
-        """The first collective of a fresh mesh, on a 4x4 tensor: what the workers' process
-        group setup costs (gloo's connections, the store) on top of the op and its fetch."""
-        begun = time.perf_counter()
-        with procs.activate():
-            r = small.reduce("gpus", "sum")  # type: ignore[attr-defined]
-        value = monarch.fetch_shard(r, gpus=1).get(timeout=min(timeout, 30.0))
-        took = time.perf_counter() - begun
+        """A fresh mesh's first tensor work is a reduce of a 4x4 tensor (from its procs'
+        ``initialized``): the workers' spawn on those procs, their process group (the store,
+        gloo's connections), the op and its fetch."""
+        fresh = this_host().spawn_procs(per_host={"gpus": size})
+        fresh.initialized.get(timeout=timeout)
+        try:
+            begun = time.perf_counter()
+            with fresh.activate():
+                r = torch.ones(4, 4).reduce("gpus", "sum")  # type: ignore[attr-defined]
+            value = monarch.fetch_shard(r, gpus=1).get(timeout=min(timeout, 30.0))
+            took = time.perf_counter() - begun
+        finally:
+            stopping = threading.Thread(target=lambda: fresh.stop().get(timeout=30), daemon=True)
+            stopping.start()
+            stopping.join(35)  # never hang on a mesh upstream's failed reduce left behind
         if float(value[0, 0]) != float(size):
             raise AssertionError(f"sum over {size} procs of ones gave {value}")
         return took
