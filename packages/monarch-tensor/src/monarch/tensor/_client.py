@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch._C._distributed_c10d import TCPStore
 
 from monarch.core import ActorMesh, Future, ProcMesh, ValueMesh
 
@@ -61,7 +62,7 @@ class MeshClient:
         self._workers: ActorMesh[TensorWorker] | None = None
         self._inbox: ActorMesh[TensorInbox] | None = None
         self._one: dict[int, ActorMesh[TensorWorker]] = {}
-        self._store: Any = None
+        self._store: TCPStore | None = None
         self._token = uuid.uuid4().hex
         self._transfers = itertools.count()
         self._recording = 0
@@ -126,7 +127,7 @@ class MeshClient:
         """A key no other transfer of any controller uses."""
         return f"{self._token}/{next(self._transfers)}"
 
-    def rank_of(self, coords: Mapping[str, Any]) -> int:
+    def rank_of(self, coords: Mapping[str, object]) -> int:
         """The row-major rank of ``coords`` (missing dimensions are 0)."""
         unknown = set(coords) - set(self.labels)
         if unknown:
@@ -190,9 +191,7 @@ class MeshClient:
         """Where the workers meet to form their gloo process group: a TCPStore that this
         controller serves (the workers reach the controller already)."""
         if self._store is None:
-            self._store = torch.distributed.TCPStore(  # type: ignore[attr-defined]
-                "0.0.0.0", 0, None, is_master=True, wait_for_workers=False
-            )
+            self._store = TCPStore("0.0.0.0", 0, None, is_master=True, wait_for_workers=False)
         return (reachable_host(), int(self._store.port))
 
 

@@ -13,7 +13,7 @@ send still buffered here.
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -24,11 +24,14 @@ from ._client import MeshClient, client_for
 from ._commands import Recv, Send
 from ._stream import check_inputs
 
+if TYPE_CHECKING:
+    from ._tensor import Tensor
+
 
 class MeshSliceTensor:
     """The shards of ``tensor`` on a slice of its mesh: only ``to_mesh`` can use it."""
 
-    def __init__(self, tensor: Any, selection: dict[str, int | range]) -> None:
+    def __init__(self, tensor: Tensor, selection: dict[str, int | range]) -> None:
         # a monarch Tensor (``_tensor``, which uses this module)
         self.tensor = tensor
         self.selection = selection
@@ -41,7 +44,7 @@ class MeshSliceTensor:
         }
         return f"MeshSliceTensor({self.tensor!r}, {picked})"
 
-    def to_mesh(self, mesh: ProcMesh) -> Any:
+    def to_mesh(self, mesh: ProcMesh) -> Tensor:
         """A new tensor of ``mesh`` whose shards are copies of this slice's."""
         source = self.tensor._client
         check_inputs("to_mesh", [self.tensor], None)

@@ -327,7 +327,7 @@ class OpaqueRef:
     result (ids, poisoning, deletion); the object is held by the key tensor's identity.
     """
 
-    _key: Any
+    _key: torch.Tensor
 
     def __init__(self, value: Any = None) -> None:
         self._key = torch.tensor(next(_opaque_keys), dtype=torch.int64)
@@ -335,7 +335,7 @@ class OpaqueRef:
         _opaque_values[self._key] = value
 
     @classmethod
-    def _create(cls, key: Any) -> OpaqueRef:
+    def _create(cls, key: torch.Tensor) -> OpaqueRef:
         made = cls.__new__(cls)
         made._key = key
         return made
