@@ -5,12 +5,13 @@ tensor command then spawns its worker without importing this wheel (0.3-0.4 s a 
 from __future__ import annotations
 
 import time
+from typing import cast
 
 import programs
 import torch
 
 from monarch.actor import this_host
-from monarch.tensor import fetch_shard
+from monarch.tensor import Tensor, fetch_shard
 
 WAIT = 60.0
 
@@ -23,7 +24,7 @@ def test_procs_forked_once_the_zygote_is_ready_have_the_engine_imported() -> Non
             probe = procs.spawn("probe", programs.Modules)
             if probe.had.call_one("monarch.tensor._worker").get(timeout=WAIT):
                 with procs.activate():
-                    t = torch.ones(2).reduce("gpus", "sum")
+                    t = cast(Tensor, torch.ones(2)).reduce("gpus", "sum")
                 assert fetch_shard(t).get(timeout=WAIT).tolist() == [1.0, 1.0]
                 return
         finally:
