@@ -29,6 +29,7 @@ from monarch.tensor._commands import (
     Shaped,
     UseStream,
     Wait,
+    _Base,
     decode,
 )
 from monarch.tensor._errors import CommandError
@@ -159,6 +160,7 @@ def test_every_kind_is_in_the_union() -> None:
         ([(0, (1,), torch.add, (), {}, True)], "item 0 of a tensor-engine batch is a tuple"),
         ([Wait(0), {"Op": 1}], "item 1 of a tensor-engine batch is a dict"),
         ([Ref(3)], "item 0 of a tensor-engine batch is a Ref"),
+        ([Lend(1, "k"), _Base()], "item 1 of a tensor-engine batch is a _Base"),
     ],
 )
 def test_anything_else_is_refused_saying_what_it_is(batch: object, says: str) -> None:

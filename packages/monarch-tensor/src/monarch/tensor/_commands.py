@@ -88,7 +88,7 @@ Function = Union[Callable[..., Any], Pickled, Shaped]  # noqa: UP007
 
 
 class _Base(msgspec.Struct, frozen=True, tag=True, array_like=True):
-    """Fields of the ids a command reads and writes; ``run`` is what a worker does."""
+    """A command: the ids it reads and writes, and what a worker does for it (``run``)."""
 
     def reads(self) -> Ids:
         return ()
@@ -307,6 +307,7 @@ Command = Union[Op, Call, Borrowed, Reduce, Send, Recv, Lend, Delete, UseStream,
 """Every engine command (a msgspec tagged union: each encodes as ``[name, fields...]``)."""
 
 KINDS: tuple[type[_Base], ...] = get_args(Command)
+_KINDS = frozenset(KINDS)
 
 
 def decode(batch: object) -> list[Command]:
@@ -317,7 +318,7 @@ def decode(batch: object) -> list[Command]:
             f"a tensor-engine batch is a list of commands, not {type(batch).__name__}"
         )
     for i, command in enumerate(batch):
-        if not isinstance(command, _Base):
+        if type(command) not in _KINDS:
             raise CommandError(
                 f"item {i} of a tensor-engine batch is {_describe(command)}, not one of the "
                 f"commands {', '.join(kind.__name__ for kind in KINDS)} (a controller of "
