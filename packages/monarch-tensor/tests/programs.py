@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import torch
@@ -87,6 +88,17 @@ def exit_on_rank(t: torch.Tensor, rank: int) -> torch.Tensor:
     if t.device.type != "meta" and current_rank().rank == rank:
         os._exit(3)
     return t + 0
+
+
+class Modules(Actor):
+    """Says what its proc had imported when it started (before anything it ran imported)."""
+
+    def __init__(self) -> None:
+        self.at_start = set(sys.modules)
+
+    @endpoint
+    def had(self, name: str) -> bool:
+        return name in self.at_start
 
 
 class Maker(Actor):

@@ -15,10 +15,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch._C._distributed_c10d import TCPStore
 
 from monarch.core import ActorMesh, Future, ProcMesh, ValueMesh
 
-from ._commands import DELETE, STREAM
+from ._commands import Command, Delete, UseStream
 from ._errors import RemoteException
 from ._host import reachable_host
 from ._stream import Stream, get_active_stream
@@ -55,13 +56,13 @@ class MeshClient:
         self.sizes: list[int] = list(extent.sizes)
         self.device = torch.device("cpu")
         self._ids = itertools.count()
-        self._commands: list[tuple[Any, ...]] = []
+        self._commands: list[Command] = []
         self._freed: deque[int] = deque()
         self._lock = threading.Lock()
         self._workers: ActorMesh[TensorWorker] | None = None
         self._inbox: ActorMesh[TensorInbox] | None = None
         self._one: dict[int, ActorMesh[TensorWorker]] = {}
-        self._store: Any = None
+        self._store: TCPStore | None = None
         self._token = uuid.uuid4().hex
         self._transfers = itertools.count()
         self._recording = 0
@@ -73,13 +74,13 @@ class MeshClient:
     def new_id(self) -> int:
         return next(self._ids)
 
-    def record(self, command: tuple[Any, ...], stream: Stream | None = None) -> None:
+    def record(self, command: Command, stream: Stream | None = None) -> None:
         """Buffer ``command``, for ``stream`` (default: the active one): a change of stream
-        between two commands is a ``STREAM`` command (none in a program of one stream)."""
+        between two commands is a ``UseStream`` command (none in a program of one stream)."""
         sid = (stream or get_active_stream()).sid
         with self._lock:
             if sid != self._recording:
-                self._commands.append((STREAM, sid))
+                self._commands.append(UseStream(sid))
                 self._recording = sid
             self._commands.append(command)
             full = len(self._commands) >= BATCH
@@ -103,7 +104,7 @@ class MeshClient:
         with self._lock:
             commands, self._commands = self._commands, []
         if freed:
-            commands.append((DELETE, tuple(freed)))
+            commands.append(Delete(tuple(freed)))
         if commands:
             coalesced.sending = True  # a monarch Tensor met here is no actor's argument
             try:
@@ -126,7 +127,7 @@ class MeshClient:
         """A key no other transfer of any controller uses."""
         return f"{self._token}/{next(self._transfers)}"
 
-    def rank_of(self, coords: Mapping[str, Any]) -> int:
+    def rank_of(self, coords: Mapping[str, object]) -> int:
         """The row-major rank of ``coords`` (missing dimensions are 0)."""
         unknown = set(coords) - set(self.labels)
         if unknown:
@@ -190,9 +191,7 @@ class MeshClient:
         """Where the workers meet to form their gloo process group: a TCPStore that this
         controller serves (the workers reach the controller already)."""
         if self._store is None:
-            self._store = torch.distributed.TCPStore(  # type: ignore[attr-defined]
-                "0.0.0.0", 0, None, is_master=True, wait_for_workers=False
-            )
+            self._store = TCPStore("0.0.0.0", 0, None, is_master=True, wait_for_workers=False)
         return (reachable_host(), int(self._store.port))
 
 

@@ -20,3 +20,24 @@ class RemoteException(Exception):
     def __str__(self) -> str:
         text = f"{self.op} failed on rank {self.rank}: {self.message}"
         return f"{text}\n{self.traceback}" if self.traceback else text
+
+
+class Poison:
+    """What a worker holds at a failed id: the exception its fetch raises."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: RemoteException) -> None:
+        self.error = error
+
+
+class Failed(Exception):
+    """An input of a command is poisoned: its outputs get the same poison."""
+
+    def __init__(self, poison: Poison) -> None:
+        self.poison = poison
+
+
+class CommandError(TypeError):
+    """A worker received something that is not a batch of engine commands (a controller of
+    another version, or a message built by hand)."""

@@ -16,7 +16,10 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._commands import Command
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +33,7 @@ class Lane:
     def __init__(
         self,
         sid: int,
-        execute: Callable[[list[tuple[Any, ...]]], None],
+        execute: Callable[[list[Command]], None],
         changed: threading.Condition,
     ) -> None:
         self.sid = sid
@@ -38,13 +41,13 @@ class Lane:
         """Segments pushed (read and written on the worker's actor thread, under ``changed``)."""
         self.done = 0
         """Segments run."""
-        self._segments: deque[tuple[contextvars.Context, list[tuple[Any, ...]], Needs]] = deque()
+        self._segments: deque[tuple[contextvars.Context, list[Command], Needs]] = deque()
         self._execute = execute
         self._changed = changed
         thread = threading.Thread(target=self._loop, name=f"tensor-stream-{sid}", daemon=True)
         thread.start()
 
-    def push(self, commands: list[tuple[Any, ...]], needs: Needs = ()) -> None:
+    def push(self, commands: list[Command], needs: Needs = ()) -> None:
         """Queue ``commands``, to run once ``needs`` are met, in the caller's context (the
         run message's: ``current_rank()`` there is the worker's)."""
         context = contextvars.copy_context()

@@ -19,7 +19,7 @@ from monarch.core import Future, ValueMesh, context, dumps
 
 from ._active import current_client
 from ._client import MeshClient
-from ._commands import CALL, Pickled, Ref, Shaped
+from ._commands import Call, Pickled, Ref, Shaped
 from ._flat import flatten, flatten_call, unflatten
 from ._group import fake_group
 from ._metacache import key_of
@@ -188,7 +188,9 @@ class Remote(Generic[R]):
         wire_args, wire_kwargs = unflatten(wired, spec)
         ref = client.new_id()
         grad = torch.is_grad_enabled()
-        client.record((CALL, ref, self._wired(), wire_args, wire_kwargs, grad))
+        client.record(
+            Call(func=self._wired(), args=wire_args, kwargs=wire_kwargs, grad=grad, out=ref)
+        )
         return client, ref
 
     def _wired(self) -> Pickled:

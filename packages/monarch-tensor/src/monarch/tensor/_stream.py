@@ -17,9 +17,12 @@ import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ._commands import WAIT
+from ._commands import Wait
+
+if TYPE_CHECKING:
+    from ._client import MeshClient
 
 
 class Tensor(Protocol):
@@ -27,8 +30,8 @@ class Tensor(Protocol):
 
     _aliases: StorageAliases
     _stream: Stream
-    _client: Any
-    _ref: Any
+    _client: MeshClient
+    _ref: int
 
 
 class Stream:
@@ -98,7 +101,7 @@ class Borrow:
         self,
         lender: StorageAliases,
         aliases: StorageAliases,
-        client: Any,
+        client: MeshClient,
         lending: Stream,
         borrowing: Stream,
     ) -> None:
@@ -123,7 +126,7 @@ class Borrow:
         if self._borrowing is not self._lending:
             # The lender's later commands wait for the borrower's so far (its reads, or
             # its writes of a mutable borrow), as upstream's stream synchronization does.
-            self._client.record((WAIT, self._borrowing.sid), self._lending)
+            self._client.record(Wait(self._borrowing.sid), self._lending)
         for tensor in list(self._aliases.tensors):
             tensor._client.free(tensor._ref)
         lender = self._lender
@@ -147,7 +150,7 @@ def get_active_stream() -> Stream:
     return _active.stream
 
 
-def check_inputs(func: Any, tensors: Sequence[Tensor], mutated: Tensor | None) -> None:
+def check_inputs(func: object, tensors: Sequence[Tensor], mutated: Tensor | None) -> None:
     """Raise where upstream does: a tensor of another stream, a dropped borrow, a read of a
     storage lent mutably, a write to a storage lent (or borrowed) for reading. (A
     RuntimeError: torch turns a TypeError raised inside ``t + 1`` into NotImplemented, and
@@ -174,7 +177,7 @@ def check_inputs(func: Any, tensors: Sequence[Tensor], mutated: Tensor | None) -
         )
 
 
-def mutated_input(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def mutated_input(func: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
     """The tensor an in-place op writes (its first argument, or ``out=``), else None."""
     out = kwargs.get("out")
     if out is not None:
@@ -202,5 +205,5 @@ _IN_PLACE_OPS = (
 _IN_PLACE_DUNDERS = frozenset(f"__i{op}__" for op in _IN_PLACE_OPS) | {"__setitem__"}
 
 
-def _name(func: Any) -> str:
+def _name(func: object) -> str:
     return str(getattr(func, "__qualname__", None) or getattr(func, "__name__", func))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -21,7 +21,8 @@ from monarch.core import ActorMesh, calling_endpoint, calling_target, proc_addre
 
 from ._active import current_client, pushed
 from ._client import MeshClient, coalesced
-from ._commands import LEND, OP, REDUCE, Ref, same, wire_func
+from ._collective import Reduction
+from ._commands import Borrowed, Lend, Op, Reduce, Ref, wire_func
 from ._flat import flatten, flatten_call, unflatten
 from ._group import RemoteProcessGroup
 from ._metacache import key_of, lookup, store
@@ -120,7 +121,7 @@ class Tensor(torch.Tensor):
         client = self._client
         _check_target(client, calling_target())
         key = client.transfer_key()
-        client.record((LEND, self._ref, key))
+        client.record(Lend(self._ref, key))
         client.flush(now=True)
         client.settle_actor_calls(LENT_WAIT)
         return (lent, (key,))
@@ -144,9 +145,8 @@ class Tensor(torch.Tensor):
             fresh = torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device="meta")
         with stream.activate():
             r = Tensor._wrap(fresh, self._client, aliases)
-        grad = torch.is_grad_enabled()
         # On the borrowing stream: it waits there for the lender's commands so far.
-        self._client.record((OP, (r._ref,), same, (Ref(self._ref),), {}, grad), stream)
+        self._client.record(Borrowed(r._ref, self._ref), stream)
         return r
 
     def reduce(self, dims: str | Any, reduction: str = "sum", scatter: bool = False) -> Tensor:
@@ -240,7 +240,7 @@ def dispatch(
         wire_args, wire_kwargs = unflatten([_to_wire(x) for x in flat], spec)
         grad = torch.is_grad_enabled()
         sent = wire_func(func) if wire is None else wire
-        client.record((OP, tuple(ids), sent, wire_args, wire_kwargs, grad))
+        client.record(Op(func=sent, args=wire_args, kwargs=wire_kwargs, grad=grad, out=tuple(ids)))
     return unflatten(out, out_spec)
 
 
@@ -296,7 +296,7 @@ class ActiveMode(TorchFunctionMode):
         return dispatch(func, args, kwargs, client, factory=True)
 
 
-REDUCTIONS = ("sum", "avg", "max", "min", "stack")
+REDUCTIONS: tuple[Reduction, ...] = get_args(Reduction)
 
 
 def _reduce(tensor: Tensor, dims: Any, reduction: str, scatter: bool, inplace: bool) -> Tensor:
@@ -321,6 +321,10 @@ def _reduce(tensor: Tensor, dims: Any, reduction: str, scatter: bool, inplace: b
             result = torch.empty((size, *meta.shape), dtype=meta.dtype, device="meta")
         elif reduction == "avg" and not (meta.is_floating_point() or meta.is_complex()):
             raise TypeError(f"reduction='avg' needs a floating point tensor, not {meta.dtype}")
+        elif meta.is_contiguous():
+            # Not empty_like: torch's meta kernel of it imports sympy, a second or so the
+            # first time in a process (a program's first reduce, on a fresh client).
+            result = torch.empty(meta.shape, dtype=meta.dtype, device="meta")
         else:
             result = torch.empty_like(meta)
         if scatter:
@@ -334,19 +338,7 @@ def _reduce(tensor: Tensor, dims: Any, reduction: str, scatter: bool, inplace: b
                 (meta.shape[0] // size, *meta.shape[1:]), dtype=meta.dtype, device="meta"
             )
     out = tensor if inplace else Tensor._wrap(result, client)
-    client.record(
-        (
-            REDUCE,
-            out._ref,
-            tensor._ref,
-            axes,
-            reduction,
-            scatter,
-            client.store(),
-            tuple(meta.shape),
-            meta.dtype,
-        )
-    )
+    client.record(Reduce(out._ref, tensor._ref, axes, reduction, scatter, client.store()))
     return out
 
 

@@ -13,7 +13,7 @@ send still buffered here.
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -21,14 +21,17 @@ from monarch.core import ProcMesh
 
 from ._active import pushed
 from ._client import MeshClient, client_for
-from ._commands import RECV, SEND
+from ._commands import Recv, Send
 from ._stream import check_inputs
+
+if TYPE_CHECKING:
+    from ._tensor import Tensor
 
 
 class MeshSliceTensor:
     """The shards of ``tensor`` on a slice of its mesh: only ``to_mesh`` can use it."""
 
-    def __init__(self, tensor: Any, selection: dict[str, int | range]) -> None:
+    def __init__(self, tensor: Tensor, selection: dict[str, int | range]) -> None:
         # a monarch Tensor (``_tensor``, which uses this module)
         self.tensor = tensor
         self.selection = selection
@@ -41,7 +44,7 @@ class MeshSliceTensor:
         }
         return f"MeshSliceTensor({self.tensor!r}, {picked})"
 
-    def to_mesh(self, mesh: ProcMesh) -> Any:
+    def to_mesh(self, mesh: ProcMesh) -> Tensor:
         """A new tensor of ``mesh`` whose shards are copies of this slice's."""
         source = self.tensor._client
         check_inputs("to_mesh", [self.tensor], None)
@@ -77,9 +80,9 @@ class MeshSliceTensor:
             result = torch.empty(meta.shape, dtype=meta.dtype, device="meta")
         out = type(self.tensor)._wrap(result, destination)
         key = destination.transfer_key()
-        source.record((SEND, self.tensor._ref, key, plan, destination.inbox()))
+        source.record(Send(self.tensor._ref, key, plan, destination.inbox()))
         source.flush(now=True)  # no destination may wait on a send still held here
-        destination.record((RECV, out._ref, key))
+        destination.record(Recv(out._ref, key))
         return out
 
 

@@ -827,9 +827,9 @@ class Config:
         doc=(
             "(ours) Modules a host's zygote imports for its procs, so that each proc "
             "has them without importing them itself (comma-separated; empty: none). "
-            "'auto': torch, where the spawner has imported it. Procs asked for while "
-            "the zygote imports them are forked without them (they import them when "
-            "they need them)."
+            "'auto': torch and monarch.tensor, those the spawner has imported. Procs "
+            "asked for while the zygote imports them are forked without them (they "
+            "import them when they need them)."
         ),
         ours=True,
     )
