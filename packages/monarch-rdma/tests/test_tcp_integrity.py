@@ -10,7 +10,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import pytest
@@ -21,6 +20,7 @@ from monarch.rdma import RDMABufferDropped, RDMAError
 from monarch.rdma import _tcp as tcp
 from monarch.rdma._chunks import plan
 from monarch.rdma._region import Region, region_of
+from monarch.rdma._threads import Threads
 
 SECRET = os.urandom(32)
 HANDSHAKE = 17 + 32
@@ -81,7 +81,7 @@ def move(
 ) -> None:
     streams = tcp.Streams(address[0], address[1], SECRET, integrity)
     try:
-        with ThreadPoolExecutor(1) as helpers:
+        with Threads(1) as helpers:
             tcp.transfer(
                 streams,
                 op,
@@ -183,7 +183,7 @@ def test_a_replayed_request_is_refused(server: Served) -> None:
     chunks = plan(SIZE, 1, SIZE, 1)
     with relay((served.host, served.port), replay) as address:
         streams = tcp.Streams(address[0], address[1], SECRET)
-        with ThreadPoolExecutor(1) as helpers:
+        with Threads(1) as helpers:
             deadline = time.monotonic() + 20
             tcp.transfer(
                 streams, tcp.WRITE, 1, region_of(local), SIZE, deadline, chunks, helpers, 1

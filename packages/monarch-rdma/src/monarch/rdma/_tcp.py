@@ -30,8 +30,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from monarch.transport.lowlevel import Admission
 
@@ -44,6 +43,9 @@ from ._errors import (
 )
 from ._region import Region
 from ._seal import SLICE, TAG_SIZE, Seal, Tagger, session_keys
+
+if TYPE_CHECKING:
+    from ._threads import Threads
 
 Buffer = bytes | bytearray | memoryview
 
@@ -510,12 +512,12 @@ def transfer(
     size: int,
     deadline: float,
     chunks: list[tuple[int, int]],
-    helpers: Executor,
+    threads: Threads,
     width: int,
 ) -> None:
     """Move ``size`` bytes between the buffer (from its start) and ``local`` (from its
     start), ``op`` saying which way, in ``chunks`` taken by up to ``width`` streams (this
-    thread and helpers from ``helpers``). Every stream has ended when this returns."""
+    thread and helpers of ``threads``). Every stream has ended when this returns."""
     pieces = iter(chunks)
     stop = threading.Event()
 
@@ -537,16 +539,7 @@ def transfer(
             streams.give(stream)
 
     width = max(1, min(width, len(chunks)))
-    futures = [helpers.submit(run) for _ in range(width - 1)]
-    errors: list[BaseException] = []
-    try:
-        run()
-    except BaseException as error:  # noqa: BLE001 - reported once every stream ended
-        errors.append(error)
-    for future in futures:
-        failure = future.exception()
-        if failure is not None:
-            errors.append(failure)
+    errors = threads.spread(run, width - 1)
     if errors:
         raise _explain(errors, streams)
 
