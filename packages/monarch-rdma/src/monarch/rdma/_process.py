@@ -25,7 +25,8 @@ from ._registry import registry
 from ._tcp import DataServer, Streams
 
 OPS_THREADS: Final = 16
-"""Operations of this process that run at once (an RDMAAction's run side by side)."""
+"""Operations of this process that run at once, each with its streams (an RDMAAction's
+run side by side): the executor holds ``OPS_THREADS`` x streams per transfer threads."""
 
 
 def _tcp_host(address: str) -> str:
