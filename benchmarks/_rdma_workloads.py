@@ -21,6 +21,11 @@ import time
 import warnings
 from typing import Any
 
+try:  # as a user's client would: torch first (its import changes what monarch finds)
+    import torch  # noqa: F401
+except ImportError:  # pragma: no cover - the workloads need no torch
+    pass
+
 from monarch.actor import Actor, endpoint, this_host
 from monarch.rdma import RDMAAction, RDMABuffer
 

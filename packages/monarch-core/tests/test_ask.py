@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import msgspec
@@ -53,6 +55,29 @@ ECHO = Service("test-echo", Echo | Fail, _answer, answers=tuple[str, int])
 """Registered wherever this module is imported: in every proc that unpickles ``Probe``."""
 
 
+class Later(msgspec.Struct, tag="later", frozen=True):
+    """Answered from another thread, after the handler returned (``fail``: with an error)."""
+
+    text: str
+    fail: bool = False
+
+
+def _answer_later(request: Later) -> Future[str]:
+    done: Future[str] = Future()
+
+    def work() -> None:
+        if request.fail:
+            done.set_exception(ValueError(request.text))
+        else:
+            done.set_result(f"{request.text} from {threading.current_thread().name}")
+
+    threading.Thread(target=work, name="later-worker").start()
+    return done
+
+
+LATER = Service("test-later", Later, _answer_later, answers=str)
+
+
 class Probe(Actor):
     @endpoint
     def pid(self) -> int:
@@ -79,6 +104,13 @@ def test_a_service_answers_on_a_proc_and_its_errors_come_back(procs: ProcMesh) -
     assert text == "ababab" and pid != os.getpid()
     with pytest.raises(ServiceError, match="ValueError: no reason"):
         ask(address, Fail("no reason"), timeout=30).get(timeout=60)
+
+
+def test_a_handler_may_answer_later_from_another_thread(procs: ProcMesh) -> None:
+    address = address_of("asked")
+    assert ask(address, Later("hi"), timeout=30).get(timeout=60) == "hi from later-worker"
+    with pytest.raises(ServiceError, match="ValueError: broke"):
+        ask(address, Later("broke", fail=True), timeout=30).get(timeout=60)
 
 
 def test_a_request_of_an_unknown_type_gets_a_clear_error_back(procs: ProcMesh) -> None:

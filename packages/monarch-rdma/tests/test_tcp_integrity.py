@@ -10,7 +10,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import pytest
@@ -21,11 +20,29 @@ from monarch.rdma import RDMABufferDropped, RDMAError
 from monarch.rdma import _tcp as tcp
 from monarch.rdma._chunks import plan
 from monarch.rdma._region import Region, region_of
+from monarch.rdma._threads import Threads
+from monarch.transport.lowlevel import Handshake
 
 SECRET = os.urandom(32)
-HANDSHAKE = 17 + 32
-"""Bytes each way before the first request: a hello (a nonce, whether the end tags the
-bytes) and a proof."""
+CHOICE = 1 + 16
+"""Each end's first tagged message: whether it tags the bytes, and its tag."""
+
+
+def _handshake_sizes() -> dict[str, int]:
+    """Bytes each way ("up": to the server) before the first request: the transports'
+    handshake (its message sizes are fixed for a given process), then each end's choice."""
+    client, server = Handshake("client", SECRET), Handshake("server", SECRET)
+    sent = {"up": 0, "down": 0}
+    while client.wants_more or server.wants_more:
+        up, down = client.data_to_send(), server.data_to_send()
+        sent["up"] += len(up)
+        sent["down"] += len(down)
+        server.receive_data(up)
+        client.receive_data(down)
+    return {way: size + CHOICE for way, size in sent.items()}
+
+
+HANDSHAKE = _handshake_sizes()
 Mutate = Callable[[str, int, bytes], bytes]
 """(direction "up" (to the server) or "down", offset of the chunk in its stream, chunk)."""
 
@@ -81,7 +98,7 @@ def move(
 ) -> None:
     streams = tcp.Streams(address[0], address[1], SECRET, integrity)
     try:
-        with ThreadPoolExecutor(1) as helpers:
+        with Threads(1) as helpers:
             tcp.transfer(
                 streams,
                 op,
@@ -101,7 +118,7 @@ def flip_at(direction: str, position: int) -> Mutate:
     """Change the byte at ``position`` after the handshake in one direction."""
 
     def mutate(way: str, offset: int, data: bytes) -> bytes:
-        at = HANDSHAKE + position - offset
+        at = HANDSHAKE[direction] + position - offset
         if way != direction or not 0 <= at < len(data):
             return data
         return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
@@ -172,7 +189,7 @@ def test_a_replayed_request_is_refused(server: Served) -> None:
             return data
         out = bytearray(data)
         for i in range(len(data)):
-            at = offset + i - HANDSHAKE
+            at = offset + i - HANDSHAKE["up"]
             if 0 <= at < write:
                 recorded.append(data[i])
             elif write <= at < 2 * write:
@@ -183,7 +200,7 @@ def test_a_replayed_request_is_refused(server: Served) -> None:
     chunks = plan(SIZE, 1, SIZE, 1)
     with relay((served.host, served.port), replay) as address:
         streams = tcp.Streams(address[0], address[1], SECRET)
-        with ThreadPoolExecutor(1) as helpers:
+        with Threads(1) as helpers:
             deadline = time.monotonic() + 20
             tcp.transfer(
                 streams, tcp.WRITE, 1, region_of(local), SIZE, deadline, chunks, helpers, 1
@@ -255,12 +272,13 @@ def test_the_bytes_are_tagged_unless_both_ends_said_no(client_integrity: bool) -
 
 @pytest.mark.parametrize("end", ["up", "down"])
 def test_a_choice_changed_in_the_handshake_fails_it(server: Served, end: str) -> None:
-    """A relay cannot talk the ends out of tagging: each hello is under the proofs."""
+    """A relay cannot talk the ends out of tagging: each end's choice is tagged under the
+    keys of the handshake."""
     served, regions = server
     regions[1] = region_of(bytearray(SIZE))
 
     def downgrade(way: str, offset: int, data: bytes) -> bytes:
-        at = 16 - offset  # the choice: the byte after the nonce
+        at = HANDSHAKE[end] - CHOICE - offset  # the choice: the byte after the handshake
         if way != end or not 0 <= at < len(data):
             return data
         return data[:at] + b"\x00" + data[at + 1 :]
@@ -273,9 +291,9 @@ def test_a_choice_changed_in_the_handshake_fails_it(server: Served, end: str) ->
 
 
 def test_a_flood_of_silent_connections_neither_holds_a_thread_each_nor_locks_peers_out() -> None:
-    """Ten times the cap of connections that never prove the secret (each read the server's
-    hello and went quiet): the server keeps the newest ``MAX_PENDING_HANDSHAKES``, closing the
-    rest, and a peer with the secret still moves its bytes."""
+    """Ten times the cap of connections that never prove the secret (each connected and
+    went quiet): the server keeps the newest ``MAX_PENDING_HANDSHAKES``, closing the rest,
+    and a peer with the secret still moves its bytes."""
     regions: dict[int, Region] = {}
     served = tcp.DataServer("127.0.0.1", SECRET, regions.get)
     flood: list[socket.socket] = []
@@ -288,7 +306,7 @@ def test_a_flood_of_silent_connections_neither_holds_a_thread_each_nor_locks_pee
             for sock in flood:
                 sock.setblocking(False)
                 try:
-                    while chunk := sock.recv(4096):  # the server's hello, then the end
+                    while chunk := sock.recv(4096):  # nothing until the end
                         del chunk
                     gone += 1
                 except BlockingIOError:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future as Deferred
 from typing import Any, Final, Generic, TypeVar
 
 import msgspec
@@ -90,7 +91,9 @@ class Service(Generic[Req]):
     Making one registers it in this process (do it at import time of a module every proc
     imports, so every proc serves it). ``handler`` runs on the proc's runtime loop and
     returns the answer (anything msgspec encodes); what it raises goes back to the asker
-    as a ``ServiceError``. ``answers`` is the type the asker decodes the answer as.
+    as a ``ServiceError``. ``answers`` is the type the asker decodes the answer as. A
+    request that would hold the loop (a large copy) may be answered later: the handler
+    returns a ``concurrent.futures.Future`` of the answer, run where it chooses.
     """
 
     __slots__ = ("_decoder", "answers", "handler", "name", "requests")
@@ -121,13 +124,15 @@ class Service(Generic[Req]):
     def __repr__(self) -> str:
         return f"Service({self.name!r})"
 
-    def answer(self, data: bytes) -> bytes:
-        """The encoded answer to one encoded request (raises ``ServiceError``)."""
+    def answer(self, data: bytes) -> bytes | Deferred[Any]:
+        """The encoded answer to one encoded request, or a future of the (not yet
+        encoded) answer (raises ``ServiceError``)."""
         try:
             request = self._decoder.decode(data)
         except msgspec.DecodeError as exc:
             raise ServiceError(f"service {self.name!r} cannot read the request: {exc}") from None
-        return _encoder.encode(self.handler(request))
+        value = self.handler(request)
+        return value if isinstance(value, Deferred) else _encoder.encode(value)
 
 
 _services: dict[str, Service[Any]] = {}
@@ -235,7 +240,25 @@ def handle_ask_service(
             raise ServiceError(f"no service named {body.service!r} on proc {runtime.address}")
         answer = service.answer(body.request)
     except Exception as exc:  # noqa: BLE001 - the asker learns why
-        text = str(exc) if isinstance(exc, ServiceError) else f"{type(exc).__name__}: {exc}"
-        runtime.send_to_port(body.reply, PortValue(0, True), [_encoder.encode(text)])
+        _refuse(runtime, body.reply, exc)
+        return
+    if isinstance(answer, Deferred):
+        answer.add_done_callback(lambda done: _send_later(runtime, body.reply, done))
     else:
         runtime.send_to_port(body.reply, PortValue(0), [answer])
+
+
+def _refuse(runtime: Runtime, reply: PortRef, exc: BaseException) -> None:
+    text = str(exc) if isinstance(exc, ServiceError) else f"{type(exc).__name__}: {exc}"
+    runtime.send_to_port(reply, PortValue(0, True), [_encoder.encode(text)])
+
+
+def _send_later(runtime: Runtime, reply: PortRef, done: Deferred[Any]) -> None:
+    """Send a deferred answer (from the thread that completed it: ``send_to_port`` is
+    thread-safe)."""
+    try:
+        data = _encoder.encode(done.result())
+    except BaseException as exc:  # noqa: BLE001 - the asker learns why
+        _refuse(runtime, reply, exc)
+    else:
+        runtime.send_to_port(reply, PortValue(0), [data])

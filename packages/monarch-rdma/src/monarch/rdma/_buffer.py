@@ -75,7 +75,6 @@ class RDMABuffer:
             writable=region.writable,
             owner=context().actor_instance.actor_id,
             proc=proc.runtime.address,
-            service=proc.service,
             pid=os.getpid(),
             token=registry.token,
             identity=registry.identity_address,

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from monarch.core import PortRef
-
 
 @dataclass(frozen=True, slots=True)
 class Handle:
@@ -15,9 +13,8 @@ class Handle:
     owner: str
     """The actor (or client) that registered it: upstream's ``RDMABuffer.owner``."""
     proc: str
-    """The owner's runtime address: watched for its death."""
-    service: PortRef
-    """The owner's RDMA service (writes it pulls, drops, atomics)."""
+    """The owner's runtime address: its ``rdma`` service is asked there (writes it
+    pulls, drops, atomics, verbs connections) and its death watched."""
     pid: int
     token: int
     """The owner process's token (see ``_registry``)."""

@@ -2,8 +2,9 @@
 
 The handshake proves both ends hold the job's secret, but a machine on the path could
 still rewrite a request once it is made (write elsewhere, into another buffer) or the
-bytes it carries. So each direction of a connection has its own key, derived from the
-secret and both handshake nonces, and counts its messages; a message's tag covers its
+bytes it carries. So each direction of a connection has its own key, the one the
+transports' handshake derived for it from the secret and the whole transcript
+(``monarch.transport.lowlevel.Handshake``), and counts its messages; a message's tag covers its
 number, its header and, for its bytes, their Poly1305 under a key for that message alone
 (the transport's construction, ``monarch.transport._mac``)::
 
@@ -15,6 +16,13 @@ A request's header is checked before the owner acts on it; bytes are moved where
 without a copy and checked as they lie: a write whose bytes were altered is reported to
 the writer (and the connection dropped), a read's to the reader, as a transfer error.
 Replayed, dropped or reordered messages fail like forged ones (the numbers are never sent).
+
+Why not the transport's frame seal (``monarch.transport._mac``), whose keys these are: it
+seals runs of frames and hashes a large part when the run is sealed, after it was
+queued; a chunk here is tagged slice by slice while the kernel sends or receives the
+slice before (``SLICE``), which keeps the tag off the transfer's critical path. The
+constructions are the same (keyed BLAKE2b over the header, a one-time Poly1305 for the
+bytes); only when the bytes are hashed differs.
 """
 
 from __future__ import annotations
@@ -28,17 +36,6 @@ from cryptography.hazmat.primitives.poly1305 import Poly1305
 
 TAG_SIZE: Final = 16
 _COUNT: Final = struct.Struct("<Q")
-
-
-def session_keys(secret: bytes, server_hello: bytes, client_hello: bytes) -> tuple[bytes, bytes]:
-    """(client-to-server key, server-to-client key) of one connection, from both ends'
-    hellos (nonce and choice of tagging the bytes)."""
-
-    def derive(label: bytes) -> bytes:
-        message = b"monarch-rdma/2 key " + label + server_hello + client_hello
-        return hmac.new(secret, message, hashlib.sha256).digest()
-
-    return derive(b"c2s"), derive(b"s2c")
 
 
 SLICE: Final = 1 << 20

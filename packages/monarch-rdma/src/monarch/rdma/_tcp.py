@@ -1,39 +1,38 @@
 """The TCP plane: buffers between hosts without ibverbs, over several streams at once.
 
 Each process that registers a buffer runs a data server (a listening socket and a thread
-per connection). A peer connects, both prove they hold the job's secret (HMAC challenge
-and response, each way: the server lets the peer read and write its memory, the peer
-trusts the bytes it gets), then sends requests on the connection: read or write so many
-bytes at an offset of a buffer. Bytes go from the buffer's memory to the socket and from
-the socket to the destination's memory with no copy in between (``sendall``/``recv_into``
-on views of the memory). A transfer is cut into chunks (``_chunks``) that a few streams
-take in turn, each stream its own connection and thread; connections are kept for the
-next transfer.
+per connection). A peer connects, both prove they hold the job's secret with the
+transports' own handshake (``monarch.transport.lowlevel.Handshake``: HMAC challenge and
+response each way over the whole transcript, the peer first; the server lets the peer read
+and write its memory, the peer trusts the bytes it gets), then sends requests on the
+connection: read or write so many bytes at an offset of a buffer. Bytes go from the
+buffer's memory to the socket and from the socket to the destination's memory with no copy
+in between (``sendall``/``recv_into`` on views of the memory). A transfer is cut into
+chunks (``_chunks``) that a few streams take in turn, each stream its own connection and
+thread; connections are kept for the next transfer.
 
-Every request and answer after the handshake carries a tag under keys the handshake
-derived (``_seal``): a request is checked before it is acted on, bytes where they land.
-The bytes are not encrypted: the plane is as private as the network between the hosts.
-Where both ends have ``rdma_tcp_integrity`` off (a network trusted as the machines are),
-the bytes go untagged (requests and answers still are): each end says its choice in the
-handshake, under its proof, and the bytes are tagged unless both said no.
-"""
+Every request and answer after the handshake carries a tag under the keys the handshake
+derived for each direction (``_seal``): a request is checked before it is acted on, bytes
+where they land. The bytes are not encrypted: the plane is as private as the network
+between the hosts. Where both ends have ``rdma_tcp_integrity`` off (a network trusted as
+the machines are), the bytes go untagged (requests and answers still are): each end says
+its choice in the connection's first tagged message, and the bytes are tagged unless both
+said no."""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import hmac
 import logging
-import os
 import socket
 import struct
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor
-from typing import Final
+from typing import TYPE_CHECKING, Final, Literal
 
-from monarch.transport.lowlevel import Admission
+from monarch.transport import AuthenticationError, HandshakeError
+from monarch.transport.lowlevel import Admission, Handshake
 
 from ._errors import (
     RDMABufferDropped,
@@ -43,7 +42,10 @@ from ._errors import (
     RDMATransferError,
 )
 from ._region import Region
-from ._seal import SLICE, TAG_SIZE, Seal, Tagger, session_keys
+from ._seal import SLICE, TAG_SIZE, Seal, Tagger
+
+if TYPE_CHECKING:
+    from ._threads import Threads
 
 Buffer = bytes | bytearray | memoryview
 
@@ -60,7 +62,8 @@ READ_ONLY: Final = 3
 BAD_OP: Final = 4
 ALTERED: Final = 5
 """A write's bytes did not match their tag (changed on the way): not to be trusted."""
-NONCE: Final = 16
+_CHOICE: Final = b"monarch-rdma tags the bytes "
+"""What a connection's first tagged message (each end's choice) covers besides it."""
 HANDSHAKE_TIMEOUT: Final = 30.0
 MAX_PENDING_HANDSHAKES: Final = 64
 """Data connections a server keeps before their proof of the secret (see ``_accept``)."""
@@ -68,20 +71,49 @@ DRAIN: Final = 1024 * 1024
 _TIMEVAL: Final = struct.Struct("@ll")
 
 
-def _mac(secret: bytes, role: bytes, server_hello: bytes, client_hello: bytes) -> bytes:
-    """A proof of the secret over both hellos (nonce and data-tag choice of each end)."""
-    return hmac.new(
-        secret, b"monarch-rdma/2 " + role + server_hello + client_hello, hashlib.sha256
-    ).digest()
-
-
-def _hello(nonce: bytes, integrity: bool) -> bytes:
-    return nonce + (b"\x01" if integrity else b"\x00")
-
-
-def _tags_data(server_hello: bytes, client_hello: bytes) -> bool:
-    """The bytes are tagged unless both ends chose not to."""
-    return server_hello[-1:] != b"\x00" or client_hello[-1:] != b"\x00"
+def _handshake(
+    sock: socket.socket, role: Literal["client", "server"], secret: bytes, integrity: bool
+) -> tuple[Seal, Seal]:
+    """Prove the job's secret both ways with the transports' ``Handshake`` (the very
+    protocol of a monarch connection, sans I/O, here over a blocking socket), then say
+    under its keys whether we tag the bytes (they are unless both ends say no); returns
+    the (requests, answers) seals. Raises ``HandshakeError`` or ``OSError``."""
+    shake = Handshake(role, secret)
+    while True:
+        out = shake.data_to_send()
+        if out:
+            sock.sendall(out)
+        if not shake.wants_more:
+            break
+        data = sock.recv(4096)
+        if not data:
+            raise ConnectionResetError("the peer closed the connection in the handshake")
+        try:
+            shake.receive_data(data)
+        except HandshakeError:
+            with contextlib.suppress(OSError):  # its Reject, if any: best effort
+                sock.sendall(shake.data_to_send())
+            raise
+    keys = shake.frame_keys
+    assert keys is not None  # no TLS channel binding here
+    if role == "client":
+        requests, answers = Seal(keys.send), Seal(keys.receive)
+        ours, theirs = requests, answers
+    else:
+        requests, answers = Seal(keys.receive), Seal(keys.send)
+        ours, theirs = answers, requests
+    choice = b"\x01" if integrity else b"\x00"
+    sock.sendall(choice + ours.tag(_CHOICE + choice))
+    said = bytearray(shake.leftover)
+    while len(said) < 1 + TAG_SIZE:
+        data = sock.recv(1 + TAG_SIZE - len(said))
+        if not data:
+            raise ConnectionResetError("the peer closed the connection in the handshake")
+        said += data
+    if len(said) != 1 + TAG_SIZE or not theirs.check(bytes(said[1:]), _CHOICE + said[:1]):
+        raise AuthenticationError("the peer's choice of tagging the bytes is forged")
+    requests.covers_data = answers.covers_data = integrity or said[:1] != b"\x00"
+    return requests, answers
 
 
 def _recv_exact(sock: socket.socket, view: memoryview) -> None:
@@ -117,12 +149,6 @@ def _send(sock: socket.socket, data: Buffer) -> None:
         sock.sendall(data)
     except BlockingIOError:
         raise TimeoutError("timed out sending") from None
-
-
-def _recv_bytes(sock: socket.socket, size: int) -> bytes:
-    into = bytearray(size)
-    _recv_exact(sock, memoryview(into))
-    return bytes(into)
 
 
 class _Pending:
@@ -191,20 +217,13 @@ class DataServer:
     def _handshake(self, conn: socket.socket) -> tuple[Seal, Seal] | None:
         """The seals of the connection (requests in, answers out), or None if refused."""
         conn.settimeout(HANDSHAKE_TIMEOUT)
-        server_hello = _hello(os.urandom(NONCE), self._integrity)
-        conn.sendall(server_hello)
-        client_hello = _recv_bytes(conn, NONCE + 1)
-        proof = _recv_bytes(conn, hashlib.sha256().digest_size)
-        if not hmac.compare_digest(
-            proof, _mac(self._secret, b"client", server_hello, client_hello)
-        ):
-            log.warning("refused an RDMA data connection: bad proof of the job secret")
+        try:
+            seals = _handshake(conn, "server", self._secret, self._integrity)
+        except HandshakeError as error:
+            log.warning("refused an RDMA data connection: %s", error)
             return None
-        conn.sendall(_mac(self._secret, b"server", server_hello, client_hello))
         conn.settimeout(None)  # blocking: see _recv_exact
-        requests, answers = session_keys(self._secret, server_hello, client_hello)
-        data = _tags_data(server_hello, client_hello)
-        return Seal(requests, data), Seal(answers, data)
+        return seals
 
     def _serve(self, conn: socket.socket, pending: _Pending) -> None:
         header = bytearray(HEADER.size + TAG_SIZE)
@@ -369,11 +388,13 @@ class Streams:
             raise RDMATransferError(f"cannot connect to {self.host}:{self.port}: {error}") from None
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            server_hello = _recv_bytes(sock, NONCE + 1)
-            client_hello = _hello(os.urandom(NONCE), self._integrity)
-            sock.sendall(client_hello + _mac(self._secret, b"client", server_hello, client_hello))
-            proof = _recv_bytes(sock, hashlib.sha256().digest_size)
+            requests, answers = _handshake(sock, "client", self._secret, self._integrity)
             sock.settimeout(None)  # blocking: see _recv_exact
+        except HandshakeError as error:
+            sock.close()
+            raise RDMATransferError(
+                f"{self.host}:{self.port} does not hold the job's secret: {error}"
+            ) from None
         except TimeoutError:
             sock.close()
             raise RDMATimeoutError(
@@ -385,14 +406,7 @@ class Streams:
             raise RDMATransferError(
                 f"the RDMA handshake with {self.host}:{self.port} failed: {error}"
             ) from None
-        if not hmac.compare_digest(
-            proof, _mac(self._secret, b"server", server_hello, client_hello)
-        ):
-            sock.close()
-            raise RDMATransferError(f"{self.host}:{self.port} does not hold the job's secret")
-        requests, answers = session_keys(self._secret, server_hello, client_hello)
-        data = _tags_data(server_hello, client_hello)
-        return Stream(sock, Seal(requests, data), Seal(answers, data))
+        return Stream(sock, requests, answers)
 
     def give(self, stream: Stream) -> None:
         with self._lock:
@@ -510,12 +524,12 @@ def transfer(
     size: int,
     deadline: float,
     chunks: list[tuple[int, int]],
-    helpers: Executor,
+    threads: Threads,
     width: int,
 ) -> None:
     """Move ``size`` bytes between the buffer (from its start) and ``local`` (from its
     start), ``op`` saying which way, in ``chunks`` taken by up to ``width`` streams (this
-    thread and helpers from ``helpers``). Every stream has ended when this returns."""
+    thread and helpers of ``threads``). Every stream has ended when this returns."""
     pieces = iter(chunks)
     stop = threading.Event()
 
@@ -537,16 +551,7 @@ def transfer(
             streams.give(stream)
 
     width = max(1, min(width, len(chunks)))
-    futures = [helpers.submit(run) for _ in range(width - 1)]
-    errors: list[BaseException] = []
-    try:
-        run()
-    except BaseException as error:  # noqa: BLE001 - reported once every stream ended
-        errors.append(error)
-    for future in futures:
-        failure = future.exception()
-        if failure is not None:
-            errors.append(failure)
+    errors = threads.spread(run, width - 1)
     if errors:
         raise _explain(errors, streams)
 

@@ -7,7 +7,9 @@
 - anywhere else (``_tcp``): the owner's data server, in chunks over several streams.
 
 A small read this process copies itself runs on the calling thread; every other operation
-on an RDMA thread of this process. A batch (``RDMAAction``) runs its operations side by
+on this process's RDMA threads (``_threads``). What needs the owner (a write of this
+host it pulls, a drop, an atomic, a verbs connection) asks its ``rdma`` service
+(``_service``). A batch (``RDMAAction``) runs its operations side by
 side and its Future ends when the last one has (so no transfer still writes into memory
 the caller was told it may reuse), with the first error.
 """
@@ -20,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from monarch.core import Future, current_config
 
@@ -27,27 +30,14 @@ from . import _shm as shm
 from . import _tcp as tcp
 from . import _verbs as verbs
 from ._chunks import KIB, MIB, plan
-from ._errors import (
-    RDMABufferDropped,
-    RDMAError,
-    RDMAOwnerDied,
-    RDMATimeoutError,
-    RDMATransferError,
-)
+from ._errors import RDMAOwnerDied, RDMATransferError
 from ._handle import Handle
+from ._messages import U64, Atomic, Connect, Connected, Drop, Old, Pull, Pulled
 from ._overlap import Access
 from ._process import Process, local_process
 from ._region import Region, region_of
 from ._registry import registry
-
-ATOMIC_SIZE = 8
-"""fetch_add and compare_and_swap act on the buffer's first 8 bytes (an unsigned 64-bit
-integer, native byte order, as ibverbs' atomics), and write its old value to ``dst``."""
-U64 = (1 << 64) - 1
-INLINE_MAX = 4 * 1024 * 1024
-"""A lone read from this process or another of this host, up to this size, is copied by
-the calling thread itself: handing it to another thread and waking the caller again
-costs more than the copy (each hop is a scheduling delay on a loaded machine)."""
+from ._service import ATOMIC_SIZE, INLINE_MAX, ask_owner, registered, serve_atomic, writable
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,22 +84,6 @@ def plane(handle: Handle) -> str:
     return "tcp"
 
 
-def _registered(buffer_id: int) -> Region:
-    region = registry.get(buffer_id)
-    if region is None:
-        raise RDMABufferDropped("the buffer was dropped")
-    return region
-
-
-def _writable(buffer_id: int, size: int) -> Region:
-    region = _registered(buffer_id)
-    if not region.writable:
-        raise RDMAError("the buffer is read-only: it cannot be written")
-    if size > region.size:
-        raise RDMAError(f"{size} bytes do not fit in a buffer of {region.size}")
-    return region
-
-
 def _over_tcp(
     proc: Process, handle: Handle, op: int, local: Region, size: int, deadline: float
 ) -> None:
@@ -123,7 +97,7 @@ def _over_tcp(
     streams = proc.streams(handle.tcp_host, handle.tcp_port)
     try:
         tcp.transfer(
-            streams, op, handle.buffer_id, local, size, deadline, chunks, proc.helpers, proc.width
+            streams, op, handle.buffer_id, local, size, deadline, chunks, proc.threads, proc.width
         )
     except RDMATransferError as error:
         if not isinstance(error, RDMAOwnerDied) and handle.proc in proc.runtime.failed_peers:
@@ -144,9 +118,10 @@ def _over_verbs(handle: Handle, op: str, local: Region, size: int, deadline: flo
         raise RDMAOwnerDied(f"the buffer's owner ({handle.owner}) died")
 
     def ask(qpn: int, gid: str) -> tuple[int, str]:
-        request = ("verbs_connect", registry.token, qpn, gid)
-        answer: tuple[int, str] = proc.ask(handle.proc, handle.service, request, deadline)
-        return answer
+        answer = ask_owner(handle, Connect(registry.token, qpn, gid), deadline)
+        if not isinstance(answer, Connected):
+            raise RDMATransferError(f"the owner answered a connection with {answer!r}")
+        return answer.qpn, answer.gid
 
     conn = nic.connection(handle.token, ask)
     try:
@@ -155,14 +130,6 @@ def _over_verbs(handle: Handle, op: str, local: Region, size: int, deadline: flo
         if handle.proc in proc.runtime.failed_peers:
             raise RDMAOwnerDied(f"the buffer's owner ({handle.owner}) died") from error
         raise
-
-
-def _serve_connect(peer: int, qpn: int, gid: str) -> tuple[int, str]:
-    """On the owner: a queue pair for a peer's (see ``_verbs``)."""
-    nic = verbs.device()
-    if nic is None:
-        raise RDMATransferError("the owner has no ibverbs device")
-    return nic.accept(peer, qpn, gid)
 
 
 def _deregister(buffer_id: int) -> None:
@@ -175,7 +142,7 @@ def _read(op: Op, deadline: float) -> None:
     handle = op.handle
     way = plane(handle)
     if way == "local":
-        ctypes.memmove(op.local.address, _registered(handle.buffer_id).address, handle.size)
+        ctypes.memmove(op.local.address, registered(handle.buffer_id).address, handle.size)
     elif way == "shm":
         shm.read(handle, op.local)
     elif way == "ibverbs":
@@ -188,7 +155,7 @@ def _write(op: Op, deadline: float) -> None:
     handle = op.handle
     way = plane(handle)
     if way == "local":
-        ctypes.memmove(_writable(handle.buffer_id, op.size).address, op.local.address, op.size)
+        ctypes.memmove(writable(handle.buffer_id, op.size).address, op.local.address, op.size)
         return
     if way == "ibverbs":
         _over_verbs(handle, verbs.WRITE, op.local, op.size, deadline)
@@ -197,32 +164,11 @@ def _write(op: Op, deadline: float) -> None:
     if way == "shm":
         pid, identity, token = shm.own_identity()
         expires = time.time() + (deadline - time.monotonic())  # one clock on one host
-        request = (
-            "pull",
-            handle.buffer_id,
-            expires,
-            pid,
-            identity,
-            token,
-            op.local.address,
-            op.size,
-        )
-        if proc.ask(handle.proc, handle.service, request, deadline):
+        request = Pull(handle.buffer_id, expires, pid, identity, token, op.local.address, op.size)
+        answer = ask_owner(handle, request, deadline)
+        if isinstance(answer, Pulled) and answer.done:
             return
     _over_tcp(proc, handle, tcp.WRITE, op.local, op.size, deadline)
-
-
-def serve_atomic(buffer_id: int, kind: str, first: int, second: int) -> int:
-    """On the owner: the atomic, under this process's lock; returns the old value."""
-    region = _writable(buffer_id, ATOMIC_SIZE)
-    word = ctypes.c_uint64.from_address(region.address)
-    with registry.atomics:
-        old = int(word.value)
-        if kind == "fetch_add":
-            word.value = (old + first) & U64
-        elif old == first:
-            word.value = second
-    return old
 
 
 def _atomic(op: Op, deadline: float) -> None:
@@ -231,19 +177,14 @@ def _atomic(op: Op, deadline: float) -> None:
     if handle.token == registry.token:
         old = serve_atomic(handle.buffer_id, op.kind, first, second)
     else:
-        request = ("atomic", handle.buffer_id, op.kind, first, second)
-        old = local_process().ask(handle.proc, handle.service, request, deadline)
+        kind: Literal["fetch_add", "compare_and_swap"] = (
+            "fetch_add" if op.kind == "fetch_add" else "compare_and_swap"
+        )
+        answer = ask_owner(handle, Atomic(handle.buffer_id, kind, first, second), deadline)
+        if not isinstance(answer, Old):
+            raise RDMATransferError(f"the owner answered an atomic with {answer!r}")
+        old = answer.value
     ctypes.c_uint64.from_address(op.local.address).value = old
-
-
-def serve_pull(
-    buffer_id: int, expires: float, pid: int, identity: int, token: int, address: int, size: int
-) -> bool:
-    """On the owner: a writer of this host asks us to read ``size`` bytes of it. Not once
-    the writer has given up (a stopped owner resumed late): its memory may be reused."""
-    if time.time() > expires:
-        raise RDMATimeoutError("the write request expired before the owner could serve it")
-    return shm.pull_into(_writable(buffer_id, size), pid, identity, token, address, size)
 
 
 def drop(handle: Handle, deadline: float) -> None:
@@ -252,17 +193,13 @@ def drop(handle: Handle, deadline: float) -> None:
         registry.drop(handle.buffer_id)
         return
     try:
-        local_process().ask(handle.proc, handle.service, ("drop", handle.buffer_id), deadline)
+        ask_owner(handle, Drop(handle.buffer_id), deadline)
     except RDMAOwnerDied:
         pass
 
 
 _RUN = {"read": _read, "write": _write, "fetch_add": _atomic, "compare_and_swap": _atomic}
-Process.handlers.update(
-    pull=serve_pull, drop=registry.drop, atomic=serve_atomic, verbs_connect=_serve_connect
-)
 registry.on_drop.append(_deregister)
-Process.quick.append(lambda request: request[0] != "pull" or request[-1] <= INLINE_MAX)
 
 
 def _copies_here(op: Op) -> bool:
@@ -320,7 +257,7 @@ def submit(ops: Sequence[Op], timeout: int) -> Future[None]:
             _settle(future, failed)
 
     for task in tasks:
-        proc.ops.submit(run, task)
+        proc.threads.submit(run, task)
     return future
 
 
@@ -337,7 +274,7 @@ def submit_call(run: Callable[[float], None], timeout: int) -> Future[None]:
         else:
             future.set_result(None)
 
-    local_process().ops.submit(body)
+    local_process().threads.submit(body)
     return future
 
 

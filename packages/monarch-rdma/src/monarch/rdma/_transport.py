@@ -83,6 +83,10 @@ READ_PER_SECOND: Final = 64 * 1024 * 1024
 _E = TypeVar("_E", bound=TransportError)
 
 _readers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="monarch-ibverbs-read")
+"""RDMA READs of frames' large parts: apart from the RDMA executor (``_threads``) on
+purpose. A frame is handed up once its parts are read and the frames behind it wait for
+it, among them the answers that operations on that executor wait for; queued behind
+those operations, a read would wait on them while they wait on it."""
 
 
 class Hello(msgspec.Struct, tag="hello", forbid_unknown_fields=True):
