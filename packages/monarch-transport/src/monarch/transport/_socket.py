@@ -31,7 +31,9 @@ from ._abc import (
     Connection,
     ConnectionAttribute,
     ConnectionHandler,
+    FrameQueue,
     Listener,
+    PushReceiver,
     Transport,
     TransportOptions,
 )
@@ -190,8 +192,12 @@ class _AsyncioReadable:
             self.loop.call_soon(self._push)  # the receiver learns of it from receive_nowait
 
 
-class SocketConnection(Connection):
-    """A :class:`Connection` over a connected, authenticated, non-blocking socket."""
+class SocketConnection(Connection, FrameQueue, PushReceiver):
+    """A :class:`Connection` over a connected, authenticated, non-blocking socket.
+
+    It is its own fast path and push receiver (``ConnectionAttribute.frame_queue``,
+    ``ConnectionAttribute.push_receiver``): a capability costs no indirection here.
+    """
 
     def __init__(
         self,
@@ -230,13 +236,20 @@ class SocketConnection(Connection):
         self._closed = False
         self._failure: BaseException | None = None
         self._fast_ops = 0
-        self._attributes = attributes
+        self._attributes: Attributes = {
+            **attributes,
+            ConnectionAttribute.frame_queue: self._itself,
+            ConnectionAttribute.push_receiver: self._itself,
+        }
         if leftover:
             self._decoder.feed(leftover)
 
     @property
     def extra_attributes(self) -> Attributes:
         return self._attributes
+
+    def _itself(self) -> SocketConnection:
+        return self
 
     @property
     def closed(self) -> bool:
