@@ -18,22 +18,26 @@ from monarch.core import current_runtime
 from monarch.core._messages import (
     BATCH_BYTES,
     BATCH_MAX,
-    HEARTBEAT,
     PACK_MAX,
     TO_PROC,
     Batch,
+    Beat,
     Call,
+    Envelope,
+    Hello,
     Packed,
     PortRef,
     PortValue,
     ReturnLoans,
     ShapeSpec,
+    decode_beat,
     decode_body,
+    decode_envelope,
     decode_single,
+    encode,
 )
 from monarch.core._runtime import DEFER
 from monarch.transport import Connection, ConnectionClosed, open_connection, open_listener
-from monarch.transport.wire import Envelope, decode_envelope, encode
 
 names = st.text(max_size=20)
 seqs = st.lists(st.integers(0, 2**63 - 1), max_size=4).map(tuple)
@@ -114,7 +118,7 @@ def test_messages_queued_together_travel_as_batches_in_order(sizes: list[int]) -
 
     anyio.run(main)
     hello = decode_single(frames[0][0])
-    assert isinstance(hello, Envelope) and hello.kind == HEARTBEAT
+    assert isinstance(hello, Hello) and hello.sender == runtime.address and not hello.lane
     arrived: list[tuple[int, int]] = []  # (rank, payload size) of each message
     runs: list[list[Packed]] = []  # the small messages of each frame ([] for a large one)
     for frame in frames[1:]:
@@ -194,9 +198,31 @@ def _rank(body: object) -> int:
     return body.rank
 
 
+hellos = st.builds(
+    Hello,
+    names,
+    names,
+    st.floats(0, 1e6),
+    st.booleans(),
+    st.integers(0, 2**31),
+    st.integers(0, 2**63 - 1),
+    names,
+)
+
+
+@given(hellos)
+def test_a_hello_is_told_apart_from_a_packed_message(hello: Hello) -> None:
+    assert decode_single(encode(hello)) == hello
+
+
+@given(st.builds(Beat, names, st.booleans(), st.booleans()))
+def test_beats_round_trip(beat: Beat) -> None:
+    assert decode_beat(encode(beat)) == beat
+
+
 @given(envelopes)
-def test_a_lone_envelope_is_told_apart_from_a_packed_message(envelope: Envelope) -> None:
-    assert decode_single(encode(envelope)) == envelope
+def test_envelopes_round_trip(envelope: Envelope) -> None:
+    assert decode_envelope(encode(envelope)) == envelope
 
 
 class Pinger(Actor):

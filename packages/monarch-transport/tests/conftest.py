@@ -13,7 +13,15 @@ import anyio
 import pytest
 import trustme
 
-from monarch.transport import Connection, Listener, open_connection, open_listener
+from monarch.transport import (
+    Connection,
+    ConnectionAttribute,
+    FrameQueue,
+    Listener,
+    PushReceiver,
+    open_connection,
+    open_listener,
+)
 from monarch.transport._framing import encode_frame
 
 SECRET = b"test-secret-0123456789"
@@ -25,6 +33,16 @@ def raw_frames(conn: Connection, *frames: list[bytes]) -> bytes:
     taken), for a test that writes them to the raw socket in pieces of its choosing."""
     mac = conn._send_mac  # type: ignore[attr-defined]
     return b"".join(b"".join(bytes(b) for b in encode_frame(f, mac=mac)[0]) for f in frames)
+
+
+def fast(conn: Connection) -> FrameQueue:
+    """``conn``'s fast send path: every built-in transport offers one."""
+    return conn.extra(ConnectionAttribute.frame_queue)
+
+
+def push(conn: Connection) -> PushReceiver:
+    """``conn``'s push-mode reading: every built-in transport offers it."""
+    return conn.extra(ConnectionAttribute.push_receiver)
 
 
 @pytest.fixture(scope="session")
