@@ -36,6 +36,7 @@ import logging
 import select
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -163,8 +164,9 @@ class IbverbsConnection(Connection, FrameQueue, PushReceiver):
         self._push = inner.extra(ConnectionAttribute.push_receiver)
         self._attributes: dict[Any, Callable[[], Any]] = {
             **inner.extra_attributes,
-            ConnectionAttribute.frame_queue: self._itself,
-            ConnectionAttribute.push_receiver: self._itself,
+            # Weakly: a failed connection is freed by reference counts, with no cycle.
+            ConnectionAttribute.frame_queue: weakref.ref(self),
+            ConnectionAttribute.push_receiver: weakref.ref(self),
         }
         self._options = options
         self._nic = nic
@@ -184,9 +186,6 @@ class IbverbsConnection(Connection, FrameQueue, PushReceiver):
     @property
     def extra_attributes(self) -> Any:
         return self._attributes
-
-    def _itself(self) -> IbverbsConnection:
-        return self
 
     @property
     def closed(self) -> bool:

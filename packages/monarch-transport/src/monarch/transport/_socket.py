@@ -16,6 +16,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from abc import abstractmethod
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -238,8 +239,9 @@ class SocketConnection(Connection, FrameQueue, PushReceiver):
         self._fast_ops = 0
         self._attributes: Attributes = {
             **attributes,
-            ConnectionAttribute.frame_queue: self._itself,
-            ConnectionAttribute.push_receiver: self._itself,
+            # Weakly: a failed connection is freed by reference counts, with no cycle.
+            ConnectionAttribute.frame_queue: weakref.ref(self),
+            ConnectionAttribute.push_receiver: weakref.ref(self),
         }
         if leftover:
             self._decoder.feed(leftover)
@@ -247,9 +249,6 @@ class SocketConnection(Connection, FrameQueue, PushReceiver):
     @property
     def extra_attributes(self) -> Attributes:
         return self._attributes
-
-    def _itself(self) -> SocketConnection:
-        return self
 
     @property
     def closed(self) -> bool:
