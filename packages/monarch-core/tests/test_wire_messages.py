@@ -5,7 +5,9 @@ closes only that peer's connection."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from collections.abc import Iterator
 
 import anyio
@@ -15,6 +17,8 @@ from hypothesis import strategies as st
 
 from monarch.actor import Actor, ProcMesh, endpoint, this_host
 from monarch.core import current_runtime
+from monarch.core._config import current_config
+from monarch.core._lending import available as lending_available
 from monarch.core._messages import (
     BATCH_BYTES,
     BATCH_MAX,
@@ -230,6 +234,10 @@ class Pinger(Actor):
     def ping(self, x: bytes) -> bytes:
         return x
 
+    @endpoint
+    def address(self) -> str:
+        return current_runtime().address
+
 
 @pytest.fixture(scope="module")
 def procs() -> Iterator[ProcMesh]:
@@ -264,3 +272,21 @@ def test_a_malformed_message_closes_only_its_connection(
     # Replies reach this process's runtime on other connections: it still serves them.
     assert pinger.ping.call_one(b"x" * (PACK_MAX + 1)).get(timeout=30) == b"x" * (PACK_MAX + 1)
     assert pinger.ping.call_one(b"small").get(timeout=30) == b"small"
+
+
+def test_a_peer_on_this_machine_says_in_its_beat_that_it_reads_our_memory(
+    procs: ProcMesh,
+) -> None:
+    """Our hello carries where the peer may probe our memory; a proc of this machine
+    answers with ``Beat(pull=True)``, and our writer then lends it large buffers."""
+    if not lending_available() or not current_config().read_peer_buffers:
+        pytest.skip("no reading of peer memory here")
+    pinger = procs.spawn("lender", Pinger)
+    address = pinger.address.call_one().get(timeout=30)
+    writer = current_runtime()._writers[address]
+    deadline = time.monotonic() + 30
+    while not writer.lend:  # the Beat is read by the writer's watch task
+        assert time.monotonic() < deadline, "no Beat(pull=True) from the proc"
+        time.sleep(0.01)
+    big = os.urandom(4 * 1024 * 1024)
+    assert pinger.ping.call_one(big).get(timeout=30) == big
