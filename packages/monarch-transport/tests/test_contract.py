@@ -6,7 +6,6 @@ path, push mode) is found through its attributes."""
 from __future__ import annotations
 
 import os
-import random
 import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -29,7 +28,7 @@ from monarch.transport import (
 )
 from monarch.transport.wire import PROTOCOL_VERSION
 
-from .conftest import Endpoint, raw_frames, serving  # type: ignore[import-not-found]
+from .conftest import Endpoint, chunked_frames, serving, write_in_pieces  # type: ignore[import-not-found]
 
 pytestmark = pytest.mark.anyio
 
@@ -145,25 +144,9 @@ async def test_the_fast_path_queues_and_writes_in_one_call(endpoint: Endpoint) -
 
 # -- any chunking (hypothesis): receive() reassembles what a raw peer writes in pieces -----
 
-frames_st = st.lists(
-    st.lists(
-        st.one_of(
-            st.binary(max_size=64),
-            st.builds(
-                lambda seed, n: random.Random(seed).randbytes(n),
-                st.integers(),
-                st.integers(0, 200_000),
-            ),
-        ),
-        max_size=4,
-    ),
-    min_size=1,
-    max_size=8,
-)
-
 
 @settings(max_examples=20, deadline=None)
-@given(frames=frames_st, data=st.data(), backend=st.sampled_from(["asyncio", "trio"]))
+@given(frames=chunked_frames, data=st.data(), backend=st.sampled_from(["asyncio", "trio"]))
 def test_receive_reassembles_frames_under_any_chunking(
     frames: list[list[bytes]], data: st.DataObject, backend: str
 ) -> None:
@@ -174,21 +157,9 @@ def test_receive_reassembles_frames_under_any_chunking(
         async with serving(endpoint) as server:
             client = await endpoint.connect(server.listener)
             peer = await server.next_connection()
-            raw: socket.socket = client.extra(ConnectionAttribute.raw_socket)
-            stream = raw_frames(client, *frames)
-            cuts = sorted({int(f * len(stream)) for f in cut_at})
-            pieces = [
-                stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True) if b > a
-            ]
-
-            def write() -> None:
-                raw.settimeout(10)  # blocking writes from this thread
-                for piece in pieces:  # each piece its own send: the reader sees the cuts
-                    raw.sendall(piece)
-
             got: list[list[bytes]] = []
             async with anyio.create_task_group() as tg:
-                tg.start_soon(anyio.to_thread.run_sync, write)
+                tg.start_soon(anyio.to_thread.run_sync, write_in_pieces, client, frames, cut_at)
                 with anyio.fail_after(30):
                     for _ in frames:
                         got.append([bytes(p) for p in await peer.receive()])

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import socket
 import threading
 
@@ -27,7 +26,7 @@ from monarch.transport import (
     TransportError,
 )
 
-from .conftest import Endpoint, fast, push, raw_frames, serving  # type: ignore[import-not-found]
+from .conftest import Endpoint, chunked_frames, fast, push, raw_frames, serving, write_in_pieces  # type: ignore[import-not-found]
 
 pytestmark = pytest.mark.anyio
 
@@ -318,25 +317,9 @@ async def test_send_threadsafe_from_threads_and_the_loop_at_once(endpoint: Endpo
 
 # -- any chunking (hypothesis): bytes written in arbitrary pieces by a raw peer ----------
 
-frames_st = st.lists(
-    st.lists(
-        st.one_of(
-            st.binary(max_size=64),
-            st.builds(
-                lambda seed, n: random.Random(seed).randbytes(n),
-                st.integers(),
-                st.integers(0, 300_000),
-            ),
-        ),
-        max_size=5,
-    ),
-    min_size=1,
-    max_size=12,
-)
-
 
 @settings(max_examples=30, deadline=None)
-@given(frames=frames_st, data=st.data())
+@given(frames=chunked_frames, data=st.data())
 def test_push_mode_reassembles_frames_under_any_chunking(
     frames: list[list[bytes]], data: st.DataObject
 ) -> None:
@@ -346,19 +329,7 @@ def test_push_mode_reassembles_frames_under_any_chunking(
         endpoint = Endpoint("unix://@")
         async with serving(endpoint) as server:
             client, _, pushed = await pushing(endpoint, server)
-            raw: socket.socket = client.extra(ConnectionAttribute.raw_socket)
-            stream = raw_frames(client, *frames)
-            cuts = sorted({int(f * len(stream)) for f in cut_at})
-            pieces = [
-                stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True) if b > a
-            ]
-
-            def write() -> None:
-                raw.settimeout(10)  # blocking writes from this thread
-                for piece in pieces:  # each piece its own send: the reader sees the cuts
-                    raw.sendall(piece)
-
-            await asyncio.get_running_loop().run_in_executor(None, write)
+            await asyncio.to_thread(write_in_pieces, client, frames, cut_at)
             await pushed.wait_for(frames=len(frames))
             await client.aclose()
             return pushed.frames
