@@ -228,7 +228,7 @@ async def _monarch_server(spec: Spec, pipe: Any) -> None:
 
 
 async def _monarch_client(spec: Spec, url: str, cmd: dict[str, Any]) -> dict[str, Any]:
-    from monarch.transport import open_connection
+    from monarch.transport import ConnectionAttribute, open_connection
 
     opts: dict[str, Any] = {}
     if spec.transport == "tls":
@@ -250,7 +250,11 @@ async def _monarch_client(spec: Spec, url: str, cmd: dict[str, Any]) -> dict[str
             replies.append([b"ok" if bytes(echo[0]) == payload else b"bad echo"])
         elif workload == "small_pipelined":
             batch = cmd["batch"]
-            send_nowait, flush = conn.send_nowait, conn.flush
+            # The fast path (``--base``: a checkout from before it was a capability has
+            # it on the connection itself).
+            frame_queue = getattr(ConnectionAttribute, "frame_queue", None)
+            queue: Any = conn if frame_queue is None else conn.extra(frame_queue)
+            send_nowait, flush = queue.send_nowait, queue.flush
             for start in range(0, count, batch):
                 for _ in range(min(batch, count - start)):
                     send_nowait(parts)

@@ -39,11 +39,10 @@ from hostkit import (
 from monarch.core import Future, WorkerConfigError, _cli, _worker
 from monarch.core._attach import _resolve, attach_to_workers
 from monarch.core._bootstrap import ROOT_ENV, decode_secret
-from monarch.core._messages import TO_PROC, StopProc, encode_body
+from monarch.core._messages import TO_PROC, Envelope, StopProc, encode, encode_body
 from monarch.core._netaddr import ip_host, split_alias
 from monarch.core._zygote_proc import TITLE as ZYGOTE_TITLE
 from monarch.transport import open_connection
-from monarch.transport.wire import Envelope, encode
 
 CONTROLLER = Path(__file__).with_name("remote_controller.py")
 HEARTBEAT_TIMEOUT = 1.5  # what remote_controller.py configures

@@ -5,7 +5,9 @@ closes only that peer's connection."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from collections.abc import Iterator
 
 import anyio
@@ -15,25 +17,31 @@ from hypothesis import strategies as st
 
 from monarch.actor import Actor, ProcMesh, endpoint, this_host
 from monarch.core import current_runtime
+from monarch.core._config import current_config
+from monarch.core._lending import available as lending_available
 from monarch.core._messages import (
     BATCH_BYTES,
     BATCH_MAX,
-    HEARTBEAT,
     PACK_MAX,
     TO_PROC,
     Batch,
+    Beat,
     Call,
+    Envelope,
+    Hello,
     Packed,
     PortRef,
     PortValue,
     ReturnLoans,
     ShapeSpec,
+    decode_beat,
     decode_body,
+    decode_envelope,
     decode_single,
+    encode,
 )
 from monarch.core._runtime import DEFER
 from monarch.transport import Connection, ConnectionClosed, open_connection, open_listener
-from monarch.transport.wire import Envelope, decode_envelope, encode
 
 names = st.text(max_size=20)
 seqs = st.lists(st.integers(0, 2**63 - 1), max_size=4).map(tuple)
@@ -114,7 +122,7 @@ def test_messages_queued_together_travel_as_batches_in_order(sizes: list[int]) -
 
     anyio.run(main)
     hello = decode_single(frames[0][0])
-    assert isinstance(hello, Envelope) and hello.kind == HEARTBEAT
+    assert isinstance(hello, Hello) and hello.sender == runtime.address and not hello.lane
     arrived: list[tuple[int, int]] = []  # (rank, payload size) of each message
     runs: list[list[Packed]] = []  # the small messages of each frame ([] for a large one)
     for frame in frames[1:]:
@@ -194,15 +202,41 @@ def _rank(body: object) -> int:
     return body.rank
 
 
+hellos = st.builds(
+    Hello,
+    names,
+    names,
+    st.floats(0, 1e6),
+    st.booleans(),
+    st.integers(0, 2**31),
+    st.integers(0, 2**63 - 1),
+    names,
+)
+
+
+@given(hellos)
+def test_a_hello_is_told_apart_from_a_packed_message(hello: Hello) -> None:
+    assert decode_single(encode(hello)) == hello
+
+
+@given(st.builds(Beat, names, st.booleans(), st.booleans()))
+def test_beats_round_trip(beat: Beat) -> None:
+    assert decode_beat(encode(beat)) == beat
+
+
 @given(envelopes)
-def test_a_lone_envelope_is_told_apart_from_a_packed_message(envelope: Envelope) -> None:
-    assert decode_single(encode(envelope)) == envelope
+def test_envelopes_round_trip(envelope: Envelope) -> None:
+    assert decode_envelope(encode(envelope)) == envelope
 
 
 class Pinger(Actor):
     @endpoint
     def ping(self, x: bytes) -> bytes:
         return x
+
+    @endpoint
+    def address(self) -> str:
+        return current_runtime().address
 
 
 @pytest.fixture(scope="module")
@@ -238,3 +272,21 @@ def test_a_malformed_message_closes_only_its_connection(
     # Replies reach this process's runtime on other connections: it still serves them.
     assert pinger.ping.call_one(b"x" * (PACK_MAX + 1)).get(timeout=30) == b"x" * (PACK_MAX + 1)
     assert pinger.ping.call_one(b"small").get(timeout=30) == b"small"
+
+
+def test_a_peer_on_this_machine_says_in_its_beat_that_it_reads_our_memory(
+    procs: ProcMesh,
+) -> None:
+    """Our hello carries where the peer may probe our memory; a proc of this machine
+    answers with ``Beat(pull=True)``, and our writer then lends it large buffers."""
+    if not lending_available() or not current_config().read_peer_buffers:
+        pytest.skip("no reading of peer memory here")
+    pinger = procs.spawn("lender", Pinger)
+    address = pinger.address.call_one().get(timeout=30)
+    writer = current_runtime()._writers[address]
+    deadline = time.monotonic() + 30
+    while not writer.lend:  # the Beat is read by the writer's watch task
+        assert time.monotonic() < deadline, "no Beat(pull=True) from the proc"
+        time.sleep(0.01)
+    big = os.urandom(4 * 1024 * 1024)
+    assert pinger.ping.call_one(big).get(timeout=30) == big

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import socket
 import ssl
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -12,8 +14,17 @@ from typing import Any
 import anyio
 import pytest
 import trustme
+from hypothesis import strategies as st
 
-from monarch.transport import Connection, Listener, open_connection, open_listener
+from monarch.transport import (
+    Connection,
+    ConnectionAttribute,
+    FrameQueue,
+    Listener,
+    PushReceiver,
+    open_connection,
+    open_listener,
+)
 from monarch.transport._framing import encode_frame
 
 SECRET = b"test-secret-0123456789"
@@ -25,6 +36,47 @@ def raw_frames(conn: Connection, *frames: list[bytes]) -> bytes:
     taken), for a test that writes them to the raw socket in pieces of its choosing."""
     mac = conn._send_mac  # type: ignore[attr-defined]
     return b"".join(b"".join(bytes(b) for b in encode_frame(f, mac=mac)[0]) for f in frames)
+
+
+chunked_frames = st.lists(
+    st.lists(
+        st.one_of(
+            st.binary(max_size=64),
+            st.builds(
+                lambda seed, n: random.Random(seed).randbytes(n),
+                st.integers(),
+                st.integers(0, 300_000),
+            ),
+        ),
+        max_size=5,
+    ),
+    min_size=1,
+    max_size=12,
+)
+"""Frames, small and large parts mixed, for the any-chunking properties."""
+
+
+def write_in_pieces(conn: Connection, frames: list[list[bytes]], cut_at: list[float]) -> None:
+    """Write ``frames`` as ``conn`` would send them, straight to its raw socket from this
+    thread, cut at the fractions ``cut_at`` of the stream: each piece its own ``send``, so
+    the reader at the other end sees the cuts."""
+    raw: socket.socket = conn.extra(ConnectionAttribute.raw_socket)
+    stream = raw_frames(conn, *frames)
+    cuts = sorted({int(f * len(stream)) for f in cut_at})
+    raw.settimeout(10)  # blocking writes from this thread
+    for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True):
+        if b > a:
+            raw.sendall(stream[a:b])
+
+
+def fast(conn: Connection) -> FrameQueue:
+    """``conn``'s fast send path: every built-in transport offers one."""
+    return conn.extra(ConnectionAttribute.frame_queue)
+
+
+def push(conn: Connection) -> PushReceiver:
+    """``conn``'s push-mode reading: every built-in transport offers it."""
+    return conn.extra(ConnectionAttribute.push_receiver)
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,7 @@ from monarch.transport import (
 )
 from monarch.transport.wire import PROTOCOL_VERSION
 
-from .conftest import SECRET, WRONG_SECRET, Endpoint, serving  # type: ignore[import-not-found]
+from .conftest import SECRET, WRONG_SECRET, Endpoint, fast, push, serving  # type: ignore[import-not-found]
 
 pytestmark = pytest.mark.anyio
 
@@ -39,8 +39,8 @@ async def test_frames_round_trip_in_order(endpoint: Endpoint) -> None:
         client = await endpoint.connect(server.listener)
         peer = await server.next_connection()
         for i in range(200):
-            client.send_nowait([b"n", str(i).encode(), b"x" * (i % 7)])
-        await client.flush()
+            fast(client).send_nowait([b"n", str(i).encode(), b"x" * (i % 7)])
+        await fast(client).flush()
         for i in range(200):
             frame = await peer.receive()
             assert [bytes(p) for p in frame] == [b"n", str(i).encode(), b"x" * (i % 7)]
@@ -127,7 +127,7 @@ async def test_close_flushes_queued_frames(endpoint: Endpoint) -> None:
         client = await endpoint.connect(server.listener)
         peer = await server.next_connection()
         for i in range(50):
-            client.send_nowait([str(i).encode()])
+            fast(client).send_nowait([str(i).encode()])
         await client.aclose()
         assert [bytes(f[0]) async for f in peer] == [str(i).encode() for i in range(50)]
 
@@ -171,7 +171,7 @@ async def test_oversized_frame_refused_by_receiver_closes_with_log(
         await client.send([b"x" * 1001])
         with pytest.raises(FrameTooLarge, match="max_frame_size=1000"):
             await peer.receive()
-        assert peer.closed
+        assert push(peer).closed
         assert "max_frame_size=1000" in caplog.text
         # The client sees the connection go away; the listener still serves others.
         with anyio.fail_after(5):
@@ -264,22 +264,22 @@ async def test_receive_nowait_returns_frames_already_read(endpoint: Endpoint) ->
         client = await endpoint.connect(server.listener)
         peer = await server.next_connection()
         with pytest.raises(anyio.WouldBlock):
-            peer.receive_nowait()
+            push(peer).receive_nowait()
         for i in range(100):
-            client.send_nowait([str(i).encode()])
-        await client.flush()  # one small write: arrives in one read
+            fast(client).send_nowait([str(i).encode()])
+        await fast(client).flush()  # one small write: arrives in one read
         got = [bytes((await peer.receive())[0])]
         buffered = 0
         while len(got) < 100:
             try:
-                got.append(bytes(peer.receive_nowait()[0]))
+                got.append(bytes(push(peer).receive_nowait()[0]))
                 buffered += 1
             except anyio.WouldBlock:
                 got.append(bytes((await peer.receive())[0]))
         assert got == [str(i).encode() for i in range(100)]
         assert buffered > 0
         with pytest.raises(anyio.WouldBlock):
-            peer.receive_nowait()
+            push(peer).receive_nowait()
         await client.aclose()
 
 
@@ -398,14 +398,14 @@ async def test_flush_nowait_writes_what_the_socket_takes(endpoint: Endpoint) -> 
     async with serving(endpoint) as server:
         client = await endpoint.connect(server.listener)
         peer = await server.next_connection()
-        client.send_nowait([b"small"])
-        assert client.flush_nowait()  # an idle socket takes a small frame at once
+        fast(client).send_nowait([b"small"])
+        assert fast(client).flush_nowait()  # an idle socket takes a small frame at once
         assert bytes((await peer.receive())[0]) == b"small"
         big = bytearray(64 * 1024 * 1024)
-        client.send_nowait([big])
-        assert not client.flush_nowait()  # more than the socket buffers: the rest waits
+        fast(client).send_nowait([big])
+        assert not fast(client).flush_nowait()  # more than the socket buffers: the rest waits
         async with anyio.create_task_group() as tg:
-            tg.start_soon(client.flush)
+            tg.start_soon(fast(client).flush)
             frame = await peer.receive()
         assert len(frame[0]) == len(big)
         await client.aclose()
@@ -427,8 +427,8 @@ async def test_a_thread_writing_while_the_connection_fails_gets_a_clean_error(
         def write() -> None:
             try:
                 while not stop.is_set():
-                    client.send_nowait([b"x" * 100, b"y" * 5000])
-                    client.flush_nowait()
+                    fast(client).send_nowait([b"x" * 100, b"y" * 5000])
+                    fast(client).flush_nowait()
             except ConnectionClosed:
                 pass
             except BaseException as exc:  # noqa: BLE001 - what the test looks for

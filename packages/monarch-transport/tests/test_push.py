@@ -1,4 +1,4 @@
-"""Push mode (``Connection.start_receiving``): the loop reads, the receiver is called back.
+"""Push mode (``PushReceiver.start_receiving``): the loop reads, the receiver is called back.
 
 Real sockets on every transport; the asyncio backend reads in push mode, trio declines
 it (``start_receiving`` returns False and ``receive`` goes on working).
@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import socket
 import threading
 
@@ -27,7 +26,7 @@ from monarch.transport import (
     TransportError,
 )
 
-from .conftest import Endpoint, raw_frames, serving  # type: ignore[import-not-found]
+from .conftest import Endpoint, chunked_frames, fast, push, raw_frames, serving, write_in_pieces  # type: ignore[import-not-found]
 
 pytestmark = pytest.mark.anyio
 
@@ -46,7 +45,7 @@ class Pushed:
         self.calls += 1
         try:
             while True:
-                self.frames.append([bytes(p) for p in self.conn.receive_nowait()])
+                self.frames.append([bytes(p) for p in push(self.conn).receive_nowait()])
         except anyio.WouldBlock:
             pass
         except TransportError as exc:
@@ -64,7 +63,7 @@ async def pushing(endpoint: Endpoint, server: object) -> tuple[Connection, Conne
     client = await endpoint.connect(server.listener)  # type: ignore[attr-defined]
     peer = await server.next_connection()  # type: ignore[attr-defined]
     pushed = Pushed(peer)
-    assert peer.start_receiving(pushed)
+    assert push(peer).start_receiving(pushed)
     return client, peer, pushed
 
 
@@ -73,7 +72,7 @@ async def test_trio_declines_push_mode_and_receive_still_works(endpoint: Endpoin
     async with serving(endpoint) as server:
         client = await endpoint.connect(server.listener)
         peer = await server.next_connection()
-        assert not peer.start_receiving(lambda: None)
+        assert not push(peer).start_receiving(lambda: None)
         await client.send([b"still", b"works"])
         assert [bytes(p) for p in await peer.receive()] == [b"still", b"works"]
         await client.aclose()
@@ -90,8 +89,8 @@ async def test_every_frame_arrives_in_order_with_large_ones_among_them(
         for i in range(300):
             parts = [b"n", str(i).encode(), big if i % 100 == 7 else b"x" * (i % 50)]
             sent.append(parts)
-            client.send_nowait(parts)
-        await client.flush()
+            fast(client).send_nowait(parts)
+        await fast(client).flush()
         await pushed.wait_for(frames=len(sent))
         assert pushed.frames == sent
         assert pushed.error is None
@@ -105,11 +104,11 @@ async def test_frames_read_before_push_mode_are_pushed_too(endpoint: Endpoint) -
         client = await endpoint.connect(server.listener)
         peer = await server.next_connection()
         for i in range(3):
-            client.send_nowait([str(i).encode()])
-        await client.flush()
+            fast(client).send_nowait([str(i).encode()])
+        await fast(client).flush()
         first = [bytes(p) for p in await peer.receive()]
         pushed = Pushed(peer)
-        assert peer.start_receiving(pushed)
+        assert push(peer).start_receiving(pushed)
         await client.send([b"3"])
         await pushed.wait_for(frames=3)
         assert [first, *pushed.frames] == [[b"0"], [b"1"], [b"2"], [b"3"]]
@@ -125,7 +124,7 @@ async def test_the_peer_closing_is_reported_after_the_last_frame(endpoint: Endpo
         await pushed.wait_for(frames=1, error=True)
         assert pushed.frames == [[b"last"]]
         assert isinstance(pushed.error, ConnectionClosed)
-        assert peer.closed
+        assert push(peer).closed
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
@@ -147,7 +146,7 @@ async def test_receive_is_refused_while_pushing(endpoint: Endpoint) -> None:
         with pytest.raises(anyio.BusyResourceError):
             await peer.receive()
         with pytest.raises(anyio.BusyResourceError):
-            peer.start_receiving(pushed)
+            push(peer).start_receiving(pushed)
         await client.send([b"after"])
         await pushed.wait_for(frames=1)
         assert pushed.frames == [[b"after"]]
@@ -168,7 +167,7 @@ async def test_a_malformed_frame_ends_push_mode_with_a_protocol_error(
         await pushed.wait_for(error=True)
         assert isinstance(pushed.error, ProtocolError)
         assert "max_parts=8" in caplog.text
-        assert peer.closed
+        assert push(peer).closed
         await client.aclose()
 
 
@@ -201,8 +200,8 @@ async def test_a_thread_failing_a_send_ends_push_mode(endpoint: Endpoint) -> Non
         def write() -> None:
             try:
                 while True:
-                    peer.send_nowait([b"y" * 5000])
-                    peer.flush_nowait()
+                    fast(peer).send_nowait([b"y" * 5000])
+                    fast(peer).flush_nowait()
             except ConnectionClosed:
                 failed.set()
 
@@ -224,7 +223,7 @@ FLOOD = 64 * 1024 * 1024
 def queue_flood(client: Connection, count: int) -> list[list[bytes]]:
     sent = [[str(i).encode(), b"x" * (FLOOD // count)] for i in range(count)]
     for parts in sent:
-        client.send_nowait(parts)
+        fast(client).send_nowait(parts)
     return sent
 
 
@@ -234,16 +233,16 @@ async def test_a_paused_receiver_stalls_its_sender_and_resumes_in_order(
 ) -> None:
     async with serving(endpoint) as server:
         client, peer, pushed = await pushing(endpoint, server)
-        peer.pause_receiving()
-        peer.pause_receiving()  # idempotent
+        push(peer).pause_receiving()
+        push(peer).pause_receiving()  # idempotent
         sent = queue_flood(client, 64)
-        assert client.unsent > 0
-        assert not client.flush_nowait()  # the buffers are full: nobody reads them
-        assert 0 < client.unsent < FLOOD
+        assert fast(client).unsent > 0
+        assert not fast(client).flush_nowait()  # the buffers are full: nobody reads them
+        assert 0 < fast(client).unsent < FLOOD
         assert len(pushed.frames) < len(sent)
-        peer.resume_receiving()
-        await client.flush()
-        assert client.unsent == 0
+        push(peer).resume_receiving()
+        await fast(client).flush()
+        assert fast(client).unsent == 0
         await pushed.wait_for(frames=len(sent))
         assert pushed.frames == sent
         await client.aclose()
@@ -253,7 +252,7 @@ async def test_a_paused_receiver_stalls_its_sender_and_resumes_in_order(
 async def test_a_paused_receiver_still_learns_that_we_closed(endpoint: Endpoint) -> None:
     async with serving(endpoint) as server:
         client, peer, pushed = await pushing(endpoint, server)
-        peer.pause_receiving()
+        push(peer).pause_receiving()
         await peer.aclose()
         await pushed.wait_for(error=True)
         assert isinstance(pushed.error, ConnectionClosed)
@@ -268,17 +267,17 @@ async def test_flush_for_writes_within_its_time_or_says_it_could_not(
     ``flush_for``: bounded while the peer does not read, done once it does."""
     async with serving(endpoint) as server:
         client, peer, pushed = await pushing(endpoint, server)
-        peer.pause_receiving()
+        push(peer).pause_receiving()
         sent = queue_flood(client, 16)
-        assert not client.flush_for(0.01)  # nobody reads: it gives up in time
-        left = client.unsent
+        assert not fast(client).flush_for(0.01)  # nobody reads: it gives up in time
+        left = fast(client).unsent
         assert left > 0
         # The kernel may still take some (its buffers grow: tcp_rmem's max is 32 MiB here),
         # never all that is left while nobody reads.
-        assert not client.flush_for(0.01, keep=0)
-        peer.resume_receiving()
-        assert await anyio.to_thread.run_sync(client.flush_for, 60.0)
-        assert client.unsent == 0
+        assert not fast(client).flush_for(0.01, keep=0)
+        push(peer).resume_receiving()
+        assert await anyio.to_thread.run_sync(fast(client).flush_for, 60.0)
+        assert fast(client).unsent == 0
         await pushed.wait_for(frames=len(sent))
         assert pushed.frames == sent
         await client.aclose()
@@ -294,19 +293,19 @@ async def test_send_threadsafe_from_threads_and_the_loop_at_once(endpoint: Endpo
 
         def beat(name: bytes) -> None:
             for i in range(count):
-                client.send_threadsafe([name, str(i).encode()])
+                fast(client).send_threadsafe([name, str(i).encode()])
 
         threads = [threading.Thread(target=beat, args=(b"t%d" % n,)) for n in range(2)]
         for thread in threads:
             thread.start()
         for i in range(count):
-            if not client.send_threadsafe([b"loop", str(i).encode(), b"x" * (i * 97)]):
-                await client.flush()
+            if not fast(client).send_threadsafe([b"loop", str(i).encode(), b"x" * (i * 97)]):
+                await fast(client).flush()
             if i % 50 == 0:
                 await anyio.lowlevel.checkpoint()
         for thread in threads:
             await anyio.to_thread.run_sync(thread.join)
-        assert await anyio.to_thread.run_sync(client.flush_for, 60.0)
+        assert await anyio.to_thread.run_sync(fast(client).flush_for, 60.0)
         await pushed.wait_for(frames=3 * count)
         assert pushed.error is None
         by_sender: dict[bytes, list[int]] = {}
@@ -318,25 +317,9 @@ async def test_send_threadsafe_from_threads_and_the_loop_at_once(endpoint: Endpo
 
 # -- any chunking (hypothesis): bytes written in arbitrary pieces by a raw peer ----------
 
-frames_st = st.lists(
-    st.lists(
-        st.one_of(
-            st.binary(max_size=64),
-            st.builds(
-                lambda seed, n: random.Random(seed).randbytes(n),
-                st.integers(),
-                st.integers(0, 300_000),
-            ),
-        ),
-        max_size=5,
-    ),
-    min_size=1,
-    max_size=12,
-)
-
 
 @settings(max_examples=30, deadline=None)
-@given(frames=frames_st, data=st.data())
+@given(frames=chunked_frames, data=st.data())
 def test_push_mode_reassembles_frames_under_any_chunking(
     frames: list[list[bytes]], data: st.DataObject
 ) -> None:
@@ -346,19 +329,7 @@ def test_push_mode_reassembles_frames_under_any_chunking(
         endpoint = Endpoint("unix://@")
         async with serving(endpoint) as server:
             client, _, pushed = await pushing(endpoint, server)
-            raw: socket.socket = client.extra(ConnectionAttribute.raw_socket)
-            stream = raw_frames(client, *frames)
-            cuts = sorted({int(f * len(stream)) for f in cut_at})
-            pieces = [
-                stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True) if b > a
-            ]
-
-            def write() -> None:
-                raw.settimeout(10)  # blocking writes from this thread
-                for piece in pieces:  # each piece its own send: the reader sees the cuts
-                    raw.sendall(piece)
-
-            await asyncio.get_running_loop().run_in_executor(None, write)
+            await asyncio.to_thread(write_in_pieces, client, frames, cut_at)
             await pushed.wait_for(frames=len(frames))
             await client.aclose()
             return pushed.frames

@@ -1,13 +1,16 @@
-"""The messages procs exchange: a transport Envelope, a msgspec body, then pickled parts.
+"""The messages procs exchange: an ``Envelope``, a msgspec body, then pickled parts.
 
 Frame layout: ``[Envelope, body, pickle, *out-of-band buffers]``; a small message (its
 payload one small pickle, or none) is one part instead, a ``Packed``: encoded in one
 call and decoded in one, with no frame parts to cut apart; those queued for one peer
 together travel as one ``Batch``. The Envelope's ``kind`` says who receives it (an
 actor mailbox, a port, or the proc itself) and ``dest`` names it; the body is one of
-the Structs below. Same versioning rules as
-``monarch.transport.wire``: Structs only grow at their end, with defaults; and the
-same ``gc=False`` (no Struct here can be part of a reference cycle).
+the Structs below. A connection opens with a ``Hello`` and its listener answers with
+``Beat`` frames only (see ``_runtime``). The transport only carries frames: this schema
+is the core's own. Same versioning rules as ``monarch.transport.wire`` (Structs only
+grow at their end, with defaults), relaxed to one release: both ends of a job run the
+same code, so a field no longer used is dropped. Same ``gc=False`` (no Struct here can
+be part of a reference cycle).
 """
 
 from __future__ import annotations
@@ -16,18 +19,59 @@ from typing import Final
 
 import msgspec
 
-from monarch.transport.wire import Envelope
-
 from ._shape import NDSlice, Shape
 
 TO_ACTOR: Final = 1
 TO_PORT: Final = 2
 TO_PROC: Final = 3
-HEARTBEAT: Final = 4
-"""A one-part frame ``[Envelope]`` (no body): a heartbeat request or beat (see ``_runtime``)."""
-SERVICE: Final = 5
-"""A one-part hello ``[Envelope]`` whose ``dest`` names a service of the listener's runtime
-(``Runtime.services``): the connection is the service's, not a peer's (see ``_debugger``)."""
+
+
+class Envelope(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """The header of every message: part 0 of its frame (or the head of a ``Packed``);
+    the payload (a pickle and its out-of-band buffers) follows as separate parts, so
+    large buffers are never joined into one."""
+
+    kind: int
+    """Who receives it: ``TO_ACTOR``, ``TO_PORT`` or ``TO_PROC``."""
+    dest: str
+    """The mailbox (actor or port) the message is for."""
+    sender: str
+    """The sending proc's address, for replies, ordering and error reports."""
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    """Extension point for metadata that needs no schema change (tracing, ...)."""
+
+
+class Hello(msgspec.Struct, array_like=True, tag=24, frozen=True, gc=False):
+    """The first frame on a connection a peer opens to us: who it is and what it wants
+    of the connection (see ``PeerWriter.run``)."""
+
+    sender: str
+    incarnation: str = ""
+    """The process's identity: outlives an address change, and tells a restarted process
+    from its predecessor."""
+    heartbeat_interval: float = 0.0
+    """Seconds between the ``Beat`` frames the peer asks us to send back on this
+    connection; 0: none (a peer on this machine sees us die by the connection closing)."""
+    lane: bool = False
+    """The connection is the peer's lane to us (values for our inboxes, see ``_flow``)."""
+    pid: int = 0
+    probe: int = 0
+    """Where in process ``pid`` a peer of its machine reads ``incarnation`` to find out it
+    may read its memory (``_lending``); 0: it cannot be read."""
+    service: str = ""
+    """A service of our runtime the connection is for (``Runtime.services``: the
+    debugger's sessions), not a peer's messages."""
+
+
+class Beat(msgspec.Struct, array_like=True, tag=25, frozen=True, gc=False):
+    """All a listener sends back on a peer's connection: the answer to its ``Hello``
+    (with our ``incarnation``), heartbeats, and a held lane's notice."""
+
+    incarnation: str = ""
+    pull: bool = False
+    """We can read the peer's memory: it may lend us its large buffers (``_lending``)."""
+    consumed: bool = False
+    """The peer's held lane to us: our inboxes consume (see ``_flow``)."""
 
 
 class PortRef(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -380,19 +424,25 @@ BATCH_BYTES: Final = 64 * 1024
 """...and payloads of about this many bytes in all (a frame the reader takes in one read)."""
 
 _decoder: Final = msgspec.msgpack.Decoder(Body)
-_single_decoder: Final = msgspec.msgpack.Decoder(Envelope | Packed | Batch)
+_single_decoder: Final = msgspec.msgpack.Decoder(Packed | Batch | Hello)
+_envelope_decoder: Final = msgspec.msgpack.Decoder(Envelope)
+_beat_decoder: Final = msgspec.msgpack.Decoder(Beat)
 _encoder: Final = msgspec.msgpack.Encoder()
 
-encode_body = _encoder.encode
+encode: Final = _encoder.encode
+"""Any Struct of this module (an envelope, a body, a hello, a beat) as msgpack."""
+encode_body = encode
+decode_envelope: Final = _envelope_decoder.decode
+decode_beat: Final = _beat_decoder.decode
 
 
 decode_body: Final = _decoder.decode
 decode_single: Final = _single_decoder.decode
-"""A one-part frame: a ``Packed`` message, a ``Batch`` of them, or a lone Envelope (a
-hello, a heartbeat)."""
+"""A one-part frame from a peer: a ``Packed`` message, a ``Batch`` of them, or its
+``Hello``."""
 
 
-# -- the debugger's sessions (a ``SERVICE`` connection to the root, see ``_debugger``) ------
+# -- the debugger's sessions (a service connection to the root, see ``_debugger``) --------
 
 
 class DebugStart(msgspec.Struct, array_like=True, tag=60, frozen=True, gc=False):

@@ -24,8 +24,8 @@ its queue pair stops answering; a region gone) fails the connection with a logge
 As on TCP, a sender must not change a part's memory until it is done with: here that is
 until the receiver has read it, not merely until it was written to the socket. ``Done``
 frames are processed while the sending end receives from its connection (monarch-core's
-writers always do, for the peer's heartbeats); they are sent with ``send_threadsafe``, as
-monarch-core's receiving end sends everything.
+writers always do, for the peer's heartbeats); they are sent with ``send_threadsafe`` (of the
+TCP connection's ``FrameQueue``), as monarch-core's receiving end sends everything.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import logging
 import select
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -55,10 +56,12 @@ from monarch.transport import (
     ConnectionClosed,
     ConnectionHandler,
     Frame,
+    FrameQueue,
     FrameTooLarge,
     HandshakeError,
     Listener,
     ProtocolError,
+    PushReceiver,
     TransportError,
     TransportOptions,
 )
@@ -149,8 +152,9 @@ class _Read:
         self.done = threading.Event()
 
 
-class IbverbsConnection(Connection):
-    """A TCP connection whose large parts move by RDMA READ (see the module docstring)."""
+class IbverbsConnection(Connection, FrameQueue, PushReceiver):
+    """A TCP connection whose large parts move by RDMA READ (see the module docstring);
+    like the TCP one, its own fast path and push receiver."""
 
     def __init__(
         self,
@@ -160,6 +164,14 @@ class IbverbsConnection(Connection):
         link: verbs.Connection,
     ) -> None:
         self._inner = inner
+        self._queue = inner.extra(ConnectionAttribute.frame_queue)
+        self._push = inner.extra(ConnectionAttribute.push_receiver)
+        self._attributes: dict[Any, Callable[[], Any]] = {
+            **inner.extra_attributes,
+            # Weakly: a failed connection is freed by reference counts, with no cycle.
+            ConnectionAttribute.frame_queue: weakref.ref(self),
+            ConnectionAttribute.push_receiver: weakref.ref(self),
+        }
         self._options = options
         self._nic = nic
         self._link = link
@@ -177,11 +189,11 @@ class IbverbsConnection(Connection):
 
     @property
     def extra_attributes(self) -> Any:
-        return self._inner.extra_attributes
+        return self._attributes
 
     @property
     def closed(self) -> bool:
-        return self._inner.closed
+        return self._push.closed
 
     def __repr__(self) -> str:
         return f"<IbverbsConnection over {self._inner!r}>"
@@ -245,35 +257,35 @@ class IbverbsConnection(Connection):
     def send_nowait(self, parts: Sequence[Buffer]) -> None:
         frame = self._wrap(parts)
         try:
-            self._inner.send_nowait(frame)
+            self._queue.send_nowait(frame)
         except BaseException:
             self._withdraw(frame)
             raise
 
     async def send(self, parts: Sequence[Buffer]) -> None:
         self.send_nowait(parts)
-        await self._inner.flush()
+        await self._queue.flush()
 
     def send_threadsafe(self, parts: Sequence[Buffer], timeout: float = 0.0) -> bool:
         frame = self._wrap(parts)
         try:
-            return self._inner.send_threadsafe(frame, timeout)
+            return self._queue.send_threadsafe(frame, timeout)
         except BaseException:
             self._withdraw(frame)
             raise
 
     async def flush(self) -> None:
-        await self._inner.flush()
+        await self._queue.flush()
 
     def flush_nowait(self) -> bool:
-        return self._inner.flush_nowait()
+        return self._queue.flush_nowait()
 
     @property
     def unsent(self) -> int:
-        return self._inner.unsent
+        return self._queue.unsent
 
     def flush_for(self, seconds: float, keep: int = 0) -> bool:
-        return self._inner.flush_for(seconds, keep)
+        return self._queue.flush_for(seconds, keep)
 
     # -- receiving --------------------------------------------------------------------------
 
@@ -358,13 +370,13 @@ class IbverbsConnection(Connection):
         even behind frames not read yet, where its queue pair may never answer)."""
         raw = self._inner.extra(ConnectionAttribute.raw_socket, None)
         if raw is None or raw.fileno() < 0:
-            return lambda: self._inner.closed
+            return lambda: self._push.closed
         poll = select.poll()
         poll.register(raw.fileno(), select.POLLRDHUP)
         ended = select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL
 
         def gone() -> bool:
-            return self._inner.closed or any(mask & ended for _, mask in poll.poll(0))
+            return self._push.closed or any(mask & ended for _, mask in poll.poll(0))
 
         return gone
 
@@ -387,7 +399,7 @@ class IbverbsConnection(Connection):
                 return head.parts
             if self._failure is not None:
                 raise ConnectionClosed(f"connection failed: {self._failure}")
-            self._admit(self._inner.receive_nowait())
+            self._admit(self._push.receive_nowait())
 
     async def receive(self) -> Frame:
         while True:
@@ -407,21 +419,21 @@ class IbverbsConnection(Connection):
             return False
         self._on_frames = on_frames
         self._loop = loop
-        if not self._inner.start_receiving(on_frames):
+        if not self._push.start_receiving(on_frames):
             self._on_frames = _nothing
             return False
         return True
 
     def pause_receiving(self) -> None:
-        self._inner.pause_receiving()
+        self._push.pause_receiving()
 
     def resume_receiving(self) -> None:
-        self._inner.resume_receiving()
+        self._push.resume_receiving()
 
     def _acknowledge(self, keys: list[int]) -> None:
         """Tell the sender it may let go of what we read (thread-safely, see above)."""
         try:
-            if self._inner.send_threadsafe([_encode(Done(keys))]):
+            if self._queue.send_threadsafe([_encode(Done(keys))]):
                 return
         except TransportError:
             return  # the connection is gone: so are the sender's regions
@@ -433,7 +445,7 @@ class IbverbsConnection(Connection):
 
     async def _flush_quietly(self) -> None:
         try:
-            await self._inner.flush()
+            await self._queue.flush()
         except TransportError:
             pass
 

@@ -61,8 +61,104 @@ class TransportOptions:
             )
 
 
+class FrameQueue(ABC):
+    """The fast send path a connection may offer (``ConnectionAttribute.frame_queue``).
+
+    ``Connection.send`` writes one frame and waits; a sender of many small frames (a
+    runtime's writer to a peer) queues them here without I/O and writes them in one
+    system call, skips the task switch when the socket has room, and may write from
+    another thread (heartbeats that must go out while the event loop is busy).
+    """
+
+    @abstractmethod
+    def send_nowait(self, parts: Sequence[Buffer]) -> None:
+        """Queue one frame without I/O; a later :meth:`flush` (or ``send``) writes it."""
+
+    @abstractmethod
+    async def flush(self) -> None:
+        """Return once every frame queued before the call has been written."""
+
+    @abstractmethod
+    def flush_nowait(self) -> bool:
+        """Write what the socket takes right now, without waiting.
+
+        Returns True when nothing is left queued; otherwise the rest needs a
+        :meth:`flush`. Lets a sender skip a task switch when the socket has room.
+        """
+
+    @abstractmethod
+    def send_threadsafe(self, parts: Sequence[Buffer], timeout: float = 0.0) -> bool:
+        """Queue one frame and write, blocking the calling thread up to ``timeout``, from
+        any thread; returns whether nothing is left queued (the rest goes with the next
+        write).
+
+        For a sender whose event loop may be busy (heartbeats, sent from a thread of their
+        own so that a long callback on the loop does not make the process look dead). Only
+        safe where every other sender on the connection uses it too.
+        """
+
+    @property
+    @abstractmethod
+    def unsent(self) -> int:
+        """Bytes queued and not written yet."""
+
+    @abstractmethod
+    def flush_for(self, seconds: float, keep: int = 0) -> bool:
+        """Write, blocking the calling thread up to ``seconds``, until at most ``keep``
+        bytes remain queued; returns whether it got there.
+
+        For a sender that must slow down to its peer's pace where it cannot await (a
+        synchronous ``send`` on the event loop's own thread).
+        """
+
+
+class PushReceiver(ABC):
+    """Reading in the event loop's readiness callbacks, which a connection may offer
+    (``ConnectionAttribute.push_receiver``): no task switch per frame, and a receiver that
+    cannot keep up leaves the peer's frames in the kernel's buffers."""
+
+    @abstractmethod
+    def receive_nowait(self) -> Frame:
+        """A frame already read from the socket, or raise ``anyio.WouldBlock``."""
+
+    @abstractmethod
+    def start_receiving(self, on_frames: Callable[[], object]) -> bool:
+        """Read in push mode on the running asyncio loop, if the running loop allows.
+
+        From then on the loop reads whenever the socket is readable and calls
+        ``on_frames()`` (on the loop) when frames are ready to take with
+        :meth:`receive_nowait`, and once more when the connection fails or closes:
+        :meth:`receive_nowait` then raises what ``receive`` would have raised. ``receive``
+        is refused from then on. Returns False, changing nothing, where the running loop
+        cannot (trio): use ``receive`` there.
+        """
+
+    @abstractmethod
+    def pause_receiving(self) -> None:
+        """Push mode: stop reading the socket until :meth:`resume_receiving` (on the loop).
+
+        Frames already read stay available to :meth:`receive_nowait`; the peer's next
+        frames wait in the kernel's buffers, and its writes stall once those are full:
+        how a receiver that cannot keep up slows its sender down. Outside push mode it
+        does nothing.
+        """
+
+    @abstractmethod
+    def resume_receiving(self) -> None:
+        """Push mode: read the socket again after :meth:`pause_receiving` (on the loop)."""
+
+    @property
+    @abstractmethod
+    def closed(self) -> bool:
+        """The connection is closed (by either end, or failed)."""
+
+
 class ConnectionAttribute(TypedAttributeSet):
-    """Typed extra attributes of a :class:`Connection` (``conn.extra(...)``)."""
+    """Typed extra attributes of a :class:`Connection` (``conn.extra(...)``).
+
+    A connection offers those it has; ``conn.extra(attribute, None)`` asks without
+    raising ``anyio.TypedAttributeLookupError`` for one it lacks.
+    """
 
     transport: str = typed_attribute()
     """The scheme of the transport carrying the connection."""
@@ -74,46 +170,27 @@ class ConnectionAttribute(TypedAttributeSet):
     """``(pid, uid, gid)`` of the peer process (unix only)."""
     ssl_object: ssl.SSLObject | ssl.SSLSocket = typed_attribute()
     """The TLS session (tls only)."""
+    frame_queue: FrameQueue = typed_attribute()
+    """The fast send path (``FrameQueue``), where the connection has one."""
+    push_receiver: PushReceiver = typed_attribute()
+    """Push-mode reading (``PushReceiver``), where the connection has it."""
 
 
 class Connection(TypedAttributeProvider, ABC):
-    """An authenticated, bidirectional stream of multipart frames.
+    """An authenticated, bidirectional stream of multipart frames: the contract every
+    transport meets (``send``, ``receive``, ``aclose`` and typed extra attributes, as
+    anyio's streams).
 
-    Frames arrive whole and in order. Sending queues a frame's buffers without
-    copying large parts; the caller must not modify them until they are flushed.
-    One task may receive at a time; any number may send.
+    Frames arrive whole and in order. Sending does not copy large parts; the caller
+    must not modify them until ``send`` returns. One task may receive at a time; any
+    number may send. What a connection can do beyond this (a queue of frames written in
+    one call, push-mode reading) it offers as capabilities among its extra attributes
+    (``ConnectionAttribute.frame_queue``, ``ConnectionAttribute.push_receiver``).
     """
 
     @abstractmethod
     async def send(self, parts: Sequence[Buffer]) -> None:
-        """Queue one frame and flush the queue to the socket."""
-
-    @abstractmethod
-    def send_nowait(self, parts: Sequence[Buffer]) -> None:
-        """Queue one frame without I/O; a later :meth:`send` or :meth:`flush` writes it."""
-
-    @abstractmethod
-    async def flush(self) -> None:
-        """Return once every frame queued before the call has been written."""
-
-    def flush_nowait(self) -> bool:
-        """Write what the socket takes right now, without waiting.
-
-        Returns True when nothing is left queued; otherwise the rest needs a
-        :meth:`flush`. Lets a sender skip a task switch when the socket has room.
-        """
-        return False
-
-    def send_threadsafe(self, parts: Sequence[Buffer], timeout: float = 0.0) -> bool:
-        """Queue one frame and write, blocking the calling thread up to ``timeout``, from
-        any thread; returns whether nothing is left queued (the rest goes with the next
-        write).
-
-        For a sender whose event loop may be busy (heartbeats, sent from a thread of their
-        own so that a long callback on the loop does not make the process look dead). Only
-        safe where every other sender on the connection uses it too.
-        """
-        raise NotImplementedError(f"{type(self).__name__} cannot send from other threads")
+        """Write one frame (and whatever a capability queued before it)."""
 
     @abstractmethod
     async def receive(self) -> Frame:
@@ -125,56 +202,8 @@ class Connection(TypedAttributeProvider, ABC):
         """
 
     @abstractmethod
-    def receive_nowait(self) -> Frame:
-        """A frame already read from the socket, or raise ``anyio.WouldBlock``."""
-
-    def start_receiving(self, on_frames: Callable[[], object]) -> bool:
-        """Read in push mode on the running asyncio loop, if this connection can.
-
-        From then on the loop reads whenever the socket is readable, with no task
-        switch per frame, and calls ``on_frames()`` (on the loop) when frames are ready
-        to take with :meth:`receive_nowait`, and once more when the connection fails or
-        closes: :meth:`receive_nowait` then raises what :meth:`receive` would have
-        raised. :meth:`receive` is refused from then on. Returns False, changing
-        nothing, where push mode is unavailable (trio, another transport): use
-        :meth:`receive` there.
-        """
-        return False
-
-    def pause_receiving(self) -> None:
-        """Push mode: stop reading the socket until :meth:`resume_receiving` (on the loop).
-
-        Frames already read stay available to :meth:`receive_nowait`; the peer's next
-        frames wait in the kernel's buffers, and its writes stall once those are full:
-        how a receiver that cannot keep up slows its sender down. Outside push mode it
-        does nothing (a receiver pauses by not calling :meth:`receive`).
-        """
-
-    def resume_receiving(self) -> None:
-        """Push mode: read the socket again after :meth:`pause_receiving` (on the loop)."""
-
-    @property
-    def unsent(self) -> int:
-        """Bytes queued and not written yet (0 where the transport does not know)."""
-        return 0
-
-    def flush_for(self, seconds: float, keep: int = 0) -> bool:
-        """Write, blocking the calling thread up to ``seconds``, until at most ``keep``
-        bytes remain queued; returns whether it got there.
-
-        For a sender that must slow down to its peer's pace where it cannot await (a
-        synchronous ``send`` on the event loop's own thread). The default only writes
-        what the socket takes now.
-        """
-        return self.flush_nowait() or self.unsent <= keep
-
-    @abstractmethod
     async def aclose(self) -> None:
         """Flush (bounded by ``close_timeout``) and close. Idempotent."""
-
-    @property
-    @abstractmethod
-    def closed(self) -> bool: ...
 
     async def __aenter__(self) -> Connection:
         return self

@@ -16,6 +16,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from abc import abstractmethod
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -31,7 +32,9 @@ from ._abc import (
     Connection,
     ConnectionAttribute,
     ConnectionHandler,
+    FrameQueue,
     Listener,
+    PushReceiver,
     Transport,
     TransportOptions,
 )
@@ -190,8 +193,12 @@ class _AsyncioReadable:
             self.loop.call_soon(self._push)  # the receiver learns of it from receive_nowait
 
 
-class SocketConnection(Connection):
-    """A :class:`Connection` over a connected, authenticated, non-blocking socket."""
+class SocketConnection(Connection, FrameQueue, PushReceiver):
+    """A :class:`Connection` over a connected, authenticated, non-blocking socket.
+
+    It is its own fast path and push receiver (``ConnectionAttribute.frame_queue``,
+    ``ConnectionAttribute.push_receiver``): a capability costs no indirection here.
+    """
 
     def __init__(
         self,
@@ -230,7 +237,12 @@ class SocketConnection(Connection):
         self._closed = False
         self._failure: BaseException | None = None
         self._fast_ops = 0
-        self._attributes = attributes
+        self._attributes: Attributes = {
+            **attributes,
+            # Weakly: a failed connection is freed by reference counts, with no cycle.
+            ConnectionAttribute.frame_queue: weakref.ref(self),
+            ConnectionAttribute.push_receiver: weakref.ref(self),
+        }
         if leftover:
             self._decoder.feed(leftover)
 

@@ -1,4 +1,7 @@
-"""Wire schema: msgspec Structs for the connection handshake and the message envelope.
+"""Wire schema: msgspec Structs for the connection handshake and the gateway.
+
+What travels inside frames after the handshake (monarch-core's envelope, hello and
+heartbeats) is the layer above's own schema, not the transport's.
 
 Every Struct is ``array_like`` (encoded as a msgpack array, no field names on the
 wire) and carries an integer ``tag`` as its first element, so a decoder can tell
@@ -91,26 +94,6 @@ REJECT_VERSION: Final = 2
 REJECT_MALFORMED: Final = 3
 
 
-class Envelope(msgspec.Struct, array_like=True, tag=16, frozen=True, gc=False):
-    """The header frame of every message monarch-core carries.
-
-    A message is one multipart frame: part 0 is the encoded Envelope, the remaining
-    parts are the payload (a pickle and its out-of-band buffers), which travel as
-    separate parts so large buffers are never joined into one.
-    """
-
-    kind: int
-    """What the payload is; meaning owned by monarch-core."""
-    dest: str
-    """The mailbox (actor or port) the message is for."""
-    sender: str
-    """The sending actor, for per-sender ordering and error reports."""
-    seq: int = 0
-    """Per (sender, dest) sequence number restoring FIFO order; 0 = unordered."""
-    headers: dict[str, str] = msgspec.field(default_factory=dict)
-    """Extension point for metadata that needs no schema change (tracing, ...)."""
-
-
 GATEWAY_GREETING: Final = b"\x89monarch-gateway/1\n"
 """First bytes a gateway sends on every connection, before its nonce (``_gateway``)."""
 
@@ -163,12 +146,11 @@ GatewayReply = GatewayGranted | GatewayRefused | GatewayIncoming
 _handshake_decoder: Final = msgspec.msgpack.Decoder(HandshakeMessage)
 _gateway_request_decoder: Final = msgspec.msgpack.Decoder(GatewayRequest)
 _gateway_reply_decoder: Final = msgspec.msgpack.Decoder(GatewayReply)
-_envelope_decoder: Final = msgspec.msgpack.Decoder(Envelope)
 _encoder: Final = msgspec.msgpack.Encoder()
 
 
 def encode(message: msgspec.Struct) -> bytes:
-    """Encode any wire Struct to msgpack."""
+    """Encode a handshake or gateway Struct (any msgspec Struct) to msgpack."""
     return _encoder.encode(message)
 
 
@@ -176,11 +158,6 @@ def decode_handshake(data: bytes | memoryview) -> HandshakeMessage:
     """Decode one handshake message; raises ``msgspec.DecodeError`` on garbage."""
     message: HandshakeMessage = _handshake_decoder.decode(data)
     return message
-
-
-def decode_envelope(data: bytes | memoryview) -> Envelope:
-    """Decode an Envelope; raises ``msgspec.DecodeError`` on garbage."""
-    return _envelope_decoder.decode(data)
 
 
 def decode_gateway_request(data: bytes | memoryview) -> GatewayRequest:

@@ -23,7 +23,6 @@ from typing import IO, Any, TypeVar, cast
 import msgspec
 
 from monarch.core._messages import (
-    SERVICE,
     DebugEnd,
     DebugInput,
     DebugLines,
@@ -32,12 +31,13 @@ from monarch.core._messages import (
     DebugSource,
     DebugStart,
     DebugWrite,
+    Hello,
     decode_debug,
+    encode,
     encode_body,
 )
 from monarch.core._runtime import Runtime, dial
 from monarch.transport import Connection, TransportError
-from monarch.transport.wire import Envelope, encode
 
 from ._sessions import SERVICE_NAME
 
@@ -67,7 +67,7 @@ class _Link:
     @staticmethod
     async def _open(runtime: Runtime) -> Connection:
         conn = await dial(runtime, runtime.root or runtime.address)
-        await conn.send([encode(Envelope(SERVICE, SERVICE_NAME, runtime.address))])
+        await conn.send([encode(Hello(runtime.address, service=SERVICE_NAME))])
         return conn
 
     def send(self, message: DebugMessage) -> None:

@@ -16,37 +16,38 @@ import threading
 import time
 from collections.abc import Sequence
 
-from monarch.transport import Buffer, Connection, TransportError
+from monarch.transport import Buffer, FrameQueue, TransportError
 
 log = logging.getLogger("monarch.core.runtime")
 
 
 class Beats:
-    """The connections we beat on, each at the interval its peer asked for."""
+    """The connections we beat on (their ``FrameQueue``, whose ``send_threadsafe`` any
+    thread may call), each at the interval its peer asked for."""
 
     def __init__(self) -> None:
-        self._due: list[tuple[float, int, Connection]] = []
-        self._beats: dict[Connection, tuple[float, Sequence[Buffer]]] = {}
+        self._due: list[tuple[float, int, FrameQueue]] = []
+        self._beats: dict[FrameQueue, tuple[float, Sequence[Buffer]]] = {}
         self._order = itertools.count()
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
 
-    def add(self, conn: Connection, interval: float, beat: Sequence[Buffer]) -> None:
-        """Send ``beat`` on ``conn`` every ``interval`` s from now on, until :meth:`remove`."""
+    def add(self, queue: FrameQueue, interval: float, beat: Sequence[Buffer]) -> None:
+        """Send ``beat`` on ``queue`` every ``interval`` s from now on, until :meth:`remove`."""
         with self._changed:
             if self._closed:
                 return
-            self._beats[conn] = (interval, beat)
-            heapq.heappush(self._due, (time.monotonic() + interval, next(self._order), conn))
+            self._beats[queue] = (interval, beat)
+            heapq.heappush(self._due, (time.monotonic() + interval, next(self._order), queue))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)
                 self._thread.start()
             self._changed.notify()
 
-    def remove(self, conn: Connection) -> None:
+    def remove(self, queue: FrameQueue) -> None:
         with self._changed:
-            self._beats.pop(conn, None)  # its entry in _due is dropped when due
+            self._beats.pop(queue, None)  # its entry in _due is dropped when due
 
     def close(self) -> None:
         with self._changed:
@@ -62,16 +63,16 @@ class Beats:
                     self._changed.wait(due[0][0] - time.monotonic() if due else None)
                 if self._closed:
                     return
-                _, order, conn = heapq.heappop(due)
-                entry = self._beats.get(conn)
+                _, order, queue = heapq.heappop(due)
+                entry = self._beats.get(queue)
                 if entry is None:
                     continue  # removed
                 interval, beat = entry
-                heapq.heappush(due, (time.monotonic() + interval, order, conn))
+                heapq.heappush(due, (time.monotonic() + interval, order, queue))
             try:
-                conn.send_threadsafe(beat)  # what the socket does not take goes next time
+                queue.send_threadsafe(beat)  # what the socket does not take goes next time
             except TransportError:
-                self.remove(conn)  # the connection is gone; its reader reports that
+                self.remove(queue)  # the connection is gone; its reader reports that
             except Exception:
-                log.exception("heartbeat on %r failed", conn)
-                self.remove(conn)
+                log.exception("heartbeat on %r failed", queue)
+                self.remove(queue)

@@ -17,22 +17,33 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
+import msgspec
+
 from monarch.core._config import current_config
 from monarch.core._errors import PeerLost
 from monarch.core._lending import Lender
-from monarch.core._messages import BATCH_BYTES, BATCH_MAX, HEARTBEAT, Batch, Packed
+from monarch.core._messages import (
+    BATCH_BYTES,
+    BATCH_MAX,
+    Batch,
+    Hello,
+    Packed,
+    decode_beat,
+    encode,
+)
 from monarch.core._ring import Ring
 from monarch.core._tls import tls_options
 from monarch.transport import (
     Buffer,
     Connection,
     ConnectionClosed,
+    FrameQueue,
     TransportError,
     open_connection,
 )
-from monarch.transport.wire import Envelope, decode_envelope, encode
 
 from ._flow import MESSAGE_COST, PATIENCE, SEND_HIGH, SEND_LOW, STALL, Room, owe, owed
+from ._sendqueue import frame_queue
 
 log = logging.getLogger("monarch.core")
 
@@ -53,7 +64,7 @@ class WriterOwner(Protocol):
     secret: bytes
     address: str
     via: str | None
-    hello: dict[str, str]
+    hello: Hello
     incarnations: dict[str, str]
     lender: Lender
 
@@ -86,7 +97,7 @@ class PeerWriter:
     Any thread may post: an actor's thread writes its replies straight to the socket
     (so a reply is out before the actor's next message runs, and no loop wake-up is
     paid for it). ``lock`` guards the connection's sending side, ``pending`` and
-    ``busy``; while ``busy``, only the writer task touches the connection.
+    ``busy``; while ``busy``, only the writer task touches the connection's queue.
     """
 
     def __init__(
@@ -114,8 +125,9 @@ class PeerWriter:
         self.failure: BaseException | None = None
         self.heard = runtime.loop.time()
         """When the peer last showed it is alive (connection made, or a heartbeat)."""
-        self.conn: Connection | None = None
-        """Set once connected; then an idle writer lets ``post`` write directly."""
+        self.queue: FrameQueue | None = None
+        """The connection's fast send path (``_sendqueue``), set once connected; then an
+        idle writer lets ``post`` write straight into it."""
         self.busy = False
         self.task: asyncio.Task[None] | None = None
         self.stopped = False
@@ -164,8 +176,8 @@ class PeerWriter:
             return  # undeliverable: whoever waits on this peer has been told
         error: TransportError | None = None
         with self.lock:
-            conn, pending = self.conn, self.pending
-            if conn is None or self.busy or pending or batch is not None:
+            queue, pending = self.queue, self.pending
+            if queue is None or self.busy or pending or batch is not None:
                 full = False
                 if self.lane:
                     self.queued += _size(message)
@@ -179,12 +191,12 @@ class PeerWriter:
                     full = run.full
                 else:
                     pending.append(message)  # type: ignore[arg-type]
-                ready = conn is not None and not self.busy
+                ready = queue is not None and not self.busy
                 if ready and full:
-                    assert conn is not None
+                    assert queue is not None
                     try:
-                        self._queue_pending(conn)
-                        if self._flush_locked(conn):
+                        self._queue_pending(queue)
+                        if self._flush_locked(queue):
                             return
                     except TransportError as exc:
                         error = exc
@@ -193,8 +205,8 @@ class PeerWriter:
                 # Straight into the connection, with no task switch; order holds, as
                 # nothing is queued before it.
                 try:
-                    conn.send_nowait([encode(message)] if isinstance(message, Packed) else message)
-                    if self._flush_locked(conn):
+                    queue.send_nowait([encode(message)] if isinstance(message, Packed) else message)
+                    if self._flush_locked(queue):
                         return
                 except TransportError as exc:
                     error = exc
@@ -210,12 +222,12 @@ class PeerWriter:
     def flush(self, on_loop: bool = True) -> None:
         """Write what a batch queued; the writer task finishes if the socket is full."""
         with self.lock:
-            conn = self.conn
-            if conn is None or self.busy:
+            queue = self.queue
+            if queue is None or self.busy:
                 return
             try:
-                self._queue_pending(conn)
-                if self._flush_locked(conn):
+                self._queue_pending(queue)
+                if self._flush_locked(queue):
                     return
             except TransportError as exc:
                 error: TransportError | None = exc
@@ -226,15 +238,15 @@ class PeerWriter:
         else:
             self._kick(on_loop)
 
-    def _flush_locked(self, conn: Connection) -> bool:
+    def _flush_locked(self, queue: FrameQueue) -> bool:
         """Write what the connection holds (the lock held); when the socket is full,
         the writer task goes on (``busy``) and this returns False."""
-        if conn.flush_nowait():
+        if queue.flush_nowait():
             return True
         self.busy = True
         return False
 
-    def _queue_pending(self, conn: Connection) -> None:
+    def _queue_pending(self, queue: FrameQueue) -> None:
         """Move what waits into the connection's send queue (the lock held), a run of
         small messages as one ``Batch``, encoded here rather than by each sender."""
         pending = self.pending
@@ -243,15 +255,15 @@ class PeerWriter:
             message = pending.popleft()
             if type(message) is _Run:
                 items = message.items
-                conn.send_nowait([encode(Batch(items) if len(items) > 1 else items[0])])
+                queue.send_nowait([encode(Batch(items) if len(items) > 1 else items[0])])
             else:
-                conn.send_nowait(message)  # type: ignore[arg-type]
+                queue.send_nowait(message)  # type: ignore[arg-type]
 
     def backlog(self) -> int:
         """Bytes sent to the peer that it has not taken yet: queued here, unwritten, or
         lent (its buffers, which we keep alive until it reads them)."""
-        conn = self.conn
-        unsent = conn.unsent if conn is not None else 0
+        queue = self.queue
+        unsent = queue.unsent if queue is not None else 0
         return self.queued + unsent + self.runtime.lender.lent_to(self.address)
 
     def throttle(self, on_loop: bool) -> None:
@@ -274,18 +286,18 @@ class PeerWriter:
                     self.room.wait(STALL)
             return
         with self.lock:
-            conn = self.conn
-            if conn is None or self.failure is not None:
+            queue = self.queue
+            if queue is None or self.failure is not None:
                 return
             busy, self.busy = self.busy, True
         keep = max(SEND_LOW - self.runtime.lender.lent_to(self.address), 0)
         error: TransportError | None = None
         try:
             with self.lock:
-                self._queue_pending(conn)
-            unsent = conn.unsent
-            conn.flush_for(STALL, keep)
-            if conn.unsent < unsent:
+                self._queue_pending(queue)
+            unsent = queue.unsent
+            queue.flush_for(STALL, keep)
+            if queue.unsent < unsent:
                 self.progress = time.monotonic()
         except TransportError as exc:
             error = exc
@@ -324,26 +336,30 @@ class PeerWriter:
         beat = None if settings is None else loop.create_task(self._heartbeat(*settings))
         try:
             conn = await self._connect()
+            queue = frame_queue(conn, loop)
             self.heard = loop.time()
             # The hello: who we are (this process's incarnation, which outlives an address
             # change and tells a restarted process from its predecessor), and how often
-            # the peer should beat back on this connection ("" = never).
-            interval = repr(settings[0]) if settings is not None else ""
-            headers = {**self.runtime.hello, "lane": "1"} if self.lane else self.runtime.hello
-            hello = Envelope(HEARTBEAT, interval, self.runtime.address, 0, headers)
+            # the peer should beat back on this connection (0 = never).
+            hello = msgspec.structs.replace(
+                self.runtime.hello,
+                sender=self.runtime.address,
+                heartbeat_interval=settings[0] if settings is not None else 0.0,
+                lane=self.lane,
+            )
             await conn.send([encode(hello)])
-            # Peers send nothing but their hello and heartbeats back: see _watch.
+            # Peers send nothing but their Beat frames back: see _watch.
             watch = loop.create_task(self._watch(conn))
             with self.lock:
-                self.conn = conn
+                self.queue = queue
             self.connected.set()
             try:
                 while True:
                     with self.lock:
                         self.kicked = False
                         self.busy = True
-                        self._queue_pending(conn)
-                    await conn.flush()
+                        self._queue_pending(queue)
+                    await queue.flush()
                     if self.lane:
                         self.made_room()
                     with self.lock:
@@ -354,7 +370,7 @@ class PeerWriter:
                     self.wake.clear()
             finally:
                 with self.lock:
-                    self.conn = None
+                    self.queue = None
                 watch.cancel()
         except (TransportError, OSError) as exc:
             self._fail(exc)
@@ -378,25 +394,24 @@ class PeerWriter:
                 return await dial(self.runtime, self.address)
             except (TransportError, OSError) as exc:
                 tries += 1
-                if main is None or main.conn is None or main.failure is not None:
+                if main is None or main.queue is None or main.failure is not None:
                     raise
                 if tries >= LANE_TRIES:
                     raise
                 log.warning("lane to %s: %s; trying again", self.address, exc)
 
     async def _watch(self, conn: Connection) -> None:
-        """Heartbeats are all a peer sends back; a read fails when the connection dies."""
+        """``Beat`` frames are all a peer sends back; a read fails when the connection dies."""
         loop = self.runtime.loop
         try:
             while len(frame := await conn.receive()) == 1:
                 self.heard = loop.time()
-                headers = decode_envelope(frame[0]).headers
-                incarnation = headers.get("i")
-                if incarnation is not None:
-                    self.runtime.incarnations[self.address] = incarnation
-                if "consumed" in headers:
+                beat = decode_beat(frame[0])
+                if beat.incarnation:
+                    self.runtime.incarnations[self.address] = beat.incarnation
+                if beat.consumed:
                     self.progress = time.monotonic()  # a held lane's inboxes consume
-                if headers.get("pull") == "1":
+                if beat.pull:
                     self.lend = True  # the peer can read our memory: lend it large buffers
             exc: BaseException = PeerLost(f"{self.address} sent on a one-way connection")
         except TransportError as error:

@@ -31,21 +31,24 @@ from monarch.core._lending import Lender, RingKey, borrow, can_read, is_descript
 from monarch.core._lending import available as lending_available
 from monarch.core._memory import address_of as memory_address
 from monarch.core._messages import (
-    HEARTBEAT,
     PACK_MAX,
-    SERVICE,
     TO_ACTOR,
     TO_PORT,
     TO_PROC,
     Batch,
+    Beat,
     Body,
     Call,
+    Envelope,
+    Hello,
     Packed,
     PortRef,
     ReturnLoans,
     StopProc,
     decode_body,
+    decode_envelope,
     decode_single,
+    encode,
     encode_body,
 )
 from monarch.core._netaddr import advertised, bind_url
@@ -54,25 +57,29 @@ from monarch.core._tls import tls_options
 from monarch.transport import (
     Buffer,
     Connection,
+    ConnectionAttribute,
     ConnectionClosed,
     Frame,
+    FrameQueue,
     Listener,
     TransportError,
     open_listener,
 )
-from monarch.transport.wire import Envelope, decode_envelope, encode
 
 from ._beats import Beats
 from ._flow import TURN_BYTES, TURN_MESSAGES, Flow
 from ._peers import DEFER, PeerWriter
+from ._sendqueue import frame_queue
 from ._spin import spin_seconds
 
 log = logging.getLogger("monarch.core")
 
-CONSUMED: Final = {"consumed": "1"}
-"""Headers of a held lane's notice to its sender: its inboxes consume (see ``_flow``)."""
+CONSUMED: Final = encode(Beat(consumed=True))
+"""A held lane's notice to its sender: its inboxes consume (see ``_flow``)."""
 DRAIN_GRACE: Final = 0.25
 """Seconds a failed peer's open connections are still read, for what it sent before."""
+BEAT: Final = encode(Beat())
+"""A heartbeat: a ``Beat`` that says nothing more."""
 BURST: Final = 50e-6
 """Casts from a thread closer together than this (seconds) are written together."""
 
@@ -96,6 +103,10 @@ class Inbound:
     def __init__(self, runtime: Runtime, conn: Connection) -> None:
         self.runtime = runtime
         self.conn = conn
+        self.queue = frame_queue(conn, runtime.loop)
+        """Our sending side (``_sendqueue``): the hello's answer, heartbeats, notices."""
+        self.push = conn.extra(ConnectionAttribute.push_receiver, None)
+        """The connection's push mode, where it has one (see ``_serve_connection``)."""
         self.sender = "?"
         self.ended: asyncio.Future[None] = runtime.loop.create_future()
         """Done when the connection is refused or fails (with the failure)."""
@@ -125,9 +136,10 @@ class Inbound:
     def take(self, frame: Frame | None) -> None:
         """Deliver ``frame`` and the frames already read, a turn's worth, as one batch:
         what they send in return goes out together when it ends."""
-        runtime, conn, flow = self.runtime, self.conn, self.flow
+        runtime, push, flow = self.runtime, self.push, self.flow
         if frame is None and flow is not None and flow.held_up:
-            if conn.closed and not self.ended.done():
+            assert push is not None  # frame is None: push mode
+            if push.closed and not self.ended.done():
                 self.ended.set_result(None)  # we closed it (its peer failed): drop the rest
             return
         runtime._batching += 1
@@ -135,7 +147,8 @@ class Inbound:
         messages = size = 0
         try:
             if frame is None:
-                frame = conn.receive_nowait()
+                assert push is not None
+                frame = push.receive_nowait()
             while True:
                 if len(frame) > 1:
                     self.sender = runtime._dispatch(frame, self.rings)
@@ -162,11 +175,13 @@ class Inbound:
                 if messages >= TURN_MESSAGES or size >= TURN_BYTES:
                     self._end_turn()
                     return
-                frame = conn.receive_nowait()
+                if push is None:
+                    return  # one frame per receive() where there is no push mode
+                frame = push.receive_nowait()
         except anyio.WouldBlock:
-            if self.paused:  # all taken: read the socket again
+            if self.paused and push is not None:  # all taken: read the socket again
                 self.paused = False
-                conn.resume_receiving()
+                push.resume_receiving()
         finally:
             runtime.delivering = None
             runtime._end_batch()
@@ -174,7 +189,8 @@ class Inbound:
     def _pause(self) -> None:
         if not self.paused:
             self.paused = True
-            self.conn.pause_receiving()
+            if self.push is not None:
+                self.push.pause_receiving()
 
     def _end_turn(self) -> None:
         """The turn is over: the rest waits for the next (push mode: a callback; pull
@@ -208,11 +224,10 @@ class Inbound:
 
     def _notice(self) -> None:
         """Tell the sender of a held lane that its inboxes consume (see ``_flow``)."""
-        notice = encode(Envelope(HEARTBEAT, "", self.runtime.address, 0, CONSUMED))
-        self.runtime.spawn_task(self._send_quietly(notice))
+        self.runtime.spawn_task(self._send_quietly(CONSUMED))
 
     async def _send_quietly(self, frame: bytes) -> None:
-        await send_back(self.conn, frame)
+        await send_back(self.queue, frame)
 
     async def wait_turn(self) -> None:
         """Pull mode: return when the connection may be read."""
@@ -223,25 +238,25 @@ class Inbound:
         while flow is not None and flow.held_up:
             await self._resumed.wait()
 
-    def _hello(self, hello: Envelope) -> bool:
+    def _hello(self, hello: Hello) -> bool:
         """A peer's hello (see PeerWriter.run): whether it is admitted."""
         runtime = self.runtime
         self.sender = hello.sender
-        if not runtime._admit(hello.sender, hello.headers.get("i")):
+        if not runtime._admit(hello.sender, hello.incarnation or None):
             return False
         runtime._inbound.setdefault(hello.sender, {})[self.conn] = self._drained
-        if hello.headers.get("lane") == "1" and self.flow is None:
+        if hello.lane and self.flow is None:
             self.flow = Flow(self.read_on, self._notice)
         if self._beats is None:
             pulls = runtime._can_pull_from(hello)
-            self._beats = runtime.spawn_task(runtime._send_heartbeats(self.conn, hello, pulls))
+            self._beats = runtime.spawn_task(runtime._send_heartbeats(self.queue, hello, pulls))
         return True
 
     def close(self) -> None:
         self.runtime._held.discard(self)
         if self._beats is not None:
             self._beats.cancel()
-        self.runtime.beats.remove(self.conn)
+        self.runtime.beats.remove(self.queue)
         self.runtime._inbound.get(self.sender, {}).pop(self.conn, None)
         self.rings.clear()  # unmapped once no frame of this connection is being read
         self._drained.set()
@@ -249,12 +264,12 @@ class Inbound:
             self.ended.cancel()
 
 
-async def send_back(conn: Connection, frame: bytes) -> None:
+async def send_back(queue: FrameQueue, frame: bytes) -> None:
     """Send on a connection a peer opened to us: its heartbeats go from another thread
     (see ``_beats``), so every frame we send on it is queued thread-safely."""
     try:
-        if not conn.send_threadsafe([frame]):
-            await conn.flush()
+        if not queue.send_threadsafe([frame]):
+            await queue.flush()
     except TransportError:
         pass  # the connection is gone; its reader reports that
 
@@ -285,17 +300,16 @@ class Runtime:
         self.send_order = SendOrder()
         self.incarnation = secrets.token_hex(8)
         """This process's identity: stable when its address changes, new in a new process."""
-        self.hello = {"i": self.incarnation}
+        self.hello = Hello("", self.incarnation)
+        """What our writers' hellos say (each adds our address and what it asks)."""
         self.lender = Lender()
         """Our large buffers read by peers of this machine (see ``_lending``)."""
         self._token = self.incarnation.encode()
         if lending_available():
             # What a peer of this machine reads to find out it may read our memory.
-            self.hello = {
-                **self.hello,
-                "pid": str(os.getpid()),
-                "probe": str(memory_address(self._token)),
-            }
+            self.hello = Hello(
+                "", self.incarnation, pid=os.getpid(), probe=memory_address(self._token)
+            )
         self.incarnations: dict[str, str] = {}
         """The incarnation last seen at each peer address."""
         self.posted = 0
@@ -440,7 +454,8 @@ class Runtime:
                 await service(conn)
                 return
             inbound.take(hello)
-            if conn.start_receiving(inbound.take_pushed):  # asyncio: read in callbacks
+            push = inbound.push
+            if push is not None and push.start_receiving(inbound.take_pushed):  # on asyncio
                 inbound.pushed = True
                 await inbound.ended
             else:
@@ -458,18 +473,18 @@ class Runtime:
             inbound.close()
 
     def _service_of(self, hello: Frame) -> Service | None:
-        """The service a connection's first frame asks for (``SERVICE``), if any."""
+        """The service a connection's first frame asks for (``Hello.service``), if any."""
         if len(hello) != 1 or not self.services:
             return None
         try:
             head = decode_single(hello[0])
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None  # the peer's reader says why
-        if not isinstance(head, Envelope) or head.kind != SERVICE:
+        if not isinstance(head, Hello) or not head.service:
             return None
-        service = self.services.get(head.dest)
+        service = self.services.get(head.service)
         if service is None:
-            log.warning("%s asked for service %r, not offered here", head.sender, head.dest)
+            log.warning("%s asked for service %r, not offered here", head.sender, head.service)
         return service
 
     def _admit(self, sender: str, incarnation: str | None) -> bool:
@@ -500,33 +515,24 @@ class Runtime:
                 if writer is not None:
                     writer.stop()
 
-    def _can_pull_from(self, hello: Envelope) -> bool:
+    def _can_pull_from(self, hello: Hello) -> bool:
         """Whether we can read the memory of the peer saying ``hello`` (same machine)."""
-        headers = hello.headers
-        if not hello.sender.startswith("unix:") or "probe" not in headers:
+        if not hello.sender.startswith("unix:") or not hello.probe:
             return False
         if not current_config().read_peer_buffers:
             return False
-        try:
-            pid, probe = int(headers["pid"]), int(headers["probe"])
-        except (KeyError, ValueError):
-            return False
-        return can_read(pid, probe, headers.get("i", "").encode())
+        return can_read(hello.pid, hello.probe, hello.incarnation.encode())
 
-    async def _send_heartbeats(self, conn: Connection, hello: Envelope, pulls: bool) -> None:
+    async def _send_heartbeats(self, queue: FrameQueue, hello: Hello, pulls: bool) -> None:
         """Answer a hello with ours, then beat at the interval the peer asked for."""
-        answer = {"i": self.incarnation, "pull": "1"} if pulls else {"i": self.incarnation}
-        await send_back(conn, encode(Envelope(HEARTBEAT, "", self.address, 0, answer)))
-        if not hello.dest:
+        await send_back(queue, encode(Beat(self.incarnation, pull=pulls)))
+        interval = hello.heartbeat_interval
+        if interval == 0:
             return  # no heartbeats wanted (a peer on this machine)
-        try:
-            interval = float(hello.dest)
-        except ValueError:
-            interval = math.nan
-        if hello.kind != HEARTBEAT or not math.isfinite(interval):
-            log.warning("bad heartbeat request from %s", hello.sender)
+        if not math.isfinite(interval) or interval < 0:
+            log.warning("bad heartbeat interval %r from %s", interval, hello.sender)
             return
-        self.beats.add(conn, max(interval, 0.01), [encode(Envelope(HEARTBEAT, "", self.address))])
+        self.beats.add(queue, max(interval, 0.01), [BEAT])
 
     # -- sending -------------------------------------------------------------------
 
@@ -637,7 +643,7 @@ class Runtime:
     def _dispatch(self, frame: Sequence[Buffer], rings: dict[RingKey, RingReader | None]) -> str:
         """Deliver a message of several parts read from a peer (whose rings we have
         opened are ``rings``); returns its sender."""
-        envelope = decode_envelope(frame[0])  # type: ignore[arg-type]
+        envelope = decode_envelope(frame[0])
         body = decode_body(frame[1])
         if len(frame) > 3 and any(map(is_descriptor, frame[3:])):
             try:
