@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +211,54 @@ def test_a_killed_zygote_fails_its_procs_and_later_procs_start_without_it() -> N
     assert done.returncode == 0, done.stderr
     assert "FAILED: the process this actor was running on failed: Killed(sig=9)" in done.stdout
     assert "PARENTS ARE US: True" in done.stdout
+
+
+def test_fork_requests_beyond_a_frozen_zygotes_queue_leave_its_answers_readable() -> None:
+    """A request waits for room in the zygote's socket without holding the lock
+    that reading the zygote's answers takes: else the zygote, blocked on answers nobody
+    reads, never reads the request (a spawn of ~250 procs at once hung so)."""
+    import signal
+    import threading
+
+    from monarch.core._zygote import ForkedProc, Zygote
+
+    zygote = Zygote()
+    answered: list[ForkedProc | None] = []
+    all_answered = threading.Event()
+    count = 30
+    padded = {"PAD": "x" * 32768}  # 30 of them do not fit the socket's buffer (~200 KiB)
+
+    def started(proc: ForkedProc | None, error: str) -> None:
+        answered.append(proc)
+        if len(answered) == count + 1:
+            all_answered.set()
+
+    zygote.fork({}, True, started)  # the zygote runs (its first answer came)
+    first = zygote.process
+    assert first is not None
+    try:
+        deadline = time.monotonic() + 60
+        while not answered and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert answered, "the zygote never answered"
+        os.kill(first.pid, signal.SIGSTOP)
+
+        def send_all() -> None:
+            for _ in range(count):
+                zygote.fork(padded, True, started)
+
+        sender = threading.Thread(target=send_all, daemon=True)
+        sender.start()
+        sender.join(2.0)
+        assert sender.is_alive(), "30 requests fit the frozen zygote's socket"
+        assert zygote.lock.acquire(timeout=10), "a blocked request holds the zygote's lock"
+        zygote.lock.release()
+        os.kill(first.pid, signal.SIGCONT)
+        assert all_answered.wait(60), f"{len(answered)} of {count + 1} forks answered"
+        sender.join(10)
+        for proc in answered:  # they fail at once (no job in their environment)
+            if proc is not None:
+                proc.wait(60)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+        zygote.stop()

@@ -126,8 +126,11 @@ class Zygote:
                 self.tokens += 1
                 token = self.tokens
                 self.waiting[token] = (started, *readers)
-                request = encode_body(ZygoteFork(token, env, os.getcwd()))
-                socket.send_fds(sock, [request], [devnull, *streams])
+            # Not under the lock: a send blocks while the zygote's side is full, and the
+            # zygote reads on only once it could send its answers, which the reading thread
+            # takes only with the lock (a spawn of ~250 procs at once deadlocked so).
+            request = encode_body(ZygoteFork(token, env, os.getcwd()))
+            socket.send_fds(sock, [request], [devnull, *streams])
         except OSError as exc:
             with self.lock:
                 self.waiting.pop(token, None)
