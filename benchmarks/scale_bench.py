@@ -106,8 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     upstream = None if args.no_upstream else default_python("upstream")
-    ours_env = {**os.environ, "MONARCH_PROC_PRELOAD": ""}
+    # Both read upstream's key: a mesh of 1,024 may take longer than its default 30 s.
+    spawn_timeout = {"HYPERACTOR_HOST_SPAWN_READY_TIMEOUT": f"{int(args.timeout)}s"}
+    ours_env = {**os.environ, "MONARCH_PROC_PRELOAD": "", **spawn_timeout}
     up_env = {k: v for k, v in os.environ.items() if not k.startswith("MONARCH_")}
+    up_env.update(spawn_timeout)
     sides: list[tuple[str, str, dict[str, str]]] = [("ours", sys.executable, ours_env)]
     if upstream is not None:
         sides.append(("upstream", str(upstream), up_env))
