@@ -37,7 +37,10 @@ BROADCASTS = 20
 
 
 class Scale(Actor):
-    """A sync actor: what an idle proc holds besides the runtime."""
+    """A sync actor: what an idle proc holds besides the runtime. Defined here rather
+    than imported from ``_actor_workloads`` (its ``Echo``): a class of the main script
+    travels by value, so the procs import none of the benchmarks' modules, whose memory
+    would count in the idle proc's."""
 
     def __init__(self) -> None:
         self.count = 0
