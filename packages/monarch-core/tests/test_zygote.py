@@ -263,3 +263,29 @@ def test_fork_requests_to_a_frozen_zygote_do_not_block_the_agent() -> None:
     finally:
         os.kill(first.pid, signal.SIGCONT)
         zygote.stop()
+
+
+def test_the_zygote_frees_what_its_imports_left_before_it_forks() -> None:
+    """``compact`` (before the zygote's first fork and ``gc.freeze``) collects cycles left
+    while the collector was off: frozen, they would stay in every proc's memory."""
+    import gc
+    import weakref
+
+    from monarch.core._zygote_proc import compact
+
+    class Node:
+        other: object = None
+
+    was_enabled = gc.isenabled()
+    gc.disable()  # as while the zygote imports
+    try:
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        gone = weakref.ref(a)
+        del a, b
+        assert gone() is not None
+        compact()
+        assert gone() is None
+    finally:
+        if was_enabled:
+            gc.enable()
