@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +211,81 @@ def test_a_killed_zygote_fails_its_procs_and_later_procs_start_without_it() -> N
     assert done.returncode == 0, done.stderr
     assert "FAILED: the process this actor was running on failed: Killed(sig=9)" in done.stdout
     assert "PARENTS ARE US: True" in done.stdout
+
+
+def test_fork_requests_to_a_frozen_zygote_do_not_block_the_agent() -> None:
+    """More requests than the zygote's socket holds, while the zygote does not read: the
+    caller (the agent's event loop) is not held up, nor is the lock that reading the
+    zygote's answers takes; once the zygote reads again, every request is answered. (A
+    spawn of 1,024 procs hung so, then its first procs timed out dialing a blocked agent.)"""
+    import signal
+    import threading
+
+    from monarch.core._zygote import ForkedProc, Zygote
+
+    zygote = Zygote()
+    answered: list[ForkedProc | None] = []
+    all_answered = threading.Event()
+    count = 30
+    padded = {"PAD": "x" * 32768}  # 30 of them do not fit the socket's buffer (~200 KiB)
+
+    def started(proc: ForkedProc | None, error: str) -> None:
+        answered.append(proc)
+        if len(answered) == count + 1:
+            all_answered.set()
+
+    zygote.fork({}, True, started)  # the zygote runs (its first answer came)
+    first = zygote.process
+    assert first is not None
+    try:
+        deadline = time.monotonic() + 60
+        while not answered and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert answered, "the zygote never answered"
+        os.kill(first.pid, signal.SIGSTOP)
+
+        def send_all() -> None:
+            for _ in range(count):
+                zygote.fork(padded, True, started)
+
+        sender = threading.Thread(target=send_all, daemon=True)
+        sender.start()
+        sender.join(30)
+        assert not sender.is_alive(), "fork() waits for a frozen zygote"
+        assert zygote.lock.acquire(timeout=10), "a waiting request holds the zygote's lock"
+        zygote.lock.release()
+        assert len(answered) == 1
+        os.kill(first.pid, signal.SIGCONT)
+        assert all_answered.wait(60), f"{len(answered)} of {count + 1} forks answered"
+        for proc in answered:  # they fail at once (no job in their environment)
+            assert proc is not None
+            proc.wait(60)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+        zygote.stop()
+
+
+def test_the_zygote_frees_what_its_imports_left_before_it_forks() -> None:
+    """``compact`` (before the zygote's first fork and ``gc.freeze``) collects cycles left
+    while the collector was off: frozen, they would stay in every proc's memory."""
+    import gc
+    import weakref
+
+    from monarch.core._zygote_proc import compact
+
+    class Node:
+        other: object = None
+
+    was_enabled = gc.isenabled()
+    gc.disable()  # as while the zygote imports
+    try:
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        gone = weakref.ref(a)
+        del a, b
+        assert gone() is not None
+        compact()
+        assert gone() is None
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -102,6 +103,8 @@ class Zygote:
         self.procs: dict[int, ForkedProc] = {}
         self.early: dict[int, int] = {}
         """Exits heard before the fork's answer was handled."""
+        self._outbox: queue.SimpleQueue[tuple[bytes, list[int], bool]] = queue.SimpleQueue()
+        """Requests for ``_send``: message, descriptors, whether they are pipes."""
 
     def usable(self) -> bool:
         return not self.failed
@@ -109,7 +112,12 @@ class Zygote:
     def fork(self, env: dict[str, str], piped: bool, started: Started) -> None:
         """Ask for a proc with ``env``; ``started`` hears the outcome. Its stdout and stderr
         are this process's (as a child's would be), or with ``piped`` pipes whose reading
-        ends the proc object holds (log forwarding)."""
+        ends the proc object holds (log forwarding).
+
+        It does not wait for the zygote: the request is sent in order by a thread of its
+        own (``_send``), as the zygote makes room for it. The caller is the agent's event
+        loop, which a spawn of 1,024 procs would otherwise block for as long as the zygote
+        takes to fork them, while the procs forked first time out dialing it."""
         readers: tuple[IO[bytes] | None, IO[bytes] | None] = (None, None)
         if piped:
             out_r, out_w = os.pipe()
@@ -119,28 +127,39 @@ class Zygote:
         else:
             streams = [1, 2]
         devnull = os.open(os.devnull, os.O_RDONLY)
-        token = 0
         try:
             with self.lock:
-                sock = self._started()
+                self._started()
                 self.tokens += 1
                 token = self.tokens
                 self.waiting[token] = (started, *readers)
                 request = encode_body(ZygoteFork(token, env, os.getcwd()))
-                socket.send_fds(sock, [request], [devnull, *streams])
+                self._outbox.put((request, [devnull, *streams], piped))
         except OSError as exc:
-            with self.lock:
-                self.waiting.pop(token, None)
+            os.close(devnull)
             for reader in readers:
                 if reader is not None:
                     reader.close()
-            self._broken(f"cannot reach the zygote: {exc}")
-            started(None, self.failed)
-        finally:
-            os.close(devnull)
             if piped:
                 for fd in streams:
                     os.close(fd)
+            self._broken(f"cannot reach the zygote: {exc}")
+            started(None, self.failed)
+
+    def _send(self, sock: socket.socket) -> None:
+        """Send the requests in order (the zygote's thread of ``fork``), each once the
+        zygote's side has room for it; then close what this process held of them."""
+        while True:
+            request, fds, piped = self._outbox.get()
+            try:
+                socket.send_fds(sock, [request], fds)
+            except OSError as exc:
+                self._broken(f"cannot reach the zygote: {exc}")
+            finally:
+                os.close(fds[0])
+                if piped:
+                    for fd in fds[1:]:
+                        os.close(fd)
 
     def _started(self) -> socket.socket:
         if self.sock is not None:
@@ -163,8 +182,15 @@ class Zygote:
         finally:
             theirs.close()
         self.sock = ours
-        threading.Thread(target=self._read, name="monarch-zygote", daemon=True).start()
+        self._start_threads(ours)
         return ours
+
+    def _start_threads(self, sock: socket.socket) -> None:
+        """The reader of the zygote's answers and the sender of the requests."""
+        threading.Thread(target=self._read, name="monarch-zygote", daemon=True).start()
+        threading.Thread(
+            target=self._send, args=(sock,), name="monarch-zygote-send", daemon=True
+        ).start()
 
     def _read(self) -> None:
         sock = self.sock
@@ -300,7 +326,7 @@ def fork_zygote() -> socket.socket | None:
         theirs.close()
         zygote.sock = ours
         zygote.process = _ForkedZygote(pid)
-    threading.Thread(target=zygote._read, name="monarch-zygote", daemon=True).start()
+    zygote._start_threads(ours)
     return None
 
 

@@ -345,6 +345,15 @@ def set_title(title: str) -> None:
     ctypes.memmove(start, data + bytes(size - len(data)), size)
 
 
+def compact() -> None:
+    """Free what the imports left behind before the first fork: the cycles the collector
+    (off while importing) did not collect, then the heap's free pages (``malloc_trim``).
+    Every proc's RSS counts each page of the zygote it maps: ~1.2 MiB a proc less."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc
+        ctypes.CDLL(None).malloc_trim(0)
+
+
 def serve_zygote(sock: socket.socket) -> None:
     """Serve as the zygote on ``sock``; returns in a proc once it is done, or when the
     agent is gone."""
@@ -352,6 +361,7 @@ def serve_zygote(sock: socket.socket) -> None:
     if os.getppid() == 1:
         sys.exit("monarch zygote: its agent is already gone")
     import_proc_start()  # once here, not in every proc
+    compact()
     gc.freeze()  # what the zygote imported: never scanned again, here or in its procs
     gc.enable()  # off since the core's import (see __init__)
     state = State(sock, set())
