@@ -10,7 +10,8 @@ procs to find imported (torch) the zygote does not import before it forks: a suc
 zygote imports it meanwhile and forks the procs asked for after (``_zygote_proc``).
 
 The agent starts its zygote (``python -m monarch.core._zygote_proc``) on first use, with a
-``SOCK_SEQPACKET`` socket pair; ``monarch worker`` forks it instead, first thing, while it
+``SOCK_SEQPACKET`` socket pair (a script's, as it imports ``monarch.actor``: see
+``monarch._zygote_start``); ``monarch worker`` forks it instead, first thing, while it
 has imported the core and holds no thread yet (``fork_zygote``: no interpreter to start,
 ready before the worker listens). Either way: requests go one way with three descriptors
 each, answers and exits come back, read by one thread here. Procs are the zygote's children:
@@ -27,10 +28,11 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from typing import IO, Final
+
+from monarch._zygote_start import launch, prestarted, take
 
 from ._messages import (
     ZygoteExited,
@@ -147,24 +149,10 @@ class Zygote:
             return self.sock
         if self.failed:
             raise OSError(self.failed)
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = dict(os.environ)  # the job's secret is not there: read, it left (job_secret)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        env[FD_ENV] = str(theirs.fileno())
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "monarch.core._zygote_proc"],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                pass_fds=[theirs.fileno()],
-                process_group=0,  # as procs (_bootstrap): a signal to the agent's group
-                # (Ctrl-C, a Jupyter kernel interrupt) is not one to its procs
-            )
-        finally:
-            theirs.close()
-        self.sock = ours
+        # The zygote started as the script imported monarch.actor, if there is one.
+        self.process, self.sock = take() or launch()
         threading.Thread(target=self._read, name="monarch-zygote", daemon=True).start()
-        return ours
+        return self.sock
 
     def _read(self) -> None:
         sock = self.sock
@@ -270,9 +258,6 @@ class _ForkedZygote:
         return self.returncode
 
 
-FD_ENV: Final = "MONARCH_ZYGOTE_FD"
-"""The zygote's end of its socket pair."""
-
 zygote: Final = Zygote()
 """This process's zygote (a host agent's)."""
 
@@ -318,8 +303,9 @@ def zygote_usable() -> bool:
 
 
 def zygote_started() -> bool:
-    """Whether this agent's zygote was started (it may still be importing)."""
-    return zygote.sock is not None
+    """Whether this agent's zygote was started (it may still be importing), here or as the
+    script imported monarch.actor (``monarch._zygote_start``)."""
+    return zygote.sock is not None or prestarted()
 
 
 def stop_zygote() -> None:

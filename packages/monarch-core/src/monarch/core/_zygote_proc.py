@@ -34,6 +34,8 @@ from typing import Final
 
 import msgspec
 
+from monarch._zygote_start import FD_ENV
+
 from ._bootstrap import die_with_parent, import_proc_start, reap_orphans, run_proc
 from ._config import KEYS, reload_from_environment
 from ._messages import (
@@ -44,7 +46,7 @@ from ._messages import (
     decode_zygote,
     encode_body,
 )
-from ._zygote import FD_ENV, MAX_MESSAGE
+from ._zygote import MAX_MESSAGE
 
 _BASE_PATH = list(sys.path)
 
