@@ -100,6 +100,7 @@ from ._shape import Extent, NDSlice, Point, Shape
 from ._tls import TlsIdentity, job_identity
 from ._value_mesh import ValueMesh
 from ._workspace import Workspace
+from ._zygote import ForkedProc, fork_program
 
 __all__ = [
     "LEND_MIN",
@@ -164,6 +165,8 @@ __all__ = [
     "engine_factory_for",
     "gather_directories",
     "import_proc_start",
+    "fork_program",
+    "ForkedProc",
     "inspect_proc",
     "install_hint",
     "ip_host",

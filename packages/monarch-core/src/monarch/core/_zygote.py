@@ -108,10 +108,18 @@ class Zygote:
     def usable(self) -> bool:
         return not self.failed
 
-    def fork(self, env: dict[str, str], piped: bool, started: Started) -> None:
+    def fork(
+        self,
+        env: dict[str, str],
+        piped: bool,
+        started: Started,
+        main: tuple[str, ...] = (),
+        outputs: tuple[int, int] | None = None,
+    ) -> None:
         """Ask for a proc with ``env``; ``started`` hears the outcome. Its stdout and stderr
         are this process's (as a child's would be), or with ``piped`` pipes whose reading
-        ends the proc object holds (log forwarding)."""
+        ends the proc object holds (log forwarding), or ``outputs`` (the caller's to close).
+        With ``main``, the child runs that module (``ZygoteFork``), not a proc."""
         readers: tuple[IO[bytes] | None, IO[bytes] | None] = (None, None)
         if piped:
             out_r, out_w = os.pipe()
@@ -119,7 +127,7 @@ class Zygote:
             streams = [out_w, err_w]
             readers = (os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0))
         else:
-            streams = [1, 2]
+            streams = list(outputs or (1, 2))
         devnull = os.open(os.devnull, os.O_RDONLY)
         token = 0
         try:
@@ -128,7 +136,7 @@ class Zygote:
                 self.tokens += 1
                 token = self.tokens
                 self.waiting[token] = (started, *readers)
-                request = encode_body(ZygoteFork(token, env, os.getcwd()))
+                request = encode_body(ZygoteFork(token, env, os.getcwd(), main))
                 socket.send_fds(sock, [request], [devnull, *streams])
         except OSError as exc:
             with self.lock:
@@ -265,6 +273,18 @@ zygote: Final = Zygote()
 def fork_proc(env: dict[str, str], piped: bool, started: Started) -> None:
     """Start a proc through this process's zygote (see the module docstring)."""
     zygote.fork(env, piped, started)
+
+
+def fork_program(
+    main: tuple[str, ...], env: dict[str, str], outputs: tuple[int, int], started: Started
+) -> None:
+    """Have this process's zygote fork a child that runs module ``main[0]`` with arguments
+    ``main[1:]``, as ``python -m`` would, with ``env`` and stdout and stderr ``outputs``
+    (the caller's to close): a Python that has imported the core, without a Python's start
+    (a script's zygote started as it imported monarch.actor is ready or nearly). The child
+    is forked by the zygote itself, never by a successor (no preload), and does not die
+    with the zygote; ``started`` hears the child or why there is none."""
+    zygote.fork(env, False, started, main, outputs)
 
 
 def fork_zygote() -> socket.socket | None:
