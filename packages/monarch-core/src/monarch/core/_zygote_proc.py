@@ -298,6 +298,7 @@ def become_proc(request: ZygoteFork, fds: list[int]) -> None:
     sys.path[:] = [request.cwd, *extra, *(p for p in _BASE_PATH[1:] if p not in extra)]
     sys.argv[:] = [sys.argv[0]]
     if request.main:  # a program, as ``python -m`` runs it (its exit status is the child's)
+        set_title(f"{sys.executable} -m {request.main[0]}")  # as ps would show that program
         sys.argv[:] = list(request.main)
         runpy.run_module(request.main[0], run_name="__main__", alter_sys=True)
         return
