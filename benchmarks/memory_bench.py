@@ -31,7 +31,7 @@ from typing import Any
 if "--child" in sys.argv:
     import torch  # noqa: F401 - a PyTorch user's script imports it first
 
-from monarch.actor import Actor, endpoint, this_host  # noqa: E402
+from monarch.actor import Actor, endpoint, this_host
 
 HERE = Path(__file__).resolve().parent
 UPSTREAM = HERE / ".venvs" / "upstream" / "bin" / "python"
@@ -126,7 +126,9 @@ def main() -> None:
             [name, f"{preloaded}/{len(procs)}", *(f"{mean[k]:.0f}" for k in ("rss", "pss", "uss"))]
         )
     out = write_json(args.out, {"benchmark": "memory", "machine": machine_info(), "runs": runs})
-    print(markdown_table(["procs (mean per proc, MiB)", "torch at start", "RSS", "PSS", "USS"], rows))
+    print(
+        markdown_table(["procs (mean per proc, MiB)", "torch at start", "RSS", "PSS", "USS"], rows)
+    )
     print(f"JSON written to {out}")
 
 
