@@ -113,6 +113,7 @@ def test_every_key_has_an_env_var_and_doc() -> None:
         "enable_telemetry",
         "event_loop",
         "fork_procs",
+        "prestart_zygote",
         "proc_preload",
         "rdma_tcp_integrity",
         "heartbeat_interval",

@@ -158,20 +158,81 @@ LONE = """if True:
         def parent(self) -> int:
             return os.getppid()
 
+        @endpoint
+        def torch(self) -> bool:
+            import sys
+
+            return "torch" in sys.modules
+
     first = this_host().spawn_procs(per_host={"gpus": 1})  # the agent's first: alone
-    print(first.spawn("p", Parent).parent.call_one().get(timeout=60) == os.getpid())
+    lone = first.spawn("p", Parent).parent.call_one().get(timeout=60)
+    print(lone == os.getpid())
     more = this_host().spawn_procs(per_host={"gpus": 2})  # the zygote started beside it
     parents = set(more.spawn("p", Parent).parent.call().get(timeout=60).values())
     print(len(parents) == 1 and os.getpid() not in parents)
+    print(lone in parents)
 """
 
 
-def test_a_lone_first_proc_starts_itself_and_the_zygote_after_it() -> None:
-    """A script's first proc, alone: a new Python (as fast as the zygote's own start would
-    be, without the fork after it); the procs after it are forks of the zygote."""
-    done = subprocess.run([sys.executable, "-c", LONE], capture_output=True, text=True, timeout=120)
+def run_lone(**env: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", LONE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["True", "True"]
+    return done.stdout.split()
+
+
+def test_a_scripts_zygote_starts_at_its_import_and_forks_even_a_lone_first_proc() -> None:
+    """Started as the script imported monarch.actor (``monarch._zygote_start``): the lone
+    first proc is its fork, as are the procs after it."""
+    assert run_lone() == ["False", "True", "True"]
+
+
+def test_a_lone_first_proc_starts_itself_and_the_zygote_after_it() -> None:
+    """Without the zygote started at import: a script's first proc, alone, is a new Python
+    (as fast as the zygote's own start would be, without the fork after it); the procs after
+    it are forks of the zygote."""
+    assert run_lone(MONARCH_PRESTART_ZYGOTE="0") == ["True", "True", "False"]
+
+
+def test_a_proc_that_imports_monarch_actor_starts_no_zygote_of_its_own() -> None:
+    """A proc (an actor's module imports monarch.actor there) is served by its agent's
+    zygote: it starts none itself, nor does a fork of the script."""
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    found = procs.spawn("prestarts", Prestarts).prestarts.call_one().get(timeout=60)
+    procs.stop().get(timeout=60)
+    assert found == (False, [])
+    done = subprocess.run([sys.executable, "-c", FORKED], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "False", "None"]
+
+
+class Prestarts(Actor):
+    @endpoint
+    def prestarts(self) -> tuple[bool, list[int]]:
+        """Whether a zygote waits here (started at import), and this proc's children."""
+        from monarch import _zygote_start
+
+        children = Path(f"/proc/self/task/{os.getpid()}/children").read_text().split()
+        return _zygote_start.prestarted(), [int(pid) for pid in children]
+
+
+FORKED = """if True:
+    import os
+    from monarch import _zygote_start
+    import monarch.actor
+
+    print(_zygote_start.prestarted())
+    pid = os.fork()
+    if pid == 0:
+        print(_zygote_start.prestarted(), _zygote_start.take(), flush=True)
+        os._exit(0)
+    os.waitpid(pid, 0)
+"""
 
 
 def test_with_fork_procs_off_each_proc_is_a_new_python() -> None:

@@ -7,6 +7,10 @@ unhandled, so reassigning it (``monarch.actor.unhandled_fault_hook = my_hook``) 
 from collections.abc import Callable
 from typing import Any
 
+from monarch import _zygote_start
+
+_zygote_start.prestart()  # first: it imports the core beside this import (see there)
+
 from monarch._wheels import install_hint
 from monarch.core._actor_mesh import (
     Accumulator,

@@ -14,7 +14,8 @@ what a proc says of itself (``inspect_proc``, ``spawned_procs``: monarch-admin's
 Launchers start a host's worker with ``python -m monarch.core.worker`` (``monarch worker``
 without plug-in discovery; ``monarch.core.worker.main`` in a forked process), having
 imported what procs need first (``import_proc_start``); ``listen_address()`` is where a
-controller listens under the ``default_transport`` key. ``python -m monarch.core`` is the
+controller listens under the ``default_transport`` key; ``fork_program`` has the script's
+zygote fork a program (a ``ProcessJob``'s forker of workers). ``python -m monarch.core`` is the
 ``monarch`` command.
 
 The modules behind this face stand on floors, each importing only those below it (see
@@ -102,6 +103,7 @@ from ._supervision import SUPERVISION_SCHEMA, failure_record
 from ._tls import TlsIdentity, job_identity
 from ._value_mesh import ValueMesh
 from ._workspace import Workspace
+from ._zygote import ForkedProc, fork_program
 
 __all__ = [
     "LEND_MIN",
@@ -121,6 +123,7 @@ __all__ = [
     "DimensionError",
     "Extent",
     "FailureCause",
+    "ForkedProc",
     "Future",
     "Gather",
     "HostMesh",
@@ -168,6 +171,7 @@ __all__ = [
     "engine_factory_for",
     "failure_cause",
     "failure_record",
+    "fork_program",
     "gather_directories",
     "import_proc_start",
     "inspect_proc",

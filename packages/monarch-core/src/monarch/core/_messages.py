@@ -505,11 +505,13 @@ decode_debug: Final = msgspec.msgpack.Decoder(DebugMessage).decode
 
 class ZygoteFork(msgspec.Struct, array_like=True, tag=70, frozen=True, gc=False):
     """Fork a proc: its environment and directory; its stdin, stdout and stderr come with
-    the request (three descriptors)."""
+    the request (three descriptors). With ``main``, the child runs that module with those
+    arguments (as ``python -m``), not a proc: a job's forker of workers (monarch-jobs)."""
 
     token: int
     env: dict[str, str]
     cwd: str
+    main: tuple[str, ...] = ()
 
 
 class ZygoteForked(msgspec.Struct, array_like=True, tag=71, frozen=True, gc=False):

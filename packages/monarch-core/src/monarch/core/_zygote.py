@@ -10,7 +10,8 @@ procs to find imported (torch) the zygote does not import before it forks: a suc
 zygote imports it meanwhile and forks the procs asked for after (``_zygote_proc``).
 
 The agent starts its zygote (``python -m monarch.core._zygote_proc``) on first use, with a
-``SOCK_SEQPACKET`` socket pair; ``monarch worker`` forks it instead, first thing, while it
+``SOCK_SEQPACKET`` socket pair (a script's, as it imports ``monarch.actor``: see
+``monarch._zygote_start``); ``monarch worker`` forks it instead, first thing, while it
 has imported the core and holds no thread yet (``fork_zygote``: no interpreter to start,
 ready before the worker listens). Either way: requests go one way with three descriptors
 each, answers and exits come back, read by one thread here. Procs are the zygote's children:
@@ -28,10 +29,11 @@ import queue
 import signal
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from typing import IO, Final
+
+from monarch._zygote_start import launch, prestarted, take
 
 from ._messages import (
     ZygoteExited,
@@ -103,16 +105,24 @@ class Zygote:
         self.procs: dict[int, ForkedProc] = {}
         self.early: dict[int, int] = {}
         """Exits heard before the fork's answer was handled."""
-        self._outbox: queue.SimpleQueue[tuple[bytes, list[int], bool]] = queue.SimpleQueue()
-        """Requests for ``_send``: message, descriptors, whether they are pipes."""
+        self._outbox: queue.SimpleQueue[tuple[bytes, list[int]]] = queue.SimpleQueue()
+        """Requests for ``_send``: message, and descriptors it closes once sent."""
 
     def usable(self) -> bool:
         return not self.failed
 
-    def fork(self, env: dict[str, str], piped: bool, started: Started) -> None:
+    def fork(
+        self,
+        env: dict[str, str],
+        piped: bool,
+        started: Started,
+        main: tuple[str, ...] = (),
+        outputs: tuple[int, int] | None = None,
+    ) -> None:
         """Ask for a proc with ``env``; ``started`` hears the outcome. Its stdout and stderr
         are this process's (as a child's would be), or with ``piped`` pipes whose reading
-        ends the proc object holds (log forwarding).
+        ends the proc object holds (log forwarding), or ``outputs`` (the caller's to close).
+        With ``main``, the child runs that module (``ZygoteFork``), not a proc.
 
         It does not wait for the zygote: the request is sent in order by a thread of its
         own (``_send``), as the zygote makes room for it. The caller is the agent's event
@@ -124,8 +134,8 @@ class Zygote:
             err_r, err_w = os.pipe()
             streams = [out_w, err_w]
             readers = (os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0))
-        else:
-            streams = [1, 2]
+        else:  # duplicates: the caller may close ``outputs`` before ``_send`` sends them
+            streams = [os.dup(fd) for fd in outputs or (1, 2)]
         devnull = os.open(os.devnull, os.O_RDONLY)
         try:
             with self.lock:
@@ -133,16 +143,14 @@ class Zygote:
                 self.tokens += 1
                 token = self.tokens
                 self.waiting[token] = (started, *readers)
-                request = encode_body(ZygoteFork(token, env, os.getcwd()))
-                self._outbox.put((request, [devnull, *streams], piped))
+                request = encode_body(ZygoteFork(token, env, os.getcwd(), main))
+                self._outbox.put((request, [devnull, *streams]))
         except OSError as exc:
-            os.close(devnull)
+            for fd in (devnull, *streams):
+                os.close(fd)
             for reader in readers:
                 if reader is not None:
                     reader.close()
-            if piped:
-                for fd in streams:
-                    os.close(fd)
             self._broken(f"cannot reach the zygote: {exc}")
             started(None, self.failed)
 
@@ -150,40 +158,24 @@ class Zygote:
         """Send the requests in order (the zygote's thread of ``fork``), each once the
         zygote's side has room for it; then close what this process held of them."""
         while True:
-            request, fds, piped = self._outbox.get()
+            request, fds = self._outbox.get()
             try:
                 socket.send_fds(sock, [request], fds)
             except OSError as exc:
                 self._broken(f"cannot reach the zygote: {exc}")
             finally:
-                os.close(fds[0])
-                if piped:
-                    for fd in fds[1:]:
-                        os.close(fd)
+                for fd in fds:
+                    os.close(fd)
 
     def _started(self) -> socket.socket:
         if self.sock is not None:
             return self.sock
         if self.failed:
             raise OSError(self.failed)
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = dict(os.environ)  # the job's secret is not there: read, it left (job_secret)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        env[FD_ENV] = str(theirs.fileno())
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "monarch.core._zygote_proc"],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                pass_fds=[theirs.fileno()],
-                process_group=0,  # as procs (_bootstrap): a signal to the agent's group
-                # (Ctrl-C, a Jupyter kernel interrupt) is not one to its procs
-            )
-        finally:
-            theirs.close()
-        self.sock = ours
-        self._start_threads(ours)
-        return ours
+        # The zygote started as the script imported monarch.actor, if there is one.
+        self.process, self.sock = take() or launch()
+        self._start_threads(self.sock)
+        return self.sock
 
     def _start_threads(self, sock: socket.socket) -> None:
         """The reader of the zygote's answers and the sender of the requests."""
@@ -296,9 +288,6 @@ class _ForkedZygote:
         return self.returncode
 
 
-FD_ENV: Final = "MONARCH_ZYGOTE_FD"
-"""The zygote's end of its socket pair."""
-
 zygote: Final = Zygote()
 """This process's zygote (a host agent's)."""
 
@@ -306,6 +295,18 @@ zygote: Final = Zygote()
 def fork_proc(env: dict[str, str], piped: bool, started: Started) -> None:
     """Start a proc through this process's zygote (see the module docstring)."""
     zygote.fork(env, piped, started)
+
+
+def fork_program(
+    main: tuple[str, ...], env: dict[str, str], outputs: tuple[int, int], started: Started
+) -> None:
+    """Have this process's zygote fork a child that runs module ``main[0]`` with arguments
+    ``main[1:]``, as ``python -m`` would, with ``env`` and stdout and stderr ``outputs``
+    (the caller's to close): a Python that has imported the core, without a Python's start
+    (a script's zygote started as it imported monarch.actor is ready or nearly). The child
+    is forked by the zygote itself, never by a successor (no preload), and does not die
+    with the zygote; ``started`` hears the child or why there is none."""
+    zygote.fork(env, False, started, main, outputs)
 
 
 def fork_zygote() -> socket.socket | None:
@@ -344,8 +345,9 @@ def zygote_usable() -> bool:
 
 
 def zygote_started() -> bool:
-    """Whether this agent's zygote was started (it may still be importing)."""
-    return zygote.sock is not None
+    """Whether this agent's zygote was started (it may still be importing), here or as the
+    script imported monarch.actor (``monarch._zygote_start``)."""
+    return zygote.sock is not None or prestarted()
 
 
 def stop_zygote() -> None:

@@ -26,6 +26,7 @@ import ctypes
 import gc
 import importlib
 import os
+import runpy
 import select
 import signal
 import socket
@@ -33,6 +34,8 @@ import sys
 from typing import Final
 
 import msgspec
+
+from monarch._zygote_start import FD_ENV
 
 from ._bootstrap import die_with_parent, import_proc_start, reap_orphans, run_proc
 from ._config import KEYS, reload_from_environment
@@ -44,7 +47,7 @@ from ._messages import (
     decode_zygote,
     encode_body,
 )
-from ._zygote import FD_ENV, MAX_MESSAGE
+from ._zygote import MAX_MESSAGE
 
 _BASE_PATH = list(sys.path)
 
@@ -125,8 +128,9 @@ def answer(state: State, data: bytes, fds: list[int]) -> None:
         state.up.send(encode_body(ZygoteForked(0, 0, f"bad request: {exc}")))
         return
     successor = state.successor
-    if successor is not None and successor.ready and relayed(successor, request, data, fds):
-        return
+    ready = successor is not None and successor.ready and not request.main
+    if ready and successor is not None and relayed(successor, request, data, fds):
+        return  # a program (``main``) is forked here, without the preload
     try:
         pid = os.fork()
     except OSError as exc:
@@ -142,7 +146,7 @@ def answer(state: State, data: bytes, fds: list[int]) -> None:
     state.up.send(encode_body(ZygoteForked(request.token, pid)))
     # This proc runs without what it asked preloaded (it imports it if it needs it); a
     # successor imports it meanwhile, for the procs asked for once it is done.
-    wanted = preload_names(request.env.get(PRELOAD_ENV, ""))
+    wanted = preload_names(request.env.get(PRELOAD_ENV, "")) if not request.main else []
     missing = [name for name in wanted if name not in state.tried and name not in sys.modules]
     if missing and state.successor is None:
         start_successor(state, missing)
@@ -293,6 +297,11 @@ def become_proc(request: ZygoteFork, fds: list[int]) -> None:
     extra = [p for p in request.env.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:] = [request.cwd, *extra, *(p for p in _BASE_PATH[1:] if p not in extra)]
     sys.argv[:] = [sys.argv[0]]
+    if request.main:  # a program, as ``python -m`` runs it (its exit status is the child's)
+        set_title(f"{sys.executable} -m {request.main[0]}")  # as ps would show that program
+        sys.argv[:] = list(request.main)
+        runpy.run_module(request.main[0], run_name="__main__", alter_sys=True)
+        return
     reload_from_environment()
     run_proc()
 

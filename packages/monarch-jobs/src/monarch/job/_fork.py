@@ -11,7 +11,10 @@ machine, before the first proc can answer. So ``ProcessJob`` starts one Python, 
 run, then forks every worker: each leaves into a session of its own, takes its log as
 stdout and stderr, and runs as ``monarch worker`` does, forking its zygote first, before
 any thread (ready before the worker listens). The forker prints each worker's pid as it
-forks it, then exits.
+forks it, then exits. The forker is itself a fork of the script's zygote where there is
+one (``monarch.core.fork_program``: it started as the script imported monarch.actor, and
+has imported the core meanwhile), so no Python starts between ``state()`` and the
+workers' forks; a new Python where the zygote cannot fork it.
 
 Where fork is not available (not Linux) or ``MONARCH_JOBS_FORK_WORKERS`` is ``0``, workers
 are started as programs (``python -m monarch.core.worker``).
@@ -25,9 +28,13 @@ import os
 import select
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Final
+from typing import IO, TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from monarch.core import ForkedProc
 
 SWITCH: Final = "MONARCH_JOBS_FORK_WORKERS"
 """``0`` starts ProcessJob workers as programs even where they could be forked."""
@@ -41,32 +48,78 @@ def can_fork() -> bool:
 
 class Forker:
     """The forker of a job's workers, as the client sees it: started at once, asked for
-    the workers' pids later (meanwhile the client starts its own runtime)."""
+    the workers' pids later (meanwhile the client starts its own runtime). It is a fork of
+    this script's zygote (``monarch.core.fork_program``: started as the script imported
+    monarch.actor, it has imported the core already), else a new Python."""
 
     def __init__(
-        self, workers: Sequence[tuple[str, str]], env: Mapping[str, str], log: str
+        self,
+        workers: Sequence[tuple[str, str]],
+        env: Mapping[str, str],
+        log: str,
+        zygote: bool = True,
     ) -> None:
         """``workers``: each worker's address and log (which exists already); ``env``: their
-        environment (with the job secret); ``log``: the forker's own output."""
+        environment (with the job secret); ``log``: the forker's own output; ``zygote``
+        False: a new Python, even where the script's zygote could fork it."""
         self.count = len(workers)
         self.log = log
         self.pids: list[int] = []
         self._partial = b""
-        args = [arg for address, path in workers for arg in ("--worker", address, path)]
-        with open(log, "wb") as err:
-            self.process = subprocess.Popen(
-                [*FORKER, *args],
-                env={**env, "PYTHONPATH": _python_path(env)},
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                start_new_session=True,  # a Ctrl-C of the script does not stop it halfway
-            )
+        self._args = [arg for address, path in workers for arg in ("--worker", address, path)]
+        self._env = {**env, "PYTHONPATH": _python_path(env)}
+        self.process: subprocess.Popen[bytes] | ForkedProc | None = None
+        self._answered = threading.Event()
+        self._out = self._start(zygote)
+
+    def _start(self, zygote: bool) -> IO[bytes]:
+        """Start the forker; the reading end of its stdout (its pids)."""
+        read, write = os.pipe()
+        err = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            if zygote:
+                from monarch.core import fork_program  # the client's; not in the forker
+
+                fork_program((*FORKER[2:], *self._args), self._env, (write, err), self._forked)
+            else:
+                self.process = subprocess.Popen(
+                    [*FORKER, *self._args],
+                    env=self._env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=write,
+                    stderr=err,
+                    start_new_session=True,  # a Ctrl-C of the script does not stop it halfway
+                )
+                self._answered.set()
+        finally:
+            os.close(write)
+            os.close(err)
+        return os.fdopen(read, "rb", buffering=0)
+
+    def _forked(self, child: ForkedProc | None, why: str) -> None:
+        """The zygote's answer (on its reader thread): the forker, or None (then ``_ready``
+        starts it as a new Python)."""
+        self.process = child
+        self._answered.set()
+
+    def _ready(self, deadline: float) -> bool:
+        """Whether the forker runs (started as a new Python if the zygote could not fork
+        it), by ``deadline``."""
+        if not self._answered.wait(max(0.0, deadline - time.monotonic())):
+            return False
+        if self.process is None:
+            self._out.close()
+            self._out = self._start(zygote=False)
+        return True
 
     def wait_pids(self, timeout: float) -> list[int]:
         """Every worker's pid once all are forked; JobError if the forker fails first."""
-        self._read(time.monotonic() + timeout)
-        code = self.process.poll() if len(self.pids) == self.count else None
+        deadline = time.monotonic() + timeout
+        if self._ready(deadline):
+            self._read(deadline)
+        code = None
+        if self.process is not None and len(self.pids) == self.count:
+            code = self.process.poll()
         if len(self.pids) < self.count or code not in (None, 0):
             from ._trait import JobError  # not in the forker: it imports what workers run
 
@@ -75,39 +128,43 @@ class Forker:
                 said = err.read()[-2000:].decode(errors="replace").strip()
             raise JobError(
                 f"the process forking the job's workers forked {len(self.pids)} of "
-                f"{self.count} and exited with {self.process.returncode}: {said or 'no output'}"
+                f"{self.count} and exited with {self.process and self.process.returncode}: "
+                f"{said or 'no output'}"
             )
         return self.pids
 
     def abandon(self) -> list[int]:
         """The pids of the workers forked so far, once the forker is gone (it is given a
         few seconds to end by itself, then killed): the client is giving up on them."""
-        self._read(time.monotonic() + ABANDON_WAIT)
-        if self.process.poll() is None:
-            self.process.kill()
-        self._read(time.monotonic() + ABANDON_WAIT)  # what it said before it was killed
-        self.process.wait()
-        assert self.process.stdout is not None
-        self.process.stdout.close()
+        if self._ready(time.monotonic() + ABANDON_WAIT) and self.process is not None:
+            self._read(time.monotonic() + ABANDON_WAIT)
+            if self.process.poll() is None:
+                self.process.kill()
+            self._read(time.monotonic() + ABANDON_WAIT)  # what it said before it was killed
+            self.process.wait()
+        self._out.close()
         return self.pids
 
     def _read(self, deadline: float) -> None:
         """Read pids until all are known, the forker's output ends, or ``deadline``."""
-        out = self.process.stdout
-        assert out is not None
+        out = self._out
         while len(self.pids) < self.count and not out.closed:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([out], [], [], left)[0]:
                 return
             data = os.read(out.fileno(), 4096)
             if not data:
-                self.process.wait()
+                self._wait()
                 return
             *lines, self._partial = (self._partial + data).split(b"\n")
             self.pids.extend(int(line) for line in lines if line.strip().isdigit())
         if len(self.pids) == self.count:
-            self.process.wait()  # it exits right after its last fork
+            self._wait()  # it exits right after its last fork
             out.close()
+
+    def _wait(self) -> None:
+        if self.process is not None:
+            self.process.wait()
 
 
 ABANDON_WAIT: Final = 5.0

@@ -821,6 +821,16 @@ class Config:
         ),
         ours=True,
     )
+    prestart_zygote: bool = key(
+        True,
+        "MONARCH_PRESTART_ZYGOTE",
+        doc=(
+            "(ours) A script's zygote starts as it imports monarch.actor, so that its "
+            "first procs are forks of a zygote that imported beside the script (read from "
+            "the environment at that import; with fork_procs)."
+        ),
+        ours=True,
+    )
     proc_preload: str = key(
         "auto",
         "MONARCH_PROC_PRELOAD",
