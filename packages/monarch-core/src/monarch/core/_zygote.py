@@ -168,10 +168,10 @@ class Zygote:
                     os.close(fd)
 
     def _started(self) -> socket.socket:
+        if self.failed:  # its socket may still be open: nobody would answer there
+            raise OSError(self.failed)
         if self.sock is not None:
             return self.sock
-        if self.failed:
-            raise OSError(self.failed)
         # The zygote started as the script imported monarch.actor, if there is one.
         self.process, self.sock = take() or launch()
         self._start_threads(self.sock)
