@@ -104,11 +104,19 @@ def children() -> Iterator[Callable[..., Child]]:
 
 
 def worker_argv(listen: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "monarch.core._cli", "worker", "--listen", listen, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "monarch.core._command._cli",
+        "worker",
+        "--listen",
+        listen,
+        *extra,
+    ]
 
 
 def gateway_argv(listen: str) -> list[str]:
-    return [sys.executable, "-m", "monarch.core._cli", "gateway", "--listen", listen]
+    return [sys.executable, "-m", "monarch.core._command._cli", "gateway", "--listen", listen]
 
 
 def start_worker(

@@ -29,8 +29,8 @@ from hostkit import (
 from hypothesis import given
 from hypothesis import strategies as st
 
-from monarch.core._reload import Reloader
-from monarch.core._workspace import (
+from monarch.core._host._reload import Reloader
+from monarch.core._mesh._workspace import (
     TEMPORARY,
     Hashes,
     Workspace,

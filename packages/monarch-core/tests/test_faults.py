@@ -57,7 +57,7 @@ from monarch.actor import (
 )
 from monarch.config import configured
 from monarch.core import current_runtime
-from monarch.core._messages import TO_PROC, StopProc
+from monarch.core._runtime._messages import TO_PROC, StopProc
 from monarch.transport import Connection, open_listener
 
 CONTROLLER = Path(__file__).with_name("fault_controller.py")

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from monarch.actor import Actor, ProcMesh, endpoint, this_host
 from monarch.core import current_runtime
-from monarch.core._messages import (
+from monarch.core._runtime import DEFER
+from monarch.core._runtime._messages import (
     BATCH_BYTES,
     BATCH_MAX,
     HEARTBEAT,
@@ -31,7 +32,6 @@ from monarch.core._messages import (
     decode_body,
     decode_single,
 )
-from monarch.core._runtime import DEFER
 from monarch.transport import Connection, ConnectionClosed, open_connection, open_listener
 from monarch.transport.wire import Envelope, decode_envelope, encode
 

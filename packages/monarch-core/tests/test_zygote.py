@@ -38,7 +38,7 @@ def test_procs_are_forks_of_one_zygote_with_the_agents_directory_and_path() -> N
     pids = {pid for pid, *_ in found}
     parents = {parent for _, parent, *_ in found}
     assert len(pids) == 3 and len(parents) == 1 and os.getpid() not in parents
-    assert all("monarch.core._zygote_proc" in cmdline for _, _, cmdline, _, _ in found)
+    assert all("monarch.core._host._zygote_proc" in cmdline for _, _, cmdline, _, _ in found)
     assert all(cwd == os.getcwd() and path for *_, cwd, path in found)
     procs.stop().get(timeout=60)
 
@@ -64,7 +64,7 @@ def test_the_zygote_imports_what_a_proc_imports_as_it_starts_serving() -> None:
 
 PROC_START = """if True:
     import os, sys
-    from monarch.core._bootstrap import import_proc_start
+    from monarch.core._host._bootstrap import import_proc_start
     from monarch.core._runtime import Runtime, new_event_loop
     from monarch.core._runtime._peers import dial
 

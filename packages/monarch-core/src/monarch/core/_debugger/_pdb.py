@@ -21,7 +21,8 @@ from typing import IO, Any, TypeVar, cast
 
 import msgspec
 
-from monarch.core._messages import (
+from monarch.core._runtime import Runtime, dial
+from monarch.core._runtime._messages import (
     SERVICE,
     DebugEnd,
     DebugInput,
@@ -32,7 +33,6 @@ from monarch.core._messages import (
     decode_debug,
     encode_body,
 )
-from monarch.core._runtime import Runtime, dial
 from monarch.transport import Connection, TransportError
 from monarch.transport.wire import Envelope, encode
 

@@ -17,12 +17,12 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
+from monarch.core._bulk._lending import Lender
+from monarch.core._bulk._ring import Ring
 from monarch.core._config import current_config
 from monarch.core._errors import PeerLost
-from monarch.core._lending import Lender
-from monarch.core._messages import BATCH_BYTES, BATCH_MAX, HEARTBEAT, Batch, Packed
-from monarch.core._ring import Ring
-from monarch.core._tls import tls_options
+from monarch.core._runtime._messages import BATCH_BYTES, BATCH_MAX, HEARTBEAT, Batch, Packed
+from monarch.core._runtime._tls import tls_options
 from monarch.transport import (
     Buffer,
     Connection,

@@ -23,14 +23,15 @@ from typing import Any, Final
 import anyio
 import msgspec
 
-from monarch.core._cast import SendOrder, fan_out
+from monarch.core._bulk._lending import Lender, RingKey, borrow, can_read, is_descriptor
+from monarch.core._bulk._lending import available as lending_available
+from monarch.core._bulk._ring import RingReader
 from monarch.core._config import current_config
 from monarch.core._errors import PeerLost, PullError
-from monarch.core._filling import fill_parts
-from monarch.core._lending import Lender, RingKey, borrow, can_read, is_descriptor
-from monarch.core._lending import available as lending_available
-from monarch.core._memory import address_of as memory_address
-from monarch.core._messages import (
+from monarch.core._payload._filling import fill_parts
+from monarch.core._payload._memory import address_of as memory_address
+from monarch.core._runtime._cast import SendOrder, fan_out
+from monarch.core._runtime._messages import (
     HEARTBEAT,
     PACK_MAX,
     SERVICE,
@@ -48,9 +49,8 @@ from monarch.core._messages import (
     decode_single,
     encode_body,
 )
-from monarch.core._netaddr import advertised, bind_url
-from monarch.core._ring import RingReader
-from monarch.core._tls import tls_options
+from monarch.core._runtime._netaddr import advertised, bind_url
+from monarch.core._runtime._tls import tls_options
 from monarch.transport import (
     Buffer,
     Connection,
