@@ -320,8 +320,9 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         # + the internal log; files by checksum; reloads; a call's tensor copies made while
         # they travel; mocked actors; how an unhandled failure ends the client; upstream's
         # Uid and ProcId; upstream's pickled Extent and Point
-        "_payload._tensors _host._adopt _payload._buffers",  # tensors as one buffer each (torch
-        # never imported); fd sockets; upstream's write Buffer (small writes copied, large kept)
+        "_payload._tensors _host._adopt _payload._buffers _host._environ",  # tensors as one buffer
+        # each (torch never imported); fd sockets; upstream's write Buffer (small writes copied,
+        # large kept); the MONARCH_* names and the job secret a spawner hands its procs
         "_payload._serialize _bulk._ring",  # pickling with out-of-band buffers; the lenders' rings
         "_errors _mesh._reports",  # the one exception tree; upstream's words for failures
         "_layout._shape _layout._selection _runtime._scope _mesh._supervision _bulk._lending"
@@ -334,11 +335,15 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_mesh._future _mesh._logs",  # Future/Outcome; procs' output read by their agent
         "_mesh._gather _mesh._port _mesh._ask",  # replies on a port; user ports; ask a proc
         "_mesh._pending",  # procs still starting, as a value that can be sent
+        "_mesh._mesh_state",  # an actor mesh's procs as its spawner knows them; proc exits
         "_mesh._actor_mesh",  # the caller side: actor meshes and adverbs
+        "_mesh._spawn_actors",  # spawning an actor mesh and supervising it
+        "_mesh._proc_group",  # one spawn's procs, their logger mesh and bootstrap
         "_mesh._proc_mesh _mesh._controller",  # proc and host meshes; get_or_spawn_controller
         "_runner._context _debugger _host._code_sync",  # context(); breakpoints; sync_workspace
         "_runner",  # the callee side: actor runners, sync and async apart
-        "_host._introspect",  # what a proc says of itself when asked (actors, process, stacks)
+        "_host._introspect _host._spawning",  # what a proc says of itself when asked (actors,
+        # process, stacks); how a host agent starts, watches and kills its procs
         "_host._bootstrap",  # starts runtimes (controller, proc, worker); owns MONARCH_* names
         "_host._zygote_proc",  # the zygote's loop (a program, or forked by monarch worker)
         "__init__ lowlevel _host._proc _host._worker",  # the faces (siblings' API, the
@@ -356,12 +361,26 @@ def core_unit(module: str) -> str:
     return four if four in CORE_UNITS else ".".join(module.split(".")[:3])
 
 
+def type_checking_lines(path: Path) -> set[int]:
+    """Lines of the imports under ``if TYPE_CHECKING:``: names for annotations only (a class
+    and the module that builds it, annotated by a lower one), never run."""
+    lines: set[int] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for inner in node.body:
+                lines.update(range(inner.lineno, (inner.end_lineno or inner.lineno) + 1))
+    return lines
+
+
 def core_imports() -> Iterator[tuple[Path, int, str, str]]:
-    """(file, line, importing unit, imported unit) for imports between core units."""
+    """(file, line, importing unit, imported unit) for imports between core units that run."""
     src = folders()[ROOT_OWNER] / "src"
     for path in sorted((src / "monarch" / "core").rglob("*.py")):
         this = core_unit(module_name(path, src))
+        typing_only = type_checking_lines(path)
         for line, module in imported_modules(path, src):
+            if line in typing_only:
+                continue
             if module == CORE or module.startswith(CORE + "."):
                 target = core_unit(module)
                 if target != this:

@@ -40,7 +40,7 @@ from monarch.core import Future, WorkerConfigError
 from monarch.core._command import _cli
 from monarch.core._host import _worker
 from monarch.core._host._attach import _resolve, attach_to_workers
-from monarch.core._host._bootstrap import ROOT_ENV, decode_secret
+from monarch.core._host._environ import ROOT_ENV, decode_secret
 from monarch.core._host._zygote_proc import TITLE as ZYGOTE_TITLE
 from monarch.core._runtime._messages import TO_PROC, StopProc, encode_body
 from monarch.core._runtime._netaddr import ip_host, split_alias

@@ -53,25 +53,22 @@ from ._errors import (
     WorkerConfigError,
     WorkspaceSyncError,
 )
-from ._host._bootstrap import (
-    SECRET_ENV,
-    import_proc_start,
-    job_secret,
-    listen_address,
-    use_job_secret,
-)
+from ._host._bootstrap import import_proc_start
 from ._host._code_sync import WorkspaceHost, WorkspaceReloader, gather_directories, push_directories
+from ._host._environ import SECRET_ENV, job_secret, listen_address, use_job_secret
 from ._host._introspect import inspect_proc, snapshot_procs
 from ._layout._shape import Extent, NDSlice, Point, Shape
 from ._layout._value_mesh import ValueMesh
-from ._mesh._actor_mesh import ActorMesh, proc_addresses, spawn_actor_mesh
+from ._mesh._actor_mesh import ActorMesh, proc_addresses
 from ._mesh._endpoint import Actor, endpoint
 from ._mesh._exits import workers_stopping
 from ._mesh._future import Future, Outcome, run_on, submit_into, wait_outcome
 from ._mesh._gather import Gather
 from ._mesh._mocks import engine_factory_for
 from ._mesh._port import Channel, Port
-from ._mesh._proc_mesh import HostMesh, ProcMesh, SpawnedProc, spawned_procs, this_host, this_proc
+from ._mesh._proc_group import SpawnedProc, spawned_procs
+from ._mesh._proc_mesh import HostMesh, ProcMesh, this_host, this_proc
+from ._mesh._spawn_actors import spawn_actor_mesh
 from ._mesh._workspace import Workspace
 from ._payload._memory import address_of as buffer_address
 from ._payload._memory import advise_huge_pages

@@ -41,7 +41,7 @@ from monarch.transport import (
     open_listener,
 )
 
-from ._bootstrap import ROOT_ENV, SECRET_ENV
+from ._environ import ROOT_ENV, SECRET_ENV
 from ._worker import secure
 
 log = logging.getLogger("monarch.core")

@@ -7,9 +7,8 @@ worker``, the host agent of another machine). Starting one means: a loop, a ``Ru
 listening, the job's secret and root, the control handlers every process answers
 (``install_services``), and the runtime installed as this process's.
 
-This module also owns the ``MONARCH_*`` environment names by which a parent hands a child
-its job: the secret (never on a command line), the root client, the parent to die with,
-where to report ready, its rank and where to listen.
+The ``MONARCH_*`` environment names by which a parent hands a child its job are in
+``_environ``; how a host agent starts, watches and kills its procs is in ``_spawning``.
 """
 
 from __future__ import annotations
@@ -17,39 +16,30 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import ctypes
-import functools
 import gc
 import importlib
 import io
 import logging
 import os
-import secrets
-import signal
-import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Final
 
 from monarch._wheels import install_hint
-from monarch.core._config import KEYS, current_config
+from monarch.core._config import current_config
 from monarch.core._debugger import breakpoint_hook, install_console
-from monarch.core._mesh._actor_mesh import handle_actor_failed, handle_how_ended
 from monarch.core._mesh._ask import handle_ask_service
 from monarch.core._mesh._client_end import exit_status
 from monarch.core._mesh._client_end import prepare as prepare_client_end
 from monarch.core._mesh._controller import handle_get_controller
 from monarch.core._mesh._future import Future
-from monarch.core._mesh._logs import (
-    OutputPlan,
-    ProcOutput,
-    drain,
-    forward_output,
-    handle_set_log_level,
-)
+from monarch.core._mesh._logs import handle_set_log_level
+from monarch.core._mesh._mesh_state import handle_how_ended
 from monarch.core._mesh._pending import handle_procs_of
-from monarch.core._mesh._proc_mesh import handle_run_bootstrap, host_python, shutdown_context
+from monarch.core._mesh._proc_group import handle_run_bootstrap
+from monarch.core._mesh._proc_mesh import host_python, shutdown_context
+from monarch.core._mesh._spawn_actors import handle_actor_failed
 from monarch.core._mesh._workspace import put_synced_on_path
 from monarch.core._runner import handle_spawn_actor, refuse_undeliverable, release_actors
 from monarch.core._runtime import (
@@ -67,119 +57,38 @@ from monarch.core._runtime._messages import (
     GetController,
     HowEnded,
     KillProcs,
-    Launch,
     PortRef,
-    ProcExited,
     ProcReady,
     ProcsOf,
     RunBootstrap,
     SetLogLevel,
     SpawnActor,
-    SpawnFailed,
     SpawnProcs,
 )
 from monarch.core._runtime._netaddr import inherited, split_alias
-from monarch.core._runtime._tls import current_identity, installed_identity
-from monarch.transport import (
-    ENTRY_POINT_GROUP,
-    MIN_SECRET_SIZE,
-    Address,
-    Buffer,
-    get_transport,
-    plugin_group,
-)
+from monarch.transport import ENTRY_POINT_GROUP, Buffer, get_transport, plugin_group
 
 from ._adopt import adopt_listener
-from ._introspect import PROC_SERVICE  # noqa: F401 - every proc serves it
-from ._zygote import (
-    Child,
-    ForkedProc,
-    fork_proc,
-    prestart_zygote,
-    stop_zygote,
-    zygote_started,
-    zygote_usable,
+from ._environ import (
+    LISTEN_ENV,
+    PARENT_ENV,
+    PYTHON_ENV,
+    RANK_ENV,
+    READY_ENV,
+    ROOT_ENV,
+    _inherited_root,
+    job_secret,
+    listen_address,
 )
+from ._introspect import PROC_SERVICE  # noqa: F401 - every proc serves it
+from ._spawning import die_with_parent, handle_kill_procs, handle_spawn_procs, kill_children
+from ._zygote import Child, prestart_zygote, stop_zygote
 
 log = logging.getLogger("monarch.core")
 
 # A transport another wheel provides (ibverbs: monarch-rdma) is named with the command that
 # installs it from a checkout; the transport wheel, below the core, knows only "pip install".
 plugin_group(ENTRY_POINT_GROUP, hint=install_hint)
-
-SECRET_ENV: Final = "MONARCH_JOB_SECRET"
-"""The job secret (hex): children get it through their environment, never a command line."""
-ROOT_ENV: Final = "MONARCH_ROOT_ADDRESS"
-"""The root client's address, inherited by every process of the job."""
-PARENT_ENV: Final = "MONARCH_PARENT_ADDRESS"
-"""A proc's host agent: the proc stops when it is gone."""
-READY_ENV: Final = "MONARCH_READY_PORT"
-"""``<proc address>#<port>``: where a new proc reports that it is listening."""
-RANK_ENV: Final = "MONARCH_PROC_RANK"
-LISTEN_ENV: Final = "MONARCH_LISTEN"
-"""Where a new proc listens (like its agent: a network agent's procs must be reachable)."""
-PYTHON_ENV: Final = "MONARCH_PYTHON"
-"""The Python a proc was started with by ``with_python_executable``: its own procs use it."""
-
-
-def decode_secret(text: str, source: str) -> bytes:
-    """The job secret from its hex text, read from ``source`` (for the error message).
-
-    Raises ValueError unless it is hex of at least MIN_SECRET_SIZE bytes (128 bits): a
-    shorter secret would let whoever captures one handshake proof search for it offline.
-    """
-    try:
-        secret = bytes.fromhex(text.strip())
-    except ValueError:
-        raise ValueError(f"{source} must hold the job secret as hex text") from None
-    if len(secret) < MIN_SECRET_SIZE:
-        raise ValueError(
-            f"{source} holds a job secret of {len(secret)} bytes; it must be at least "
-            f"{MIN_SECRET_SIZE} bytes (128 bits, {2 * MIN_SECRET_SIZE} hex digits) of random "
-            "data (python -c 'import secrets; print(secrets.token_hex(32))')"
-        )
-    return secret
-
-
-_secret: list[bytes] = []
-"""The job secret once known: kept here, not in ``os.environ``."""
-_secret_inherited: list[bool] = [False]
-"""Whether this process was given its job's secret (it joins that job), not made it."""
-
-
-def job_secret() -> bytes:
-    """This job's secret: inherited, or made now by the process that starts the job.
-
-    An inherited one is taken out of the environment when first read, so that a
-    subprocess an actor (or the user's script) starts does not inherit it; the procs
-    this process spawns are given it explicitly (``_spawn_procs_for_owner``).
-    """
-    if _secret:
-        return _secret[0]
-    value = os.environ.pop(SECRET_ENV, None)
-    secret = decode_secret(value, SECRET_ENV) if value else secrets.token_bytes(32)
-    _secret.append(secret)
-    _secret_inherited[0] = bool(value)
-    return secret
-
-
-def use_job_secret(secret: bytes) -> None:
-    """Make ``secret`` this process's job secret: for a client that re-attaches to the
-    workers of a job another process started (a job's saved state holds its secret).
-
-    Raises RuntimeError once this process has a different one (its runtime, or a spawn,
-    has used it: nothing already started could authenticate with the new one).
-    """
-    if len(secret) < MIN_SECRET_SIZE:
-        raise ValueError(f"a job secret must be at least {MIN_SECRET_SIZE} bytes")
-    if not _secret:
-        os.environ.pop(SECRET_ENV, None)
-        _secret.append(secret)
-    elif _secret[0] != secret:
-        raise RuntimeError(
-            "this process already has another job secret (its runtime started, or it "
-            "spawned procs): attach to this job from a fresh process"
-        )
 
 
 def install_services(runtime: Runtime) -> None:
@@ -226,26 +135,6 @@ def _boot(runtime: Runtime, root: str) -> None:
 # -- the controller ----------------------------------------------------------------------
 
 
-def listen_address() -> str:
-    """Where a controller listens, per the ``default_transport`` key."""
-    transport = current_config().default_transport
-    if transport in ("unix", "ipc", "local"):
-        return "unix://@"
-    if transport in ("tcp", "tls", "ibverbs"):
-        # Every interface, known by an address other machines can reach (Runtime.start).
-        return f"{transport}://0.0.0.0:0"
-    return str(transport)
-
-
-def _inherited_root() -> str:
-    """The root a client takes from its environment: only a client given its job's secret
-    joins that job. One that made its secret starts a job of its own, whose root it is,
-    even when started by another job's process (a test isolated in a subprocess, a
-    script's helper): that process's root, named in the environment it passed on, would
-    refuse it (another secret), and its controllers are not this job's."""
-    return os.environ.get(ROOT_ENV, "") if _secret_inherited[0] else ""
-
-
 def start_controller(listen: str | None = None) -> Runtime:
     """Start the client's runtime on a background thread and install it (the starter of
     ``current_runtime``): plain code can then block on futures while the loop works."""
@@ -286,26 +175,6 @@ def start_controller(listen: str | None = None) -> Runtime:
 
 
 # -- a proc ------------------------------------------------------------------------------
-
-
-def die_with_parent() -> None:
-    """Have the kernel kill this process when its parent dies (Linux)."""
-    prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def reap_orphans() -> None:
-    """Become the subreaper of this process's descendants: those whose parent dies are
-    this process's children from then on, not init's (Linux)."""
-    prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
-
-
-def prctl(option: int, value: int) -> None:
-    """``prctl(2)`` where there is one (Linux); nothing elsewhere."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(option, value)
-    except (OSError, AttributeError):
-        pass
 
 
 async def serve_proc() -> None:
@@ -369,257 +238,6 @@ def run_proc() -> None:
 
 
 # -- the host agent: procs started for a spawner ------------------------------------------
-
-_children: list[Child] = []
-
-
-def child_listen_address(agent: str) -> str:
-    """Procs listen like their agent: a network agent's procs must be reachable too."""
-    address = Address.parse(agent)
-    if address.scheme == "unix":
-        return "unix://@"
-    return str(Address(address.scheme, address.host, 0))
-
-
-def handle_spawn_procs(
-    runtime: Runtime,
-    body: SpawnProcs,
-    payload: Sequence[Buffer],
-    sender: str,
-    on_child: Callable[[Child], None] | None = None,
-) -> None:
-    """Start the procs a ``SpawnProcs`` asks for; report each exit the moment it happens.
-    ``on_child`` hears of each proc once it runs (a forked one later, from another thread)."""
-    ours = {
-        # What this process can import, its procs can: actor classes pickled by
-        # reference (from the user's modules) must import the same way there.
-        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-        **body.env,  # the spawner's configuration
-        SECRET_ENV: runtime.secret.hex(),
-        PARENT_ENV: runtime.address,
-        READY_ENV: f"{body.ready.proc}#{body.ready.port}",
-        LISTEN_ENV: child_listen_address(runtime.address),
-        ROOT_ENV: body.root or runtime.root or runtime.address,
-    }
-    if body.python:
-        ours[PYTHON_ENV] = body.python
-    identity = installed_identity()
-    if identity is not None or ours[LISTEN_ENV].startswith("tls:"):
-        ours.update((identity or current_identity()).environment())  # certificates, as the secret
-    forking = spawner_says(body.env, "fork_procs") and zygote_usable()
-    # A lone proc on an agent whose zygote has not started yet: the zygote's start and then
-    # a fork take longer than the proc's own start (a script's first proc: its cold start),
-    # so it starts as a new Python, and the zygote starts after it for the procs to come.
-    alone = forking and body.count == 1 and not zygote_started()
-    if alone:
-        forking = False
-    plan = output_plan(body)
-    for i, rank in enumerate(range(body.base_rank, body.base_rank + body.count)):
-        launch = body.launches[i] if i < len(body.launches) else Launch()
-        try:
-            argv, program = proc_command(launch, body.python)
-            env = proc_environment(launch, {**ours, RANK_ENV: str(rank)})
-        except (OSError, ValueError) as exc:
-            runtime.send_to_port(body.events, SpawnFailed(rank, f"cannot start a proc: {exc}"))
-            continue
-        start = functools.partial(
-            _start_proc, runtime, body, plan, rank, launch, argv, program, env
-        )
-        if forking and forkable(launch, argv, body.python):
-            fork_proc(env, plan.piped, functools.partial(_forked, start, on_child))
-        else:
-            _started(start(), on_child)
-    if alone:  # once the proc has started (both at once contend for the CPUs it needs)
-        runtime.loop.call_later(ZYGOTE_AFTER, prestart_zygote)
-
-
-ZYGOTE_AFTER: Final = 0.5
-"""Seconds after a lone first proc's start that its agent starts the zygote (sooner, if a
-fork is asked for first)."""
-
-
-def output_plan(body: SpawnProcs) -> OutputPlan:
-    """What this agent does with the output of the procs ``body`` asks for (``_logs``): the
-    spawner's configuration says."""
-    return OutputPlan(
-        forward=body.forward_output,
-        capture=bool(
-            spawner_says(body.env, "enable_file_capture")
-            and spawner_says(body.env, "force_file_log")
-        ),
-        tail=int(spawner_says(body.env, "tail_log_lines")),
-        prefix=bool(spawner_says(body.env, "prefix_with_rank")),
-    )
-
-
-def spawner_says(env: dict[str, str], name: str) -> Any:
-    """Key ``name`` as the spawner configured it (its ``configure()`` travels in ``env``),
-    else as this agent's configuration has it."""
-    key = KEYS[name]
-    raw = env.get(key.env[0])
-    if raw is not None:
-        try:
-            return key.parse_text(raw)
-        except ValueError:
-            pass
-    return getattr(current_config(), name)
-
-
-def forkable(launch: Launch, argv: list[str], python: str) -> bool:
-    """Whether the zygote can start this proc: ours, on this Python, with no wrapper."""
-    return (
-        not launch.program
-        and argv[0] == (python or sys.executable)
-        and python
-        in (
-            "",
-            sys.executable,
-        )
-    )
-
-
-def _forked(
-    start: Callable[..., Child | None],
-    on_child: Callable[[Child], None] | None,
-    child: ForkedProc | None,
-    error: str,
-) -> None:
-    """The zygote's answer: the proc runs, or it is started without the zygote."""
-    _started(start(child) if child is not None else start(), on_child)
-
-
-def _started(child: Child | None, on_child: Callable[[Child], None] | None) -> None:
-    if child is not None and on_child is not None:
-        on_child(child)
-
-
-def _start_proc(
-    runtime: Runtime,
-    body: SpawnProcs,
-    plan: OutputPlan,
-    rank: int,
-    launch: Launch,
-    argv: list[str],
-    program: str | None,
-    env: dict[str, str],
-    forked: ForkedProc | None = None,
-) -> Child | None:
-    """Start the proc (unless the zygote did: ``forked``), then watch it: its CPUs, its
-    output, its exit."""
-    child: Child
-    if forked is not None:
-        child = forked
-    else:
-        try:
-            piped = subprocess.PIPE if plan.piped else None
-            child = subprocess.Popen(
-                argv,
-                executable=program,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=piped,
-                stderr=piped,
-                # A group of its own: a signal to the spawner's group (a terminal's Ctrl-C,
-                # a Jupyter kernel interrupt, which signals the kernel's whole group) stops
-                # the spawner's wait, not the procs; they still die with their parent.
-                process_group=0,
-            )
-        except (OSError, ValueError) as exc:
-            runtime.send_to_port(body.events, SpawnFailed(rank, f"cannot start a proc: {exc}"))
-            return None
-    _children.append(child)
-    log.info("proc %d (rank %d) started%s", child.pid, rank, " (forked)" if forked else "")
-    cpus = launch.bind.get("cpus") or launch.bind.get("physcpubind")
-    if cpus:
-        try:
-            os.sched_setaffinity(child.pid, cpu_list(cpus))  # before its threads start
-        except (OSError, ValueError) as exc:
-            log.warning("proc_bind %r for proc %d: %s", cpus, rank, exc)
-    output = forward_output(runtime, child, rank, body.events, plan) if plan.piped else None
-    _watch(runtime, child, rank, body.events, output)
-    return child
-
-
-def proc_command(launch: Launch, python: str) -> tuple[list[str], str | None]:
-    """The argv of a proc and the program to run (``None``: argv[0]), as ``launch`` says
-    (its NUMA binding through numactl)."""
-    if launch.program:
-        argv, program = [launch.arg0 or launch.program, *launch.args], launch.program
-    else:
-        argv, program = [python or sys.executable, "-m", "monarch.core._host._proc"], None
-    bind = launch.bind
-    numa = [f"--{key}={bind[key]}" for key in ("cpunodebind", "membind") if key in bind]
-    if numa:
-        import shutil  # only for numactl: not imported by every proc
-
-        numactl = shutil.which("numactl")
-        if numactl is None:
-            raise ValueError("proc_bind cpunodebind/membind need numactl, which is not installed")
-        argv, program = [numactl, *numa, program or argv[0], *argv[1:]], None
-    return argv, program
-
-
-def proc_environment(launch: Launch, ours: dict[str, str]) -> dict[str, str]:
-    """A proc's environment: the agent's (unless ``launch`` says not to inherit it), the
-    launch's changes, then Monarch's own variables."""
-    env = dict(os.environ) if launch.inherit_env else {}
-    for key, value in launch.env.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    env.update(ours)
-    return env
-
-
-def cpu_list(text: str) -> set[int]:
-    """The CPUs of a list such as ``0-3,8`` (numactl's and taskset's notation)."""
-    cpus: set[int] = set()
-    for part in text.replace(" ", "").split(","):
-        if part:
-            first, _, last = part.partition("-")
-            cpus.update(range(int(first), int(last or first) + 1))
-    return cpus
-
-
-def _watch(
-    runtime: Runtime,
-    child: Child,
-    rank: int,
-    events: PortRef,
-    output: ProcOutput | None,
-) -> None:
-    """Report the child's exit the moment it happens (a thread blocked in wait), after the
-    last of its output (``output``: the threads reading it, see ``_logs``)."""
-
-    def wait() -> None:
-        code = child.wait()
-        drain(output)
-        how = f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
-        log.info("proc %d (rank %d) %s", child.pid, rank, how)
-        exited = ProcExited(rank, child.pid, how, output.tail() if output is not None else ())
-        if not runtime.loop.is_closed():
-            runtime.send_to_port(events, exited)
-
-    threading.Thread(target=wait, name=f"monarch-wait-{child.pid}", daemon=True).start()
-
-
-def handle_kill_procs(
-    runtime: Runtime, body: KillProcs, payload: Sequence[Buffer], sender: str
-) -> None:
-    """Kill the procs named that this process started (no other process: a pid may be
-    anyone's); their exits are reported by their watchers as any exit is."""
-    for child in _children:
-        if child.pid in body.pids and child.poll() is None:
-            log.warning("killing proc (pid %d): %s", child.pid, body.reason)
-            child.kill()  # SIGKILL ends a stopped (SIGSTOP) process too
-
-
-def kill_children() -> None:
-    """Kill the procs this process started that are still running."""
-    for child in _children:
-        if child.poll() is None:
-            child.kill()
 
 
 def _spawn_procs_for_owner(

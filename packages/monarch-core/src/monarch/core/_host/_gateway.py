@@ -20,7 +20,8 @@ from monarch.core._errors import WorkerConfigError
 from monarch.core._runtime._netaddr import advertised, bind_url
 from monarch.transport import Address, TransportError, open_gateway
 
-from ._bootstrap import SECRET_ENV, whole_lines
+from ._bootstrap import whole_lines
+from ._environ import SECRET_ENV
 from ._worker import add_secret_file_option, worker_secret
 
 

@@ -41,7 +41,8 @@ from monarch.core._runtime._netaddr import scheme_of, split_alias
 from monarch.core._runtime._tls import CA, TRUST_ALL, PrivateKey, identity_from, use_identity
 from monarch.transport import TransportError
 
-from ._bootstrap import SECRET_ENV, WorkerRuntime, decode_secret, whole_lines
+from ._bootstrap import WorkerRuntime, whole_lines
+from ._environ import SECRET_ENV, decode_secret
 from ._zygote import fork_zygote
 from ._zygote_proc import serve_forked
 

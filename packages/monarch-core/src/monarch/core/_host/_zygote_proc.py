@@ -44,7 +44,8 @@ from monarch.core._runtime._messages import (
     encode_body,
 )
 
-from ._bootstrap import die_with_parent, import_proc_start, reap_orphans, run_proc
+from ._bootstrap import import_proc_start, run_proc
+from ._spawning import die_with_parent, reap_orphans
 from ._zygote import FD_ENV, MAX_MESSAGE
 
 _BASE_PATH = list(sys.path)

@@ -6,7 +6,8 @@ and ``Accumulator`` beside them). A cast pickles its arguments once, posts one m
 process hosting part of the (sliced) mesh down the cast tree (from the caller's own thread
 when it may: ``_cast_here``), and gathers replies on a port (``_gather``). The spawner of a
 mesh also supervises it: a failed actor or a dead proc becomes a ``MeshFailure`` for the
-mesh's owner (``_Supervised``).
+mesh's owner (``_spawn_actors``); what the spawner knows of the mesh's procs is its
+``_MeshState`` (``_mesh_state``).
 
 To add an adverb: a method of ``Endpoint``, built on ``_submit`` (gathered) or
 ``ActorMesh._send_cast`` (no replies).
@@ -19,65 +20,35 @@ import contextlib
 import functools
 import logging
 import random
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from monarch._wheels import install_hint
 from monarch.core._config import current_config
-from monarch.core._errors import MeshFailure, SupervisionError
-from monarch.core._layout._shape import NDSlice, Point, Shape, ShapedMesh
+from monarch.core._errors import SupervisionError
+from monarch.core._layout._shape import NDSlice, Shape, ShapedMesh
 from monarch.core._layout._value_mesh import ValueMesh
 from monarch.core._payload._filling import deferred_fills
 from monarch.core._payload._filling import settle as settle_fills
-from monarch.core._payload._serialize import dumps, dumps_call_arguments, dumps_spawn, size_of
+from monarch.core._payload._serialize import dumps, dumps_call_arguments, size_of
 from monarch.core._runtime import Runtime, current_runtime
-from monarch.core._runtime._instrument import instrumented, outgoing, spawned, supervision
+from monarch.core._runtime._instrument import outgoing
 from monarch.core._runtime._messages import (
     STOP_METHOD,
-    TO_PROC,
-    ActorFailed,
-    Body,
     Call,
-    HowEnded,
     PortRef,
-    ProcExited,
     ShapeSpec,
-    SpawnActor,
     shape_of,
     shape_spec,
 )
-from monarch.core._runtime._scope import Owner, current_owner
 from monarch.transport import Buffer, plugin_group
 
-from ._ask import ask_body
-from ._endpoint import (
-    Actor,
-    EndpointProperty,
-    actor_is_async,
-    check_endpoints_callable,
-    endpoints_of,
-    misnamed_keyword,
-)
-from ._exits import ASKED_GRACE, asking, ended, unknown, when_ended
-from ._future import Future, Outcome, run_on, submit_into, wait_outcome
+from ._endpoint import EndpointProperty, endpoints_of, misnamed_keyword
+from ._future import Future, Outcome, run_on, submit_into
 from ._gather import Gather
-from ._mocks import current_mocks, mocked_class
+from ._mesh_state import _MeshState, connection_lost, when_proc_ended
 from ._pending import ProcsRef
-from ._reports import (
-    ACTOR_MESH_STOPPED,
-    ROOT,
-    actor_name,
-    endpoint,
-    failed_event,
-    failed_report,
-    mesh_uid,
-    oversize,
-    process_ended,
-    status_event,
-    undeliverable,
-)
-from ._supervision import call_fault_hook
+from ._reports import ACTOR_MESH_STOPPED, ROOT, endpoint, oversize, status_event, undeliverable
 
 log = logging.getLogger("monarch.actor")
 
@@ -263,13 +234,6 @@ def _settle(future: Future[Any], arrival: asyncio.Future[Any]) -> None:
         future.set_result(arrival.result())
 
 
-def connection_lost(exc: BaseException) -> bool:
-    """Whether a peer was declared failed because its connection closed: then the host
-    agent's word on how it ended is worth waiting for (a heartbeat's silence, or any
-    other cause, says more than the exit that follows our cutting it off)."""
-    return str(exc).startswith("lost connection to ")
-
-
 class CallGather(Gather):
     """The gather of a call: a proc lost under it fails the call in upstream's words, once
     its host agent has said how the proc ended (see ``_exits``)."""
@@ -380,235 +344,6 @@ def proc_addresses(mesh: ActorMesh[Any]) -> frozenset[str] | None:
     if addresses is None:
         return None
     return frozenset(addresses[rank] for rank in mesh._shape.ndslice if rank < len(addresses))
-
-
-class _MeshState:
-    """What every slice of one actor mesh shares: addresses once known, casts until then.
-
-    Casts made before the procs are up wait in ``backlog`` and go out in the order
-    they were made, after the spawn messages, so FIFO per sender holds from the start.
-    Only touched on the runtime loop.
-    """
-
-    def __init__(
-        self,
-        runtime: Runtime,
-        addresses: list[str] | None,
-        procs: Procs | None = None,
-        *,
-        cls: type,
-        name: str,
-        base: Shape,
-        owner: str = ROOT,
-        informant: str = "",
-    ) -> None:
-        self.runtime = runtime
-        self.procs = procs
-        self.addresses = addresses
-        """Known at once for a mesh received in a message; after the spawn otherwise."""
-        self.cls = cls
-        self.name = name
-        self.base = base
-        """The shape the mesh was spawned on (its slices share this state)."""
-        self.owner = owner
-        """The name of the actor that spawned it (``<root>``: the client), see ``_reports``."""
-        self.informant = informant
-        """The process that spawned its procs, which hears how they end ("": unknown)."""
-        self.error: BaseException | None = None
-        self.stopped: str | None = None
-        self.stopped_event = ""
-        """Why calls after a stop are refused (upstream's supervision event)."""
-        self.backlog: deque[Callable[[list[str] | BaseException], None]] = deque()
-        self.spawn_gather: Gather | None = None
-        self.supervised: _Supervised | None = None
-        """Set in the process that spawned the mesh: who owns it, and what failed."""
-
-    def known_addresses(self) -> list[str] | ProcsRef:
-        """The addresses for pickling a mesh that may still be starting: procs still
-        starting travel as a reference the receiver resolves (see ``_pending``); a
-        receiver's calls that overtake the spawn are held by the target proc until it
-        arrives."""
-        procs = self.procs
-        if procs is None:
-            raise TypeError("an ActorMesh with no procs cannot be sent")
-        if not isinstance(procs, Outcome):
-            return list(procs)
-        if isinstance(procs, ProcsRef):
-            return procs
-        if not procs.done() and self.runtime.on_loop():
-            raise TypeError(
-                "an ActorMesh whose procs are still starting cannot be sent from the "
-                "runtime's loop; await mesh.initialized first"
-            )
-        return list(procs._wait())
-
-    def wait_for(self, procs: Procs, posted: Outcome[Gather] | None) -> None:
-        async def wait() -> None:
-            try:
-                if posted is not None:
-                    self.spawn_gather = await wait_outcome(posted)
-                self.addresses = await resolve(procs)
-            except Exception as exc:  # noqa: BLE001 - every waiting cast fails with it
-                self.error = exc
-            if self.supervised is not None and self.addresses is not None:
-                self.supervised.watch(self.addresses)
-            while self.backlog:
-                self.backlog.popleft()(self.addresses or self.error or RuntimeError("no procs"))
-
-        self.runtime.spawn_task(wait())
-
-    def actor_name(self, rank: int) -> str:
-        """Upstream's name of the actor at ``rank`` (of the base shape): its owner's, its
-        class, the mesh's name and its point, ``<root>.<module.Class name{'gpus': 0/2}>``."""
-        point = Point(self.base.ndslice.index(rank), self.base.extent)
-        return actor_name(self.owner, self.cls, self.name, point)
-
-    def proc_lost_error(
-        self, ranks: Sequence[int], method: str, address: str, how: str
-    ) -> SupervisionError:
-        """What a call to ``ranks`` is told when the proc at ``address`` has ended as ``how``
-        says: the first of its actors there has failed (or stopped, on a clean exit)."""
-        addresses = self.addresses or []
-        here = [r for r in ranks if r < len(addresses) and addresses[r] == address]
-        actor = self.actor_name((here or list(ranks) or [0])[0])
-        reason, clean = process_ended(how)
-        text = status_event(actor, reason) if clean else failed_report(actor, reason)
-        return SupervisionError(text, endpoint(self.name, method))
-
-    def when_ready(self, then: Callable[[list[str] | BaseException], None]) -> None:
-        if self.stopped is not None:
-            then(SupervisionError(self.stopped_event))
-        elif self.addresses is not None:
-            then(self.addresses)
-        elif self.error is not None:
-            then(self.error)
-        else:
-            self.backlog.append(then)
-
-
-class _Supervised:
-    """The spawner's view of an actor mesh it owns: failures go to its owner.
-
-    ``owner`` is the actor whose code spawned the mesh, or ``None`` for the client
-    (the root). Each rank's failure is reported once; none after a deliberate stop.
-    """
-
-    def __init__(
-        self,
-        state: _MeshState,
-        owner: Owner | None,
-        cls: type,
-        mesh_id: str,
-        name: str,
-        shape: Shape,
-    ) -> None:
-        self.state = state
-        self.owner = owner
-        self.cls = cls
-        self.mesh_id = mesh_id
-        self.name = name
-        self.shape = shape
-        self.failed: set[int] = set()
-        _supervised[mesh_id] = self
-
-    def watch(self, addresses: list[str]) -> None:
-        """Hear at once when a proc under the mesh dies (the connection to it closes)."""
-        runtime = self.state.runtime
-        for address in {addresses[rank] for rank in self.shape.ndslice}:
-            if address != runtime.address:
-                ranks = [r for r in self.shape.ndslice if addresses[r] == address]
-                runtime.watch_peer(address, self._lost(ranks))
-
-    def _lost(self, ranks: list[int]) -> Callable[[str, BaseException], None]:
-        def lost(address: str, exc: BaseException) -> None:
-            if connection_lost(exc):
-                when_proc_ended(self.state, address, lambda how: failed(how or str(exc), address))
-            else:
-                failed(str(exc), address)
-
-        def failed(how: str, address: str) -> None:
-            reason, clean = process_ended(how)
-            if clean:  # upstream's: the actors stopped, nothing failed
-                return
-            actor = self.state.actor_name(ranks[0])
-            report = failed_report(actor, reason)
-            self.fail(ranks, failed_event(actor, reason), report, lost_at=address)
-
-        return lost
-
-    def fail(
-        self, ranks: Sequence[int], event: str, report: str | None = None, lost_at: str = ""
-    ) -> None:
-        """``ranks`` failed; ``lost_at``: the address of their proc, when it ended (they
-        could not report it themselves)."""
-        if self.state.stopped is not None:
-            return
-        new = [rank for rank in ranks if rank not in self.failed]
-        if not new:
-            return
-        self.failed.update(new)
-        positions = [self.shape.ndslice.index(rank) for rank in new]
-        mesh: ActorMesh[Any] = ActorMesh(self.cls, self.mesh_id, self.name, self.shape, self.state)
-        failure = MeshFailure(failure_mesh_name(self.mesh_id), positions, event, mesh, report)
-        lost = [f"{self.mesh_id}[{rank}]@{lost_at}" for rank in new] if lost_at else []
-        supervision(self.name, len(new), lost, report or event)
-        if self.owner is not None:
-            self.owner.supervise(failure)
-        else:  # the root: nobody above to handle it
-            try:
-                self.state.runtime.loop.run_in_executor(None, call_fault_hook, failure)
-            except RuntimeError:  # the interpreter is exiting: nobody to tell but the log
-                log.warning("at exit: %s", failure.report())
-
-
-_supervised: dict[str, _Supervised] = {}
-
-
-def handle_actor_failed(
-    runtime: Runtime, body: ActorFailed, payload: Sequence[Buffer], sender: str
-) -> None:
-    supervised = _supervised.get(body.mesh)
-    if supervised is not None:
-        supervised.fail([body.rank], body.reason, body.report or None)
-
-
-def when_proc_ended(state: _MeshState, address: str, then: Callable[[str | None], None]) -> None:
-    """Call ``then`` with how the proc at ``address`` ended (see ``_exits``); a process
-    that did not spawn it asks the one that did, as upstream's supervisors all hear it."""
-    runtime = state.runtime
-    informant = state.informant
-    if informant and informant != runtime.address and asking(address):
-
-        def answer(
-            body: Body | None, payload: Sequence[Buffer], error: BaseException | None
-        ) -> None:
-            if error is not None:  # no answer in time, or the informant is gone
-                return
-            if isinstance(body, ProcExited) and body.how:
-                ended(address, body.how)
-            else:
-                unknown(address)
-
-        question = functools.partial(HowEnded, address)
-        ask_body(runtime, informant, question, ASKED_GRACE, answer)
-    when_ended(runtime.loop, address, then)
-
-
-def handle_how_ended(
-    runtime: Runtime, body: HowEnded, payload: Sequence[Buffer], sender: str
-) -> None:
-    """Tell another process how a proc this one spawned ended ("" if not known)."""
-    when_ended(
-        runtime.loop,
-        body.address,
-        lambda how: runtime.send_to_port(body.reply, ProcExited(-1, 0, how or "")),
-    )
-
-
-def failure_mesh_name(mesh_id: str) -> str:
-    """``MeshFailure.mesh_name`` of a mesh, as upstream's: its id name, ``-``, its uid."""
-    name, _, uid = mesh_id.partition("<")
-    return f"{name}-{uid.rstrip('>')}"
 
 
 class ActorMesh(ShapedMesh, Generic[R]):
@@ -867,27 +602,6 @@ class ActorMesh(ShapedMesh, Generic[R]):
         return f"<ActorMesh {self._name} of {self._class.__name__} {self._shape.extent!r}>"
 
 
-_RESERVED = frozenset(dir(ActorMesh)) | {
-    "_class",
-    "_mesh_id",
-    "_name",
-    "_shape",
-    "_state",
-    "_plan",
-    "_values_shape",
-}
-
-
-def _check_endpoint_names(cls: type) -> None:
-    """Endpoints become attributes of the mesh: one named like a mesh attribute is refused
-    before anything is spawned."""
-    for name in endpoints_of(cls):
-        if name in _RESERVED:
-            raise ValueError(
-                f"endpoint {name!r} of {cls.__name__} collides with an ActorMesh attribute"
-            )
-
-
 def _rebuild_actor_mesh(
     cls: type,
     mesh_id: str,
@@ -915,92 +629,3 @@ def _rebuild_actor_mesh(
     if known is None:  # its procs were starting: casts wait for their addresses
         runtime.call_soon(state.wait_for, procs, None)
     return ActorMesh(cls, mesh_id, name, shape, state)
-
-
-Procs = Sequence[str] | Outcome[list[str]]
-"""Proc addresses by rank, or the future of them while the procs start."""
-
-
-async def resolve(procs: Procs) -> list[str]:
-    if isinstance(procs, Outcome):
-        pending: Outcome[Any] = procs
-        return list(await wait_outcome(pending))
-    return list(procs)
-
-
-def new_mesh_id(name: str) -> str:
-    """A new mesh's id, ``NAME<uid>`` (an actor mesh's or a proc mesh's)."""
-    return f"{id_name(name)}<{mesh_uid()}>"
-
-
-def id_name(name: str) -> str:
-    """A mesh name as upstream writes it in actor ids: lower-case ASCII letters, digits, ``-``
-    and ``_``, starting with a letter, at most 63 characters; ``nil`` if nothing is left."""
-    kept = "".join(c for c in name.lower() if c in _ID_CHARS)
-    kept = kept.lstrip("0123456789-_")[:63].rstrip("-_")
-    return kept or "nil"
-
-
-_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
-
-
-def spawn_actor_mesh(
-    runtime: Runtime,
-    name: str,
-    cls: object,
-    procs: Procs,
-    shape: Shape,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    informant: str = "",
-    owner_path: str = "",
-    procs_id: str = "",
-) -> ActorMesh[Any]:
-    """Spawn ``cls`` on every proc; returns at once, the actors start in the background.
-    ``informant``: the process that spawned the procs (it hears how they end);
-    ``owner_path``: the owner's name in supervision texts, if not the spawning actor's;
-    ``procs_id``: the proc mesh's id, for telemetry ("" if unknown)."""
-    if not (isinstance(cls, type) and issubclass(cls, Actor)):
-        raise ValueError(f"{cls!r} is not an Actor subclass")
-    cls = mocked_class(cls)  # patch_actor's substitute, if any
-    check_endpoints_callable(cls)
-    actor_is_async(cls)  # raises on mixed endpoints
-    _check_endpoint_names(cls)
-    payload = dumps_spawn(cls, args, kwargs, current_mocks())
-    mesh_id = new_mesh_id(name)
-    owner = current_owner.get()
-    owner_name = owner_path or (owner.actor_name if owner is not None else ROOT)
-    if instrumented():
-        spawned(mesh_id, name, cls, shape, procs_id)
-
-    async def post() -> Gather:
-        addresses = await resolve(procs)
-        hosted: dict[str, list[int]] = {}  # one spawn message per process, for its ranks
-        for rank in shape.ndslice:
-            hosted.setdefault(addresses[rank], []).append(rank)
-        gather = Gather(runtime, len(shape.ndslice), hosted)
-        spec = shape_spec(shape)
-        for address, ranks in hosted.items():
-            several = tuple(ranks) if len(ranks) > 1 else ()
-            spawn = SpawnActor(mesh_id, name, ranks[0], spec, gather.port, several, owner_name)
-            runtime.post(address, TO_PROC, "", spawn, payload)
-        return gather
-
-    state = _MeshState(
-        runtime,
-        None,
-        procs,
-        cls=cls,
-        name=name,
-        base=shape,
-        owner=owner_name,
-        informant=informant,
-    )
-    # Supervised before the spawn goes out: an actor's failure may come back at once.
-    state.supervised = _Supervised(state, owner, cls, mesh_id, name, shape)
-    posted = run_on(runtime, post())._cf
-    runtime.call_soon(state.wait_for, procs, posted)
-    mesh: ActorMesh[Any] = ActorMesh(cls, mesh_id, name, shape, state)
-    if owner is not None:
-        owner.owned.append(mesh)
-    return mesh

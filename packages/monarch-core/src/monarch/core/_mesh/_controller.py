@@ -18,10 +18,11 @@ from monarch.core._runtime import Runtime, current_runtime
 from monarch.core._runtime._messages import Body, GetController, PortValue
 from monarch.transport import Buffer
 
-from ._actor_mesh import ActorMesh, spawn_actor_mesh
+from ._actor_mesh import ActorMesh
 from ._ask import ask_body, settle_from_reply
 from ._future import Future, submit_into
 from ._reports import CONTROLLERS
+from ._spawn_actors import spawn_actor_mesh
 
 T = TypeVar("T")
 
