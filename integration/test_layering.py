@@ -33,7 +33,7 @@ ROOT_OWNER = "monarch-core"
 OWNS: dict[str, frozenset[str]] = {
     "monarch-transport": frozenset({"transport"}),
     "monarch-core": frozenset(
-        {"actor", "config", "core", "tools", "_rust_bindings", "_src", "_wheels"}
+        {"actor", "config", "core", "tools", "_rust_bindings", "_src", "_testing", "_wheels"}
     ),
     "monarch-rdma": frozenset({"rdma"}),
     "monarch-tensor": frozenset(
@@ -295,7 +295,7 @@ CORE_WINGS: tuple[frozenset[str], ...] = tuple(
         "_debugger",  # breakpoints in endpoints, the root client's console
         "_runner",  # the callee side: actor runners and the calling context
         "_host",  # how processes come to be: bootstrap, host agents, zygotes, workers
-        "__init__ lowlevel worker __main__",  # the public faces
+        "__init__ lowlevel worker __main__ testing",  # the public faces
     )
 )
 
@@ -348,7 +348,7 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_host._zygote_proc",  # the zygote's loop (a program, or forked by monarch worker)
         "__init__ lowlevel _host._proc _host._worker",  # the faces (siblings' API, the
         # mechanisms'); entry points
-        "_host._attach _host._gateway worker __main__",  # attach_to_workers, attach,
+        "_host._attach _host._gateway worker __main__ testing",  # attach_to_workers, attach,
         # enable_transport; monarch gateway; python -m monarch.core.worker, python -m monarch.core
     )
 )

@@ -26,13 +26,11 @@ from hostkit import (
     SECRET_ENV,
     Child,
     NetnsUnavailable,
-    alive,
     children,
     gateway_argv,
     ip,
     network_namespaces,
     start_worker,
-    wait_until,
     worker_argv,
 )
 
@@ -44,6 +42,7 @@ from monarch.core._host._environ import ROOT_ENV, decode_secret
 from monarch.core._host._zygote_proc import TITLE as ZYGOTE_TITLE
 from monarch.core._runtime._messages import TO_PROC, StopProc, encode_body
 from monarch.core._runtime._netaddr import ip_host, split_alias
+from monarch.core.testing import alive, wait_until
 from monarch.transport import open_connection
 from monarch.transport.wire import Envelope, encode
 

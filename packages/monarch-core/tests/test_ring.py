@@ -9,13 +9,13 @@ import tempfile
 from collections.abc import Iterator
 
 import pytest
-from hostkit import wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monarch.core._bulk import _lending, _ring
 from monarch.core._bulk._lending import Lender, borrow
 from monarch.core._bulk._ring import SLOT, SLOTS, Ring, RingReader
+from monarch.core.testing import wait_until
 
 pytestmark = pytest.mark.skipif(
     not (_ring.available() and _lending.available()), reason="needs memfd, futex, x86-64"

@@ -8,9 +8,9 @@ import socket
 from pathlib import Path
 
 import pytest
-from jobkit import alive, wait_until
 
 from monarch.core import SECRET_ENV
+from monarch.core.testing import alive, wait_until
 from monarch.job import JobError
 from monarch.job._fork import Forker
 
