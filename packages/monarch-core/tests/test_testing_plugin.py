@@ -36,7 +36,12 @@ def test_wait_for_returns_a_failure_recorded_from_another_thread() -> None:
     failures = Failures()
     other = MeshFailure("other", [1], "gone")
     wanted = MeshFailure("doomed_1", [0], "gone")
-    later = threading.Timer(0.05, lambda: (failures.record(other), failures.record(wanted)))
+
+    def arrive() -> None:
+        failures.record(other)
+        failures.record(wanted)
+
+    later = threading.Timer(0.05, arrive)
     later.start()
     try:
         assert failures.wait_for("doomed", timeout=30) is wanted
