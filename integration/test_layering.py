@@ -33,7 +33,7 @@ ROOT_OWNER = "monarch-core"
 OWNS: dict[str, frozenset[str]] = {
     "monarch-transport": frozenset({"transport"}),
     "monarch-core": frozenset(
-        {"actor", "config", "core", "tools", "_rust_bindings", "_src", "_wheels"}
+        {"actor", "config", "core", "tools", "_rust_bindings", "_src", "_testing", "_wheels"}
     ),
     "monarch-rdma": frozenset({"rdma"}),
     "monarch-tensor": frozenset(
@@ -279,57 +279,108 @@ def test_per_package_env_has_exactly_the_declared_siblings(dist: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# the floors of monarch-core: each module imports only modules of floors below its own
+# the wings of monarch-core (its subpackages), lowest first: a wing imports only wings of floors
+# below its own (the package README says what each holds)
 
 CORE = "monarch.core"
-CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
+CORE_WINGS: tuple[frozenset[str], ...] = tuple(
     frozenset(CORE if name == "__init__" else f"{CORE}.{name}" for name in floor.split())
     for floor in (
-        # leaves
-        "_config _memory _netaddr _per_process _cli _debug_client _tls _table _instrument"
-        " _internal_logs _workspace _reload _filling _mocks _client_end _ids _shape_bytes",
-        # + the internal log; files by checksum; reloads; a call's tensor copies made while
-        # they travel; mocked actors; how an unhandled failure ends the client; upstream's
-        # Uid and ProcId; upstream's pickled Extent and Point
-        "_tensors _adopt _buffers _tls_cli",  # tensors as one buffer each (torch never
-        # imported); fd sockets; upstream's write Buffer (small writes copied, large bytes
-        # kept); monarch tls (a CA and certificates of one's own)
-        "_serialize _ring",  # pickling with out-of-band buffers; the lenders' rings
-        "_errors _reports",  # the one exception tree; upstream's words for failures
-        "_shape _selection _scope _supervision _lending _exits",  # mesh algebra; code; loans; exits
-        "_messages _endpoint _value_mesh _actor_logs",  # wire; Actor/@endpoint; values; log prefix
-        "_cast _launch _zygote _spawn_hooks",  # cast trees and FIFO order; how procs are
-        # started; forks; upstream's proc mesh spawn callbacks and setup actor
-        "_runtime",  # the per-process runtime (a package: spin, loop, flow, peers, router)
-        "_future _logs",  # Future/Outcome; procs' output read by their agent, shown by spawner
-        "_gather _port _ask",  # replies on a port; user ports; ask a proc, Service
-        "_pending",  # procs still starting, as a value that can be sent
-        "_actor_mesh",  # the caller side: actor meshes and adverbs
-        "_proc_mesh _controller",  # proc and host meshes; get_or_spawn_controller
-        "_context _debugger _code_sync",  # context(); breakpoints; sync_workspace
-        "_runner",  # the callee side: actor runners, sync and async apart
-        "_introspect",  # what a proc says of itself when asked (actors, process, stacks)
-        "_bootstrap",  # starts runtimes (controller, proc, worker); owns MONARCH_* env names
-        "_zygote_proc",  # the zygote's loop (a program, or forked by monarch worker)
-        "__init__ lowlevel _proc _worker",  # the faces (siblings' API, the mechanisms'); entry
-        # points
-        "_attach _gateway worker __main__",  # attach_to_workers, attach, enable_transport;
-        # monarch gateway; python -m monarch.core.worker (launchers), python -m monarch.core
+        "_config _command",  # typed keys and layers; the monarch command (imports no runtime)
+        "_payload",  # values as bytes and buffers
+        "_errors",  # the one exception tree (it pickles what a remote failure carries)
+        "_bulk _layout",  # same-host lending through rings; the slicing algebra as values
+        "_runtime",  # the per-process runtime: messages, routing, peers, TLS, the running code
+        "_mesh",  # the caller side: meshes, endpoints, ports, futures, spawning procs
+        "_debugger",  # breakpoints in endpoints, the root client's console
+        "_runner",  # the callee side: actor runners and the calling context
+        "_host",  # how processes come to be: bootstrap, host agents, zygotes, workers
+        "__init__ lowlevel worker __main__ testing",  # the public faces
     )
 )
 
 
-def core_unit(module: str) -> str:
-    """The core module or subpackage that ``module`` belongs to (its floor's unit)."""
+def core_wing(module: str) -> str:
+    """The wing (subpackage, or root module) of monarch-core that ``module`` belongs to."""
     return ".".join(module.split(".")[:3])
 
 
+# the floors of monarch-core's modules: each imports only modules of floors below its own (a
+# finer order than the wings', which it keeps; the four old subpackages count as one unit)
+
+CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
+    frozenset(CORE if name == "__init__" else f"{CORE}.{name}" for name in floor.split())
+    for floor in (
+        # leaves (and the wings' __init__, which import nothing)
+        "_config _payload._memory _runtime._netaddr _payload._per_process _command._cli"
+        " _command._debug_client _runtime._tls _layout._table _runtime._instrument"
+        " _runtime._internal_logs _mesh._workspace _host._reload _payload._filling _mesh._mocks"
+        " _mesh._client_end _layout._ids _layout._shape_bytes"
+        " _payload _bulk _layout _mesh _host _command",
+        # + the internal log; files by checksum; reloads; a call's tensor copies made while
+        # they travel; mocked actors; how an unhandled failure ends the client; upstream's
+        # Uid and ProcId; upstream's pickled Extent and Point
+        "_payload._tensors _host._adopt _payload._buffers _host._environ",  # tensors as one buffer
+        # each (torch never imported); fd sockets; upstream's write Buffer (small writes copied,
+        # large kept); the MONARCH_* names and the job secret a spawner hands its procs
+        "_payload._serialize _bulk._ring",  # pickling with out-of-band buffers; the lenders' rings
+        "_errors _mesh._reports",  # the one exception tree; upstream's words for failures
+        "_layout._shape _layout._selection _runtime._scope _mesh._supervision _bulk._lending"
+        " _mesh._exits",  # mesh algebra; running code; loans; exits
+        "_runtime._messages _mesh._endpoint _layout._value_mesh _runtime._actor_logs",  # wire;
+        # Actor/@endpoint; values; log prefix
+        "_runtime._cast _mesh._launch _host._zygote",  # cast trees and FIFO order; how procs are
+        # started; forks
+        "_runtime",  # the per-process runtime (spin, loop, flow, peers, router)
+        "_mesh._future _mesh._logs",  # Future/Outcome; procs' output read by their agent
+        "_mesh._gather _mesh._port _mesh._ask",  # replies on a port; user ports; ask a proc
+        "_mesh._pending",  # procs still starting, as a value that can be sent
+        "_mesh._mesh_state",  # an actor mesh's procs as its spawner knows them; proc exits
+        "_mesh._actor_mesh",  # the caller side: actor meshes and adverbs
+        "_mesh._spawn_actors",  # spawning an actor mesh and supervising it
+        "_mesh._proc_group",  # one spawn's procs, their logger mesh and bootstrap
+        "_mesh._proc_mesh _mesh._controller",  # proc and host meshes; get_or_spawn_controller
+        "_runner._context _debugger _host._code_sync",  # context(); breakpoints; sync_workspace
+        "_runner",  # the callee side: actor runners, sync and async apart
+        "_host._introspect _host._spawning",  # what a proc says of itself when asked (actors,
+        # process, stacks); how a host agent starts, watches and kills its procs
+        "_host._bootstrap",  # starts runtimes (controller, proc, worker); owns MONARCH_* names
+        "_host._zygote_proc",  # the zygote's loop (a program, or forked by monarch worker)
+        "__init__ lowlevel _host._proc _host._worker",  # the faces (siblings' API, the
+        # mechanisms'); entry points
+        "_host._attach _host._gateway worker __main__ testing",  # attach_to_workers, attach,
+        # enable_transport; monarch gateway; python -m monarch.core.worker, python -m monarch.core
+    )
+)
+CORE_UNITS = frozenset().union(*CORE_FLOORS)
+
+
+def core_unit(module: str) -> str:
+    """The core module or subpackage that ``module`` belongs to (its floor's unit)."""
+    four = ".".join(module.split(".")[:4])
+    return four if four in CORE_UNITS else ".".join(module.split(".")[:3])
+
+
+def type_checking_lines(path: Path) -> set[int]:
+    """Lines of the imports under ``if TYPE_CHECKING:``: names for annotations only (a class
+    and the module that builds it, annotated by a lower one), never run."""
+    lines: set[int] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for inner in node.body:
+                lines.update(range(inner.lineno, (inner.end_lineno or inner.lineno) + 1))
+    return lines
+
+
 def core_imports() -> Iterator[tuple[Path, int, str, str]]:
-    """(file, line, importing unit, imported unit) for imports between core units."""
+    """(file, line, importing unit, imported unit) for imports between core units that run."""
     src = folders()[ROOT_OWNER] / "src"
     for path in sorted((src / "monarch" / "core").rglob("*.py")):
         this = core_unit(module_name(path, src))
+        typing_only = type_checking_lines(path)
         for line, module in imported_modules(path, src):
+            if line in typing_only:
+                continue
             if module == CORE or module.startswith(CORE + "."):
                 target = core_unit(module)
                 if target != this:
@@ -350,6 +401,21 @@ def test_core_modules_import_only_lower_floors() -> None:
         f"(floor {floor_of.get(target)})"
         for path, line, this, target in core_imports()
         if floor_of.get(target, len(CORE_FLOORS)) >= floor_of[this]
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_core_wings_import_only_lower_wings() -> None:
+    src = folders()[ROOT_OWNER] / "src"
+    wings = {core_wing(module_name(p, src)) for p in (src / "monarch" / "core").rglob("*.py")}
+    placed = frozenset().union(*CORE_WINGS)
+    assert wings == placed, f"unplaced: {sorted(wings - placed)}; gone: {sorted(placed - wings)}"
+    floor_of = {wing: n for n, floor in enumerate(CORE_WINGS) for wing in floor}
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}: {core_wing(this)} imports {core_wing(target)}"
+        for path, line, this, target in core_imports()
+        if core_wing(this) != core_wing(target)
+        and floor_of.get(core_wing(target), len(CORE_WINGS)) >= floor_of[core_wing(this)]
     ]
     assert not wrong, "\n".join(wrong)
 

@@ -18,7 +18,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import IO, Any
 
 SECRET_ENV = "MONARCH_JOB_SECRET"
@@ -104,11 +103,19 @@ def children() -> Iterator[Callable[..., Child]]:
 
 
 def worker_argv(listen: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "monarch.core._cli", "worker", "--listen", listen, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "monarch.core._command._cli",
+        "worker",
+        "--listen",
+        listen,
+        *extra,
+    ]
 
 
 def gateway_argv(listen: str) -> list[str]:
-    return [sys.executable, "-m", "monarch.core._cli", "gateway", "--listen", listen]
+    return [sys.executable, "-m", "monarch.core._command._cli", "gateway", "--listen", listen]
 
 
 def start_worker(
@@ -121,35 +128,6 @@ def start_worker(
 
 
 # -- processes -------------------------------------------------------------------------------
-
-
-def alive(pid: int) -> bool:
-    """Running (not a zombie)?"""
-    try:
-        stat_line = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat_line.rpartition(")")[2].split()[0] != "Z"
-
-
-def stopped(pid: int) -> bool:
-    """Stopped by a signal (SIGSTOP)?"""
-    try:
-        stat_line = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat_line.rpartition(")")[2].split()[0] == "T"
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> float:
-    """Poll ``condition`` until true; fail after ``timeout`` s. Returns the seconds it took."""
-    start = time.monotonic()
-    deadline = start + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}")
-        time.sleep(0.01)
-    return time.monotonic() - start
 
 
 def socket_queued(pid: int) -> int:

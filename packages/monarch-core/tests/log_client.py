@@ -22,8 +22,8 @@ import sys
 import monarch.actor
 from monarch.actor import Actor, current_rank, endpoint, this_host
 from monarch.config import configure
-from monarch.core._attach import attach_to_workers
-from monarch.core._launch import BootstrapCommand
+from monarch.core._host._attach import attach_to_workers
+from monarch.core._mesh._launch import BootstrapCommand
 
 
 class Talker(Actor):

@@ -34,8 +34,8 @@ from typing import Any, Final
 import monarch.actor
 from monarch.actor import Actor, endpoint
 from monarch.config import configure
-from monarch.core._attach import attach_to_workers
-from monarch.core._netaddr import _interface_ipv4
+from monarch.core._host._attach import attach_to_workers
+from monarch.core._runtime._netaddr import _interface_ipv4
 
 
 class Where(Actor):

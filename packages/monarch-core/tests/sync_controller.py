@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from monarch.actor import Actor, WorkspaceSyncError, endpoint
-from monarch.core._attach import attach_to_workers
+from monarch.core._host._attach import attach_to_workers
 from monarch.tools.config import Workspace
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from monarch.core._cast import ReceiveOrder, SendOrder
+from monarch.core._runtime._cast import ReceiveOrder, SendOrder
 
 
 def test_each_destination_numbers_its_casts_from_one() -> None:

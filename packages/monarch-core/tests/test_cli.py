@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from monarch.core import _cli
+from monarch.core._command import _cli
 
 
 def test_console_script_prints_version() -> None:
@@ -23,7 +23,7 @@ def test_console_script_prints_version() -> None:
 
 def test_module_runs_and_requires_a_subcommand() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "monarch.core._cli"], capture_output=True, text=True
+        [sys.executable, "-m", "monarch.core._command._cli"], capture_output=True, text=True
     )
     assert done.returncode == 2
     assert "COMMAND" in done.stderr

@@ -17,20 +17,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hostkit import (
-    SECRET_ENV,
-    Child,
-    NetnsUnavailable,
-    children,
-    network_namespaces,
-    start_worker,
-    wait_until,
-)
+from hostkit import SECRET_ENV, Child, NetnsUnavailable, children, network_namespaces, start_worker
 from hypothesis import given
 from hypothesis import strategies as st
 
-from monarch.core._reload import Reloader
-from monarch.core._workspace import (
+from monarch.core._host._reload import Reloader
+from monarch.core._mesh._workspace import (
     TEMPORARY,
     Hashes,
     Workspace,
@@ -40,6 +32,7 @@ from monarch.core._workspace import (
     remove_temporaries,
     write_whole,
 )
+from monarch.core.testing import wait_until
 
 CONTROLLER = Path(__file__).with_name("sync_controller.py")
 

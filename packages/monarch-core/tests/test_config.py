@@ -34,7 +34,7 @@ from monarch.core._config import (
     CONFIG_FILE_ENV,
     KEYS,
     BindSpec,
-    _keys,
+    _key,
     _units,
     config_version,
     current_config,
@@ -617,15 +617,15 @@ def _values_for(name: str) -> st.SearchStrategy[object]:
     return st.none() | values if optional else values
 
 
-def _present_values(key: _keys.Key, info: msgspec.inspect.Type) -> st.SearchStrategy[object]:
+def _present_values(key: _key.Key, info: msgspec.inspect.Type) -> st.SearchStrategy[object]:
     if isinstance(info, msgspec.inspect.BoolType):
         return st.booleans()
-    if key.spelling is _keys.BYTE_SIZE and not key.upstream:
+    if key.spelling is _key.BYTE_SIZE and not key.upstream:
         assert isinstance(info, msgspec.inspect.IntType) and info.ge is not None
         return st.integers(info.ge, 2**50) | st.integers(max(info.ge, 1), 4096).map(
             lambda n: f"{n}KiB"
         )
-    if key.spelling is _keys.DURATION:
+    if key.spelling is _key.DURATION:
         if key.upstream:
             return NS_RANGE.map(_units.format_duration_ns)
         return NS_RANGE.flatmap(
@@ -637,12 +637,12 @@ def _present_values(key: _keys.Key, info: msgspec.inspect.Type) -> st.SearchStra
                 ]
             )
         )
-    if key.spelling is _keys.ENCODING:
+    if key.spelling is _key.ENCODING:
         return st.sampled_from(list(Encoding))
-    if key.spelling is _keys.TRANSPORT:
+    if key.spelling is _key.TRANSPORT:
         return st.sampled_from(["unix", "ipc://x", "tcp", "tls", "local", "tcp://10.0.0.1:7"])
-    if key.spelling is _keys.EVENT_LOOP:
-        return st.sampled_from([*_keys.EVENT_LOOPS, "UVLoop", " asyncio"])
+    if key.spelling is _key.EVENT_LOOP:
+        return st.sampled_from([*_key.EVENT_LOOPS, "UVLoop", " asyncio"])
     if isinstance(info, msgspec.inspect.IntType):
         assert info.ge is not None
         return st.integers(info.ge, info.le if info.le is not None else 2**40)

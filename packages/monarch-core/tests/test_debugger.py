@@ -88,7 +88,7 @@ class Terminal:
     def __init__(self, port: int, env: dict[str, str]) -> None:
         self.master, slave = pty.openpty()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "monarch.core._cli", "debug", "--port", str(port)],
+            [sys.executable, "-m", "monarch.core._command._cli", "debug", "--port", str(port)],
             stdin=slave,
             stdout=slave,
             stderr=slave,
@@ -356,7 +356,7 @@ def test_monarch_debug_without_a_token_file_says_so(tmp_path: Path) -> None:
     env = {**os.environ, "HOME": str(tmp_path)}
     env.pop("MONARCH_DEBUG_TOKEN", None)
     done = subprocess.run(
-        [sys.executable, "-m", "monarch.core._cli", "debug", "--port", "1"],
+        [sys.executable, "-m", "monarch.core._command._cli", "debug", "--port", "1"],
         env=env,
         capture_output=True,
         text=True,

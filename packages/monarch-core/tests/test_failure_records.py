@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from monarch.core._reports import (
+from monarch.core._mesh._reports import (
     INFRASTRUCTURE,
     USER,
     aborted,

@@ -36,14 +36,11 @@ from hostkit import (
     SECRET_ENV,
     Child,
     NetnsUnavailable,
-    alive,
     children,
     ip,
     network_namespaces,
     socket_queued,
     start_worker,
-    stopped,
-    wait_until,
 )
 
 from monarch.actor import (
@@ -58,7 +55,8 @@ from monarch.actor import (
 )
 from monarch.config import configured
 from monarch.core import current_runtime
-from monarch.core._messages import TO_PROC, StopProc
+from monarch.core._runtime._messages import TO_PROC, StopProc
+from monarch.core.testing import alive, stopped, wait_until
 from monarch.transport import Connection, open_listener
 
 CONTROLLER = Path(__file__).with_name("fault_controller.py")
@@ -637,7 +635,7 @@ def test_half_the_packets_lost_calls_complete_or_fail_never_hang(
 
 DIAL = """
 import json, sys, time
-from monarch.core._messages import TO_PROC, StopProc
+from monarch.core._runtime._messages import TO_PROC, StopProc
 from monarch.core._runtime import current_runtime
 
 address = sys.argv[1]

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 
 from monarch.actor import Actor, ProcMesh, endpoint, this_host  # noqa: E402
-from monarch.core import _memory as memory  # noqa: E402
-from monarch.core._filling import DEFER_MIN, MARKER_SIZE, new_filling  # noqa: E402
-from monarch.core._lending import _FILLING, pull  # noqa: E402
+from monarch.core._bulk._lending import _FILLING, pull  # noqa: E402
+from monarch.core._payload import _memory as memory  # noqa: E402
+from monarch.core._payload._filling import DEFER_MIN, MARKER_SIZE, new_filling  # noqa: E402
 
 MIB = 1 << 20
 

@@ -10,10 +10,10 @@ import socket
 from collections.abc import Iterator
 
 import pytest
-from hostkit import wait_until
 
 from monarch.actor import Actor, endpoint, this_host
 from monarch.core import current_runtime
+from monarch.core.testing import wait_until
 
 FLOOD = 300
 

@@ -10,12 +10,12 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from hostkit import wait_until
 
 from monarch.actor import Actor, ProcMesh, endpoint, this_host
 from monarch.config import configured
 from monarch.core import Future, current_runtime, run_on
 from monarch.core._runtime import USABLE_CPUS as _CPUS
+from monarch.core.testing import wait_until
 
 
 class Pid(Actor):

@@ -93,7 +93,7 @@ def test_a_core_only_install_says_which_wheel_brings_monarch_top() -> None:
     done = run_without(
         ["monarch-admin"],
         """
-        from monarch.core._cli import main
+        from monarch.core._command._cli import main
         sys.exit(main(["top"]))
         """,
     )
@@ -145,7 +145,7 @@ def test_monarch_version_says_when_torchmonarch_is_installed_too(tmp_path: Path)
     site_packages = upstream_install(tmp_path)
     code = f"""
         sys.path.append({str(site_packages)!r})
-        from monarch.core._cli import main
+        from monarch.core._command._cli import main
         sys.exit(main(["version"]))
         """
     done = run_without([], code)

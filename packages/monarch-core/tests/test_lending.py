@@ -14,10 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monarch.core import PullError, _lending, _ring
-from monarch.core._lending import DESCRIPTOR_SIZE, LEND_MIN, Lender, borrow, is_descriptor
-from monarch.core._memory import HUGE_PAGE
-from monarch.core._serialize import dumps, loads
+from monarch.core import PullError
+from monarch.core._bulk import _lending, _ring
+from monarch.core._bulk._lending import DESCRIPTOR_SIZE, LEND_MIN, Lender, borrow, is_descriptor
+from monarch.core._payload._memory import HUGE_PAGE
+from monarch.core._payload._serialize import dumps, loads
 
 pytestmark = pytest.mark.skipif(not _lending.available(), reason="needs process_vm_readv")
 
@@ -92,7 +93,7 @@ def holding_process(script: str) -> Iterator[list[str]]:
 def test_another_process_is_read_only_with_its_token() -> None:
     script = """
         import os, sys
-        from monarch.core._memory import address_of
+        from monarch.core._payload._memory import address_of
         token = b"monarch-token-123"
         print(os.getpid(), address_of(token), flush=True)
         sys.stdin.read()
@@ -123,7 +124,7 @@ def lender_process() -> Iterator[tuple[int, int, int, str, int]]:
     the address of 32 MiB of which only the first 24 can be read."""
     script = """
         import ctypes, hashlib, mmap, os, random, sys
-        from monarch.core._memory import address_of
+        from monarch.core._payload._memory import address_of
         data = random.Random(7).randbytes(24 * 1024 * 1024 + 12345)
         digest = hashlib.sha256(data).hexdigest()
         # 32 MiB mapped, then its last 8 MiB unmapped: a hole after 24 MiB
@@ -163,8 +164,8 @@ def test_a_loan_from_another_process_comes_through_its_ring() -> None:
     directly, completes it."""
     script = """
         import hashlib, os, random, sys, time
-        from monarch.core._lending import Lender
-        from monarch.core._ring import SLOT, SLOTS, Ring
+        from monarch.core._bulk._lending import Lender
+        from monarch.core._bulk._ring import SLOT, SLOTS, Ring
         ring = Ring.open()
         data = random.Random(8).randbytes(3 * SLOT + 5)
         lent = Lender().lend_parts([b"e", b"b", b"p", data], "unix://@test", lambda: ring)

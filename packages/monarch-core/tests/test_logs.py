@@ -19,7 +19,7 @@ from hostkit import SECRET_ENV, children, start_worker
 from hypothesis import given
 from hypothesis import strategies as st
 
-from monarch.core._logs import SIMILARITY, _Window, similar
+from monarch.core._mesh._logs import SIMILARITY, _Window, similar
 
 CLIENT = Path(__file__).with_name("log_client.py")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

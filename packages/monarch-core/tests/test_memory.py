@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monarch.core import _memory as memory
+from monarch.core._payload import _memory as memory
 
 pytestmark = pytest.mark.skipif(not memory.available(), reason="needs CPython on Linux")
 

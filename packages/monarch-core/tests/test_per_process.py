@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
-from monarch.core._per_process import PerProcess
+from monarch.core._payload._per_process import PerProcess
 
 
 def test_threads_share_what_the_first_of_them_made() -> None:

@@ -26,22 +26,23 @@ from hostkit import (
     SECRET_ENV,
     Child,
     NetnsUnavailable,
-    alive,
     children,
     gateway_argv,
     ip,
     network_namespaces,
     start_worker,
-    wait_until,
     worker_argv,
 )
 
-from monarch.core import Future, WorkerConfigError, _cli, _worker
-from monarch.core._attach import _resolve, attach_to_workers
-from monarch.core._bootstrap import ROOT_ENV, decode_secret
-from monarch.core._messages import TO_PROC, Envelope, StopProc, encode, encode_body
-from monarch.core._netaddr import ip_host, split_alias
-from monarch.core._zygote_proc import TITLE as ZYGOTE_TITLE
+from monarch.core import Future, WorkerConfigError
+from monarch.core._command import _cli
+from monarch.core._host import _worker
+from monarch.core._host._attach import _resolve, attach_to_workers
+from monarch.core._host._environ import ROOT_ENV, decode_secret
+from monarch.core._host._zygote_proc import TITLE as ZYGOTE_TITLE
+from monarch.core._runtime._messages import TO_PROC, Envelope, StopProc, encode, encode_body
+from monarch.core._runtime._netaddr import ip_host, split_alias
+from monarch.core.testing import alive, wait_until
 from monarch.transport import open_connection
 
 CONTROLLER = Path(__file__).with_name("remote_controller.py")
@@ -73,7 +74,7 @@ def start() -> Iterator[Callable[..., Child]]:
 
 def test_worker_is_a_monarch_subcommand() -> None:
     found = {ep.name: ep.value for ep in entry_points(group="monarch.commands")}
-    assert found.get("worker") == "monarch.core._worker:register"
+    assert found.get("worker") == "monarch.core._host._worker:register"
     args = _cli.build_parser().parse_args(["worker", "--listen", "tcp://127.0.0.1:0"])
     assert args.func is _worker._command
     assert args.secret_file is None
@@ -350,7 +351,7 @@ def test_enable_transport(env: dict[str, str]) -> None:
     script = """if True:
         import json
         from monarch.actor import this_host
-        from monarch.core._attach import enable_transport
+        from monarch.core._host._attach import enable_transport
         from monarch.core import current_runtime
         enable_transport("tcp")
         this_host()
@@ -484,7 +485,7 @@ def test_a_controller_outside_the_network_attaches_through_a_gateway(
 
 def test_the_gateway_command_needs_the_secret_and_a_listen_address() -> None:
     found = {ep.name: ep.value for ep in entry_points(group="monarch.commands")}
-    assert found.get("gateway") == "monarch.core._gateway:register"
+    assert found.get("gateway") == "monarch.core._host._gateway:register"
     no_secret = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
     argv = gateway_argv("tcp://127.0.0.1:0")
     done = subprocess.run(argv, env=no_secret, capture_output=True, text=True)
@@ -495,7 +496,7 @@ def test_the_gateway_command_needs_the_secret_and_a_listen_address() -> None:
 
 
 def test_attach_refuses_a_gateway_address_with_a_route() -> None:
-    from monarch.core._attach import _gateway_address
+    from monarch.core._host._attach import _gateway_address
 
     with pytest.raises(ValueError, match="gateway://HOST:PORT"):
         _gateway_address("gateway://abc@10.0.0.2:7")

@@ -9,13 +9,13 @@ import tempfile
 from collections.abc import Iterator
 
 import pytest
-from hostkit import wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monarch.core import _lending, _ring
-from monarch.core._lending import Lender, borrow
-from monarch.core._ring import SLOT, SLOTS, Ring, RingReader
+from monarch.core._bulk import _lending, _ring
+from monarch.core._bulk._lending import Lender, borrow
+from monarch.core._bulk._ring import SLOT, SLOTS, Ring, RingReader
+from monarch.core.testing import wait_until
 
 pytestmark = pytest.mark.skipif(
     not (_ring.available() and _lending.available()), reason="needs memfd, futex, x86-64"
@@ -54,7 +54,7 @@ def test_a_loan_the_ring_holds_is_taken_from_it(ring: Ring) -> None:
 
 def test_a_loan_never_pushed_is_read_directly(ring: Ring) -> None:
     data = bytearray(random.Random(2).randbytes(3 * SLOT + 1))
-    from monarch.core._memory import address_of
+    from monarch.core._payload._memory import address_of
 
     before = _ring.taken_bytes()
     got = _lending.pull(os.getpid(), address_of(data), len(data), ring=reader_of(ring), loan=1)

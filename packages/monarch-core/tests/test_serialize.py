@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from monarch.actor import Actor, endpoint, this_host, this_proc
 from monarch.core import calling_endpoint
-from monarch.core._serialize import (
+from monarch.core._payload._serialize import (
     OUT_OF_BAND_MIN,
     dumps,
     dumps_arguments,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monarch.core._shape import (
+from monarch.core._layout._shape import (
     DimensionError,
     Extent,
     MeshIndexError,

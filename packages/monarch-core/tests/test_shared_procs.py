@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hostkit import wait_until
 
 from monarch.actor import (
     Actor,
@@ -23,6 +22,7 @@ from monarch.actor import (
 )
 from monarch.config import configured
 from monarch.core import current_runtime
+from monarch.core.testing import wait_until
 
 HOSTS, PER_HOST, TOGETHER = 2, 6, 4  # 12 procs on this host, in 3 processes of 4
 PROCESSES = 3

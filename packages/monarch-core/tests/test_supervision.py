@@ -10,7 +10,6 @@ import textwrap
 from typing import Any
 
 import pytest
-from hostkit import alive, wait_until
 
 from monarch.actor import (
     Actor,
@@ -19,6 +18,7 @@ from monarch.actor import (
     endpoint,
     this_host,
 )
+from monarch.core.testing import alive, wait_until
 
 
 class Worker(Actor):

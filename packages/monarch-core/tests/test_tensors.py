@@ -16,8 +16,8 @@ torch = pytest.importorskip("torch")
 
 from monarch.actor import Actor, ProcMesh, endpoint, this_host  # noqa: E402
 from monarch.config import configured  # noqa: E402
-from monarch.core._lending import LEND_MIN  # noqa: E402
-from monarch.core._serialize import OUT_OF_BAND_MIN, dumps, loads  # noqa: E402
+from monarch.core._bulk._lending import LEND_MIN  # noqa: E402
+from monarch.core._payload._serialize import OUT_OF_BAND_MIN, dumps, loads  # noqa: E402
 
 DTYPES = [
     torch.float32,
@@ -169,7 +169,7 @@ def test_dtypes_and_layouts_cross_processes(procs: ProcMesh) -> None:
 def test_the_core_never_imports_torch() -> None:
     code = (
         "import sys, monarch.actor, monarch.core\n"
-        "from monarch.core._serialize import dumps, loads\n"
+        "from monarch.core._payload._serialize import dumps, loads\n"
         "loads(dumps([b'x' * 10000, {'a': 1}]))\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )

@@ -14,7 +14,7 @@ import pytest
 
 from monarch.core import current_runtime
 from monarch.core._config import current_config
-from monarch.core._messages import (
+from monarch.core._runtime._messages import (
     TO_PORT,
     TO_PROC,
     Batch,

@@ -20,13 +20,13 @@ import pytest
 from cryptography import x509
 from hostkit import SECRET_ENV, Child, children, worker_argv
 
-from monarch.core._bootstrap import ROOT_ENV
+from monarch.core._host._environ import ROOT_ENV
 
 CONTROLLER = Path(__file__).with_name("remote_controller.py")
 
 
 def tls(*args: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "monarch.core._cli", "tls", *args]
+    argv = [sys.executable, "-m", "monarch.core._command._cli", "tls", *args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=60)
 
 

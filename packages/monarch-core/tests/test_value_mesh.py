@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monarch.core._shape import Extent, NDSlice, Point, Shape
-from monarch.core._value_mesh import ValueMesh
+from monarch.core._layout._shape import Extent, NDSlice, Point, Shape
+from monarch.core._layout._value_mesh import ValueMesh
 
 FAST = settings(max_examples=60, deadline=None)
 

@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 
 from monarch.actor import Actor, ProcMesh, endpoint, this_host
 from monarch.core import current_runtime
+from monarch.core._bulk._lending import available as lending_available
 from monarch.core._config import current_config
-from monarch.core._lending import available as lending_available
-from monarch.core._messages import (
+from monarch.core._runtime import DEFER
+from monarch.core._runtime._messages import (
     BATCH_BYTES,
     BATCH_MAX,
     PACK_MAX,
@@ -40,7 +41,6 @@ from monarch.core._messages import (
     decode_single,
     encode,
 )
-from monarch.core._runtime import DEFER
 from monarch.transport import Connection, ConnectionClosed, open_connection, open_listener
 
 names = st.text(max_size=20)

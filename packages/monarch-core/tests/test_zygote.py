@@ -39,7 +39,7 @@ def test_procs_are_forks_of_one_zygote_with_the_agents_directory_and_path() -> N
     pids = {pid for pid, *_ in found}
     parents = {parent for _, parent, *_ in found}
     assert len(pids) == 3 and len(parents) == 1 and os.getpid() not in parents
-    assert all("monarch.core._zygote_proc" in cmdline for _, _, cmdline, _, _ in found)
+    assert all("monarch.core._host._zygote_proc" in cmdline for _, _, cmdline, _, _ in found)
     assert all(cwd == os.getcwd() and path for *_, cwd, path in found)
     procs.stop().get(timeout=60)
 
@@ -65,7 +65,7 @@ def test_the_zygote_imports_what_a_proc_imports_as_it_starts_serving() -> None:
 
 PROC_START = """if True:
     import os, sys
-    from monarch.core._bootstrap import import_proc_start
+    from monarch.core._host._bootstrap import import_proc_start
     from monarch.core._runtime import Runtime, new_event_loop
     from monarch.core._runtime._peers import dial
 
@@ -282,7 +282,7 @@ def test_fork_requests_to_a_frozen_zygote_do_not_block_the_agent() -> None:
     import signal
     import threading
 
-    from monarch.core._zygote import ForkedProc, Zygote
+    from monarch.core._host._zygote import ForkedProc, Zygote
 
     zygote = Zygote()
     answered: list[ForkedProc | None] = []
@@ -332,7 +332,7 @@ def test_the_zygote_frees_what_its_imports_left_before_it_forks() -> None:
     import gc
     import weakref
 
-    from monarch.core._zygote_proc import compact
+    from monarch.core._host._zygote_proc import compact
 
     class Node:
         other: object = None

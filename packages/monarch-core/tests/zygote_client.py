@@ -6,10 +6,10 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 
 import monarch.actor
 from monarch.actor import Actor, SupervisionError, endpoint, this_host
+from monarch.core.testing import alive
 
 
 class Where(Actor):
@@ -20,15 +20,6 @@ class Where(Actor):
     @endpoint
     def pid(self) -> int:
         return os.getpid()
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie nobody reaps is not: this container's init may not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ def host_agent() -> int:
     """The pid of this proc's host agent (its worker): its parent, or its zygote's parent
     when the agent forked it (``fork_procs``, see monarch-core's ``_zygote``)."""
     parent = os.getppid()
-    if b"monarch.core._zygote_proc" in Path(f"/proc/{parent}/cmdline").read_bytes():
+    if b"monarch.core._host._zygote_proc" in Path(f"/proc/{parent}/cmdline").read_bytes():
         return int(Path(f"/proc/{parent}/stat").read_text().rpartition(")")[2].split()[1])
     return parent
 

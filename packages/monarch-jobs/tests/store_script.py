@@ -25,7 +25,7 @@ from monarch.job.spmd import StoreJob
 def host_agent() -> int:
     """This proc's host agent: its parent, or its zygote's parent (``fork_procs``)."""
     parent = os.getppid()
-    if b"monarch.core._zygote_proc" in Path(f"/proc/{parent}/cmdline").read_bytes():
+    if b"monarch.core._host._zygote_proc" in Path(f"/proc/{parent}/cmdline").read_bytes():
         return int(Path(f"/proc/{parent}/stat").read_text().rpartition(")")[2].split()[1])
     return parent
 

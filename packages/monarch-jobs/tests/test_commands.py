@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from jobkit import Script, Terminal, alive
+from jobkit import Script, Terminal
 
+from monarch.core.testing import alive
 from monarch.job import ProcessJob, job_load
 
 MONARCH = shutil.which("monarch", path=str(Path(sys.executable).parent)) or "monarch"

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from jobkit import wait_until
 
 from monarch.core import HostMesh
+from monarch.core.testing import wait_until
 from monarch.job import ProcessJob, exec_command
 
 TIMEOUT = 60

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from jobkit import alive, wait_until
 
 from monarch.core import SECRET_ENV, ForkedProc
+from monarch.core.testing import alive, wait_until
 from monarch.job import JobError
 from monarch.job._fork import Forker
 
@@ -71,7 +71,7 @@ def test_the_forker_is_a_fork_of_the_scripts_zygote(tmp_path: Path) -> None:
 
 WITHOUT_ZYGOTE = """if True:
     import os, secrets, signal, subprocess, sys, time
-    from monarch.core._zygote import prestart_zygote, zygote
+    from monarch.core._host._zygote import prestart_zygote, zygote
     from monarch.job._fork import Forker
 
     prestart_zygote()

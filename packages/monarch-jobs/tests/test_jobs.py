@@ -13,8 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from jobkit import Script, alive, wait_until
+from jobkit import Script
 
+from monarch.core.testing import alive, wait_until
 from monarch.job import (
     JobError,
     JobState,

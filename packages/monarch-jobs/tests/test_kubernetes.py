@@ -24,10 +24,11 @@ import kubernetes_validate
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jobkit import drop_hosts, make_hosts, netns_of, wait_until
+from jobkit import drop_hosts, make_hosts, netns_of
 from kubernetes import client
 
 from monarch.core import SECRET_ENV
+from monarch.core.testing import wait_until
 from monarch.job import JobError, SlurmJob, job_backend, job_loads
 from monarch.job._kubernetes import RANK_LABEL, ready_workers, serialize
 from monarch.job.kubernetes import ImageSpec, KubeConfig, KubernetesJob

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from jobkit import drop_hosts, make_hosts, wait_until
+from jobkit import drop_hosts, make_hosts
 
 from monarch.actor import ActorMesh, Point, ProcMesh, this_host, this_proc
+from monarch.core.testing import wait_until
 from monarch.job import PortForwarder
 
 HERE = Path(__file__).resolve().parent

@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from jobkit import Terminal, wait_until
+from jobkit import Terminal
 
+from monarch.core.testing import wait_until
 from monarch.job import ProcessJob, shell
 
 SCRIPT = Path(__file__).resolve().parent / "shell_script.py"

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jobkit import Dialog, Script, alive, drop_hosts, ip, make_hosts, netns_of, wait_until
+from jobkit import Dialog, Script, drop_hosts, ip, make_hosts, netns_of
+
+from monarch.core.testing import alive, wait_until
 
 pytestmark = pytest.mark.system  # Slurm and munge (tools/system-packages.sh), daemons
 HERE = Path(__file__).parent

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from jobkit import Script, alive
+from jobkit import Script
 
 from monarch.actor import Actor, endpoint
 from monarch.core import ProcMesh
+from monarch.core.testing import alive
 from monarch.job import ProcessJob
 from monarch.job.spmd import TorchRun, parse_torchrun, serve
 from monarch.spmd import SPMDActor, setup_torch_elastic_env

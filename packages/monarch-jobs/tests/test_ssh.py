@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from jobkit import SSH_ARGS, Script, alive, drop_hosts, make_hosts, netns_of, start_sshd, wait_until
+from jobkit import SSH_ARGS, Script, drop_hosts, make_hosts, netns_of, start_sshd
 
+from monarch.core.testing import alive, wait_until
 from monarch.job import JobError, SSHJob, job_load
 
 pytestmark = pytest.mark.system  # an sshd per host (openssh-server: tools/system-packages.sh)

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jobkit import alive, drop_hosts, make_hosts, netns_of, wait_until
+from jobkit import drop_hosts, make_hosts, netns_of
 
+from monarch.core.testing import alive, wait_until
 from monarch.job import JobError
 from monarch.job.spmd import StoreJob
 

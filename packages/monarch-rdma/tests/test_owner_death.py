@@ -7,10 +7,10 @@ import os
 import signal
 
 import pytest
-from rdma_faults import Failures
 
 from monarch.actor import Actor, endpoint, this_host
 from monarch.config import configured
+from monarch.core.testing import Failures
 from monarch.rdma import RDMAAction, RDMABuffer, RDMAOwnerDied, RDMATransferError
 
 pytestmark = pytest.mark.filterwarnings("ignore::monarch.rdma.RDMATcpFallbackWarning")
@@ -33,13 +33,13 @@ class Doomed(Actor):
 
 
 @pytest.mark.parametrize("way", ["shm", "tcp"])
-def test_a_dead_owner_fails_every_operation(way: str, failures: Failures) -> None:
+def test_a_dead_owner_fails_every_operation(way: str, unhandled_failures: Failures) -> None:
     with configured(read_peer_buffers=way == "shm"):
         procs = this_host().spawn_procs(per_host={"procs": 1})
         doomed = procs.spawn(f"doomed_{way}", Doomed)
         buf = doomed.handle.call_one().get(timeout=60)
         os.kill(doomed.pid.call_one().get(timeout=60), signal.SIGKILL)
-        failures.wait_for(f"doomed_{way}")  # the client has seen the death
+        unhandled_failures.wait_for(f"doomed_{way}")  # the client has seen the death
         with pytest.raises(RDMAOwnerDied):
             buf.read_into(bytearray(buf.size())).get(timeout=60)
         with pytest.raises(RDMAOwnerDied):
@@ -51,7 +51,7 @@ def test_a_dead_owner_fails_every_operation(way: str, failures: Failures) -> Non
 
 @pytest.mark.parametrize("way", ["shm", "tcp"])
 def test_a_death_during_transfers_ends_each_in_a_value_or_an_error(
-    way: str, failures: Failures
+    way: str, unhandled_failures: Failures
 ) -> None:
     """Reads racing the owner's death: each either brought the whole buffer or failed."""
     with configured(read_peer_buffers=way == "shm", rdma_max_chunk_size_mb=1):
@@ -68,4 +68,4 @@ def test_a_death_during_transfers_ends_each_in_a_value_or_an_error(
             except RDMATransferError:
                 continue
             assert out == b"z" * len(out)
-        failures.wait_for(f"cut_{way}")
+        unhandled_failures.wait_for(f"cut_{way}")

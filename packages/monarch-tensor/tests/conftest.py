@@ -9,8 +9,8 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
-import monarch.actor
-from monarch.actor import MeshFailure, ProcMesh, this_host
+from monarch.actor import ProcMesh, this_host
+from monarch.core.testing import Failures
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -19,28 +19,10 @@ import programs
 # The workers cannot import this folder's modules: its functions travel by value.
 cloudpickle.register_pickle_by_value(programs)
 
-_sink: list[list[MeshFailure]] = [[]]
-
-
-def _record(failure: MeshFailure) -> None:
-    _sink[0].append(failure)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _record_tensor_failures() -> Iterator[None]:
-    """Per module, and put back after it: a session-wide hook would replace the one
-    another package's tests record with when both run in one process (an xdist worker)."""
-    default = monarch.actor.unhandled_fault_hook
-    monarch.actor.unhandled_fault_hook = _record
-    yield
-    monarch.actor.unhandled_fault_hook = default
-
 
 @pytest.fixture(autouse=True)
-def unhandled_failures() -> list[MeshFailure]:
-    failures: list[MeshFailure] = []
-    _sink[0] = failures
-    return failures
+def _recorded(unhandled_failures: Failures) -> None:
+    """Every test records the failures that reach the client unhandled (monarch.core.testing)."""
 
 
 @pytest.fixture(scope="session")

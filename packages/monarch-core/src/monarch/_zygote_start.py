@@ -2,11 +2,11 @@
 
 A script's first proc otherwise waits for one Python start and ``import monarch.core``
 (~0.15 s here) after its spawn call: it is a new Python, or the fork of a zygote that
-starts only then (``monarch.core._zygote``). Started as the script imports
+starts only then (``monarch.core._host._zygote``). Started as the script imports
 ``monarch.actor`` (~85 ms of its own importing, and whatever the script does before it
 spawns), the zygote imports beside it, on the other CPU, and the first spawn forks its
 procs from a zygote that is ready or nearly so. It is a new Python
-(``python -m monarch.core._zygote_proc``), never a fork of the script: the script's
+(``python -m monarch.core._host._zygote_proc``), never a fork of the script: the script's
 ``__main__``, threads and handlers are no proc's.
 
 Standard library only (``subprocess`` and ``socket``, which the core imports anyway),
@@ -29,7 +29,7 @@ from typing import Final
 FD_ENV: Final = "MONARCH_ZYGOTE_FD"
 """The zygote's end of its socket pair."""
 
-COMMAND: Final = ("-m", "monarch.core._zygote_proc")
+COMMAND: Final = ("-m", "monarch.core._host._zygote_proc")
 """How a zygote is started, after the interpreter."""
 
 PROC_ENV: Final = "MONARCH_PARENT_ADDRESS"

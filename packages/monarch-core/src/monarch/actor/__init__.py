@@ -12,7 +12,19 @@ from monarch import _zygote_start
 _zygote_start.prestart()  # first: it imports the core beside this import (see there)
 
 from monarch._wheels import install_hint
-from monarch.core._actor_mesh import (
+from monarch.core._debugger import debug_controller
+from monarch.core._errors import ActorError, MeshFailure, SupervisionError, WorkspaceSyncError
+from monarch.core._host._attach import ChannelTransport, attach, attach_to_workers, enable_transport
+from monarch.core._host._worker import (
+    run_worker_loop_forever,
+    run_worker_loop_until_shutdown,
+    start_worker_loop_forever,
+)
+from monarch.core._layout._ids import ProcId, Uid
+from monarch.core._layout._selection import Selection
+from monarch.core._layout._shape import Extent, NDSlice, Point, Shape
+from monarch.core._layout._value_mesh import ValueMesh
+from monarch.core._mesh._actor_mesh import (
     Accumulator,
     ActorMesh,
     Endpoint,
@@ -20,32 +32,20 @@ from monarch.core._actor_mesh import (
     as_endpoint,
     send,
 )
-from monarch.core._attach import ChannelTransport, attach, attach_to_workers, enable_transport
-from monarch.core._context import (
+from monarch.core._mesh._controller import get_or_spawn_controller
+from monarch.core._mesh._endpoint import Actor, concurrent_endpoint, endpoint
+from monarch.core._mesh._future import Future, returns_future
+from monarch.core._mesh._launch import default_bootstrap_cmd
+from monarch.core._mesh._port import Channel, Port, PortReceiver, RankedPortReceiver
+from monarch.core._mesh._proc_mesh import HostMesh, ProcMesh, shutdown_context, this_host, this_proc
+from monarch.core._mesh._supervision import default_unhandled_fault_hook as _default_hook
+from monarch.core._runner._context import (
     Context,
     Instance,
     context,
     current_actor_name,
     current_rank,
     current_size,
-)
-from monarch.core._controller import get_or_spawn_controller
-from monarch.core._debugger import debug_controller
-from monarch.core._endpoint import Actor, concurrent_endpoint, endpoint
-from monarch.core._errors import ActorError, MeshFailure, SupervisionError, WorkspaceSyncError
-from monarch.core._future import Future, returns_future
-from monarch.core._ids import ProcId, Uid
-from monarch.core._launch import default_bootstrap_cmd
-from monarch.core._port import Channel, Port, PortReceiver, RankedPortReceiver
-from monarch.core._proc_mesh import HostMesh, ProcMesh, shutdown_context, this_host, this_proc
-from monarch.core._selection import Selection
-from monarch.core._shape import Extent, NDSlice, Point, Shape
-from monarch.core._supervision import default_unhandled_fault_hook as _default_hook
-from monarch.core._value_mesh import ValueMesh
-from monarch.core._worker import (
-    run_worker_loop_forever,
-    run_worker_loop_until_shutdown,
-    start_worker_loop_forever,
 )
 from monarch.core.lowlevel import plugin_group
 

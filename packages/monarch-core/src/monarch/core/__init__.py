@@ -26,7 +26,10 @@ the package README); ``_bootstrap``, at the top, alone starts a runtime, and imp
 import gc as _gc
 import sys as _sys
 
-if _sys.orig_argv[-2:] in (["-m", "monarch.core._proc"], ["-m", "monarch.core._zygote_proc"]):
+if _sys.orig_argv[-2:] in (
+    ["-m", "monarch.core._host._proc"],
+    ["-m", "monarch.core._host._zygote_proc"],
+):
     # A proc (or a zygote) starting: importing the core makes ~50,000 objects and next to no
     # garbage. The collector stays off until the process has frozen them (``serve_proc``,
     # ``serve_zygote``): its passes over them would cost ~6 ms of the proc's start.
@@ -34,23 +37,10 @@ if _sys.orig_argv[-2:] in (["-m", "monarch.core._proc"], ["-m", "monarch.core._z
 
 from monarch._wheels import install_hint
 
-from ._actor_mesh import ActorMesh, proc_addresses, spawn_actor_mesh
-from ._bootstrap import (
-    SECRET_ENV,
-    import_proc_start,
-    job_secret,
-    listen_address,
-    use_job_secret,
-)
-from ._code_sync import (
-    WorkspaceHost,
-    WorkspaceReloader,
-    gather_directories,
-    push_directories,
-)
+from ._bulk._lending import LEND_MIN, Lender
+from ._bulk._lending import available as lending_available
+from ._bulk._lending import read_range as read_process_memory
 from ._config import current_config
-from ._context import Context, Instance, context
-from ._endpoint import Actor, endpoint
 from ._errors import (
     ActorError,
     DimensionError,
@@ -64,22 +54,38 @@ from ._errors import (
     WorkerConfigError,
     WorkspaceSyncError,
 )
-from ._exits import workers_stopping
-from ._future import Future, Outcome, run_on, submit_into, wait_outcome
-from ._gather import Gather
-from ._instrument import (
+from ._host._bootstrap import import_proc_start
+from ._host._code_sync import WorkspaceHost, WorkspaceReloader, gather_directories, push_directories
+from ._host._environ import SECRET_ENV, job_secret, listen_address, use_job_secret
+from ._host._introspect import inspect_proc, snapshot_procs
+from ._host._zygote import ForkedProc, fork_program
+from ._layout._shape import Extent, NDSlice, Point, Shape
+from ._layout._value_mesh import ValueMesh
+from ._mesh._actor_mesh import ActorMesh, proc_addresses
+from ._mesh._endpoint import Actor, endpoint
+from ._mesh._exits import workers_stopping
+from ._mesh._future import Future, Outcome, run_on, submit_into, wait_outcome
+from ._mesh._gather import Gather
+from ._mesh._mocks import engine_factory_for
+from ._mesh._port import Channel, Port
+from ._mesh._proc_group import SpawnedProc, spawned_procs
+from ._mesh._proc_mesh import HostMesh, ProcMesh, this_host, this_proc
+from ._mesh._reports import FailureCause, failure_cause
+from ._mesh._spawn_actors import spawn_actor_mesh
+from ._mesh._supervision import SUPERVISION_SCHEMA, failure_record
+from ._mesh._workspace import Workspace
+from ._payload._memory import address_of as buffer_address
+from ._payload._memory import advise_huge_pages
+from ._payload._serialize import calling_endpoint, calling_target, dumps, loads
+from ._runner._context import Context, Instance, context
+from ._runtime import Runtime, current_runtime, running_runtime
+from ._runtime._instrument import (
     Instrumentation,
     Scope,
     current_instrumentation,
     set_instrumentation,
 )
-from ._introspect import inspect_proc, snapshot_procs
-from ._lending import LEND_MIN, Lender
-from ._lending import available as lending_available
-from ._lending import read_range as read_process_memory
-from ._memory import address_of as buffer_address
-from ._memory import advise_huge_pages
-from ._messages import (
+from ._runtime._messages import (
     TO_ACTOR,
     TO_PORT,
     TO_PROC,
@@ -91,19 +97,8 @@ from ._messages import (
     StackFrame,
     ThreadStack,
 )
-from ._mocks import engine_factory_for
-from ._netaddr import WILDCARD_HOSTS, ip_host
-from ._port import Channel, Port
-from ._proc_mesh import HostMesh, ProcMesh, SpawnedProc, spawned_procs, this_host, this_proc
-from ._reports import FailureCause, failure_cause
-from ._runtime import Runtime, current_runtime, running_runtime
-from ._serialize import calling_endpoint, calling_target, dumps, loads
-from ._shape import Extent, NDSlice, Point, Shape
-from ._supervision import SUPERVISION_SCHEMA, failure_record
-from ._tls import TlsIdentity, job_identity
-from ._value_mesh import ValueMesh
-from ._workspace import Workspace
-from ._zygote import ForkedProc, fork_program
+from ._runtime._netaddr import WILDCARD_HOSTS, ip_host
+from ._runtime._tls import TlsIdentity, job_identity
 
 __all__ = [
     "LEND_MIN",

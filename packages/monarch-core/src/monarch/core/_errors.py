@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from ._serialize import dumps
+from ._payload._serialize import dumps
 
 
 class MonarchError(Exception):

@@ -16,8 +16,8 @@ As trio's ``trio.lowlevel``: a thin public face over the core's private modules.
 
 from monarch.transport import MissingPlugin, PluginConflict, PluginGroup, load_plugin, plugin_group
 
-from ._ask import ASK_TIMEOUT, Service, ServiceError, ask, ask_body
-from ._introspect import PROC_SERVICE, Introspect, ProcQuery, inspect_proc, snapshot_procs
+from ._host._introspect import PROC_SERVICE, Introspect, ProcQuery, inspect_proc, snapshot_procs
+from ._mesh._ask import ASK_TIMEOUT, Service, ServiceError, ask, ask_body
 
 __all__ = [
     "ASK_TIMEOUT",

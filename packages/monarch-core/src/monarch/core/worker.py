@@ -8,7 +8,7 @@ backends (local, SSH, Slurm) start on each host, which needs only monarch-core i
 
 import sys
 
-from ._worker import worker_main as main
+from ._host._worker import worker_main as main
 
 __all__ = ["main"]
 

@@ -1,5 +1,5 @@
 """Upstream's home of ``Buffer`` and ``FrozenBuffer`` (the zero-copy write buffer)."""
 
-from monarch.core._buffers import Buffer, FrozenBuffer
+from monarch.core._payload._buffers import Buffer, FrozenBuffer
 
 __all__ = ["Buffer", "FrozenBuffer"]

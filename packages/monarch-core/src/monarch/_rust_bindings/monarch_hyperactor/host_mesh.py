@@ -1,5 +1,5 @@
 """Upstream's home of ``BootstrapCommand``."""
 
-from monarch.core._launch import BootstrapCommand
+from monarch.core._mesh._launch import BootstrapCommand
 
 __all__ = ["BootstrapCommand"]

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from monarch.core._actor_mesh import tensor_engine_entry
-from monarch.core._mocks import EngineFactory, MockState, actor_mocks, engine_mocks
+from monarch.core._mesh._actor_mesh import tensor_engine_entry
+from monarch.core._mesh._mocks import EngineFactory, MockState, actor_mocks, engine_mocks
 
 TensorEngineFactory = EngineFactory
 

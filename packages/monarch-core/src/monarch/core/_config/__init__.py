@@ -13,7 +13,8 @@ A new key is one field of ``Config`` in ``_keys.py`` (type, default, environment
 doc); nothing else changes. This module only re-exports.
 """
 
-from ._keys import KEYS, BindSpec, Config, Encoding, Key
+from ._key import BindSpec, Encoding, Key
+from ._keys import KEYS, Config
 from ._layers import (
     CONFIG_FILE_ENV,
     check,

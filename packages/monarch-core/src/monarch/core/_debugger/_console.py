@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from contextlib import suppress
 from pathlib import Path
 
-from monarch.core._debug_client import server_host, server_port, token_file
+from monarch.core._command._debug_client import server_host, server_port, token_file
 from monarch.core._runtime import Runtime
 from monarch.transport import Connection
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from monarch.core._controller import get_or_spawn_controller
-from monarch.core._endpoint import Actor, endpoint
+from monarch.core._mesh._controller import get_or_spawn_controller
+from monarch.core._mesh._endpoint import Actor, endpoint
 
 from ._console import table
 from ._sessions import DebugSessionInfo, sessions

@@ -18,9 +18,9 @@ import sys
 from types import FrameType, TracebackType
 from typing import Any
 
-from monarch.core._messages import DebugStart
 from monarch.core._runtime import Runtime, current_runtime
-from monarch.core._scope import current_context
+from monarch.core._runtime._messages import DebugStart
+from monarch.core._runtime._scope import current_context
 
 _PACKAGE = __name__.rpartition(".")[0]
 

@@ -22,7 +22,8 @@ from typing import IO, Any, TypeVar, cast
 
 import msgspec
 
-from monarch.core._messages import (
+from monarch.core._runtime import Runtime, dial
+from monarch.core._runtime._messages import (
     DebugEnd,
     DebugInput,
     DebugLines,
@@ -36,7 +37,6 @@ from monarch.core._messages import (
     encode,
     encode_body,
 )
-from monarch.core._runtime import Runtime, dial
 from monarch.transport import Connection, TransportError
 
 from ._sessions import SERVICE_NAME

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 
 import msgspec
 
-from monarch.core._messages import (
+from monarch.core._runtime._messages import (
     DebugEnd,
     DebugInput,
     DebugLines,

@@ -15,29 +15,14 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from monarch.core._actor_logs import install_actor_log_prefix
 from monarch.core._config import current_config
-from monarch.core._context import Context, Instance
 from monarch.core._debugger import post_mortem
-from monarch.core._endpoint import EndpointProperty, endpoints_of
 from monarch.core._errors import MeshFailure, RemoteFailure, SupervisionError
-from monarch.core._filling import any_pending as any_pending_fills
-from monarch.core._filling import deferred_fills
-from monarch.core._future import wait_outcome
-from monarch.core._instrument import Scope, enter, instrumented, status
-from monarch.core._messages import (
-    STOP_METHOD,
-    TO_PROC,
-    ActorFailed,
-    Call,
-    PortRef,
-    PortValue,
-    ShapeSpec,
-    SpawnActor,
-    shape_of,
-)
-from monarch.core._port import Port
-from monarch.core._reports import (
+from monarch.core._layout._shape import Point
+from monarch.core._mesh._endpoint import EndpointProperty, endpoints_of
+from monarch.core._mesh._future import wait_outcome
+from monarch.core._mesh._port import Port
+from monarch.core._mesh._reports import (
     aborted,
     aborted_by,
     actor_call_failed,
@@ -50,9 +35,24 @@ from monarch.core._reports import (
     supervise_raised_report,
     unhandled_event,
 )
+from monarch.core._payload._filling import any_pending as any_pending_fills
+from monarch.core._payload._filling import deferred_fills
+from monarch.core._payload._serialize import dumps, loads_arguments, size_of
+from monarch.core._runner._context import Context, Instance
 from monarch.core._runtime import Runtime
-from monarch.core._serialize import dumps, loads_arguments, size_of
-from monarch.core._shape import Point
+from monarch.core._runtime._actor_logs import install_actor_log_prefix
+from monarch.core._runtime._instrument import Scope, enter, instrumented, status
+from monarch.core._runtime._messages import (
+    STOP_METHOD,
+    TO_PROC,
+    ActorFailed,
+    Call,
+    PortRef,
+    PortValue,
+    ShapeSpec,
+    SpawnActor,
+    shape_of,
+)
 from monarch.transport import Buffer
 
 log = logging.getLogger("monarch.actor")

@@ -21,15 +21,15 @@ from time import monotonic
 from typing import Any
 
 from monarch.core._config import current_config
-from monarch.core._context import Context
 from monarch.core._errors import MeshFailure
-from monarch.core._instrument import status
-from monarch.core._messages import Call, SpawnActor
-from monarch.core._reports import aborted_by
+from monarch.core._layout._shape import Point
+from monarch.core._mesh._reports import aborted_by
+from monarch.core._payload._serialize import loads
+from monarch.core._runner._context import Context
 from monarch.core._runtime import Runtime, new_event_loop, suspend_senders
-from monarch.core._scope import current_context, current_owner
-from monarch.core._serialize import loads
-from monarch.core._shape import Point
+from monarch.core._runtime._instrument import status
+from monarch.core._runtime._messages import Call, SpawnActor
+from monarch.core._runtime._scope import current_context, current_owner
 from monarch.transport import Buffer
 
 from ._actor_runner import EXIT, STOP, SUPERVISE, ActorRunner, Item, NoHandler

@@ -14,12 +14,14 @@ from typing import Any
 
 import msgspec
 
-from monarch.core._cast import ReceiveOrder
 from monarch.core._config import current_config
-from monarch.core._context import running
-from monarch.core._endpoint import actor_is_async
 from monarch.core._errors import RemoteFailure, SupervisionError
-from monarch.core._messages import (
+from monarch.core._mesh._endpoint import actor_is_async
+from monarch.core._payload._serialize import dumps, loads
+from monarch.core._runner._context import running
+from monarch.core._runtime import Runtime
+from monarch.core._runtime._cast import ReceiveOrder
+from monarch.core._runtime._messages import (
     Body,
     Call,
     PortBatch,
@@ -29,8 +31,6 @@ from monarch.core._messages import (
     SpawnActor,
     shape_of,
 )
-from monarch.core._runtime import Runtime
-from monarch.core._serialize import dumps, loads
 from monarch.transport import Buffer
 
 from ._actor_runner import ActorRunner

@@ -19,10 +19,11 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
+from monarch.core._bulk._lending import Lender
+from monarch.core._bulk._ring import Ring
 from monarch.core._config import current_config
 from monarch.core._errors import PeerLost
-from monarch.core._lending import Lender
-from monarch.core._messages import (
+from monarch.core._runtime._messages import (
     BATCH_BYTES,
     BATCH_MAX,
     Batch,
@@ -31,8 +32,7 @@ from monarch.core._messages import (
     decode_beat,
     encode,
 )
-from monarch.core._ring import Ring
-from monarch.core._tls import tls_options
+from monarch.core._runtime._tls import tls_options
 from monarch.transport import (
     Buffer,
     Connection,

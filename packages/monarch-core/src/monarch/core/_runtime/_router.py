@@ -1,8 +1,8 @@
 """``Runtime``: where every message of this process comes in and goes out.
 
 It owns the listener, a ``PeerWriter`` per peer, the ports, the local actors' sinks and
-the control handlers, and it tells watchers when a peer fails. See the package docstring
-for which thread may call what.
+the control handlers, and it tells watchers when a peer fails; what a peer's connection
+brings in is read by ``_inbound``. See the package docstring for which thread may call what.
 """
 
 from __future__ import annotations
@@ -20,22 +20,20 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, Final
 
-import anyio
 import msgspec
 
-from monarch.core._cast import SendOrder, fan_out
+from monarch.core._bulk._lending import Lender, RingKey, borrow, can_read, is_descriptor
+from monarch.core._bulk._lending import available as lending_available
+from monarch.core._bulk._ring import RingReader
 from monarch.core._config import current_config
 from monarch.core._errors import PeerLost, PullError
-from monarch.core._filling import fill_parts
-from monarch.core._lending import Lender, RingKey, borrow, can_read, is_descriptor
-from monarch.core._lending import available as lending_available
-from monarch.core._memory import address_of as memory_address
-from monarch.core._messages import (
+from monarch.core._payload._filling import fill_parts
+from monarch.core._payload._memory import address_of as memory_address
+from monarch.core._runtime._messages import (
     PACK_MAX,
     TO_ACTOR,
     TO_PORT,
     TO_PROC,
-    Batch,
     Beat,
     Body,
     Call,
@@ -51,13 +49,11 @@ from monarch.core._messages import (
     encode,
     encode_body,
 )
-from monarch.core._netaddr import advertised, bind_url
-from monarch.core._ring import RingReader
-from monarch.core._tls import tls_options
+from monarch.core._runtime._netaddr import advertised, bind_url
+from monarch.core._runtime._tls import tls_options
 from monarch.transport import (
     Buffer,
     Connection,
-    ConnectionAttribute,
     ConnectionClosed,
     Frame,
     FrameQueue,
@@ -67,15 +63,14 @@ from monarch.transport import (
 )
 
 from ._beats import Beats
-from ._flow import TURN_BYTES, TURN_MESSAGES, Flow
+from ._cast import SendOrder, fan_out
+from ._flow import Flow
+from ._inbound import Inbound, send_back
 from ._peers import DEFER, PeerWriter
-from ._sendqueue import frame_queue
 from ._spin import spin_seconds
 
 log = logging.getLogger("monarch.core")
 
-CONSUMED: Final = encode(Beat(consumed=True))
-"""A held lane's notice to its sender: its inboxes consume (see ``_flow``)."""
 DRAIN_GRACE: Final = 0.25
 """Seconds a failed peer's open connections are still read, for what it sent before."""
 BEAT: Final = encode(Beat())
@@ -89,189 +84,6 @@ ControlHandler = Callable[["Runtime", Any, Sequence[Buffer], str], None]
 PeerWatcher = Callable[[str, BaseException], None]
 Service = Callable[[Connection], Awaitable[None]]
 """Serves a connection handed to it (see ``Runtime.services``); it ends when this returns."""
-
-
-class Inbound:
-    """A connection a peer opened to us: its hello, then its messages, a turn at a time.
-
-    Each turn delivers at most ``TURN_MESSAGES`` (``TURN_BYTES``), then the connection
-    is not read until its next turn, so the loop runs what waits meanwhile. A *lane*
-    (values for our inboxes, see ``_flow``) is also held, not read, while its inboxes
-    have not consumed enough of what it delivered.
-    """
-
-    def __init__(self, runtime: Runtime, conn: Connection) -> None:
-        self.runtime = runtime
-        self.conn = conn
-        self.queue = frame_queue(conn, runtime.loop)
-        """Our sending side (``_sendqueue``): the hello's answer, heartbeats, notices."""
-        self.push = conn.extra(ConnectionAttribute.push_receiver, None)
-        """The connection's push mode, where it has one (see ``_serve_connection``)."""
-        self.sender = "?"
-        self.ended: asyncio.Future[None] = runtime.loop.create_future()
-        """Done when the connection is refused or fails (with the failure)."""
-        self._beats: asyncio.Task[None] | None = None
-        self._drained = asyncio.Event()
-        self.rings: dict[RingKey, RingReader | None] = {}
-        """The sender's rings we have opened (see ``_ring``)."""
-        self.flow: Flow | None = None
-        """Set for a lane (by its hello): what it delivered that is not consumed yet."""
-        self.pushed = False
-        """Read in push mode (callbacks), else by ``_serve_connection``'s loop."""
-        self.paused = False
-        """Reading is paused: the turn is over, or the lane is held."""
-        self._turn_due = False
-        self._resumed = asyncio.Event()
-        """Pull mode: set when a held lane may be read again."""
-
-    def take_pushed(self) -> None:
-        """Frames are ready (push mode): take them; a failure ends the connection."""
-        if self.ended.done():
-            return
-        try:
-            self.take(None)
-        except Exception as exc:  # noqa: BLE001 - raised again by _serve_connection
-            self.ended.set_exception(exc)
-
-    def take(self, frame: Frame | None) -> None:
-        """Deliver ``frame`` and the frames already read, a turn's worth, as one batch:
-        what they send in return goes out together when it ends."""
-        runtime, push, flow = self.runtime, self.push, self.flow
-        if frame is None and flow is not None and flow.held_up:
-            assert push is not None  # frame is None: push mode
-            if push.closed and not self.ended.done():
-                self.ended.set_result(None)  # we closed it (its peer failed): drop the rest
-            return
-        runtime._batching += 1
-        runtime.delivering = flow
-        messages = size = 0
-        try:
-            if frame is None:
-                assert push is not None
-                frame = push.receive_nowait()
-            while True:
-                if len(frame) > 1:
-                    self.sender = runtime._dispatch(frame, self.rings)
-                    messages += 1
-                    for part in frame:
-                        size += len(part)
-                else:
-                    single = decode_single(frame[0])
-                    size += len(frame[0])
-                    if isinstance(single, Packed):
-                        self.sender = runtime._deliver(single.envelope, single.body, single.payload)
-                        messages += 1
-                    elif isinstance(single, Batch):
-                        deliver = runtime._deliver
-                        for packed in single.items:
-                            self.sender = deliver(packed.envelope, packed.body, packed.payload)
-                        messages += len(single.items)
-                    elif not self._hello(single):
-                        self.ended.set_result(None)
-                        return
-                if flow is not None and flow.over(runtime.wanted(flow)):
-                    self._hold()
-                    return
-                if messages >= TURN_MESSAGES or size >= TURN_BYTES:
-                    self._end_turn()
-                    return
-                if push is None:
-                    return  # one frame per receive() where there is no push mode
-                frame = push.receive_nowait()
-        except anyio.WouldBlock:
-            if self.paused and push is not None:  # all taken: read the socket again
-                self.paused = False
-                push.resume_receiving()
-        finally:
-            runtime.delivering = None
-            runtime._end_batch()
-
-    def _pause(self) -> None:
-        if not self.paused:
-            self.paused = True
-            if self.push is not None:
-                self.push.pause_receiving()
-
-    def _end_turn(self) -> None:
-        """The turn is over: the rest waits for the next (push mode: a callback; pull
-        mode: ``_serve_connection`` lets the loop run first)."""
-        self._pause()
-        if self.pushed and not self._turn_due:
-            self._turn_due = True
-            self.runtime.loop.call_soon(self._next_turn)
-
-    def _next_turn(self) -> None:
-        self._turn_due = False
-        self.take_pushed()
-
-    def _hold(self) -> None:
-        """The lane's inboxes are full: not read until they have room (``read_on``)."""
-        assert self.flow is not None
-        self.flow.held_up = True
-        self.runtime._held.add(self)
-        self._resumed.clear()
-        self._pause()
-
-    def read_on(self) -> None:
-        """A held lane may be read again (its inboxes have room, or a receiver waits)."""
-        assert self.flow is not None
-        self.flow.held_up = False
-        self.runtime._held.discard(self)
-        self._resumed.set()
-        if self.pushed and not self._turn_due:
-            self._turn_due = True
-            self.runtime.loop.call_soon(self._next_turn)
-
-    def _notice(self) -> None:
-        """Tell the sender of a held lane that its inboxes consume (see ``_flow``)."""
-        self.runtime.spawn_task(self._send_quietly(CONSUMED))
-
-    async def _send_quietly(self, frame: bytes) -> None:
-        await send_back(self.queue, frame)
-
-    async def wait_turn(self) -> None:
-        """Pull mode: return when the connection may be read."""
-        if self.paused:
-            self.paused = False
-            await asyncio.sleep(0)  # the loop runs what waits
-        flow = self.flow
-        while flow is not None and flow.held_up:
-            await self._resumed.wait()
-
-    def _hello(self, hello: Hello) -> bool:
-        """A peer's hello (see PeerWriter.run): whether it is admitted."""
-        runtime = self.runtime
-        self.sender = hello.sender
-        if not runtime._admit(hello.sender, hello.incarnation or None):
-            return False
-        runtime._inbound.setdefault(hello.sender, {})[self.conn] = self._drained
-        if hello.lane and self.flow is None:
-            self.flow = Flow(self.read_on, self._notice)
-        if self._beats is None:
-            pulls = runtime._can_pull_from(hello)
-            self._beats = runtime.spawn_task(runtime._send_heartbeats(self.queue, hello, pulls))
-        return True
-
-    def close(self) -> None:
-        self.runtime._held.discard(self)
-        if self._beats is not None:
-            self._beats.cancel()
-        self.runtime.beats.remove(self.queue)
-        self.runtime._inbound.get(self.sender, {}).pop(self.conn, None)
-        self.rings.clear()  # unmapped once no frame of this connection is being read
-        self._drained.set()
-        if not self.ended.done():
-            self.ended.cancel()
-
-
-async def send_back(queue: FrameQueue, frame: bytes) -> None:
-    """Send on a connection a peer opened to us: its heartbeats go from another thread
-    (see ``_beats``), so every frame we send on it is queued thread-safely."""
-    try:
-        if not queue.send_threadsafe([frame]):
-            await queue.flush()
-    except TransportError:
-        pass  # the connection is gone; its reader reports that
 
 
 class Runtime:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any
 
-from monarch.core._workspace import Workspace
+from monarch.core._mesh._workspace import Workspace
 
 __all__ = ["NOT_SET", "Config", "Workspace"]
 

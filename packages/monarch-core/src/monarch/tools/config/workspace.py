@@ -1,5 +1,5 @@
 """Upstream's ``monarch.tools.config.workspace`` (where its deprecation warnings point)."""
 
-from monarch.core._workspace import Workspace
+from monarch.core._mesh._workspace import Workspace
 
 __all__ = ["Workspace"]

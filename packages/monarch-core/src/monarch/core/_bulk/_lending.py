@@ -1,0 +1,313 @@
+"""Large buffers lent between processes of one machine, not written to the socket.
+
+Through a socket, a large buffer is copied into the kernel by its sender and out again
+by its receiver, which then copies it once more into the ``bytes`` it unpickles. Between
+processes of one machine that may read each other's memory (``process_vm_readv``: same
+user, no ptrace restriction in the way), the sender instead *lends* the buffer: the
+message carries a small descriptor (its pid, address and size), the receiver reads the
+bytes straight into the object it will hand to pickle (a fresh ``bytes`` for a ``bytes``
+payload, so nothing is copied again), then gives the loan back. The lender keeps the
+buffer alive until then, or until the borrower is declared dead. Where it can, the
+lender also pushes a large loan through a ring of shared memory while the borrower takes
+it out (see ``_ring``): faster than reading it, and the read covers whatever the ring
+does not bring in time.
+
+Whether a peer can read us is tested once per connection (see ``Runtime``): our hello
+carries our pid and the address of our incarnation token; the peer reads it and says
+so in its answer. Only then do we lend to it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final
+
+from monarch.core._errors import PullError
+from monarch.core._payload import _memory as memory
+from monarch.core._payload._filling import FILLED, MARKER_SIZE, fill_now, filling_of
+from monarch.core._payload._per_process import PerProcess
+from monarch.transport import Buffer
+
+from ._ring import RING_MIN, Ring, RingReader
+
+LEND_MIN: Final = 1024 * 1024
+"""Buffers from this size are lent rather than written to the socket."""
+MAGIC: Final = b"\x00monarch-loan\x00\x00\x00"
+_DESCRIPTOR: Final = struct.Struct("<16sQQQQQqQQ")
+DESCRIPTOR_SIZE: Final = _DESCRIPTOR.size
+"""A descriptor part: MAGIC, key, pid, address, size, kind, and where the lender pushes
+it (its ring's fd, or -1; the ring's id; the loan's number there). No other part has
+this size and prefix (pickles start with the PROTO opcode; out-of-band buffers are
+large)."""
+_BYTES: Final = 1
+_BUFFER: Final = 2
+_FILLING: Final = 3
+"""A snapshot lent before it is filled (see ``_filling``): what its ring does not bring is
+read once its marker says it is filled."""
+FILL_TIMEOUT: Final = 120.0
+"""Seconds a borrower waits for a lender's snapshot to be filled (a copy in progress)."""
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+
+
+def _bind() -> Any:
+    try:
+        readv = ctypes.CDLL(None, use_errno=True).process_vm_readv
+    except (OSError, AttributeError):  # not Linux/glibc
+        return None
+    readv.argtypes = [
+        ctypes.c_int,
+        ctypes.POINTER(_IoVec),
+        ctypes.c_ulong,
+        ctypes.POINTER(_IoVec),
+        ctypes.c_ulong,
+        ctypes.c_ulong,
+    ]
+    readv.restype = ctypes.c_ssize_t
+    return readv
+
+
+_readv = _bind() if memory.available() else None
+
+
+def available() -> bool:
+    return _readv is not None
+
+
+def pull(
+    pid: int,
+    address: int,
+    size: int,
+    kind: int = _BUFFER,
+    ring: RingReader | None = None,
+    loan: int = 0,
+) -> bytes | bytearray:
+    """Read ``size`` bytes at ``address`` in process ``pid`` into a new object: a
+    ``bytes`` (which nothing else has seen yet, so filling it is safe) or a bytearray.
+
+    What the lender pushes through its ``ring`` (loan number ``loan``) is taken from
+    there (see ``_ring``); the rest is read here. A large read is split among threads:
+    the kernel copies each page after pinning it, and one thread pinning 4 KiB pages
+    moves about a third of what memcpy does; two side by side, about half (ctypes lets
+    go of the GIL for each)."""
+    into = memory.fresh_bytes(size) if kind == _BYTES else memory.fresh_bytearray(size)
+    base = memory.address_of(into)
+    done = ring.take(loan, base, size) if ring is not None else 0
+    if done < size:
+        if kind == _FILLING:
+            _await_filled(pid, address + size)
+        read_range(pid, base + done, address + done, size - done)
+    return into
+
+
+def _await_filled(pid: int, marker: int) -> None:
+    """Wait until the lender has filled the snapshot whose marker is at ``marker``."""
+    word = ctypes.c_uint64(0)
+    deadline = time.monotonic() + FILL_TIMEOUT
+    pause = 0.00005
+    while True:
+        _read(pid, ctypes.addressof(word), marker, MARKER_SIZE)
+        if word.value == FILLED:
+            return
+        if time.monotonic() > deadline:
+            raise PullError(0, f"process {pid} did not fill a lent tensor in {FILL_TIMEOUT:.0f} s")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.001)
+
+
+def read_range(pid: int, base: int, address: int, size: int) -> None:
+    """Read ``size`` bytes at ``address`` in process ``pid`` into ``base`` (an address of
+    ours); ``PullError`` if that process is gone or its memory there cannot be read.
+
+    Public (``monarch.core.read_process_memory``): monarch-rdma's shared-memory plane reads
+    a buffer's owner with it, the one implementation of reading another process."""
+    readers = _readers_for(size)
+    if readers == 1:
+        _read(pid, base, address, size)
+        return
+    # Pieces are taken from one iterator by every reader (its ``next`` is atomic): a
+    # reader that gets less CPU takes fewer of them, and the read ends when the last
+    # piece does, not when the slowest reader's fixed share does.
+    pieces = iter(_pieces(size))
+
+    def read_pieces() -> None:
+        for start, length in pieces:
+            _read(pid, base + start, address + start, length)
+
+    futures = [_readers.get().submit(read_pieces) for _ in range(readers - 1)]
+    errors: list[BaseException] = []
+    try:
+        read_pieces()
+    except PullError as error:
+        errors.append(error)
+    for future in futures:  # every piece ends before ``into`` can be dropped
+        failure = future.exception()
+        if failure is not None:
+            errors.append(failure)
+    if errors:
+        raise errors[0]
+
+
+SPLIT_MIN: Final = 8 * 1024 * 1024
+"""Reads from this size are shared among threads..."""
+SPLIT_MAX: Final = 4
+"""...at most this many (fewer on a machine with fewer cores)..."""
+PIECE: Final = 4 * 1024 * 1024
+"""...which take it in pieces of this size (huge-page aligned)."""
+
+
+def _readers_for(size: int) -> int:
+    """How many threads read ``size`` bytes: as many as the cores (up to SPLIT_MAX), one
+    when small."""
+    if size < SPLIT_MIN:
+        return 1
+    return min(SPLIT_MAX, os.cpu_count() or 1)
+
+
+def _pieces(size: int) -> list[tuple[int, int]]:
+    """(offset, length) of the PIECE-sized pieces that cover ``size`` bytes, in order."""
+    return [(start, min(PIECE, size - start)) for start in range(0, size, PIECE)]
+
+
+def _read(pid: int, local: int, remote: int, size: int) -> None:
+    assert _readv is not None
+    done = 0
+    while done < size:
+        into = _IoVec(local + done, size - done)
+        source = _IoVec(remote + done, size - done)
+        got = _readv(pid, ctypes.byref(into), 1, ctypes.byref(source), 1, 0)
+        if got <= 0:
+            errno = ctypes.get_errno()
+            why = os.strerror(errno)
+            raise PullError(errno, f"cannot read {size} bytes of process {pid}: {why}")
+        done += got
+
+
+_readers = PerProcess(lambda: ThreadPoolExecutor(SPLIT_MAX - 1, thread_name_prefix="monarch-pull"))
+
+
+def can_read(pid: int, address: int, expected: bytes) -> bool:
+    """Whether process ``pid`` holds ``expected`` at ``address`` and we may read it."""
+    if _readv is None or pid == os.getpid():
+        return False
+    try:
+        return bytes(pull(pid, address, len(expected))) == expected
+    except (PullError, OverflowError):
+        return False
+
+
+def is_descriptor(part: Buffer) -> bool:
+    return len(part) == DESCRIPTOR_SIZE and bytes(part[:16]) == MAGIC
+
+
+class Lender:
+    """This process's buffers on loan, by key: kept alive until given back."""
+
+    def __init__(self) -> None:
+        self._loans: dict[int, tuple[memoryview, str]] = {}
+        self._lent: dict[str, int] = {}
+        """Bytes on loan, by borrower: what a sender to it holds (see ``_runtime._flow``)."""
+        self._keys = itertools.count(1)
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def __len__(self) -> int:
+        return len(self._loans)
+
+    def lent_to(self, borrower: str) -> int:
+        """Bytes ``borrower`` has not given back yet."""
+        return self._lent.get(borrower, 0)
+
+    def lend_parts(
+        self,
+        parts: Sequence[Buffer],
+        borrower: str,
+        ring: Callable[[], Ring | None] | None = None,
+    ) -> Sequence[Buffer]:
+        """``parts`` with its large buffers (after the envelope, body and first pickle)
+        replaced by descriptors lent to ``borrower``; ``parts`` itself if none is large.
+        One of RING_MIN or more is also pushed through ``ring()``, our ring to it, if
+        there is one (asked for only then: a peer lent only smaller ones needs none)."""
+        out: list[Buffer] | None = None
+        for i in range(3, len(parts)):
+            part = parts[i]
+            view = part if isinstance(part, memoryview) else memoryview(part)
+            if view.nbytes < LEND_MIN or not view.c_contiguous:
+                continue
+            if out is None:
+                out = list(parts)
+            out[i] = self._lend(view, borrower, ring)
+        return parts if out is None else out
+
+    def _lend(
+        self, view: memoryview, borrower: str, ring: Callable[[], Ring | None] | None
+    ) -> bytes:
+        kind = _BYTES if type(view.obj) is bytes and view.nbytes == len(view.obj) else _BUFFER
+        filling = filling_of(view)
+        key = next(self._keys)
+        with self._lock:
+            self._loans[key] = (view, borrower)
+            self._lent[borrower] = self._lent.get(borrower, 0) + view.nbytes
+        address, size = memory.address_of(view), view.nbytes
+        fd, ring_id, loan = -1, 0, 0
+        pushed = ring() if ring is not None and size >= RING_MIN else None
+        if pushed is not None and not pushed.closed:
+            fd, ring_id, loan = pushed.fd, pushed.id, pushed.push(view, filling)
+            if filling is not None:
+                kind = _FILLING
+                filling.loans.append((pushed, loan))
+        elif filling is not None:
+            fill_now(filling)  # no ring to push it through while it fills: filled first
+        return _DESCRIPTOR.pack(MAGIC, key, self._pid, address, size, kind, fd, ring_id, loan)
+
+    def give_back(self, keys: Sequence[int]) -> None:
+        with self._lock:
+            for key in keys:
+                loan = self._loans.pop(key, None)
+                if loan is not None:
+                    self._lent[loan[1]] -= loan[0].nbytes
+
+    def forget(self, borrower: str) -> None:
+        """The borrower is dead: what it had not given back is ours again."""
+        with self._lock:
+            for key in [k for k, (_, b) in self._loans.items() if b == borrower]:
+                del self._loans[key]
+            self._lent.pop(borrower, None)
+
+
+RingKey = tuple[int, int, int]
+"""A lender's ring as its descriptors name it: pid, fd, id."""
+
+
+def borrow(
+    parts: Sequence[Buffer], rings: dict[RingKey, RingReader | None] | None = None
+) -> tuple[list[Buffer], list[int]]:
+    """``parts`` with every descriptor replaced by the buffer it lends (read now), and
+    the keys to give back to the lender. ``rings``: the lenders' rings this connection
+    has opened so far (opened here when first named; None if one cannot be)."""
+    out = list(parts)
+    keys: list[int] = []
+    for i in range(2, len(out)):
+        part = out[i]
+        if not is_descriptor(part):
+            continue
+        _, key, pid, address, size, kind, fd, ring_id, loan = _DESCRIPTOR.unpack(bytes(part))
+        ring = None
+        if fd >= 0 and rings is not None:
+            name = (pid, fd, ring_id)
+            if name in rings:
+                ring = rings[name]
+            else:
+                ring = rings[name] = RingReader.open(pid, fd, ring_id)
+        out[i] = pull(pid, address, size, kind, ring, loan)
+        keys.append(key)
+    return out, keys

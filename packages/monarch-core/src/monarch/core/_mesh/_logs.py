@@ -1,0 +1,425 @@
+"""Procs' output at their spawner: upstream's log forwarding, as its users see it.
+
+With ``configure(enable_log_forwarding=True)`` when procs are spawned, their host agent
+reads each proc's stdout and stderr from pipes (as the parent, it reads to the end: the
+last lines of a proc that crashed, its traceback included, are not lost), passes the bytes
+on to its own stdout and stderr (on the client's host these are the client's, as without
+forwarding), and sends whole lines to the spawner (``LogLines``), before it reports the
+proc's exit. The spawner's ``LogSink`` of that proc mesh drops them until
+``logging_option(stream_to_client=True)``; then prints each line with where it came from,
+or, with an ``aggregate_window_sec``, once per window, similar lines of all ranks together
+as one line with their count (a 64-rank mesh printing one line gives one line).
+
+Printing is done by a thread of its own: a client whose stdout is a pipe nobody drains
+must not stall the runtime's loop. The agent passes output on whole lines at a time (a
+partial line waits for its end), as the spawner prints: on a client that is its own agent
+both write to one stream, and a line of one must not land inside a line of the other (a
+crash's traceback comes in pieces).
+
+Upstream's two other uses of the pipes, also the agent's: ``tail_log_lines`` keeps the last
+lines each proc wrote to stderr, which the spawner's error names when a proc exits before
+it was ready; ``enable_file_capture`` (with ``force_file_log``, as upstream's on a machine
+outside Meta's clusters) appends every line of the agent's procs, ``[rank] line``, to two
+files of the host, ``/tmp/$USER/monarch_log_HOST_ID.stdout`` and ``.stderr``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import queue
+import secrets
+import socket
+import sys
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Final, Protocol, TextIO
+
+from monarch.core._payload._per_process import PerProcess
+from monarch.core._runtime import Runtime
+from monarch.core._runtime._internal_logs import log_dir
+from monarch.core._runtime._messages import LogLines, PortRef, SetLogLevel
+from monarch.transport import Buffer
+
+READ_SIZE: Final = 65536
+LONGEST_LINE: Final = 65536
+"""Bytes of a line without a newline after which it is sent as it is."""
+DRAIN_AFTER_EXIT: Final = 2.0
+"""Seconds an agent reads a proc's pipes after it exited (a child of the proc may hold
+them open)."""
+SIMILARITY: Final = 0.15
+"""Lines differing in at most this fraction of their length (edits) are similar."""
+MOST_GROUPS: Final = 256
+"""Groups of similar lines one window compares a line against (then: a new group)."""
+CYAN: Final = "\x1b[36m"
+YELLOW: Final = "\x1b[33m"
+RESET: Final = "\x1b[0m"
+
+_HOST: Final = socket.gethostname()
+
+
+# -- the agent: reading a proc's output --------------------------------------------------------
+
+
+class Piped(Protocol):
+    """A child whose output comes through pipes (``Popen``, or a proc the zygote forked)."""
+
+    pid: int
+    stdout: IO[bytes] | None
+    stderr: IO[bytes] | None
+
+
+@dataclass(frozen=True)
+class OutputPlan:
+    """What an agent does with the output of the procs of one spawn, read from pipes."""
+
+    forward: bool
+    """Send whole lines to the spawner (``enable_log_forwarding``)."""
+    capture: bool
+    """Append them to the host's files (``enable_file_capture`` and ``force_file_log``)."""
+    tail: int
+    """Keep the last ones of stderr (``tail_log_lines``)."""
+    prefix: bool = True
+    """Start each captured line with ``[rank]`` (``prefix_with_rank``)."""
+
+    @property
+    def piped(self) -> bool:
+        """Whether the procs' output goes through pipes at all (else: inherited)."""
+        return self.forward or self.capture or self.tail > 0
+
+
+class ProcOutput:
+    """The threads reading one proc's pipes, and the tail of its stderr."""
+
+    def __init__(self, tail: int) -> None:
+        self.threads: list[threading.Thread] = []
+        self._tail: deque[str] = deque(maxlen=max(tail, 0))
+
+    def keep(self, text: str) -> None:
+        """Lines of stderr (blank ones are not kept, as upstream's tail)."""
+        if self._tail.maxlen:
+            self._tail.extend(line for line in text.split("\n") if line.strip())
+
+    def tail(self) -> tuple[str, ...]:
+        return tuple(self._tail)
+
+
+def forward_output(
+    runtime: Runtime, child: Piped, rank: int, events: PortRef, plan: OutputPlan
+) -> ProcOutput:
+    """Start reading ``child``'s stdout and stderr pipes (see the module docstring)."""
+    output = ProcOutput(plan.tail)
+    files = host_files() if plan.capture else None
+    for stream, pipe in ((1, child.stdout), (2, child.stderr)):
+        assert pipe is not None
+        thread = threading.Thread(
+            target=_pump,
+            args=(runtime, pipe.fileno(), stream, rank, events, plan, output, files),
+            name=f"monarch-output-{child.pid}-{stream}",
+            daemon=True,
+        )
+        thread.start()
+        output.threads.append(thread)
+    return output
+
+
+def _pump(
+    runtime: Runtime,
+    fd: int,
+    stream: int,
+    rank: int,
+    events: PortRef,
+    plan: OutputPlan,
+    output: ProcOutput,
+    files: HostFiles | None,
+) -> None:
+    pending = b""
+    prefix = f"[{rank}] " if plan.prefix else ""
+
+    def send(data: bytes) -> None:
+        text = data.decode(errors="replace")
+        if stream == 2:
+            output.keep(text)
+        if files is not None:
+            files.write(stream, "".join(f"{prefix}{line}\n" for line in text.split("\n")))
+        if plan.forward:
+            with contextlib.suppress(RuntimeError):  # the agent's loop is closed: exiting
+                runtime.send_to_port(events, LogLines(rank, stream, text, _HOST))
+
+    try:
+        while data := os.read(fd, READ_SIZE):
+            pending += data
+            end = pending.rfind(b"\n")
+            if end >= 0:  # whole lines, passed on and sent as one write each
+                whole, pending = pending[: end + 1], pending[end + 1 :]
+                _pass_on(stream, whole, events, plan)
+                send(whole[:-1])
+            elif len(pending) >= LONGEST_LINE:
+                _pass_on(stream, pending, events, plan)
+                send(pending)
+                pending = b""
+    except OSError:
+        pass
+    finally:
+        if pending:
+            _pass_on(stream, pending, events, plan)
+            send(pending)
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+class HostFiles:
+    """The host's two files of its procs' output (upstream's file capture), one per agent
+    process, shared by all its procs: whole lines, appended under a lock."""
+
+    def __init__(self, directory: Path) -> None:
+        stem = f"monarch_log_{_HOST}_{secrets.token_urlsafe(9)}"
+        directory.mkdir(parents=True, exist_ok=True)
+        self.paths = {n: directory / f"{stem}.{name}" for n, name in ((1, "stdout"), (2, "stderr"))}
+        self._files = {n: path.open("a", encoding="utf-8") for n, path in self.paths.items()}
+        self._lock = threading.Lock()
+        logging.getLogger("monarch.core").info(
+            "procs' output captured to %s and %s", self.paths[1], self.paths[2]
+        )
+
+    def write(self, stream: int, text: str) -> None:
+        with self._lock:
+            file = self._files.get(stream)
+            if file is None:
+                return
+            try:
+                file.write(text)
+                file.flush()
+            except (OSError, ValueError):  # a full or removed disk costs the file only
+                del self._files[stream]
+
+
+_host_files: Final = PerProcess(lambda: HostFiles(log_dir()))
+
+
+def host_files() -> HostFiles | None:
+    """This agent's files (opened at the first proc that asks); None where they cannot be."""
+    try:
+        return _host_files.get()
+    except OSError as exc:
+        logging.getLogger("monarch.core").warning("no file capture: %s", exc)
+        return None
+
+
+def _pass_on(stream: int, data: bytes, events: PortRef, plan: OutputPlan) -> None:
+    """The agent's copy of a proc's output on its own stream, but where this process is
+    also the spawner and its sink prints the lines (stream_to_client): printed once, not
+    raw and then again with where they came from (as upstream does)."""
+    sink = _local_sinks.get(events) if plan.forward else None
+    if sink is None or not sink.stream:
+        _write_all(stream, data)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Pass ``data`` on to this process's own ``fd``; a closed one is given up on."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        pass
+
+
+def handle_set_log_level(
+    runtime: Runtime, body: SetLogLevel, payload: Sequence[Buffer], sender: str
+) -> None:
+    """``logging_option(level=...)``: the level of this proc's root Python logger."""
+    logging.getLogger().setLevel(body.level)
+
+
+def drain(output: ProcOutput | None) -> None:
+    """Wait (a little) for a proc's pipes to be read to their end: its exit is reported
+    after its last lines."""
+    if output is None:
+        return
+    deadline = time.monotonic() + DRAIN_AFTER_EXIT
+    for thread in output.threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+
+
+# -- the spawner: printing it ----------------------------------------------------------------
+
+
+class LogSink:
+    """One proc mesh's forwarded output at its spawner (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        hosts: list[str],
+        call_later: Callable[..., object],
+        events: PortRef | None = None,
+    ) -> None:
+        """``events``: the port its lines come to, by which an agent in this same process
+        finds the sink (see ``_pass_on``)."""
+        self.name = name
+        self.hosts = hosts
+        """Each rank's host agent."""
+        self.call_later = call_later
+        self.stream = False
+        self.window: float | None = None
+        self._windows: dict[int, _Window] = {}
+        _sinks.add(self)
+        if events is not None:
+            _local_sinks[events] = self
+
+    def configure(self, stream: bool, window: float | None) -> None:
+        self.flush()
+        self.stream, self.window = stream, window
+
+    def receive(self, lines: LogLines) -> None:
+        """Lines of one proc arrived (on the loop)."""
+        if not self.stream:
+            return
+        if self.window is None:
+            agent = self.hosts[lines.rank] if 0 <= lines.rank < len(self.hosts) else "?"
+            where = f"[{lines.host} {self.name}-{lines.rank}@{agent}] [{lines.rank}] "
+            out = "".join(f"{where}{line}\n" for line in lines.text.split("\n"))
+            _print(lines.stream, out)
+            return
+        window = self._windows.get(lines.stream)
+        if window is None:
+            window = self._windows[lines.stream] = _Window()
+            self.call_later(self.window, self._close_window, lines.stream, window)
+        for line in lines.text.split("\n"):
+            window.add(lines.rank, line)
+
+    def _close_window(self, stream: int, window: _Window) -> None:
+        if self._windows.get(stream) is window:
+            del self._windows[stream]
+            _print(stream, window.block(colour=_is_tty(stream)))
+
+    def flush(self) -> None:
+        """Print what the open windows hold (a stop, a new option, the end)."""
+        windows, self._windows = self._windows, {}
+        for stream, window in windows.items():
+            _print(stream, window.block(colour=_is_tty(stream)))
+
+
+class _Group:
+    """Similar lines of one window: the first, its rank, how many."""
+
+    __slots__ = ("count", "rank", "text")
+
+    def __init__(self, text: str, rank: int) -> None:
+        self.text, self.rank, self.count = text, rank, 1
+
+
+class _Window:
+    """The lines of one aggregation window: groups of similar lines, in arrival order."""
+
+    def __init__(self) -> None:
+        self.opened = time.time()
+        self.groups: list[_Group] = []
+
+    def add(self, rank: int, line: str) -> None:
+        for group in self.groups[:MOST_GROUPS]:
+            if similar(group.text, line):
+                group.count += 1
+                return
+        self.groups.append(_Group(line, rank))
+
+    def block(self, colour: bool = True) -> str:
+        """The window as upstream prints it; ``colour``: with its ANSI colours (a terminal;
+        a file or a pipe gets plain text, where upstream writes the codes too)."""
+
+        def stamp(when: float) -> str:
+            return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
+
+        cyan, yellow, reset = (CYAN, YELLOW, RESET) if colour else ("", "", "")
+        lines = [f"{cyan}>>> Aggregated Logs ({stamp(self.opened)}) >>>{reset}\n"]
+        lines += [
+            f"{yellow}[{g.count} similar log lines]{reset} [{g.rank}] {g.text}\n"
+            for g in self.groups
+        ]
+        lines.append(f"{cyan}<<< Aggregated Logs ({stamp(time.time())}) <<<{reset}\n\n")
+        return "".join(lines)
+
+
+def similar(a: str, b: str) -> bool:
+    """Whether ``b`` is ``a`` with at most ``SIMILARITY`` of its length edited (Levenshtein,
+    computed in a band: a line compared with many groups costs length x limit)."""
+    if a == b:
+        return True
+    limit = int(SIMILARITY * max(len(a), len(b)))
+    if abs(len(a) - len(b)) > limit:
+        return False
+    if limit == 0:
+        return False
+    big = limit + 1
+    previous = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        low, high = max(1, i - limit), min(len(b), i + limit)
+        current = [big] * (len(b) + 1)
+        current[0] = i if i <= limit else big
+        best = current[0]
+        ai = a[i - 1]
+        for j in range(low, high + 1):
+            cost = previous[j - 1] + (ai != b[j - 1])
+            cost = min(cost, previous[j] + 1, current[j - 1] + 1)
+            current[j] = cost
+            best = min(best, cost)
+        if best > limit:
+            return False
+        previous = current
+    return previous[len(b)] <= limit
+
+
+# -- one printer per process -------------------------------------------------------------------
+
+_sinks: weakref.WeakSet[LogSink] = weakref.WeakSet()
+_local_sinks: weakref.WeakValueDictionary[PortRef, LogSink] = weakref.WeakValueDictionary()
+"""This process's sinks by the port their lines come to."""
+_queue: queue.SimpleQueue[tuple[int, str] | None] = queue.SimpleQueue()
+_printer: list[threading.Thread] = []
+_printer_lock = threading.Lock()
+
+
+def _print(stream: int, text: str) -> None:
+    if not _printer:
+        with _printer_lock:
+            if not _printer:
+                thread = threading.Thread(target=_run_printer, name="monarch-logs", daemon=True)
+                thread.start()
+                _printer.append(thread)
+                atexit.register(_finish_printing)
+    _queue.put((stream, text))
+
+
+def _is_tty(stream: int) -> bool:
+    out = sys.stdout if stream == 1 else sys.stderr
+    try:
+        return out.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without it, or closed
+        return False
+
+
+def _run_printer() -> None:
+    while (item := _queue.get()) is not None:
+        stream, text = item
+        out: TextIO = sys.stdout if stream == 1 else sys.stderr
+        with contextlib.suppress(Exception):  # a closed or broken stream: nothing to do
+            out.write(text)
+            out.flush()
+
+
+def _finish_printing() -> None:
+    """At exit: what the sinks' windows hold and what is queued is printed (a second or so
+    at most)."""
+    for sink in list(_sinks):
+        sink.flush()
+    _queue.put(None)
+    for thread in _printer:
+        thread.join(1.0)
