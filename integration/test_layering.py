@@ -33,7 +33,17 @@ ROOT_OWNER = "monarch-core"
 OWNS: dict[str, frozenset[str]] = {
     "monarch-transport": frozenset({"transport"}),
     "monarch-core": frozenset(
-        {"actor", "config", "core", "tools", "_rust_bindings", "_src", "_testing", "_wheels"}
+        {
+            "actor",
+            "config",
+            "core",
+            "tools",
+            "_rust_bindings",
+            "_src",
+            "_testing",
+            "_wheels",
+            "_zygote_start",
+        }
     ),
     "monarch-rdma": frozenset({"rdma"}),
     "monarch-tensor": frozenset(
@@ -337,6 +347,7 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_mesh._pending",  # procs still starting, as a value that can be sent
         "_mesh._mesh_state",  # an actor mesh's procs as its spawner knows them; proc exits
         "_mesh._actor_mesh",  # the caller side: actor meshes and adverbs
+        "_mesh._spawn_hooks",  # upstream's proc mesh spawn callbacks and setup actor
         "_mesh._spawn_actors",  # spawning an actor mesh and supervising it
         "_mesh._proc_group",  # one spawn's procs, their logger mesh and bootstrap
         "_mesh._proc_mesh _mesh._controller",  # proc and host meshes; get_or_spawn_controller
@@ -344,7 +355,8 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_runner",  # the callee side: actor runners, sync and async apart
         "_host._introspect _host._spawning",  # what a proc says of itself when asked (actors,
         # process, stacks); how a host agent starts, watches and kills its procs
-        "_host._bootstrap",  # starts runtimes (controller, proc, worker); owns MONARCH_* names
+        "_host._bootstrap _host._tls_cli",  # starts runtimes (controller, proc, worker); owns
+        # MONARCH_* names; monarch tls
         "_host._zygote_proc",  # the zygote's loop (a program, or forked by monarch worker)
         "__init__ lowlevel _host._proc _host._worker",  # the faces (siblings' API, the
         # mechanisms'); entry points

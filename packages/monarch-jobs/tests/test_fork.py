@@ -71,10 +71,11 @@ def test_the_forker_is_a_fork_of_the_scripts_zygote(tmp_path: Path) -> None:
 
 WITHOUT_ZYGOTE = """if True:
     import os, secrets, signal, subprocess, sys, time
-    from monarch.core._host._zygote import prestart_zygote, zygote
+    from monarch.core.lowlevel import current_zygote, prestart_zygote
     from monarch.job._fork import Forker
 
     prestart_zygote()
+    zygote = current_zygote()
     zygote.process.kill()
     deadline = time.monotonic() + 60
     while not zygote.failed:  # its reader thread hears it exit

@@ -12,12 +12,22 @@ As trio's ``trio.lowlevel``: a thin public face over the core's private modules.
 - ``snapshot_procs``: every proc's ``ProcSnapshot`` at once (monarch-admin, -telemetry).
 - ``plugin_group`` / ``load_plugin``: the one loader of every entry-point group, with a
   ``pip install`` hint (``MissingPlugin``) and duplicate detection (``PluginConflict``).
+- ``prestart_zygote`` / ``current_zygote``: this process's zygote, which forks its procs
+  (and a ``ProcessJob``'s forker, ``fork_program``): started ahead of the first proc, and
+  the one object a launcher or a test watches.
 """
 
 from monarch.transport import MissingPlugin, PluginConflict, PluginGroup, load_plugin, plugin_group
 
 from ._host._introspect import PROC_SERVICE, Introspect, ProcQuery, inspect_proc, snapshot_procs
+from ._host._zygote import Zygote, prestart_zygote, zygote
 from ._mesh._ask import ASK_TIMEOUT, Service, ServiceError, ask, ask_body
+
+
+def current_zygote() -> Zygote:
+    """This process's zygote (one per process; ``failed`` says why it cannot be used)."""
+    return zygote
+
 
 __all__ = [
     "ASK_TIMEOUT",
@@ -29,10 +39,13 @@ __all__ = [
     "ProcQuery",
     "Service",
     "ServiceError",
+    "Zygote",
     "ask",
     "ask_body",
+    "current_zygote",
     "inspect_proc",
     "load_plugin",
     "plugin_group",
+    "prestart_zygote",
     "snapshot_procs",
 ]

@@ -95,6 +95,7 @@ def _load_ca(folder: Path) -> tuple[Any, Any]:
 
 
 def _issue(args: argparse.Namespace) -> int:
+
     folder: Path = args.dir
     ca_cert, ca_key = _load_ca(folder)
     _, _, _, ec, name_oid = _cryptography()
