@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import enum
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -122,6 +123,7 @@ def test_every_key_has_an_env_var_and_doc() -> None:
         "prefix_python_logs_with_actor",
         "read_peer_buffers",
         "telemetry_sink",
+        "transport_handshake_timeout",
         "wait_spin",
     }
     assert KEYS["default_transport"].env[:2] == (
@@ -751,3 +753,28 @@ def test_humantime_format_normalises(terms: list[tuple[int, str]]) -> None:
     seconds = parse_duration(text)
     assert parse_duration(format_duration(seconds)) == pytest.approx(seconds, abs=1e-9)
     assert format_duration(parse_duration(format_duration(seconds))) == format_duration(seconds)
+
+
+def test_the_handshake_deadline_of_the_jobs_connections_is_a_key() -> None:
+    """Every listener and dial of the runtime takes its handshake deadline from
+    ``transport_handshake_timeout`` (a machine starting a thousand procs may need more)."""
+    from monarch.core._runtime._peers import peer_options
+
+    assert peer_options("tcp://127.0.0.1:0", server=True)["handshake_timeout"] == 10.0
+    with configured(transport_handshake_timeout="45s"):
+        for server in (True, False):
+            assert peer_options("tcp://127.0.0.1:0", server=server)["handshake_timeout"] == 45.0
+    code = (
+        "from monarch.core._runtime._peers import peer_options as p; "
+        "print(p('unix://@x', server=False))"
+    )
+    env = {"MONARCH_TRANSPORT_HANDSHAKE_TIMEOUT": "90"}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "'handshake_timeout': 90.0" in done.stdout

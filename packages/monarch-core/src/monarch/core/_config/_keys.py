@@ -263,6 +263,16 @@ class Config:
         doc="(ours) A peer silent this long is declared dead.",
         ours=True,
     )
+    transport_handshake_timeout: Seconds = key(
+        10.0,
+        "MONARCH_TRANSPORT_HANDSHAKE_TIMEOUT",
+        doc=(
+            "(ours) Seconds a peer may take to complete the job's authenticated handshake "
+            "(TLS included) before the connection is closed; a machine busy starting a "
+            "thousand procs may need more."
+        ),
+        ours=True,
+    )
     fork_procs: bool = key(
         True,
         "MONARCH_FORK_PROCS",

@@ -14,7 +14,9 @@ from monarch.core._runtime._tls import tls_options
 from monarch.transport import Address, Listener, TransportOptions, get_transport
 
 
-async def adopt_listener(scheme: str, host: str, fd: int, secret: bytes) -> Listener:
+async def adopt_listener(
+    scheme: str, host: str, fd: int, secret: bytes, handshake_timeout: float
+) -> Listener:
     """A listener of ``scheme`` (tcp or tls) on the inherited listening socket ``fd``."""
     sock = socket.socket(fileno=fd)
     sock.setblocking(False)
@@ -28,5 +30,7 @@ async def adopt_listener(scheme: str, host: str, fd: int, secret: bytes) -> List
 
     transport = copy.copy(get_transport(scheme))  # the same transport, bound to this socket
     setattr(transport, "bind_socket", bind_socket)  # noqa: B010 - an instance's own method
-    options = TransportOptions(secret=secret, **tls_options(str(address), server=True))
+    options = TransportOptions(
+        secret=secret, handshake_timeout=handshake_timeout, **tls_options(str(address), server=True)
+    )
     return await transport.listen(address, options)

@@ -31,7 +31,8 @@ from monarch.core._mesh._future import run_on
 from monarch.core._mesh._proc_mesh import HostMesh
 from monarch.core._runtime import Runtime, current_runtime, dial, running_runtime
 from monarch.core._runtime._netaddr import WILDCARD_HOSTS, route_source, split_alias
-from monarch.core._runtime._tls import CA, PrivateKey, tls_options
+from monarch.core._runtime._peers import peer_options
+from monarch.core._runtime._tls import CA, PrivateKey
 from monarch.transport import (
     Address,
     AuthenticationError,
@@ -183,7 +184,7 @@ async def _listen_at(runtime: Runtime, scheme: str, host: str) -> None:
         address = Address(scheme, host, bound.port)  # that listener serves every interface
     else:
         url = str(Address(scheme, host, 0))
-        extra = await open_listener(url, secret=runtime.secret, **tls_options(url, server=True))
+        extra = await open_listener(url, secret=runtime.secret, **peer_options(url, server=True))
         runtime.spawn_task(extra.serve(runtime._serve_connection))
         address = extra.address
     log.info("controller %s is now known as %s, for remote workers", runtime.address, address)

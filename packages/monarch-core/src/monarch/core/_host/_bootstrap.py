@@ -408,7 +408,8 @@ class WorkerRuntime:
             await runtime.start(self.bind, advertise)
         else:  # as Runtime.start does, on the listening socket this process inherited
             runtime.loop_thread_id = threading.get_ident()
-            runtime.listener = await adopt_listener(*handed, runtime.secret)
+            timeout = current_config().transport_handshake_timeout
+            runtime.listener = await adopt_listener(*handed, runtime.secret, timeout)
             runtime.address = str(runtime.listener.address)
             runtime.spawn_task(runtime.listener.serve(runtime._serve_connection))
         _boot(runtime, os.environ.get(ROOT_ENV, ""))  # before any message is read

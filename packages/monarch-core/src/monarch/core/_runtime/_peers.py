@@ -457,10 +457,18 @@ class PeerWriter:
             self.runtime._peer_failed(self.address, exc)
 
 
+def peer_options(url: str, *, server: bool) -> dict[str, Any]:
+    """The transport options of the job's connections at ``url`` (listening at it with
+    ``server``): TLS where the address says so, and the handshake's deadline
+    (``transport_handshake_timeout``)."""
+    timeout = current_config().transport_handshake_timeout
+    return {**tls_options(url, server=server), "handshake_timeout": timeout}
+
+
 async def dial(runtime: WriterOwner, address: str) -> Connection:
     """Open an authenticated connection from ``runtime`` to ``address``: TLS where the
     address says so, through the runtime's gateway for a network address (see ``_attach``)."""
-    options = tls_options(address, server=False)
+    options = peer_options(address, server=False)
     via = runtime.via
     if via is not None and address.startswith(NETWORK_SCHEMES):
         options["via"] = via

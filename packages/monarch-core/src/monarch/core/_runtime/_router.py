@@ -50,7 +50,6 @@ from monarch.core._runtime._messages import (
     encode_body,
 )
 from monarch.core._runtime._netaddr import advertised, bind_url
-from monarch.core._runtime._tls import tls_options
 from monarch.transport import (
     Buffer,
     Connection,
@@ -66,7 +65,7 @@ from ._beats import Beats
 from ._cast import SendOrder, fan_out
 from ._flow import Flow
 from ._inbound import Inbound, send_back
-from ._peers import DEFER, PeerWriter
+from ._peers import DEFER, PeerWriter, peer_options
 from ._spin import spin_seconds
 
 log = logging.getLogger("monarch.core")
@@ -245,7 +244,7 @@ class Runtime:
         """
         self.loop_thread_id = threading.get_ident()
         self.listener = await open_listener(
-            bind_url(listen), secret=self.secret, **tls_options(listen, server=True)
+            bind_url(listen), secret=self.secret, **peer_options(listen, server=True)
         )
         self.address = str(advertised(self.listener.address, advertise))
         self.spawn_task(self.listener.serve(self._serve_connection))
