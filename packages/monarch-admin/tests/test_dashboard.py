@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -187,6 +189,18 @@ def test_a_profiles_flame_graph_opens_in_chromium(
     assert any("hang (" in title for title, _ in frames), [t for t, _ in frames]
     ARTIFACTS.mkdir(exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "flamegraph.png"))
+    # The dashboard links that profile's trace, for ui.perfetto.dev.
+    browser.get(f"{job.url}/?token={job.token}&interval=300")
+    link = WebDriverWait(browser, 60, poll_frequency=0.2).until(
+        lambda b: b.execute_script(
+            "return document.getElementById('profile').hidden ? null"
+            " : document.getElementById('profile-link').href"
+        )
+    )
+    with urllib.request.urlopen(link, timeout=30) as response:
+        trace = json.load(response)
+    written = json.loads(Path(f"{prefix}.json").read_text())
+    assert trace["traceEvents"] and len(trace["traceEvents"]) == len(written["traceEvents"])
 
 
 def test_the_plots_draw_the_jobs_last_minutes(browser: WebDriver, job: Job) -> None:

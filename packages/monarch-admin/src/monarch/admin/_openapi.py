@@ -112,6 +112,11 @@ def openapi() -> dict[str, Any]:
                 {"name": "rate", "in": "query", "schema": {"type": "integer"}},
                 {"name": "idle", "in": "query", "schema": {"type": "boolean"}},
             ),
+            "/v1/profile/last": _get(
+                "what the last /v1/profile answered (404 before the first): the trace to open "
+                "in ui.perfetto.dev, linked from the dashboard",
+                obj,
+            ),
             "/v1/trace": _get(
                 "the job's timeline from its telemetry tables (Chrome trace-event JSON)", obj
             ),

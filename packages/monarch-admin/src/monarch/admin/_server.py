@@ -89,6 +89,9 @@ class AdminServer:
         self.token = token or new_token()
         self.view = JobView(timeout)
         self.query = query
+        self.last_profile: dict[str, Any] | None = None
+        """What the last ``/v1/profile`` answered, served again at ``/v1/profile/last`` (the
+        dashboard links it, for ui.perfetto.dev)."""
         fallback = False
         if addr is None:
             addr = current_config().mesh_admin_addr
@@ -234,11 +237,16 @@ class AdminServer:
             request.send_json(HTTPStatus.OK, self._trace())
         elif path == "/v1/profile":
             request.send_json(HTTPStatus.OK, self._profile(params))
+        elif path == "/v1/profile/last":
+            if self.last_profile is None:
+                raise NotFound("no profile taken yet (monarch profile)")
+            request.send_json(HTTPStatus.OK, self.last_profile)
         elif path.startswith("/v1/"):
             ref = _ref(path.removeprefix("/v1/"))
             node = self.view.node(ref)
             if ref == ROOT:
                 node["properties"]["telemetry"] = self.query_function() is not None
+                node["properties"]["last_profile"] = self.last_profile is not None
             request.send_json(HTTPStatus.OK, node)
         else:
             raise NotFound(path)
@@ -264,7 +272,12 @@ class AdminServer:
         events = list(profile.events)
         if self.query_function() is not None:
             events = self._trace()["traceEvents"] + events
-        return {"traceEvents": events, "stacks": profile.stacks, "notes": profile.notes}
+        self.last_profile = {
+            "traceEvents": events,
+            "stacks": profile.stacks,
+            "notes": profile.notes,
+        }
+        return self.last_profile
 
     def _trace(self) -> Any:
         """The job's timeline (Chrome trace-event JSON), from its telemetry tables."""
