@@ -93,6 +93,15 @@ def test_a_listening_collector_is_reachable() -> None:
         assert Collector(("127.0.0.1", port)).reachable()
 
 
+def test_an_answering_collector_is_probed_again_only_after_a_failed_export() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        collector = Collector(("127.0.0.1", server.getsockname()[1]))
+        assert collector.reachable()
+    assert collector.reachable()  # gone, but no export failed: no probe per batch
+    collector.failed()
+    assert not collector.reachable()  # probed: refused
+
+
 def test_a_refusing_collector_is_not_probed_again_at_once(closed_port: int) -> None:
     collector = Collector(("127.0.0.1", closed_port))
     assert not collector.reachable()

@@ -5,6 +5,7 @@ The SDK's exporters retry a refused or silent endpoint with backoff for up to th
 took 18 s to end and printed ~20 lines. Here an export first checks that the collector
 accepts a TCP connection (at most once per ``RECHECK`` seconds while it does not); while it
 does not, batches are dropped at once and the user is told once, per process, where it was.
+Once it answered, exports go straight to it, without a probe each, until one fails.
 """
 
 from __future__ import annotations
@@ -47,13 +48,15 @@ class Collector:
         self.address = address
         self._lock = threading.Lock()
         self._down_until = 0.0
+        self._up = False
+        """It accepted a connection and no export to it failed since."""
         self._told = False
 
     def reachable(self) -> bool:
-        """Whether to export now: the collector accepted a connection, or was not probed
-        since it last refused (then it is probed again)."""
-        if self.address is None:
-            return True  # nothing to probe: let the exporter say what is wrong
+        """Whether to export now: the collector answered and no export failed since, or
+        it accepts a connection now (probed at most once per ``RECHECK`` while it refuses)."""
+        if self.address is None or self._up:
+            return True  # no address to probe: let the exporter say what is wrong
         with self._lock:
             if time.monotonic() < self._down_until:
                 return False
@@ -72,7 +75,12 @@ class Collector:
                     )
                 return False
             self._down_until = 0.0
+            self._up = True
             return True
+
+    def failed(self) -> None:
+        """An export to it failed: probe it again before the next."""
+        self._up = False
 
 
 _collectors: dict[tuple[str, int] | None, Collector] = {}
@@ -93,17 +101,28 @@ def guarded(exporter: type[Any], failure: Any) -> type[Any]:
 
     class Guarded(exporter):  # type: ignore[misc]
         def export(self, batch: Any, *args: Any, **kwargs: Any) -> Any:
-            if not collector(str(self._endpoint)).reachable():
+            target = collector(str(self._endpoint))
+            if not target.reachable():
                 return failure
-            return super().export(batch, *args, **kwargs)
+            result = super().export(batch, *args, **kwargs)
+            if result == failure:
+                target.failed()
+            return result
 
     Guarded.__name__ = Guarded.__qualname__ = f"Guarded{exporter.__name__}"
     return Guarded
 
 
+_quieted: list[bool] = []
+
+
 def quiet_after_first() -> None:
     """Between a probe that passed and an export that failed, the SDK may still retry:
-    its retry lines are shown once per exporter logger, then at debug level."""
+    its retry lines are shown once per exporter logger, later ones dropped. Once per
+    process (export may be configured again after a shutdown)."""
+    if _quieted:
+        return
+    _quieted.append(True)
     seen: set[str] = set()
 
     def once(record: logging.LogRecord) -> bool:
