@@ -325,7 +325,7 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_config _payload._memory _runtime._netaddr _payload._per_process _command._cli"
         " _command._debug_client _runtime._tls _layout._table _runtime._instrument"
         " _runtime._internal_logs _mesh._workspace _host._reload _payload._filling _mesh._mocks"
-        " _mesh._client_end _layout._ids _layout._shape_bytes"
+        " _mesh._client_end _layout._ids _layout._shape_bytes _host._pids"
         " _payload _bulk _layout _mesh _host _command",
         # + the internal log; files by checksum; reloads; a call's tensor copies made while
         # they travel; mocked actors; how an unhandled failure ends the client; upstream's
@@ -528,3 +528,141 @@ def test_no_wheel_imports_another_wheels_private_modules() -> None:
             for hit in pattern.finditer(name)
         ]
     assert not found, "\n".join(found)
+
+
+# ---------------------------------------------------------------------------------------------
+# no import circle inside a wheel: each module's imports (those at module level, the ones under
+# ``if TYPE_CHECKING:`` included) form a DAG, so a reader can walk any wheel from the ground up
+
+CIRCLES_BEING_REMOVED: dict[str, tuple[frozenset[str], ...]] = {
+    "monarch-tensor": (
+        frozenset({"monarch.tensor._client", "monarch.tensor._stream"}),
+        frozenset({"monarch.tensor._commands", "monarch.tensor._lanes", "monarch.tensor._worker"}),
+        frozenset({"monarch.tensor._tensor", "monarch.tensor._to_mesh"}),
+    ),
+}
+"""The import circles a wheel still has while they are taken apart (issue 28), to be emptied
+and then deleted: a circle of such a wheel passes while all its modules are in one listed
+circle (what is left of it as it is cut up); any other circle fails."""
+
+
+def module_level_import_lines(path: Path) -> set[int]:
+    """Lines of the ``import`` statements that run when the module is imported (or that
+    only a type checker reads): those inside a function body are left out."""
+    inside: set[int] = set()
+    lines: set[int] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Import | ast.ImportFrom):
+                    inside.add(inner.lineno)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            lines.add(node.lineno)
+    return lines - inside
+
+
+def import_graph(src: Path) -> dict[str, set[str]]:
+    """Module -> the modules under the same ``src`` (one wheel's) it imports at module level."""
+    paths = {module_name(path, src): path for path in sorted(src.rglob("*.py"))}
+    graph: dict[str, set[str]] = {module: set() for module in paths}
+    for module, path in paths.items():
+        top = module_level_import_lines(path)
+        for line, imported in imported_modules(path, src):
+            if line not in top:
+                continue
+            # ``from pkg import name``: the submodule ``pkg.name`` if there is one, else ``pkg``
+            target = imported
+            while target and target not in paths:
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                graph[module].add(target)
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: set[frozenset[str]] = set()
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.add(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                circles.add(frozenset(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def circle_path(graph: dict[str, set[str]], circle: frozenset[str]) -> str:
+    """One loop through ``circle``, as ``a -> b -> ... -> a``, to say where to cut it."""
+    start = min(circle)
+    came_from: dict[str, str] = {}
+    todo = [start]
+    while todo:
+        node = todo.pop(0)
+        for nxt in sorted(graph[node] & circle):
+            if nxt == start:
+                route = [node]
+                while route[-1] != start:
+                    route.append(came_from[route[-1]])
+                return " -> ".join([*reversed(route), start])
+            if nxt not in came_from:
+                came_from[nxt] = node
+                todo.append(nxt)
+    return ", ".join(sorted(circle))
+
+
+@pytest.mark.parametrize("dist", CODE_DISTS)
+def test_no_import_circle_inside_a_wheel(dist: str) -> None:
+    graph = import_graph(folders()[dist] / "src")
+    found = import_circles(graph)
+    tolerated = CIRCLES_BEING_REMOVED.get(dist, ())
+    new = [
+        circle_path(graph, circle)
+        for circle in sorted(found, key=sorted)
+        if not any(circle <= listed for listed in tolerated)
+    ]
+    assert not new, f"{dist} has import circles (TYPE_CHECKING imports count):\n" + "\n".join(new)
+
+
+def test_an_import_circle_is_found(tmp_path: Path) -> None:
+    """The finder itself: a loop through a TYPE_CHECKING import is a circle, one through an
+    import inside a function is not (it runs once both modules are loaded)."""
+    package = tmp_path / "monarch" / "fake"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "_a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ._b import B\n"
+    )
+    (package / "_b.py").write_text("from . import _c\nclass B: ...\n")
+    (package / "_c.py").write_text("from monarch.fake._a import x\n")
+    (package / "_d.py").write_text("def f() -> None:\n    from . import _e\n")
+    (package / "_e.py").write_text("from ._d import f\n")
+    graph = import_graph(tmp_path)
+    assert graph["monarch.fake._d"] == set() and graph["monarch.fake._e"] == {"monarch.fake._d"}
+    (circle,) = import_circles(graph)
+    assert circle == {"monarch.fake._a", "monarch.fake._b", "monarch.fake._c"}
+    assert circle_path(graph, circle) == (
+        "monarch.fake._a -> monarch.fake._b -> monarch.fake._c -> monarch.fake._a"
+    )

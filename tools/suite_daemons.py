@@ -8,6 +8,11 @@ for a daemon it started, and the session stops exactly those when it ends
 (``stop_recorded``): never one that was running before, nor one another test session on
 this machine started meanwhile. (Daemons in network namespaces, sshd and the netns Slurm,
 end with their namespaces.)
+
+Whether a recorded daemon still runs is monarch-core's ``process_alive``, imported only when a
+daemon was recorded: the tests that start daemons are monarch-jobs', so their session has
+loaded monarch-core already, while a session without it (the transport's own environment)
+never pays for importing it.
 """
 
 from __future__ import annotations
@@ -26,13 +31,9 @@ STOP_TIMEOUT: Final = 10.0
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    from monarch.core.lowlevel import process_alive
+
+    return process_alive(pid)
 
 
 def recorded(record: Path) -> list[tuple[str, int]]:

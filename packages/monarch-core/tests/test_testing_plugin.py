@@ -13,6 +13,7 @@ import pytest
 
 import monarch.actor
 from monarch.core import MeshFailure
+from monarch.core.lowlevel import process_alive, process_state
 from monarch.core.testing import Failures, alive, stopped, wait_until
 
 
@@ -69,6 +70,12 @@ def test_alive_and_stopped_follow_a_child() -> None:
         child.kill()
         child.wait()
     assert not alive(child.pid)
+
+
+def test_the_tests_check_processes_as_production_code_does() -> None:
+    """One pid check for the tests, the launchers and monarch-admin's discovery."""
+    assert alive is process_alive
+    assert alive(os.getpid()) and process_state(os.getpid()) in {"R", "S"}
 
 
 def test_wait_until_fails_at_its_deadline() -> None:

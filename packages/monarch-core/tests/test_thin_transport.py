@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -31,56 +31,16 @@ from monarch.core._runtime._messages import (
 )
 from monarch.core._runtime._sendqueue import SendQueue, frame_queue
 from monarch.transport import (
-    Address,
     Buffer,
     Connection,
     ConnectionAttribute,
     ConnectionClosed,
-    Frame,
     Listener,
-    Transport,
-    TransportOptions,
     open_connection,
     open_listener,
     register_transport,
 )
-from monarch.transport.lowlevel import TcpTransport
-
-
-class Thin(Connection):
-    """A TCP connection showing nothing but the contract."""
-
-    def __init__(self, inner: Connection) -> None:
-        self._inner = inner
-
-    @property
-    def extra_attributes(self) -> Mapping[Any, Callable[[], Any]]:
-        return {ConnectionAttribute.transport: lambda: "thin"}
-
-    async def send(self, parts: Sequence[Buffer]) -> None:
-        await self._inner.send(parts)
-
-    async def receive(self) -> Frame:
-        return await self._inner.receive()
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-class ThinTransport(Transport):
-    """``thin://host:port``: a TCP listener there, reached through ``Thin`` connections."""
-
-    scheme = "thin"
-
-    def check_address(self, address: Address) -> Address:
-        return address
-
-    async def connect(self, address: Address, options: TransportOptions) -> Connection:
-        tcp = Address("tcp", address.host, address.port)
-        return Thin(await TcpTransport().connect(tcp, options))
-
-    async def listen(self, address: Address, options: TransportOptions) -> Listener:
-        raise NotImplementedError("thin:// connects to a tcp:// listener")
+from monarch.transport.testing import Thin, ThinTransport
 
 
 @pytest.fixture(scope="module", autouse=True)

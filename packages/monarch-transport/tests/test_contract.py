@@ -8,8 +8,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import anyio
 import pytest
@@ -18,39 +16,18 @@ from hypothesis import strategies as st
 
 from monarch.transport import (
     Address,
-    Buffer,
     Connection,
     ConnectionAttribute,
     ConnectionClosed,
-    Frame,
     FrameQueue,
     PushReceiver,
 )
+from monarch.transport.testing import Thin
 from monarch.transport.wire import PROTOCOL_VERSION
 
 from .conftest import Endpoint, chunked_frames, serving, write_in_pieces  # type: ignore[import-not-found]
 
 pytestmark = pytest.mark.anyio
-
-
-class Thin(Connection):
-    """A connection with nothing but the contract: what a new transport may offer."""
-
-    def __init__(self, inner: Connection) -> None:
-        self._inner = inner
-
-    @property
-    def extra_attributes(self) -> Mapping[Any, Callable[[], Any]]:
-        return {ConnectionAttribute.transport: lambda: "thin"}
-
-    async def send(self, parts: Sequence[Buffer]) -> None:
-        await self._inner.send(parts)
-
-    async def receive(self) -> Frame:
-        return await self._inner.receive()
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
 
 def test_the_contract_is_send_receive_and_aclose() -> None:

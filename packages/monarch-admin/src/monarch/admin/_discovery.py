@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from monarch.core.lowlevel import process_alive
+
 from ._auth import token_folder
 
 CONTEXT_JOB: Final = Path(".monarch") / "job_state.pkl"
@@ -82,7 +84,7 @@ def live_servers() -> list[ServerRecord]:
             if _listens("127.0.0.1", port):
                 started = _mtime(token_folder() / f"{stem}.token")
                 found.append(ServerRecord("127.0.0.1", port, 0, None, started))
-        elif _process_exists(record.pid) and _listens(*record.addr.rsplit(":", 1)):
+        elif process_alive(record.pid) and _listens(*record.addr.rsplit(":", 1)):
             found.append(record)
         else:
             for suffix in (".json", ".token"):
@@ -136,16 +138,6 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return 0.0
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _listens(host: str, port: int | str) -> bool:

@@ -2,8 +2,9 @@
 
 The failures that reach the client unhandled (``Failures``: the ``unhandled_failures`` fixture
 of monarch-core's pytest plugin, ``monarch._testing``, records them), whether a process is
-alive or stopped, and waiting on a condition with a deadline. Nothing here imports pytest:
-the scripts that tests start as clients use these helpers too.
+alive (``process_alive`` of ``monarch.core.lowlevel``, for production code) or stopped, and
+waiting on a condition with a deadline. Nothing here imports pytest: the scripts that tests
+start as clients use these helpers too.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from monarch.core._errors import MeshFailure
+from monarch.core._host._pids import process_alive as alive
+from monarch.core._host._pids import process_state
 
 __all__ = ["Failures", "alive", "stopped", "wait_until"]
 
@@ -51,23 +53,9 @@ class Failures(list[MeshFailure]):
                 self._changed.wait(left)
 
 
-def _state(pid: int) -> str | None:
-    """The state letter of ``/proc/PID/stat`` (``R``, ``S``, ``Z``, ``T``...), None if gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return stat.rpartition(")")[2].split()[0]
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie nobody reaps is not: this container's init may not)."""
-    return _state(pid) not in (None, "Z")
-
-
 def stopped(pid: int) -> bool:
     """Stopped by a signal (SIGSTOP)?"""
-    return _state(pid) == "T"
+    return process_state(pid) == "T"
 
 
 def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> float:

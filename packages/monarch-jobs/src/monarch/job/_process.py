@@ -22,6 +22,7 @@ from monarch.core import (
     job_secret,
     this_host,
 )
+from monarch.core.lowlevel import process_alive
 
 from ._fork import Forker, can_fork
 from ._state import JobState, attached_state
@@ -274,22 +275,13 @@ def _end_groups(pids: list[int]) -> None:
     while left and time.monotonic() < deadline:
         for pid in list(left):
             _reap(pid)
-            if not _running(pid):
+            if not process_alive(pid):
                 left.remove(pid)  # its procs die with it (and had the SIGTERM too)
         if left:
             time.sleep(0.02)
     for pid in left:
         _signal(pid, signal.SIGKILL)
         _reap(pid)
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (one nobody reaps is gone all the same)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def _signal(pid: int, signum: int) -> bool:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import functools
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from monarch.core._errors import SupervisionError
 from monarch.core._layout._shape import Point, Shape
 from monarch.core._runtime import Runtime
 from monarch.core._runtime._messages import Body, HowEnded, ProcExited
+from monarch.core._runtime._scope import Owner
 from monarch.transport import Buffer
 
 from ._ask import ask_body
@@ -21,8 +22,17 @@ from ._gather import Gather
 from ._pending import ProcsRef
 from ._reports import ROOT, actor_name, endpoint, failed_report, process_ended, status_event
 
-if TYPE_CHECKING:
-    from ._spawn_actors import _Supervised
+
+class Supervisor(Protocol):
+    """What a mesh's state asks of its supervision in the process that spawned it (the
+    mesh's owner, and watching its procs once their addresses are known); ``_spawn_actors``
+    implements it, above this module."""
+
+    owner: Owner | None
+    """The actor whose code spawned the mesh, or ``None`` for the client (the root)."""
+
+    def watch(self, addresses: list[str]) -> None:
+        """Hear at once when a proc under the mesh dies."""
 
 
 def connection_lost(exc: BaseException) -> bool:
@@ -70,7 +80,7 @@ class _MeshState:
         """Why calls after a stop are refused (upstream's supervision event)."""
         self.backlog: deque[Callable[[list[str] | BaseException], None]] = deque()
         self.spawn_gather: Gather | None = None
-        self.supervised: _Supervised | None = None
+        self.supervised: Supervisor | None = None
         """Set in the process that spawned the mesh: who owns it, and what failed."""
 
     def known_addresses(self) -> list[str] | ProcsRef:

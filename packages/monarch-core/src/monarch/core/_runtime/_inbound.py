@@ -4,24 +4,77 @@ time and handed to the ports, actors and services they are for."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Final
+from collections.abc import Coroutine, Sequence
+from typing import Any, Final, Protocol
 
 import anyio
 
 from monarch.core._bulk._lending import RingKey
 from monarch.core._bulk._ring import RingReader
-from monarch.core._runtime._messages import Batch, Beat, Hello, Packed, decode_single, encode
-from monarch.transport import Connection, ConnectionAttribute, Frame, FrameQueue, TransportError
+from monarch.core._runtime._messages import (
+    Batch,
+    Beat,
+    Body,
+    Envelope,
+    Hello,
+    Packed,
+    decode_single,
+    encode,
+)
+from monarch.transport import (
+    Buffer,
+    Connection,
+    ConnectionAttribute,
+    Frame,
+    FrameQueue,
+    TransportError,
+)
 
+from ._beats import Beats
 from ._flow import TURN_BYTES, TURN_MESSAGES, Flow
 from ._sendqueue import frame_queue
 
-if TYPE_CHECKING:
-    from ._router import Runtime
-
-
 CONSUMED: Final = encode(Beat(consumed=True))
 """A held lane's notice to its sender: its inboxes consume (see ``_flow``)."""
+
+
+class Receiver(Protocol):
+    """What a connection peers opened needs of the runtime that reads it (``_router``'s
+    ``Runtime``, above this module): delivery in batches, admission, heartbeats, and the
+    runtime's books of held lanes and open connections."""
+
+    loop: asyncio.AbstractEventLoop
+    beats: Beats
+    delivering: Flow | None
+    _batching: int
+    _held: set[Inbound]
+    _inbound: dict[str, dict[Connection, asyncio.Event]]
+
+    def _dispatch(self, frame: Sequence[Buffer], rings: dict[RingKey, RingReader | None]) -> str:
+        """Deliver a message of several parts; returns its sender."""
+
+    def _deliver(self, envelope: Envelope, body: Body, payload: Sequence[Buffer]) -> str:
+        """Deliver one decoded message; returns its sender."""
+
+    def _end_batch(self) -> None:
+        """A batch of deliveries ended: flush what they sent."""
+
+    def wanted(self, flow: Flow) -> bool:
+        """Whether a receiver waits on one of ``flow``'s inboxes."""
+
+    def spawn_task(self, coro: Any) -> asyncio.Task[Any]:
+        """Run a task owned by the runtime."""
+
+    def _admit(self, sender: str, incarnation: str | None) -> bool:
+        """Whether a peer's hello is admitted."""
+
+    def _can_pull_from(self, hello: Hello) -> bool:
+        """Whether we may read the peer's memory (it is on this machine)."""
+
+    def _send_heartbeats(
+        self, queue: FrameQueue, hello: Hello, pulls: bool
+    ) -> Coroutine[Any, Any, None]:
+        """Answer a hello, then beat at the interval the peer asked for."""
 
 
 class Inbound:
@@ -33,7 +86,7 @@ class Inbound:
     have not consumed enough of what it delivered.
     """
 
-    def __init__(self, runtime: Runtime, conn: Connection) -> None:
+    def __init__(self, runtime: Receiver, conn: Connection) -> None:
         self.runtime = runtime
         self.conn = conn
         self.queue = frame_queue(conn, runtime.loop)
