@@ -495,17 +495,31 @@ def named_modules(path: Path, entry_points: bool) -> Iterator[tuple[int, str]]:
             yield node.lineno, node.value
 
 
+UPSTREAM_PRIVATE_PATHS = frozenset({"_src", "_rust_bindings"})
+"""Modules of upstream's whose names are private but whose paths its users import."""
+
+
+def private_module_pattern(owned: frozenset[str]) -> re.Pattern[str]:
+    """What a wheel keeps private: ``monarch.<its subpackage>._*``, and its own private
+    subpackages of ``monarch`` (``monarch._wheels``), upstream's paths aside."""
+    subs = "|".join(map(re.escape, sorted(owned)))
+    own = "|".join(
+        re.escape(sub)
+        for sub in sorted(owned)
+        if sub.startswith("_") and sub not in UPSTREAM_PRIVATE_PATHS
+    )
+    return re.compile(rf"\bmonarch\.(?:(?:{subs})\._\w+" + (rf"|(?:{own})\b)" if own else ")"))
+
+
 def test_no_wheel_imports_another_wheels_private_modules() -> None:
-    """What each wheel keeps private (``monarch.<its subpackage>._*``) only that wheel and its
-    own tests import: another wheel, a benchmark, an example or an integration script goes
-    through the public modules (``monarch.transport.lowlevel`` for a data plane built on the
-    transports, ``monarch.core.worker``...), so a wheel may change its private modules alone.
-    A string naming a private module in the ``module:attribute`` form of an entry point is a
+    """What each wheel keeps private (``monarch.<its subpackage>._*``, and monarch-core's
+    ``monarch._wheels``, ``monarch._testing``...) only that wheel and its own tests import:
+    another wheel, a benchmark, an example or an integration script goes through the public
+    modules (``monarch.transport.lowlevel`` for a data plane built on the transports,
+    ``monarch.core.worker``...), so a wheel may change its private modules alone. A string
+    naming a private module in the ``module:attribute`` form of an entry point is a
     plug-in's registration (a wheel names its own), read, not imported, and is not counted."""
-    private = {
-        dist: re.compile(rf"\bmonarch\.(?:{'|'.join(map(re.escape, sorted(owned)))})\._\w+")
-        for dist, owned in OWNS.items()
-    }
+    private = {dist: private_module_pattern(owned) for dist, owned in OWNS.items()}
     outside = [
         *sorted((ROOT / "benchmarks").glob("*.py")),
         *sorted((ROOT / "examples").rglob("*.py")),
@@ -666,3 +680,68 @@ def test_an_import_circle_is_found(tmp_path: Path) -> None:
     assert circle_path(graph, circle) == (
         "monarch.fake._a -> monarch.fake._b -> monarch.fake._c -> monarch.fake._a"
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# one plug-in loader: every entry-point group of the repository is read by
+# ``monarch.transport._plugins`` (lazily, with ``pip install`` hints and duplicate detection)
+
+PLUGIN_LOADER = "monarch-transport", Path("monarch/transport/_plugins.py")
+FOREIGN_GROUPS = frozenset({"pytest11"})
+"""Groups that another program reads (pytest's plug-ins)."""
+
+
+def declared_groups() -> dict[str, list[str]]:
+    """Each entry-point group the wheels declare, with the wheels that declare it."""
+    groups: dict[str, list[str]] = {}
+    for dist in CODE_DISTS:
+        for group in pyproject(dist)["project"].get("entry-points", {}):
+            if group not in FOREIGN_GROUPS:
+                groups.setdefault(group, []).append(dist)
+    return groups
+
+
+def test_every_entry_point_group_is_read_by_the_one_loader() -> None:
+    """No module but the loader reads entry points itself (``importlib.metadata``'s
+    ``entry_points``, an ``EntryPoint``'s ``load`` aside, which the loader hands out), and
+    every group a wheel declares is named by the code that asks the loader for it and in
+    the loader's docstring, the list a plug-in's author reads."""
+    dist, relative = PLUGIN_LOADER
+    loader = folders()[dist] / "src" / relative
+    readers = []
+    named: set[str] = set()
+    for folder in folders().values():
+        for path in sorted(folder.glob("src/**/*.py")):
+            tree = ast.parse(path.read_text(), str(path))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    named.add(node.value)
+                uses = (
+                    (isinstance(node, ast.Name) and node.id == "entry_points")
+                    or (isinstance(node, ast.Attribute) and node.attr == "entry_points")
+                    or (
+                        isinstance(node, ast.ImportFrom)
+                        and any(alias.name == "entry_points" for alias in node.names)
+                    )
+                )
+                if uses and path != loader:
+                    readers.append(f"{path.relative_to(ROOT)}: {ast.unparse(node)[:60]}")
+    assert not readers, "read entry points through monarch.transport's plugin_group:\n" + (
+        "\n".join(readers)
+    )
+    groups = declared_groups()
+    assert groups, "no entry-point group found"
+    unread = sorted(set(groups) - named)
+    assert not unread, f"groups no code names (so none reads them): {unread}"
+    doc = ast.get_docstring(ast.parse(loader.read_text())) or ""
+    undocumented = sorted(group for group in groups if f"``{group}``" not in doc)
+    assert not undocumented, f"{loader.relative_to(ROOT)}'s docstring omits {undocumented}"
+
+
+def test_the_private_pattern_tells_private_from_public() -> None:
+    core = private_module_pattern(OWNS[ROOT_OWNER])
+    for name in ("monarch.core._mesh", "monarch._wheels", "monarch._testing", "monarch.actor._x"):
+        assert core.search(name), name
+    for name in ("monarch.core", "monarch.core.lowlevel", "monarch._src.job", "monarch.actor"):
+        assert not core.search(name), name
+    assert private_module_pattern(OWNS["monarch-rdma"]).search("monarch.rdma._tcp")
