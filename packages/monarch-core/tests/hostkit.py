@@ -8,78 +8,16 @@ against a deadline.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import select
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Callable, Iterator
-from typing import IO, Any
+
+from monarch.core.testing import Child
 
 SECRET_ENV = "MONARCH_JOB_SECRET"
-
-
-class Child:
-    """A process whose stdout is read line by line, each read with a deadline."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], *, stdin: bool = False) -> None:
-        self.argv = argv
-        self.stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed in kill()
-        self.popen = subprocess.Popen(
-            argv,
-            env=env,
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self.stderr,
-        )
-        self.pid = self.popen.pid
-        self._buffer = b""
-
-    def _explain(self, what: str) -> str:
-        self.stderr.seek(0)
-        tail = self.stderr.read()[-3000:].decode(errors="replace")
-        return f"{what} from {self.argv[:6]}; stderr:\n{tail}"
-
-    def stderr_text(self) -> str:
-        self.stderr.seek(0)
-        return self.stderr.read().decode(errors="replace")
-
-    def line(self, timeout: float) -> str:
-        assert self.popen.stdout is not None
-        fd = self.popen.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise AssertionError(self._explain(f"no line within {timeout}s"))
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                raise AssertionError(self._explain(f"exit {self.popen.wait()} before a line"))
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line.decode()
-
-    def json(self, timeout: float) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(self.line(timeout))
-        return data
-
-    def send_line(self, text: str) -> None:
-        assert self.popen.stdin is not None
-        self.popen.stdin.write(text.encode() + b"\n")
-        self.popen.stdin.flush()
-
-    def wait(self, timeout: float) -> int:
-        return self.popen.wait(timeout)
-
-    def kill(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.kill()
-        self.popen.wait(10)
-        self.stderr.close()
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hostkit import SECRET_ENV, Child, NetnsUnavailable, children, network_namespaces, start_worker
+from hostkit import SECRET_ENV, NetnsUnavailable, children, network_namespaces, start_worker
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -32,7 +32,7 @@ from monarch.core._mesh._workspace import (
     remove_temporaries,
     write_whole,
 )
-from monarch.core.testing import wait_until
+from monarch.core.testing import Child, wait_until
 
 CONTROLLER = Path(__file__).with_name("sync_controller.py")
 

@@ -34,7 +34,6 @@ import anyio
 import pytest
 from hostkit import (
     SECRET_ENV,
-    Child,
     NetnsUnavailable,
     children,
     ip,
@@ -56,7 +55,7 @@ from monarch.actor import (
 from monarch.config import configured
 from monarch.core import current_runtime
 from monarch.core._runtime._messages import TO_PROC, StopProc
-from monarch.core.testing import alive, stopped, wait_until
+from monarch.core.testing import Child, alive, stopped, wait_until
 from monarch.transport import Connection, open_listener
 
 CONTROLLER = Path(__file__).with_name("fault_controller.py")

@@ -126,7 +126,7 @@ def test_lines_of_procs_on_another_host_reach_the_client(secret_env: dict[str, s
         assert sorted(forwarded(out)) == ["far from rank 0", "far from rank 1"]
         assert sorted(forwarded(err)) == ["complaint of rank 0", "complaint of rank 1"]
         assert [line for line in out.splitlines() if line.startswith("far")] == []  # no raw copy
-        raw = worker.stderr_text()  # the worker's procs wrote there too (its own stderr)
+        raw = worker.said()  # the worker's procs wrote there too (its own stderr)
         assert "complaint of rank 0" in raw
 
 

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hostkit import Child
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from monarch.core.testing import Child
 
 CONTROLLER = Path(__file__).with_name("race_controller.py")
 ANSWER = 120.0

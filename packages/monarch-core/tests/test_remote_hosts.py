@@ -24,7 +24,6 @@ import anyio
 import pytest
 from hostkit import (
     SECRET_ENV,
-    Child,
     NetnsUnavailable,
     children,
     gateway_argv,
@@ -42,7 +41,7 @@ from monarch.core._host._environ import ROOT_ENV, decode_secret
 from monarch.core._host._zygote_proc import TITLE as ZYGOTE_TITLE
 from monarch.core._runtime._messages import TO_PROC, Envelope, StopProc, encode, encode_body
 from monarch.core._runtime._netaddr import ip_host, split_alias
-from monarch.core.testing import alive, wait_until
+from monarch.core.testing import Child, alive, wait_until
 from monarch.transport import open_connection
 
 CONTROLLER = Path(__file__).with_name("remote_controller.py")
@@ -330,7 +329,7 @@ def test_stop_returns_when_the_procs_host_agent_froze_past_the_heartbeat(
     result = controller.json(120)
     assert result["lost"] or when == "during"
     assert result["stop"] == {"value": None, "seconds": result["stop"]["seconds"]}, result
-    assert "not confirmed stopped" in controller.stderr_text()
+    assert "not confirmed stopped" in controller.said()
     pids = result["pids"]
     wait_until(lambda: not any(map(alive, pids)), 30, f"procs {pids} gone")
 

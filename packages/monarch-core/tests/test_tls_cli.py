@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
-from hostkit import SECRET_ENV, Child, children, worker_argv
+from hostkit import SECRET_ENV, children, worker_argv
 
 from monarch.core._host._environ import ROOT_ENV
+from monarch.core.testing import Child
 
 CONTROLLER = Path(__file__).with_name("remote_controller.py")
 

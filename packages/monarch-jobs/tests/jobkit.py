@@ -13,7 +13,6 @@ import select
 import struct
 import subprocess
 import sys
-import tempfile
 import termios
 import time
 from collections.abc import Mapping, Sequence
@@ -113,56 +112,6 @@ def start_sshd(host: str, address: str, pidfile: str) -> None:
     )
     if done.returncode != 0:
         raise RuntimeError(f"sshd did not start in {host}: {done.stderr}")
-
-
-class Dialog:
-    """A script run as its own process, told what to do next by lines on its stdin; its
-    stdout read a line at a time, each with a deadline."""
-
-    def __init__(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> None:
-        self.argv = list(argv)
-        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
-        self.popen = subprocess.Popen(
-            self.argv,
-            cwd=cwd,
-            env={**os.environ, **env},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.stderr,
-        )
-        self._buffer = b""
-
-    def said(self) -> str:
-        self.stderr.seek(0)
-        return self.stderr.read().decode(errors="replace")
-
-    def json(self, timeout: float) -> Any:
-        """The next line of its stdout (JSON)."""
-        assert self.popen.stdout is not None
-        fd = self.popen.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise AssertionError(f"no line within {timeout}s; stderr:\n{self.said()[-3000:]}")
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                code = self.popen.wait()
-                raise AssertionError(f"exit {code} before a line; stderr:\n{self.said()[-3000:]}")
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return json.loads(line)
-
-    def tell(self, text: str = "") -> None:
-        assert self.popen.stdin is not None
-        self.popen.stdin.write(text.encode() + b"\n")
-        self.popen.stdin.flush()
-
-    def close(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.kill()
-        self.popen.wait(10)
-        self.stderr.close()
 
 
 class Terminal:

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jobkit import Dialog, Script, drop_hosts, ip, make_hosts, netns_of
+from jobkit import Script, drop_hosts, ip, make_hosts, netns_of
 
-from monarch.core.testing import alive, wait_until
+from monarch.core.testing import Child, alive, wait_until
 
 pytestmark = pytest.mark.system  # Slurm and munge (tools/system-packages.sh), daemons
 HERE = Path(__file__).parent
@@ -147,10 +147,11 @@ def test_a_ddp_script_runs_twice_on_one_two_node_allocation_with_equal_losses(
         assert killed.returncode == 0, killed.stderr
 
 
-def start_mesh(cluster: Cluster, folder: Path) -> tuple[Dialog, dict[str, Any]]:
+def start_mesh(cluster: Cluster, folder: Path) -> tuple[Child, dict[str, Any]]:
     """mesh_script.py with a SlurmJob of every node; its first report."""
-    argv = [*cluster.prefix, sys.executable, str(HERE / "mesh_script.py"), "slurm", str(NODES)]
-    dialog = Dialog([*argv, str(folder / "slurm-logs")], folder, cluster.env)
+    script = [sys.executable, str(HERE / "mesh_script.py"), "slurm", str(NODES)]
+    argv = [*cluster.prefix, *script, str(folder / "slurm-logs")]
+    dialog = Child(argv, {**os.environ, **cluster.env}, stdin=True, cwd=folder)
     return dialog, dialog.json(180)
 
 
@@ -178,7 +179,7 @@ def test_a_mesh_across_four_hosts_a_host_cut_off_and_a_kill_that_leaves_nothing(
         check_reached(first)
         cut = idle.nodes[2]  # host 2 of the mesh (10.0.0.4): ranks 4 and 5
         ip("-n", cut, "link", "set", "eth0", "down")  # silent: no FIN, no RST
-        dialog.tell("[4, 5]")
+        dialog.send_line("[4, 5]")
         report = dialog.json(90)
         assert failed_ranks(report) == [4, 5], report
         assert all("heartbeat" in f["report"] for f in report["failures"]), report
@@ -187,12 +188,12 @@ def test_a_mesh_across_four_hosts_a_host_cut_off_and_a_kill_that_leaves_nothing(
         assert not report["unhandled"], report
         # The host comes back, so that Slurm reaches it to end the job's step there.
         ip("-n", cut, "link", "set", "eth0", "up")
-        dialog.tell()
+        dialog.send_line()
         assert dialog.json(60) == {"killed": True}
         wait_until(idle.idle, 60, f"no job, nothing left on any host: {idle.left()}")
     finally:
         ip("-n", idle.nodes[2], "link", "set", "eth0", "up")
-        dialog.close()
+        dialog.kill()
         if idle.slurm("squeue", "-h").strip():
             idle.slurm("scancel", "--user=root")
 
@@ -226,15 +227,15 @@ def test_a_node_that_dies_is_a_supervision_event_not_a_hang(
         else:  # every node's worker ends with the step
             idle.slurm("scancel", f"{first['jobs']['hosts']}.0")
             expected = list(range(2 * NODES))
-        dialog.tell(json.dumps(expected))
+        dialog.send_line(json.dumps(expected))
         report = dialog.json(90)
         assert failed_ranks(report) == expected, report
         assert report["call"]["error"] == "SupervisionError", report
         assert report["call"]["seconds"] < 30, report
-        dialog.tell()
+        dialog.send_line()
         assert dialog.json(60) == {"killed": True}
     finally:
-        dialog.close()
+        dialog.kill()
         if idle.slurm("squeue", "-h").strip():
             idle.slurm("scancel", "--user=root")
 

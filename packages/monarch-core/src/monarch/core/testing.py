@@ -2,23 +2,30 @@
 
 The failures that reach the client unhandled (``Failures``: the ``unhandled_failures`` fixture
 of monarch-core's pytest plugin, ``monarch._testing``, records them), whether a process is
-alive (``process_alive`` of ``monarch.core.lowlevel``, for production code) or stopped, and
-waiting on a condition with a deadline. Nothing here imports pytest: the scripts that tests
+alive (``process_alive`` of ``monarch.core.lowlevel``, for production code) or stopped, a
+process started by a test whose output is read a line at a time with a deadline (``Child``),
+and waiting on a condition with a deadline. Nothing here imports pytest: the scripts that tests
 start as clients use these helpers too.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import select
+import subprocess
+import tempfile
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
 
 from monarch.core._errors import MeshFailure
 from monarch.core._host._pids import process_alive as alive
 from monarch.core._host._pids import process_state
 
-__all__ = ["Failures", "alive", "stopped", "wait_until"]
+__all__ = ["Child", "Failures", "alive", "stopped", "wait_until"]
 
 
 class Failures(list[MeshFailure]):
@@ -67,3 +74,76 @@ def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> float
             raise AssertionError(f"not within {timeout}s: {what}")
         time.sleep(0.01)
     return time.monotonic() - start
+
+
+class Child:
+    """A process a test starts (a worker, a client script), whose stdout is read a line at a
+    time, each read with a deadline; its stderr is kept in a file and quoted when a read
+    fails. ``env`` is the whole environment (None: this process's); ``stdin``: the test
+    writes lines to it (``send_line``)."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        *,
+        stdin: bool = False,
+        cwd: str | Path | None = None,
+    ) -> None:
+        self.argv = list(argv)
+        self.stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed in kill()
+        self.popen = subprocess.Popen(
+            self.argv,
+            env=None if env is None else dict(env),
+            cwd=cwd,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+        )
+        self.pid = self.popen.pid
+        self._buffer = b""
+
+    def said(self) -> str:
+        """Everything it wrote to stderr so far."""
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace")
+
+    def _explain(self, what: str) -> str:
+        return f"{what} from {self.argv[:6]}; stderr:\n{self.said()[-3000:]}"
+
+    def line(self, timeout: float) -> str:
+        """The next line of its stdout; AssertionError after ``timeout`` s or at its exit."""
+        assert self.popen.stdout is not None
+        fd = self.popen.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise AssertionError(self._explain(f"no line within {timeout}s"))
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise AssertionError(self._explain(f"exit {self.popen.wait()} before a line"))
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode()
+
+    def json(self, timeout: float) -> dict[str, Any]:
+        """The next line of its stdout, a JSON object."""
+        data: dict[str, Any] = json.loads(self.line(timeout))
+        return data
+
+    def send_line(self, text: str = "") -> None:
+        """Write one line to its stdin (started with ``stdin=True``)."""
+        assert self.popen.stdin is not None
+        self.popen.stdin.write(text.encode() + b"\n")
+        self.popen.stdin.flush()
+
+    def wait(self, timeout: float) -> int:
+        return self.popen.wait(timeout)
+
+    def kill(self) -> None:
+        """Kill it if it runs, reap it, and close its stderr file."""
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait(10)
+        self.stderr.close()
