@@ -6,11 +6,10 @@ import socket
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import TYPE_CHECKING, ClassVar
 
 from anyio import TypedAttributeProvider, TypedAttributeSet, typed_attribute
-from anyio.abc import TaskGroup
+from anyio.abc import AsyncResource, TaskGroup
 
 from ._address import Address
 from ._framing import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_PARTS, Buffer, Frame
@@ -176,10 +175,10 @@ class ConnectionAttribute(TypedAttributeSet):
     """Push-mode reading (``PushReceiver``), where the connection has it."""
 
 
-class Connection(TypedAttributeProvider, ABC):
+class Connection(TypedAttributeProvider, AsyncResource):
     """An authenticated, bidirectional stream of multipart frames: the contract every
     transport meets (``send``, ``receive``, ``aclose`` and typed extra attributes, as
-    anyio's streams).
+    anyio's streams; ``async with`` closes it, as anyio's ``AsyncResource``).
 
     Frames arrive whole and in order. Sending does not copy large parts; the caller
     must not modify them until ``send`` returns. One task may receive at a time; any
@@ -205,17 +204,6 @@ class Connection(TypedAttributeProvider, ABC):
     async def aclose(self) -> None:
         """Flush (bounded by ``close_timeout``) and close. Idempotent."""
 
-    async def __aenter__(self) -> Connection:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
     def __aiter__(self) -> Connection:
         return self
 
@@ -231,8 +219,9 @@ class Connection(TypedAttributeProvider, ABC):
 ConnectionHandler = Callable[[Connection], Awaitable[object]]
 
 
-class Listener(ABC):
-    """Accepts connections on an address; hands out only authenticated ones."""
+class Listener(AsyncResource):
+    """Accepts connections on an address; hands out only authenticated ones (``async
+    with`` closes it)."""
 
     @property
     @abstractmethod
@@ -250,17 +239,6 @@ class Listener(ABC):
 
     @abstractmethod
     async def aclose(self) -> None: ...
-
-    async def __aenter__(self) -> Listener:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 class Transport(ABC):
