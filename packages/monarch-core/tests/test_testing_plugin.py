@@ -13,7 +13,7 @@ import pytest
 
 import monarch.actor
 from monarch.core import MeshFailure
-from monarch.core.lowlevel import process_alive, process_state
+from monarch.core.lowlevel import process_alive, process_start, process_state
 from monarch.core.testing import Failures, alive, stopped, wait_until
 
 
@@ -76,6 +76,9 @@ def test_the_tests_check_processes_as_production_code_does() -> None:
     """One pid check for the tests, the launchers and monarch-admin's discovery."""
     assert alive is process_alive
     assert alive(os.getpid()) and process_state(os.getpid()) in {"R", "S"}
+    start = process_start(os.getpid())
+    assert start is not None and process_alive(os.getpid(), start)
+    assert not process_alive(os.getpid(), str(int(start) + 1))  # another process, same pid
 
 
 def test_wait_until_fails_at_its_deadline() -> None:

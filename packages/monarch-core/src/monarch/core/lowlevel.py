@@ -12,8 +12,9 @@ As trio's ``trio.lowlevel``: a thin public face over the core's private modules.
 - ``snapshot_procs``: every proc's ``ProcSnapshot`` at once (monarch-admin, -telemetry).
 - ``plugin_group`` / ``load_plugin``: the one loader of every entry-point group, with a
   ``pip install`` hint (``MissingPlugin``) and duplicate detection (``PluginConflict``).
-- ``process_alive`` / ``process_state``: whether a pid runs (a zombie does not), the one
-  check every launcher and watcher makes.
+- ``process_alive`` / ``process_state`` / ``process_start``: whether a pid runs (a zombie
+  does not; with its start time, whether it is still the same process), the one check
+  every launcher and watcher makes.
 - ``prestart_zygote`` / ``current_zygote``: this process's zygote, which forks its procs
   (and a ``ProcessJob``'s forker, ``fork_program``): started ahead of the first proc, and
   the one object a launcher or a test watches.
@@ -22,7 +23,7 @@ As trio's ``trio.lowlevel``: a thin public face over the core's private modules.
 from monarch.transport import MissingPlugin, PluginConflict, PluginGroup, load_plugin, plugin_group
 
 from ._host._introspect import PROC_SERVICE, Introspect, ProcQuery, inspect_proc, snapshot_procs
-from ._host._pids import process_alive, process_state
+from ._host._pids import process_alive, process_start, process_state
 from ._host._zygote import Zygote, prestart_zygote, zygote
 from ._mesh._ask import ASK_TIMEOUT, Service, ServiceError, ask, ask_body
 
@@ -51,6 +52,7 @@ __all__ = [
     "plugin_group",
     "prestart_zygote",
     "process_alive",
+    "process_start",
     "process_state",
     "snapshot_procs",
 ]

@@ -22,7 +22,7 @@ from monarch.core import (
     job_secret,
     this_host,
 )
-from monarch.core.lowlevel import process_alive
+from monarch.core.lowlevel import process_alive, process_start
 
 from ._fork import Forker, can_fork
 from ._state import JobState, attached_state
@@ -129,15 +129,11 @@ class _Worker:
         self.address = address
         self.pid = pid
         self.log = log
-        self.start = _start_time(pid)
+        self.start = process_start(pid)
 
     def running(self) -> bool:
         """Alive (not a zombie) and still the worker we started."""
-        try:
-            stat = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            return False
-        return stat[0] != "Z" and stat[19] == getattr(self, "start", stat[19])
+        return process_alive(self.pid, getattr(self, "start", None))
 
     def exit_status(self) -> int | None:
         """Its exit status if it has ended (it is this process's child), else None."""
@@ -146,13 +142,6 @@ class _Worker:
         except ChildProcessError:
             return None if self.running() else -1
         return os.waitstatus_to_exitcode(status) if pid else None
-
-
-def _start_time(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 class ProcessJob(JobTrait):
