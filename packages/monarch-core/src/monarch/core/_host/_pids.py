@@ -14,7 +14,7 @@ def _stat(pid: int) -> list[str] | None:
     the process is gone or there is no ``/proc``."""
     try:
         stat = (_PROC / str(pid) / "stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
+    except OSError:  # gone (ENOENT, ESRCH while it exits), or no /proc
         return None
     return stat.rpartition(")")[2].split()
 
