@@ -452,10 +452,11 @@ def test_core_imports_nothing_of_monarch_inside_a_function() -> None:
 
 
 def test_the_layers_above_use_only_the_public_core() -> None:
-    """The sibling wheels, the benchmarks and the examples reach monarch-core through its
-    public modules only (``monarch.core``, ``monarch.core.worker``, ``monarch.actor``...):
-    no import of a private ``monarch.core._*`` module, and no string naming one (``python -m
-    monarch.core._x``, a lazy import): what the core keeps private it may change.
+    """The sibling wheels, the benchmarks, the examples and the tools reach monarch-core
+    through its public modules only (``monarch.core``, ``monarch.core.worker``,
+    ``monarch.actor``...): no import of a private ``monarch.core._*`` module, and no string
+    naming one (``python -m monarch.core._x``, a lazy import): what the core keeps private
+    it may change.
     monarch-core's own tests are the exception (they test its internals); a bytes literal
     matched against a process's command line (which program a pid runs) is observation,
     not use, and is not counted."""
@@ -468,6 +469,7 @@ def test_the_layers_above_use_only_the_public_core() -> None:
     ]
     files += sorted((ROOT / "benchmarks").glob("*.py")) + sorted((ROOT / "examples").rglob("*.py"))
     files += [ROOT / "conftest.py", *sorted((ROOT / "integration").glob("*.py"))]
+    files += sorted((ROOT / "tools").rglob("*.py"))
     found = [
         f"{path.relative_to(ROOT)}:{line}: {hit.group()}"
         for path in files
@@ -525,6 +527,7 @@ def test_no_wheel_imports_another_wheels_private_modules() -> None:
         *sorted((ROOT / "examples").rglob("*.py")),
         ROOT / "conftest.py",
         *sorted((ROOT / "integration").glob("*.py")),
+        *sorted((ROOT / "tools").rglob("*.py")),
     ]
     found = []
     for dist, pattern in private.items():
