@@ -90,6 +90,52 @@ def test_sharded_programs_match_local_runs(
     torch.testing.assert_close(got_total, expected, equal_nan=True)
 
 
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    shape=st.lists(st.integers(1, 4), min_size=2, max_size=3),
+    ops=st.lists(op, min_size=1, max_size=6),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.int64]),
+    transposed=st.booleans(),
+)
+def test_controller_metadata_matches_local_runs(
+    procs: ProcMesh,
+    shape: list[int],
+    ops: list[tuple[Any, ...]],
+    dtype: torch.dtype,
+    transposed: bool,
+) -> None:
+    """Each value's shape, strides and dtype on the controller (torch's meta kernels, run
+    without importing ``torch._dynamo``: ``_metakernels``) are those of the same program run
+    locally, type promotion and non-contiguous inputs included; the shards' values too."""
+
+    def data(offset: Any) -> Any:
+        x = (torch.arange(numel) + offset).reshape(shape).to(dtype)
+        return x.transpose(0, -1) if transposed else x
+
+    numel = 1
+    for size in shape:
+        numel *= size
+    try:
+        local = run(data(0), ops)
+    except RuntimeError:  # the program is not valid for this dtype (mean of integers)
+        with pytest.raises(RuntimeError), procs.activate():
+            run(data(rank_tensor("gpus")), ops)
+        return
+    with procs.activate():
+        values = run(data(rank_tensor("gpus")), ops)
+    for value, expected in zip(values, local, strict=True):
+        assert (value.shape, value.stride(), value.dtype) == (
+            expected.shape,
+            expected.stride(),
+            expected.dtype,
+        )
+    got = fetch_shard(values, gpus=0).get(timeout=WAIT)
+    for a, b in zip(got, local, strict=True):
+        torch.testing.assert_close(a, b, equal_nan=True)
+
+
 node = st.one_of(
     st.tuples(st.just("fail"), st.integers(0, 30), st.sampled_from([-1, 0, 1])),
     st.tuples(st.just("add"), st.integers(0, 30), st.integers(0, 30)),
