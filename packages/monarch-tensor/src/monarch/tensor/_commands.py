@@ -18,8 +18,7 @@ added to ``Command``; the controller records it with ``client.record(YourCommand
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol, Union, get_args
 
 import msgspec

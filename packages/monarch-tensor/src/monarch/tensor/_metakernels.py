@@ -34,33 +34,35 @@ _DYNAMO = "torch._dynamo"
 _MODULES = ("torch._refs", "torch._prims", "torch._decomp", "torch._meta_registrations")
 
 _lock = threading.Lock()
-_done = False
+_done = threading.Event()
 _spared: list[Callable[..., Any]] = []
 
 
 def spare_dynamo() -> None:
     """Let torch's meta kernels run without importing ``torch._dynamo`` (once per process;
     nothing where it is imported already)."""
-    global _done
-    if _done:
+    if _done.is_set():
         return
     with _lock:
-        if _done or _DYNAMO in sys.modules:
-            _done = True
-            return
-        wrapper_code = torch._compile._disable_dynamo(_probe).__code__
-        roots: list[object] = []
-        for table in torch._decomp.global_decomposition_table.values():
-            roots.extend(table.values())
-        for name, module in list(sys.modules.items()):
-            if module is not None and name.startswith(_MODULES):
-                roots.extend(vars(module).values())
-        for fn in _wrapped(roots, wrapper_code):
-            if getattr(fn, _ATTRIBUTE, None) is None:
-                setattr(fn, _ATTRIBUTE, fn)
-                _spared.append(fn)
-        sys.meta_path.insert(0, _GiveBack())
-        _done = True
+        if not _done.is_set() and _DYNAMO not in sys.modules:
+            _spare()
+        _done.set()
+
+
+def _spare() -> None:
+    wrapper_code = torch._compile._disable_dynamo(_probe).__code__
+    roots: list[object] = []
+    for table in torch._decomp.global_decomposition_table.values():
+        roots.extend(table.values())
+    for name in [name for name in list(sys.modules) if name.startswith(_MODULES)]:
+        module = sys.modules.get(name)  # None for a failed import
+        if module is not None:
+            roots.extend(vars(module).values())
+    for fn in _wrapped(roots, wrapper_code):
+        if getattr(fn, _ATTRIBUTE, None) is None:
+            setattr(fn, _ATTRIBUTE, fn)
+            _spared.append(fn)
+    sys.meta_path.insert(0, _GiveBack())
 
 
 def _probe() -> None:
