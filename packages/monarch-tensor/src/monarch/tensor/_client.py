@@ -8,7 +8,6 @@ sees every command before it). Freed ids ride along with the next batch.
 from __future__ import annotations
 
 import itertools
-import math
 import threading
 import uuid
 from collections import deque
@@ -29,10 +28,6 @@ from ._worker import TensorInbox, TensorWorker
 BATCH = 512
 """Commands buffered before they are sent without waiting for a fetch or the end of
 ``activate()``: large enough to amortize a message, small enough to keep workers busy."""
-
-CARRIED = 32
-"""The longest batch a fetch carries to its worker (a longer one is broadcast: a fetch
-carrying it would send its bytes to that worker twice)."""
 
 _ATTRIBUTE = "_monarch_tensor_client"
 
@@ -72,9 +67,6 @@ class MeshClient:
         self._transfers = itertools.count()
         self._recording = 0
         """The stream of the last command recorded (the workers' too: they see every batch)."""
-        self._broadcasts = False
-        """Whether a batch went to every worker (then a fetch may carry the next: the workers
-        run it in that batch's context)."""
         self.actor_calls = False
         """An ``rref`` (a worker calling a user's actor) was recorded since the workers last
         said they had run everything (see ``settle_actor_calls``)."""
@@ -106,12 +98,6 @@ class MeshClient:
         if coalesced.depth and not now:
             coalesced.held[self] = None
             return
-        commands = self._take()
-        if commands:
-            self._broadcast(commands)
-
-    def _take(self) -> list[Command]:
-        """The buffered commands, and a ``Delete`` of the ids freed since the last batch."""
         freed = []
         while self._freed:
             freed.append(self._freed.popleft())
@@ -119,16 +105,12 @@ class MeshClient:
             commands, self._commands = self._commands, []
         if freed:
             commands.append(Delete(tuple(freed)))
-        return commands
-
-    def _broadcast(self, commands: list[Command], carried_by: int = -1) -> None:
-        """``commands`` to every worker (but ``carried_by``'s, which a fetch carried them to)."""
-        coalesced.sending = True  # a monarch Tensor met here is no actor's argument
-        try:
-            self.workers().run.broadcast(commands, carried_by)
-        finally:
-            coalesced.sending = False
-        self._broadcasts = True
+        if commands:
+            coalesced.sending = True  # a monarch Tensor met here is no actor's argument
+            try:
+                self.workers().run.broadcast(commands)
+            finally:
+                coalesced.sending = False
 
     def workers(self) -> ActorMesh[TensorWorker]:
         if self._workers is None:
@@ -162,16 +144,8 @@ class MeshClient:
 
     def fetch(self, ids: list[int], rank: int) -> Future[list[Any]]:
         """The values of ``ids`` on ``rank``: a call to that rank's worker alone, which the
-        core delivers after every batch sent before it (one sender, one actor: in order).
-        A short batch still buffered rides in the call itself (one message to ``rank``
-        instead of two: the latency of a fetch after a few ops), and reaches the other
-        workers in a broadcast sent right after, which ``rank``'s worker passes over."""
-        commands = self._take()
-        carried: list[Command] = []
-        if commands and self._broadcasts and len(commands) <= CARRIED:
-            carried = commands  # the workers hold a batch's context: see TensorWorker.fetch
-        elif commands:
-            self._broadcast(commands)
+        core delivers after every batch sent before it (one sender, one actor: in order)."""
+        self.flush(now=True)
 
         def pick(value: Any) -> list[Any]:
             if isinstance(value, RemoteException):
@@ -179,14 +153,7 @@ class MeshClient:
             assert isinstance(value, list)
             return value
 
-        coalesced.sending = bool(carried)
-        try:
-            call = self.worker(rank).fetch.call_one(ids, rank, carried)
-        finally:
-            coalesced.sending = False
-        if carried and math.prod(self.sizes) > 1:
-            self._broadcast(carried, carried_by=rank)
-        future: Future[list[Any]] = call.then(pick)
+        future: Future[list[Any]] = self.worker(rank).fetch.call_one(ids, rank).then(pick)
         return future
 
     def fetch_all(self, ids: list[int]) -> Future[ValueMesh[list[Any]]]:

@@ -15,7 +15,6 @@ deadlock in the import system.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import itertools
 import threading
@@ -63,9 +62,6 @@ class TensorWorker(Actor):
         """The stream that last wrote each id, where it is not ``main``."""
         self._readers: dict[int, set[int]] = {}
         """The other streams that read each id since it was written."""
-        self._context: contextvars.Context | None = None
-        """The last broadcast batch's context (its point is this worker's), for a batch that
-        a fetch carries."""
 
     @property
     def rank(self) -> int:
@@ -78,20 +74,13 @@ class TensorWorker(Actor):
         return self._point
 
     @endpoint
-    def run(self, commands: list[Command], carried_by: int = -1) -> None:
+    def run(self, commands: list[Command]) -> None:
         """Queue a batch of commands on their streams (fire and forget: failures poison,
-        never raise; a batch that is not one raises ``CommandError``), unless this is the
-        worker of ``carried_by``, to which a fetch sent before this brought the batch."""
-        self._here()
-        self._context = contextvars.copy_context()
-        if carried_by == self.rank:
-            return
-        self._take(commands)
-
-    def _take(self, commands: list[Command]) -> None:
-        """Queue a batch of commands (until a second stream appears, run it here, on the
-        actor's thread, as it comes: no thread to hand it to, nothing to overlap with)."""
+        never raise; a batch that is not one raises ``CommandError``). Until a second stream
+        appears, the batch runs here, on the actor's thread, as it comes (no thread to hand
+        it to, nothing to overlap with)."""
         commands = decode(commands)
+        self._here()
         self._batches += 1
         if not self._streams and not any(type(command) is UseStream for command in commands):
             self._execute(0, commands)
@@ -192,15 +181,10 @@ class TensorWorker(Actor):
         settled(self._changed, self._now(sids))
 
     @endpoint
-    def fetch(self, ids: list[int], rank: int, commands: list[Command] | None = None) -> object:
+    def fetch(self, ids: list[int], rank: int) -> object:
         """The values of ``ids`` here (the controller calls ``rank``'s worker alone), or the
         exception that one of them holds, returned (not raised) so the controller can raise
-        it as is; first the batch of ``commands`` the call carries, if any, in the context of
-        the last batch broadcast (the controller carries none before one): a sliced call's
-        point is the slice's, a command's (``current_rank()``) is the worker's."""
-        if commands:
-            assert self._context is not None, "a fetch carried commands before any batch"
-            self._context.copy().run(self._take, commands)
+        it as is. (Not ``_here()``: a sliced call's point is the slice's.)"""
         self._settled(ids)
         values = []
         for ref in ids:
