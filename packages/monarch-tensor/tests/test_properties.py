@@ -9,7 +9,7 @@ from typing import Any
 import programs
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from monarch.actor import ProcMesh
@@ -119,18 +119,16 @@ def test_controller_metadata_matches_local_runs(
         numel *= size
     try:
         local = run(data(0), ops)
-    except RuntimeError:  # the program is not valid for this dtype (mean of integers)
-        with pytest.raises(RuntimeError), procs.activate():
-            run(data(rank_tensor("gpus")), ops)
-        return
+    except RuntimeError:  # not a program for this dtype (the mean of integers, say)
+        assume(False)
     with procs.activate():
         values = run(data(rank_tensor("gpus")), ops)
     for value, expected in zip(values, local, strict=True):
-        assert (value.shape, value.stride(), value.dtype) == (
-            expected.shape,
-            expected.stride(),
-            expected.dtype,
-        )
+        assert (value.shape, value.dtype) == (expected.shape, expected.dtype)
+        # the strides that address anything (a dimension of size 1 may have any)
+        assert [s for s, n in zip(value.stride(), value.shape, strict=True) if n > 1] == [
+            s for s, n in zip(expected.stride(), expected.shape, strict=True) if n > 1
+        ]
     got = fetch_shard(values, gpus=0).get(timeout=WAIT)
     for a, b in zip(got, local, strict=True):
         torch.testing.assert_close(a, b, equal_nan=True)
