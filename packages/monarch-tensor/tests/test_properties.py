@@ -9,7 +9,7 @@ from typing import Any
 import programs
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from monarch.actor import ProcMesh
@@ -88,6 +88,50 @@ def test_sharded_programs_match_local_runs(
     expected = local[0][-1] + local[1][-1] if mesh_reduce else local[1][-1]
     got_total = fetch_shard(total, gpus=1).get(timeout=WAIT)
     torch.testing.assert_close(got_total, expected, equal_nan=True)
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    shape=st.lists(st.integers(1, 4), min_size=2, max_size=3),
+    ops=st.lists(op, min_size=1, max_size=6),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.int64]),
+    transposed=st.booleans(),
+)
+def test_controller_metadata_matches_local_runs(
+    procs: ProcMesh,
+    shape: list[int],
+    ops: list[tuple[Any, ...]],
+    dtype: torch.dtype,
+    transposed: bool,
+) -> None:
+    """Each value's shape, strides and dtype on the controller (torch's meta kernels, run
+    without importing ``torch._dynamo``: ``_metakernels``) are those of the same program run
+    locally, type promotion and non-contiguous inputs included; the shards' values too."""
+
+    def data(offset: Any) -> Any:
+        x = (torch.arange(numel) + offset).reshape(shape).to(dtype)
+        return x.transpose(0, -1) if transposed else x
+
+    numel = 1
+    for size in shape:
+        numel *= size
+    try:
+        local = run(data(0), ops)
+    except RuntimeError:  # not a program for this dtype (the mean of integers, say)
+        assume(False)
+    with procs.activate():
+        values = run(data(rank_tensor("gpus")), ops)
+    for value, expected in zip(values, local, strict=True):
+        assert (value.shape, value.dtype) == (expected.shape, expected.dtype)
+        # the strides that address anything (a dimension of size 1 may have any)
+        assert [s for s, n in zip(value.stride(), value.shape, strict=True) if n > 1] == [
+            s for s, n in zip(expected.stride(), expected.shape, strict=True) if n > 1
+        ]
+    got = fetch_shard(values, gpus=0).get(timeout=WAIT)
+    for a, b in zip(got, local, strict=True):
+        torch.testing.assert_close(a, b, equal_nan=True)
 
 
 node = st.one_of(

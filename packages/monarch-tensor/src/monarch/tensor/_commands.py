@@ -18,23 +18,42 @@ added to ``Command``; the controller records it with ``client.record(YourCommand
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Union, get_args
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, Union, get_args
 
 import msgspec
 import torch
 
 from monarch.core import ActorMesh
 
-from ._collective import COLLECTIVE_TIMEOUT, Reduction, any_failed, collective
+from ._collective import COLLECTIVE_TIMEOUT, Group, Reduction, any_failed, collective
 from ._errors import CommandError, Failed, Poison, RemoteException
 from ._flat import flatten, flatten_call
 from ._inbox import deliver, take
 
-if TYPE_CHECKING:
-    from ._worker import TensorWorker
-
 Ids = tuple[int, ...]
+
+
+class Worker(Protocol):
+    """What a command's ``run`` may use of the proc's engine (``_worker.TensorWorker``, which
+    runs the commands of this module): the ids' values and the helpers they share."""
+
+    env: dict[int, object]
+
+    @property
+    def rank(self) -> int: ...
+
+    def held(self, ref: int, op: str) -> object: ...
+
+    def apply(
+        self, func: object, args: tuple[Any, ...], kwargs: dict[str, Any], grad: bool
+    ) -> Any: ...
+
+    def function(self, func: object, load: bool = True) -> object: ...
+
+    def poison(self, out: Iterable[int], op: str, exc: BaseException) -> None: ...
+
+    def group(self, dims: tuple[int, ...], store: tuple[str, int]) -> Group: ...
 
 
 class Ref(msgspec.Struct, frozen=True, array_like=True):
@@ -96,7 +115,7 @@ class _Base(msgspec.Struct, frozen=True, tag=True, array_like=True):
     def writes(self) -> Ids:
         return ()
 
-    def run(self, worker: TensorWorker) -> None:
+    def run(self, worker: Worker) -> None:
         """Run on ``worker``'s stream thread; an exception poisons ``writes()``."""
 
 
@@ -124,7 +143,7 @@ class Op(_Applies, frozen=True):
     def writes(self) -> Ids:
         return self.out
 
-    def run(self, worker: TensorWorker) -> None:
+    def run(self, worker: Worker) -> None:
         func: Function = self.func
         try:
             shapes = None
@@ -159,7 +178,7 @@ class Call(_Applies, frozen=True):
     def writes(self) -> Ids:
         return (self.out,)
 
-    def run(self, worker: TensorWorker) -> None:
+    def run(self, worker: Worker) -> None:
         try:
             worker.env[self.out] = worker.apply(self.func, self.args, self.kwargs, self.grad)
         except Failed as failed:
@@ -180,7 +199,7 @@ class Borrowed(_Base, frozen=True):
     def writes(self) -> Ids:
         return (self.out,)
 
-    def run(self, worker: TensorWorker) -> None:
+    def run(self, worker: Worker) -> None:
         value = worker.held(self.source, "borrow")
         worker.env[self.out] = Poison(value) if isinstance(value, RemoteException) else value
 
@@ -202,7 +221,7 @@ class Reduce(_Base, frozen=True):
     def writes(self) -> Ids:
         return (self.out,)
 
-    def run(self, worker: TensorWorker) -> None:
+    def run(self, worker: Worker) -> None:
         op = f"reduce({self.reduction})"
         try:
             group = worker.group(self.dims, self.store)
@@ -234,7 +253,7 @@ class Send(_Base, frozen=True):
     def reads(self) -> Ids:
         return (self.source,)
 
-    def run(self, worker: TensorWorker) -> None:
+    def run(self, worker: Worker) -> None:
         targets = self.plan.get(worker.rank)
         if not targets:
             return
@@ -254,7 +273,7 @@ class Recv(_Base, frozen=True):
     def writes(self) -> Ids:
         return (self.out,)
 
-    def run(self, worker: TensorWorker) -> None:
+    def run(self, worker: Worker) -> None:
         try:
             value = take(self.key, COLLECTIVE_TIMEOUT.total_seconds())
         except TimeoutError as exc:
@@ -276,7 +295,7 @@ class Lend(_Base, frozen=True):
     def reads(self) -> Ids:
         return (self.source,)
 
-    def run(self, worker: TensorWorker) -> None:
+    def run(self, worker: Worker) -> None:
         deliver(self.key, worker.held(self.source, "actor call"))
 
 
@@ -285,7 +304,7 @@ class Delete(_Base, frozen=True):
 
     ids: Ids
 
-    def run(self, worker: TensorWorker) -> None:
+    def run(self, worker: Worker) -> None:
         for ref in self.ids:
             worker.env.pop(ref, None)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import importlib
 import math
-import random
+import secrets
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar, overload
@@ -148,7 +148,7 @@ class Remote(Generic[R]):
         """Run on one proc of the active mesh, picked at random (as upstream's ``choose``
         spreads calls over its actors); its result."""
         client = self._client()
-        return self._from_rank(random.randrange(math.prod(client.sizes)), args, kwargs)
+        return self._from_rank(secrets.randbelow(math.prod(client.sizes)), args, kwargs)
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Run on every proc of the active mesh, for its effects; nothing comes back."""

@@ -17,12 +17,18 @@ import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from ._commands import Wait
+from ._commands import Command, Wait
 
-if TYPE_CHECKING:
-    from ._client import MeshClient
+
+class Recorder(Protocol):
+    """What a borrow needs of its tensors' client (``_client.MeshClient``, which uses this
+    module): record the lender's ``Wait``, free the borrowed ids."""
+
+    def record(self, command: Command, stream: Stream | None = None) -> None: ...
+
+    def free(self, ref: int) -> None: ...
 
 
 class Tensor(Protocol):
@@ -30,8 +36,10 @@ class Tensor(Protocol):
 
     _aliases: StorageAliases
     _stream: Stream
-    _client: MeshClient
     _ref: int
+
+    @property
+    def _client(self) -> Recorder: ...
 
 
 class Stream:
@@ -101,7 +109,7 @@ class Borrow:
         self,
         lender: StorageAliases,
         aliases: StorageAliases,
-        client: MeshClient,
+        client: Recorder,
         lending: Stream,
         borrowing: Stream,
     ) -> None:

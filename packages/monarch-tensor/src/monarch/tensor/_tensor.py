@@ -26,6 +26,7 @@ from ._commands import Borrowed, Lend, Op, Reduce, Ref, wire_func
 from ._flat import flatten, flatten_call, unflatten
 from ._group import RemoteProcessGroup
 from ._metacache import key_of, lookup, store
+from ._metakernels import spare_dynamo
 from ._stream import StorageAliases, Stream, check_inputs, get_active_stream, mutated_input
 from ._to_mesh import MeshSliceTensor, select
 from ._worker import LENT_WAIT, lent
@@ -126,7 +127,7 @@ class Tensor(torch.Tensor):
         client.settle_actor_calls(LENT_WAIT)
         return (lent, (key,))
 
-    def slice_mesh(self, **coords: int | slice) -> MeshSliceTensor:
+    def slice_mesh(self, **coords: int | slice) -> MeshSliceTensor[Tensor]:
         """The shards on a slice of this tensor's mesh (an int drops that dimension, a
         slice keeps it), to be moved with ``.to_mesh(mesh)``."""
         return MeshSliceTensor(self, select(self._client, coords))
@@ -201,6 +202,7 @@ def dispatch(
     if cached is not None:
         out_spec, leaves = cached
     else:
+        spare_dynamo()  # else torch's meta kernels import torch._dynamo (~1 s) at first use
         meta_args, meta_kwargs = unflatten([_to_meta(x) for x in flat], spec)
         if "device" in meta_kwargs:
             meta_kwargs["device"] = "meta"

@@ -13,7 +13,7 @@ send still buffered here.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 
@@ -22,17 +22,29 @@ from monarch.core import ProcMesh
 from ._active import pushed
 from ._client import MeshClient, client_for
 from ._commands import Recv, Send
+from ._stream import Tensor as StreamTensor
 from ._stream import check_inputs
 
-if TYPE_CHECKING:
-    from ._tensor import Tensor
+T = TypeVar("T", bound="Movable")
 
 
-class MeshSliceTensor:
+class Movable(StreamTensor, Protocol):
+    """What ``to_mesh`` needs of a monarch Tensor (``_tensor.Tensor``, which uses this
+    module): its client, its metadata, and a tensor of the same class on another mesh."""
+
+    @property
+    def _client(self) -> MeshClient: ...
+
+    @property
+    def _meta(self) -> torch.Tensor: ...
+
+    def _wrap(self: T, meta: torch.Tensor, client: MeshClient) -> T: ...
+
+
+class MeshSliceTensor(Generic[T]):
     """The shards of ``tensor`` on a slice of its mesh: only ``to_mesh`` can use it."""
 
-    def __init__(self, tensor: Tensor, selection: dict[str, int | range]) -> None:
-        # a monarch Tensor (``_tensor``, which uses this module)
+    def __init__(self, tensor: T, selection: dict[str, int | range]) -> None:
         self.tensor = tensor
         self.selection = selection
         """Per dimension of the tensor's mesh: the one coordinate kept, or a range."""
@@ -44,7 +56,7 @@ class MeshSliceTensor:
         }
         return f"MeshSliceTensor({self.tensor!r}, {picked})"
 
-    def to_mesh(self, mesh: ProcMesh) -> Tensor:
+    def to_mesh(self, mesh: ProcMesh) -> T:
         """A new tensor of ``mesh`` whose shards are copies of this slice's."""
         source = self.tensor._client
         check_inputs("to_mesh", [self.tensor], None)
@@ -78,7 +90,7 @@ class MeshSliceTensor:
             plan.setdefault(source.rank_of(point), []).append(at)
         with pushed(None):
             result = torch.empty(meta.shape, dtype=meta.dtype, device="meta")
-        out = type(self.tensor)._wrap(result, destination)
+        out = self.tensor._wrap(result, destination)
         key = destination.transfer_key()
         source.record(Send(self.tensor._ref, key, plan, destination.inbox()))
         source.flush(now=True)  # no destination may wait on a send still held here
