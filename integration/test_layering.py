@@ -551,18 +551,6 @@ def test_no_wheel_imports_another_wheels_private_modules() -> None:
 # no import circle inside a wheel: each module's imports (those at module level, the ones under
 # ``if TYPE_CHECKING:`` included) form a DAG, so a reader can walk any wheel from the ground up
 
-CIRCLES_BEING_REMOVED: dict[str, tuple[frozenset[str], ...]] = {
-    "monarch-tensor": (
-        frozenset({"monarch.tensor._client", "monarch.tensor._stream"}),
-        frozenset({"monarch.tensor._commands", "monarch.tensor._lanes", "monarch.tensor._worker"}),
-        frozenset({"monarch.tensor._tensor", "monarch.tensor._to_mesh"}),
-    ),
-}
-"""The import circles a wheel still has while they are taken apart (issue 28), to be emptied
-and then deleted: a circle of such a wheel passes while all its modules are in one listed
-circle (what is left of it as it is cut up); any other circle fails."""
-
-
 def module_level_import_lines(path: Path) -> set[int]:
     """Lines of the ``import`` statements that run when the module is imported (or that
     only a type checker reads): those inside a function body are left out."""
@@ -654,12 +642,7 @@ def circle_path(graph: dict[str, set[str]], circle: frozenset[str]) -> str:
 def test_no_import_circle_inside_a_wheel(dist: str) -> None:
     graph = import_graph(folders()[dist] / "src")
     found = import_circles(graph)
-    tolerated = CIRCLES_BEING_REMOVED.get(dist, ())
-    new = [
-        circle_path(graph, circle)
-        for circle in sorted(found, key=sorted)
-        if not any(circle <= listed for listed in tolerated)
-    ]
+    new = [circle_path(graph, circle) for circle in sorted(found, key=sorted)]
     assert not new, f"{dist} has import circles (TYPE_CHECKING imports count):\n" + "\n".join(new)
 
 
