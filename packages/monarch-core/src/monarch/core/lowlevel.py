@@ -12,6 +12,11 @@ As trio's ``trio.lowlevel``: a thin public face over the core's private modules.
 - ``snapshot_procs``: every proc's ``ProcSnapshot`` at once (monarch-admin, -telemetry).
 - ``plugin_group`` / ``load_plugin``: the one loader of every entry-point group, with a
   ``pip install`` hint (``MissingPlugin``) and duplicate detection (``PluginConflict``).
+- the bulk-data wing (``_bulk``): ``Plane`` (what a plane offers: lend, reach, read,
+  write, release), ``bulk_planes()`` (the planes, monarch-rdma's found through the
+  ``monarch.bulk_planes`` entry points; one chosen per loan), ``MemoryPlane`` (the
+  same-host one, with its identity and liveness checks) and ``bulk_executor()`` (the one
+  executor of bulk-data threads).
 - ``prestart_zygote`` / ``current_zygote``: this process's zygote, which forks its procs
   (and a ``ProcessJob``'s forker, ``fork_program``): started ahead of the first proc, and
   the one object a launcher or a test watches.
@@ -19,6 +24,12 @@ As trio's ``trio.lowlevel``: a thin public face over the core's private modules.
 
 from monarch.transport import MissingPlugin, PluginConflict, PluginGroup, load_plugin, plugin_group
 
+from ._bulk._executor import Executor, bulk_executor, streams
+from ._bulk._memory_plane import IDENTITY_MAGIC, MemoryPlane, pull_into
+from ._bulk._plane import (
+    ENTRY_POINT_GROUP as BULK_PLANES_GROUP,
+)
+from ._bulk._plane import Loan, LoanDropped, LoanLost, Plane, PlaneError, Planes, bulk_planes
 from ._host._introspect import PROC_SERVICE, Introspect, ProcQuery, inspect_proc, snapshot_procs
 from ._host._zygote import Zygote, prestart_zygote, zygote
 from ._mesh._ask import ASK_TIMEOUT, Service, ServiceError, ask, ask_body
@@ -31,9 +42,19 @@ def current_zygote() -> Zygote:
 
 __all__ = [
     "ASK_TIMEOUT",
+    "BULK_PLANES_GROUP",
+    "IDENTITY_MAGIC",
     "PROC_SERVICE",
+    "Executor",
     "Introspect",
+    "Loan",
+    "LoanDropped",
+    "LoanLost",
+    "MemoryPlane",
     "MissingPlugin",
+    "Plane",
+    "PlaneError",
+    "Planes",
     "PluginConflict",
     "PluginGroup",
     "ProcQuery",
@@ -42,10 +63,14 @@ __all__ = [
     "Zygote",
     "ask",
     "ask_body",
+    "bulk_executor",
+    "bulk_planes",
     "current_zygote",
     "inspect_proc",
     "load_plugin",
     "plugin_group",
     "prestart_zygote",
+    "pull_into",
     "snapshot_procs",
+    "streams",
 ]
