@@ -76,7 +76,8 @@ def test_the_bounded_lane_runs_in_order_and_frees_its_places() -> None:
         blockers = [threads.submit(gate.wait, 60) for _ in range(2)]
         later = [threads.submit(seen.append, i) for i in range(20)]
         gate.set()
-        for future in [*blockers, *later]:
+        assert all(blocker.result(60) for blocker in blockers)
+        for future in later:
             future.result(60)
         assert sorted(seen) == list(range(20))
         assert not threads.saturated()
