@@ -60,7 +60,9 @@ def holder(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any]]:
         procs.stop().get(timeout=60)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     size=st.one_of(st.integers(1, 4096), st.integers(4097, 3 << 20)),
     before=st.integers(0, GUARD),
