@@ -24,7 +24,7 @@ from monarch.core.lowlevel import (
 
 _groups = itertools.count()
 
-PLANES = '''
+PLANES = """
 from typing import Any, ClassVar
 
 from monarch.core.lowlevel import Loan, Plane
@@ -70,7 +70,7 @@ class Far(Plane):
 
 class NotAPlane:
     name = "bogus"
-'''
+"""
 
 
 @dataclass(frozen=True)
