@@ -28,6 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
+from monarch.core._config import current_config
 from monarch.core._payload._per_process import PerProcess
 
 T = TypeVar("T")
@@ -44,8 +45,6 @@ def streams() -> int:
     """Streams per TCP transfer: upstream's ``rdma_runtime_worker_threads``, but no more
     than one per two CPUs (each stream is a thread here and one at the owner; on a small
     machine more streams only contend: measured on 2 cores, 1 stream beats 2)."""
-    from monarch.core._config import current_config
-
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     return max(1, min(current_config().rdma_runtime_worker_threads, cpus // 2))
 
