@@ -60,19 +60,25 @@ class RDMABuffer:
         if region.size == 0:
             raise ValueError("Cannot create RDMABuffer with size 0.")
         proc = local_process()
+        owner = context().actor_instance.actor_id
         buffer_id, cell = registry.register(region)
+        try:  # every plane lends it: each says what a peer needs to reach it
+            planes = bulk_planes().lend(buffer_id, region.address, region.size)
+        except BaseException:
+            registry.drop(buffer_id)
+            raise
         self._handle = Handle(
             buffer_id=buffer_id,
             size=region.size,
             writable=region.writable,
-            owner=context().actor_instance.actor_id,
+            owner=owner,
             proc=proc.runtime.address,
             pid=os.getpid(),
             token=registry.token,
             identity=registry.identity_address,
             cell=cell,
             address=region.address,
-            planes=bulk_planes().lend(buffer_id, region.address, region.size),
+            planes=planes,
         )
 
     @classmethod

@@ -135,6 +135,7 @@ def _atomic(op: Op, deadline: float) -> None:
 
 def drop(handle: Handle, deadline: float) -> None:
     """Unregister the buffer at its owner; done if the owner is gone (its memory is)."""
+    bulk_planes().forget(handle)  # its plane is not needed again
     if handle.token == registry.token:
         registry.drop(handle.buffer_id)
         return
