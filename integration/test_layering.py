@@ -330,17 +330,18 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         # + the internal log; files by checksum; reloads; a call's tensor copies made while
         # they travel; mocked actors; how an unhandled failure ends the client; upstream's
         # Uid and ProcId; upstream's pickled Extent and Point
-        "_payload._tensors _host._adopt _payload._buffers _host._environ",  # tensors as one buffer
-        # each (torch never imported); fd sockets; upstream's write Buffer (small writes copied,
-        # large kept); the MONARCH_* names and the job secret a spawner hands its procs
-        "_payload._serialize _bulk._ring",  # pickling with out-of-band buffers; the lenders' rings
+        "_payload._tensors _host._adopt _payload._buffers _host._environ _bulk._executor",
+        # tensors as one buffer each (torch never imported); the bulk-data executor; fd sockets;
+        # upstream's write Buffer (small writes copied, large kept); the MONARCH_* names and
+        # the job secret a spawner hands its procs
+        "_payload._serialize _bulk._ring",  # pickling with out-of-band buffers; lenders' rings
         "_errors _mesh._reports",  # the one exception tree; upstream's words for failures
-        "_layout._shape _layout._selection _runtime._scope _mesh._supervision _bulk._lending"
-        " _mesh._exits",  # mesh algebra; running code; loans; exits
-        "_runtime._messages _mesh._endpoint _layout._value_mesh _runtime._actor_logs",  # wire;
-        # Actor/@endpoint; values; log prefix
-        "_runtime._cast _mesh._launch _host._zygote",  # cast trees and FIFO order; how procs are
-        # started; forks
+        "_layout._shape _layout._selection _runtime._scope _mesh._supervision _bulk._plane"
+        " _mesh._exits",  # mesh algebra; running code; what a bulk-data plane offers; exits
+        "_runtime._messages _mesh._endpoint _layout._value_mesh _runtime._actor_logs"
+        " _bulk._memory_plane",  # wire; Actor/@endpoint; values; log prefix; same-host reads
+        "_runtime._cast _mesh._launch _host._zygote _bulk._lending",  # cast trees and FIFO
+        # order; how procs are started; forks; loans of message parts
         "_runtime",  # the per-process runtime (spin, loop, flow, peers, router)
         "_mesh._future _mesh._logs",  # Future/Outcome; procs' output read by their agent
         "_mesh._gather _mesh._port _mesh._ask",  # replies on a port; user ports; ask a proc

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monarch.core import PullError
-from monarch.core._bulk import _lending, _ring
+from monarch.core._bulk import _lending, _memory_plane, _ring
 from monarch.core._bulk._lending import DESCRIPTOR_SIZE, LEND_MIN, Lender, borrow, is_descriptor
 from monarch.core._payload._memory import HUGE_PAGE
 from monarch.core._payload._serialize import dumps, loads
@@ -109,13 +109,14 @@ def test_another_process_is_read_only_with_its_token() -> None:
 
 @given(size=st.integers(0, 1 << 31))
 def test_a_read_is_split_into_aligned_pieces_that_cover_it(size: int) -> None:
-    pieces = _lending._pieces(size)
+    pieces = _memory_plane._pieces(size)
     assert [start for start, _ in pieces] == [0, *(s + n for s, n in pieces[:-1])][: len(pieces)]
     assert sum(length for _, length in pieces) == size
-    assert all(start % HUGE_PAGE == 0 and 0 < length <= _lending.PIECE for start, length in pieces)
-    readers = _lending._readers_for(size)
-    assert 1 <= readers <= min(_lending.SPLIT_MAX, os.cpu_count() or 1)
-    assert readers == 1 or size >= _lending.SPLIT_MIN
+    piece = _memory_plane.PIECE
+    assert all(start % HUGE_PAGE == 0 and 0 < length <= piece for start, length in pieces)
+    readers = _memory_plane._readers_for(size)
+    assert 1 <= readers <= min(_memory_plane.SPLIT_MAX, os.cpu_count() or 1)
+    assert readers == 1 or size >= _memory_plane.SPLIT_MIN
 
 
 @pytest.fixture
@@ -151,7 +152,7 @@ def test_a_large_read_failing_in_one_piece_raises(
     lender_process: tuple[int, int, int, str, int],
 ) -> None:
     pid, *_, holed = lender_process
-    assert _lending._readers_for(32 << 20) > 1 or (os.cpu_count() or 1) == 1
+    assert _memory_plane._readers_for(32 << 20) > 1 or (os.cpu_count() or 1) == 1
     assert len(_lending.pull(pid, holed, 24 << 20)) == 24 << 20
     with pytest.raises(PullError, match=f"process {pid}"):
         _lending.pull(pid, holed, 32 << 20)

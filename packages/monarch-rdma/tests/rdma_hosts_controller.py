@@ -55,7 +55,7 @@ def main(address: str) -> None:
         json.dumps(
             {
                 "plane": plane(buf._handle),
-                "owner_host": buf._handle.tcp_host,
+                "owner_host": (buf._handle.reach("tcp") or ("",))[0],
                 "read": out == bytes(range(256)) * (SIZE // 256) + bytes(range(SIZE % 256)),
                 "written": owner.digest.call_one().get(timeout=60)
                 == hashlib.sha256(written).hexdigest(),

@@ -32,9 +32,9 @@ class Doomed(Actor):
         return os.getpid()
 
 
-@pytest.mark.parametrize("way", ["shm", "tcp"])
+@pytest.mark.parametrize("way", ["memory", "tcp"])
 def test_a_dead_owner_fails_every_operation(way: str, unhandled_failures: Failures) -> None:
-    with configured(read_peer_buffers=way == "shm"):
+    with configured(read_peer_buffers=way == "memory"):
         procs = this_host().spawn_procs(per_host={"procs": 1})
         doomed = procs.spawn(f"doomed_{way}", Doomed)
         buf = doomed.handle.call_one().get(timeout=60)
@@ -49,12 +49,12 @@ def test_a_dead_owner_fails_every_operation(way: str, unhandled_failures: Failur
         buf.drop().get(timeout=60)  # nothing left to release: done
 
 
-@pytest.mark.parametrize("way", ["shm", "tcp"])
+@pytest.mark.parametrize("way", ["memory", "tcp"])
 def test_a_death_during_transfers_ends_each_in_a_value_or_an_error(
     way: str, unhandled_failures: Failures
 ) -> None:
     """Reads racing the owner's death: each either brought the whole buffer or failed."""
-    with configured(read_peer_buffers=way == "shm", rdma_max_chunk_size_mb=1):
+    with configured(read_peer_buffers=way == "memory", rdma_max_chunk_size_mb=1):
         procs = this_host().spawn_procs(per_host={"procs": 1})
         doomed = procs.spawn(f"cut_{way}", Doomed)
         buf = doomed.handle.call_one().get(timeout=60)

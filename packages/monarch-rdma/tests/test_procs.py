@@ -116,10 +116,10 @@ def sha(data: bytes | bytearray) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-@pytest.fixture(scope="module", params=["shm", "tcp"])
+@pytest.fixture(scope="module", params=["memory", "tcp"])
 def mesh(request: pytest.FixtureRequest) -> Iterator[tuple[str, ProcMesh, Any]]:
     way = str(request.param)
-    with configured(read_peer_buffers=way == "shm"):
+    with configured(read_peer_buffers=way == "memory"):
         procs = this_host().spawn_procs(per_host={"procs": 2})
         owners = procs.spawn("owners", Owner)
         yield way, procs, owners
@@ -231,7 +231,7 @@ def test_a_frozen_owner_times_out_not_hangs(mesh: tuple[str, ProcMesh, Any]) -> 
         os.kill(pid, signal.SIGCONT)
     out = bytearray(4096)
     buf.read_into(out).get(timeout=60)  # it serves again
-    if way == "shm":  # the expired request was not served late (over TCP the bytes were sent)
+    if way == "memory":  # the expired request was not served late (over TCP the bytes were sent)
         assert out == pattern(4096, 6)
 
 

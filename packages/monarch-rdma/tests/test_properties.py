@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from monarch.core.lowlevel import Executor
 from monarch.rdma import RDMAAction, RDMABuffer
 from monarch.rdma import _tcp as tcp
 from monarch.rdma._chunks import plan
 from monarch.rdma._overlap import Access, first_race
 from monarch.rdma._region import Region, region_of
-from monarch.rdma._threads import Threads
 
 pytestmark = pytest.mark.filterwarnings("ignore::monarch.rdma.RDMATcpFallbackWarning")
 
@@ -86,7 +86,7 @@ def test_striped_transfers_over_real_sockets_reassemble_exactly(
     local = bytearray(size) if not writes else bytearray(data)
     regions[1] = region_of(remote)
     streams = tcp.Streams(served.host, served.port, SECRET, integrity=not untagged)
-    with Threads(4) as helpers:
+    with Executor(4) as helpers:
         chunks = plan(size, width, max_chunk, 1)
         op = tcp.WRITE if writes else tcp.READ
         tcp.transfer(

@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from monarch.core.lowlevel import Executor
 from monarch.rdma import RDMABufferDropped, RDMAError
 from monarch.rdma import _tcp as tcp
 from monarch.rdma._chunks import plan
 from monarch.rdma._region import Region, region_of
-from monarch.rdma._threads import Threads
 from monarch.transport.lowlevel import Handshake
 
 SECRET = os.urandom(32)
@@ -98,7 +98,7 @@ def move(
 ) -> None:
     streams = tcp.Streams(address[0], address[1], SECRET, integrity)
     try:
-        with Threads(1) as helpers:
+        with Executor(1) as helpers:
             tcp.transfer(
                 streams,
                 op,
@@ -200,7 +200,7 @@ def test_a_replayed_request_is_refused(server: Served) -> None:
     chunks = plan(SIZE, 1, SIZE, 1)
     with relay((served.host, served.port), replay) as address:
         streams = tcp.Streams(address[0], address[1], SECRET)
-        with Threads(1) as helpers:
+        with Executor(1) as helpers:
             deadline = time.monotonic() + 20
             tcp.transfer(
                 streams, tcp.WRITE, 1, region_of(local), SIZE, deadline, chunks, helpers, 1

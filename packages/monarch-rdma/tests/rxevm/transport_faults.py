@@ -97,7 +97,9 @@ async def one_attempt(attempt: str, data: bytes, theirs: RDMABuffer) -> None:
                 refused = await _attempt(server, local, length + 4096, address, rkey)
             elif attempt == "another domain":
                 handle = theirs._handle
-                refused = await _attempt(server, local, handle.size, handle.address, handle.rkey)
+                reach = handle.reach("ibverbs")
+                assert reach is not None
+                refused = await _attempt(server, local, handle.size, handle.address, reach[0])
             else:
                 assert await _attempt(server, local, length, address, rkey) is None
                 assert bytes(local[:length]) == data

@@ -39,7 +39,7 @@ from monarch._wheels import install_hint
 
 from ._bulk._lending import LEND_MIN, Lender
 from ._bulk._lending import available as lending_available
-from ._bulk._lending import read_range as read_process_memory
+from ._bulk._memory_plane import read_range as read_process_memory
 from ._config import current_config
 from ._errors import (
     ActorError,

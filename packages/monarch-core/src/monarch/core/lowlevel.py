@@ -15,6 +15,11 @@ As trio's ``trio.lowlevel``: a thin public face over the core's private modules.
 - ``process_alive`` / ``process_state`` / ``process_start``: whether a pid runs (a zombie
   does not; with its start time, whether it is still the same process), the one check
   every launcher and watcher makes.
+- the bulk-data wing (``_bulk``): ``Plane`` (what a plane offers: lend, reach, read,
+  write, release), ``bulk_planes()`` (the planes, monarch-rdma's found through the
+  ``monarch.bulk_planes`` entry points; one chosen per loan), ``MemoryPlane`` (the
+  same-host one, with its identity and liveness checks) and ``bulk_executor()`` (the one
+  executor of bulk-data threads).
 - ``prestart_zygote`` / ``current_zygote``: this process's zygote, which forks its procs
   (and a ``ProcessJob``'s forker, ``fork_program``): started ahead of the first proc, and
   the one object a launcher or a test watches.
@@ -22,6 +27,12 @@ As trio's ``trio.lowlevel``: a thin public face over the core's private modules.
 
 from monarch.transport import MissingPlugin, PluginConflict, PluginGroup, load_plugin, plugin_group
 
+from ._bulk._executor import Executor, bulk_executor, streams
+from ._bulk._memory_plane import IDENTITY_MAGIC, MemoryPlane, pull_into
+from ._bulk._plane import (
+    ENTRY_POINT_GROUP as BULK_PLANES_GROUP,
+)
+from ._bulk._plane import Loan, LoanDropped, LoanLost, Plane, PlaneError, Planes, bulk_planes
 from ._host._introspect import PROC_SERVICE, Introspect, ProcQuery, inspect_proc, snapshot_procs
 from ._host._pids import process_alive, process_start, process_state
 from ._host._zygote import Zygote, prestart_zygote, zygote
@@ -35,9 +46,19 @@ def current_zygote() -> Zygote:
 
 __all__ = [
     "ASK_TIMEOUT",
+    "BULK_PLANES_GROUP",
+    "IDENTITY_MAGIC",
     "PROC_SERVICE",
+    "Executor",
     "Introspect",
+    "Loan",
+    "LoanDropped",
+    "LoanLost",
+    "MemoryPlane",
     "MissingPlugin",
+    "Plane",
+    "PlaneError",
+    "Planes",
     "PluginConflict",
     "PluginGroup",
     "ProcQuery",
@@ -46,6 +67,8 @@ __all__ = [
     "Zygote",
     "ask",
     "ask_body",
+    "bulk_executor",
+    "bulk_planes",
     "current_zygote",
     "inspect_proc",
     "load_plugin",
@@ -54,5 +77,7 @@ __all__ = [
     "process_alive",
     "process_start",
     "process_state",
+    "pull_into",
     "snapshot_procs",
+    "streams",
 ]

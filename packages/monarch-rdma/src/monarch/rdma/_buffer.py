@@ -8,9 +8,9 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from monarch.core import Future, context
+from monarch.core.lowlevel import bulk_planes
 
 from . import _transfer as transfer
-from . import _verbs as verbs
 from ._backend import get_rdma_backend
 from ._errors import RDMATcpFallbackWarning
 from ._handle import Handle
@@ -60,29 +60,25 @@ class RDMABuffer:
         if region.size == 0:
             raise ValueError("Cannot create RDMABuffer with size 0.")
         proc = local_process()
-        server = proc.data_server()
+        owner = context().actor_instance.actor_id
         buffer_id, cell = registry.register(region)
-        rkey = 0
-        nic = verbs.device() if backend == "ibverbs" else None
-        if nic is not None:
-            try:
-                rkey = nic.register(buffer_id, region)
-            except Exception as error:  # noqa: BLE001 - served by the other planes then
-                log.warning("cannot register %d bytes with %s: %s", region.size, nic.name, error)
+        try:  # every plane lends it: each says what a peer needs to reach it
+            planes = bulk_planes().lend(buffer_id, region.address, region.size)
+        except BaseException:
+            registry.drop(buffer_id)
+            raise
         self._handle = Handle(
             buffer_id=buffer_id,
             size=region.size,
             writable=region.writable,
-            owner=context().actor_instance.actor_id,
+            owner=owner,
             proc=proc.runtime.address,
             pid=os.getpid(),
             token=registry.token,
             identity=registry.identity_address,
             cell=cell,
             address=region.address,
-            tcp_host=server.host,
-            tcp_port=server.port,
-            rkey=rkey,
+            planes=planes,
         )
 
     @classmethod

@@ -1,8 +1,13 @@
-"""What an ``RDMABuffer`` carries when it travels: where the buffer is and how to reach it."""
+"""What an ``RDMABuffer`` carries when it travels: where the buffer is and how to reach it.
+
+A ``Handle`` is a loan of monarch-core's bulk-data wing (``monarch.core.lowlevel.Loan``):
+each plane it was lent through says, under its name, what a peer needs to reach it.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,8 +29,13 @@ class Handle:
     """Address of this buffer's liveness cell in the owner."""
     address: int
     """Where the bytes are in the owner's memory."""
-    tcp_host: str
-    tcp_port: int
-    """The owner's TCP data server (see ``_tcp``)."""
-    rkey: int = 0
-    """The buffer's memory region key at the owner's ibverbs device (0: not registered)."""
+    planes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    """What each plane that lent the buffer said a peer needs, by the plane's name (the
+    TCP plane: the owner's data server; the ibverbs plane: the region's rkey)."""
+
+    def reach(self, plane: str) -> tuple[Any, ...] | None:
+        """What ``plane`` said a peer needs to reach the buffer (None: it did not lend it)."""
+        for name, reach in self.planes:
+            if name == plane:
+                return reach
+        return None

@@ -1,4 +1,5 @@
-"""This process's side of RDMA: its data server, its streams, its threads.
+"""This process's side of RDMA: its data server and its streams (its threads are the
+core's one bulk-data executor, ``monarch.core.lowlevel.bulk_executor``).
 
 Made on first use (the first buffer, or the first operation on one). The owner's side of
 a buffer (what a peer asks it) is the ``rdma`` service (``_service``).
@@ -6,10 +7,8 @@ a buffer (what a peer asks it) is the ``rdma`` service (``_service``).
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
-from typing import Final
 
 from monarch.core import (
     WILDCARD_HOSTS,
@@ -19,14 +18,10 @@ from monarch.core import (
     ip_host,
     job_secret,
 )
+from monarch.core.lowlevel import bulk_executor, streams
 
-from . import _threads as threads
 from ._registry import registry
 from ._tcp import DataServer, Streams
-
-OPS_THREADS: Final = 16
-"""Operations of this process that run at once, each with its streams (an RDMAAction's
-run side by side): the executor holds ``OPS_THREADS`` x streams per transfer threads."""
 
 
 def _tcp_host(address: str) -> str:
@@ -50,13 +45,10 @@ class Process:
         self._server: DataServer | None = None
         self._streams: dict[tuple[str, int], Streams] = {}
         self._lock = threading.Lock()
-        # Streams per transfer: upstream's worker-thread knob, but no more than one per
-        # two CPUs (each stream is a thread here and one at the owner; on a small machine
-        # more streams only contend: measured on 2 cores, 1 stream beats 2).
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-        self.width = max(1, min(current_config().rdma_runtime_worker_threads, cpus // 2))
-        self.threads = threads.make(OPS_THREADS * self.width)
-        """Operations, their extra streams and the large pulls we serve (``_threads``)."""
+        self.width = streams()
+        """Streams per TCP transfer."""
+        self.threads = bulk_executor()
+        """Operations, their extra streams and the large pulls we serve."""
 
     # -- the data server and streams ---------------------------------------------------
 

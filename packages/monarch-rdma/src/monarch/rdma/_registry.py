@@ -6,7 +6,8 @@ a *cell* in our memory holding (our token, its id), the id zeroed when it is dro
 checks the cell before and after copying; a copy that a drop overlapped is refused, never
 returned as data. Ids are never reused, so a cell reused for a later buffer does not
 vouch for an earlier one. The identity cell holds (magic, our token): a peer that reads it
-through our pid knows the pid is us, not a process that reused the number.
+through our pid knows the pid is us, not a process that reused the number. Both checks
+are the core memory plane's (``monarch.core.lowlevel.MemoryPlane``).
 """
 
 from __future__ import annotations
@@ -14,16 +15,13 @@ from __future__ import annotations
 import ctypes
 import itertools
 import secrets
-import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+
+from monarch.core.lowlevel import IDENTITY_MAGIC
 
 from ._region import Region
-
-CELL: Final = struct.Struct("<QQ")
-IDENTITY_MAGIC: Final = int.from_bytes(b"monarchR", "little")
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,14 +13,14 @@ owner's refusals (``Refused``) become the asker's exceptions of the same kind.
 from __future__ import annotations
 
 import ctypes
+import os
 import time
 from concurrent.futures import Future
 from typing import Final
 
-from monarch.core import PeerLost
-from monarch.core.lowlevel import Service, ServiceError, ask
+from monarch.core import PeerLost, PullError
+from monarch.core.lowlevel import Loan, MemoryPlane, Service, ServiceError, ask, pull_into
 
-from . import _shm as shm
 from . import _verbs as verbs
 from ._errors import (
     RDMABufferDropped,
@@ -98,11 +98,18 @@ def _pull(request: Pull) -> Pulled:
     if time.time() > request.expires:
         raise RDMATimeoutError("the write request expired before the owner could serve it")
     target = writable(request.buffer_id, request.size)
-    return Pulled(
-        shm.pull_into(
-            target, request.pid, request.identity, request.token, request.address, request.size
+    try:
+        done = pull_into(
+            target.address,
+            request.pid,
+            request.identity,
+            request.token,
+            request.address,
+            request.size,
         )
-    )
+    except PullError as error:
+        raise RDMATransferError(f"reading the writer's memory failed: {error}") from None
+    return Pulled(done)
 
 
 def _refused(error: BaseException) -> Refused:
@@ -118,7 +125,7 @@ def _refused(error: BaseException) -> Refused:
 
 
 def _pull_later(request: Pull) -> Future[Answer]:
-    """A large pull, on an RDMA thread (the loop goes on meanwhile)."""
+    """A large pull, on a bulk-data thread (the loop goes on meanwhile)."""
 
     def run() -> Answer:
         try:
@@ -130,8 +137,8 @@ def _pull_later(request: Pull) -> Future[Answer]:
 
 
 def _serve(request: Request) -> Answer | Future[Answer]:
-    """Answer one request, on the runtime loop (a large pull on an RDMA thread while one
-    is free: see ``_threads``)."""
+    """Answer one request, on the runtime loop (a large pull on a bulk-data thread while
+    one is free: see ``monarch.core.lowlevel.bulk_executor``)."""
     try:
         if isinstance(request, Pull):
             if request.size > INLINE_MAX and not local_process().threads.saturated():
@@ -170,3 +177,25 @@ def ask_owner(handle: Handle, request: Request, deadline: float) -> Answer:
     if isinstance(answer, Refused):
         raise _RAISES[answer.why](answer.message)
     return answer
+
+
+def _ask_pull(loan: Loan, source: int, size: int, deadline: float) -> bool:
+    """The memory plane's write: ask the owner to read ``size`` bytes at ``source`` of
+    ours into the buffer (False: it cannot read us, the next plane writes)."""
+    if not isinstance(loan, Handle):
+        return False
+    expires = time.time() + (deadline - time.monotonic())  # one clock on one host
+    request = Pull(
+        loan.buffer_id,
+        expires,
+        os.getpid(),
+        registry.identity_address,
+        registry.token,
+        source,
+        size,
+    )
+    answer = ask_owner(loan, request, deadline)
+    return isinstance(answer, Pulled) and answer.done
+
+
+MemoryPlane.ask_pull = _ask_pull

@@ -45,7 +45,7 @@ from ._region import Region
 from ._seal import SLICE, TAG_SIZE, Seal, Tagger
 
 if TYPE_CHECKING:
-    from ._threads import Threads
+    from monarch.core.lowlevel import Executor
 
 Buffer = bytes | bytearray | memoryview
 
@@ -524,7 +524,7 @@ def transfer(
     size: int,
     deadline: float,
     chunks: list[tuple[int, int]],
-    threads: Threads,
+    threads: Executor,
     width: int,
 ) -> None:
     """Move ``size`` bytes between the buffer (from its start) and ``local`` (from its

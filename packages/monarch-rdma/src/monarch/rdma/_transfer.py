@@ -1,13 +1,13 @@
-"""Operations on buffers and how they run: one plane chosen per pair of processes.
+"""Operations on buffers and how they run: one plane chosen per handle.
 
 - the owner's own process: a memmove;
-- another process of this host that we may read (``_shm``): read straight from it; a
-  write is pulled by the owner from us;
-- a process elsewhere, both with an ibverbs device (``_verbs``): RDMA READ/WRITE;
-- anywhere else (``_tcp``): the owner's data server, in chunks over several streams.
+- else the first of monarch-core's bulk-data planes (``monarch.core.lowlevel.bulk_planes``)
+  that reaches the owner, chosen on the handle's first operation: the core's ``memory``
+  plane (another process of this host that we may read: read straight from it; a write
+  is pulled by the owner from us), then this wheel's ``ibverbs`` and ``tcp`` (``_planes``).
 
 A small read this process copies itself runs on the calling thread; every other operation
-on this process's RDMA threads (``_threads``). What needs the owner (a write of this
+on the core's bulk-data executor. What needs the owner (a write of this
 host it pulls, a drop, an atomic, a verbs connection) asks its ``rdma`` service
 (``_service``). A batch (``RDMAAction``) runs its operations side by
 side and its Future ends when the last one has (so no transfer still writes into memory
@@ -24,17 +24,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from monarch.core import Future, current_config
+from monarch.core import Future, PullError
+from monarch.core.lowlevel import LoanDropped, LoanLost, Plane, bulk_planes
 
-from . import _shm as shm
-from . import _tcp as tcp
-from . import _verbs as verbs
-from ._chunks import KIB, MIB, plan
-from ._errors import RDMAOwnerDied, RDMATransferError
+from ._errors import RDMABufferDropped, RDMAError, RDMAOwnerDied, RDMATransferError
 from ._handle import Handle
-from ._messages import U64, Atomic, Connect, Connected, Drop, Old, Pull, Pulled
+from ._messages import U64, Atomic, Drop, Old
 from ._overlap import Access
-from ._process import Process, local_process
+from ._process import local_process
 from ._region import Region, region_of
 from ._registry import registry
 from ._service import ATOMIC_SIZE, INLINE_MAX, ask_owner, registered, serve_atomic, writable
@@ -74,101 +71,50 @@ def validate_timeout(timeout: int) -> int:
 
 
 def plane(handle: Handle) -> str:
-    """Which plane moves this handle's bytes from here: ``local``, ``shm`` or ``tcp``."""
+    """Which plane moves this handle's bytes from here: ``local`` (the owner is us),
+    else the name of the bulk-data plane chosen for it (``memory``, ``ibverbs``, ``tcp``)."""
     if handle.token == registry.token:
         return "local"
-    if shm.usable(handle):
-        return "shm"
-    if handle.rkey and verbs.device() is not None:
-        return "ibverbs"
-    return "tcp"
+    return bulk_planes().choose(handle).name
 
 
-def _over_tcp(
-    proc: Process, handle: Handle, op: int, local: Region, size: int, deadline: float
-) -> None:
-    config = current_config()
-    chunks = plan(
-        size,
-        proc.width,
-        config.rdma_max_chunk_size_mb * MIB,
-        config.rdma_min_stripe_size_kb * KIB,
-    )
-    streams = proc.streams(handle.tcp_host, handle.tcp_port)
-    try:
-        tcp.transfer(
-            streams, op, handle.buffer_id, local, size, deadline, chunks, proc.threads, proc.width
-        )
-    except RDMATransferError as error:
-        if not isinstance(error, RDMAOwnerDied) and handle.proc in proc.runtime.failed_peers:
-            raise RDMAOwnerDied(f"the buffer's owner ({handle.owner}) died") from error
-        raise
+def _chosen(handle: Handle) -> Plane | None:
+    """The plane chosen for ``handle`` (once per handle); None when the owner is us."""
+    if handle.token == registry.token:
+        return None
+    return bulk_planes().choose(handle)
 
 
-def _over_verbs(handle: Handle, op: str, local: Region, size: int, deadline: float) -> None:
-    nic = verbs.device()
-    assert nic is not None
-    proc = local_process()
-    failed = proc.runtime.failed_peers
-
-    def gone() -> bool:
-        return handle.proc in failed
-
-    if gone():
-        raise RDMAOwnerDied(f"the buffer's owner ({handle.owner}) died")
-
-    def ask(qpn: int, gid: str) -> tuple[int, str]:
-        answer = ask_owner(handle, Connect(registry.token, qpn, gid), deadline)
-        if not isinstance(answer, Connected):
-            raise RDMATransferError(f"the owner answered a connection with {answer!r}")
-        return answer.qpn, answer.gid
-
-    conn = nic.connection(handle.token, ask)
-    try:
-        nic.transfer(conn, op, local, size, handle.address, handle.rkey, deadline, gone)
-    except RDMATransferError as error:
-        if handle.proc in proc.runtime.failed_peers:
-            raise RDMAOwnerDied(f"the buffer's owner ({handle.owner}) died") from error
-        raise
-
-
-def _deregister(buffer_id: int) -> None:
-    nic = verbs.device()
-    if nic is not None:
-        nic.deregister(buffer_id)
+def _rdma_error(handle: Handle, error: PullError) -> RDMAError:
+    """A memory plane's error in monarch.rdma's words (as they were before the planes)."""
+    if isinstance(error, LoanLost):
+        return RDMAOwnerDied(f"the owner of the buffer ({handle.owner}) is gone")
+    if isinstance(error, LoanDropped):
+        return RDMABufferDropped(f"the buffer of {handle.owner} was dropped")
+    return RDMATransferError(f"reading the buffer of {handle.owner} failed: {error}")
 
 
 def _read(op: Op, deadline: float) -> None:
     handle = op.handle
-    way = plane(handle)
-    if way == "local":
+    way = _chosen(handle)
+    if way is None:
         ctypes.memmove(op.local.address, registered(handle.buffer_id).address, handle.size)
-    elif way == "shm":
-        shm.read(handle, op.local)
-    elif way == "ibverbs":
-        _over_verbs(handle, verbs.READ, op.local, handle.size, deadline)
-    else:
-        _over_tcp(local_process(), handle, tcp.READ, op.local, handle.size, deadline)
+        return
+    try:
+        way.read(handle, op.local.address, deadline)
+    except PullError as error:
+        raise _rdma_error(handle, error) from None
 
 
 def _write(op: Op, deadline: float) -> None:
     handle = op.handle
-    way = plane(handle)
-    if way == "local":
+    if _chosen(handle) is None:
         ctypes.memmove(writable(handle.buffer_id, op.size).address, op.local.address, op.size)
         return
-    if way == "ibverbs":
-        _over_verbs(handle, verbs.WRITE, op.local, op.size, deadline)
-        return
-    proc = local_process()
-    if way == "shm":
-        pid, identity, token = shm.own_identity()
-        expires = time.time() + (deadline - time.monotonic())  # one clock on one host
-        request = Pull(handle.buffer_id, expires, pid, identity, token, op.local.address, op.size)
-        answer = ask_owner(handle, request, deadline)
-        if isinstance(answer, Pulled) and answer.done:
-            return
-    _over_tcp(proc, handle, tcp.WRITE, op.local, op.size, deadline)
+    try:
+        bulk_planes().write(handle, op.local.address, op.size, deadline)
+    except PullError as error:
+        raise _rdma_error(handle, error) from None
 
 
 def _atomic(op: Op, deadline: float) -> None:
@@ -189,6 +135,7 @@ def _atomic(op: Op, deadline: float) -> None:
 
 def drop(handle: Handle, deadline: float) -> None:
     """Unregister the buffer at its owner; done if the owner is gone (its memory is)."""
+    bulk_planes().forget(handle)  # its plane is not needed again
     if handle.token == registry.token:
         registry.drop(handle.buffer_id)
         return
@@ -198,14 +145,18 @@ def drop(handle: Handle, deadline: float) -> None:
         pass
 
 
+def _released(buffer_id: int) -> None:
+    bulk_planes().release(buffer_id)
+
+
 _RUN = {"read": _read, "write": _write, "fetch_add": _atomic, "compare_and_swap": _atomic}
-registry.on_drop.append(_deregister)
+registry.on_drop.append(_released)
 
 
 def _copies_here(op: Op) -> bool:
     """Whether this thread copies the bytes itself (no owner, no socket involved)."""
-    way = plane(op.handle)
-    return way == "local" or (way == "shm" and op.kind == "read")
+    way = _chosen(op.handle)
+    return way is None or (way.reads_alone and op.kind == "read")
 
 
 def _inline(op: Op) -> bool:

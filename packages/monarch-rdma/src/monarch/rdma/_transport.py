@@ -39,7 +39,6 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Final, TypeVar
 
@@ -48,6 +47,7 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from monarch.core import buffer_address
+from monarch.core.lowlevel import bulk_executor
 from monarch.transport import (
     Address,
     Buffer,
@@ -84,12 +84,6 @@ sooner (its queue pair's retries run out, or the TCP connection closes)."""
 READ_PER_SECOND: Final = 64 * 1024 * 1024
 
 _E = TypeVar("_E", bound=TransportError)
-
-_readers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="monarch-ibverbs-read")
-"""RDMA READs of frames' large parts: apart from the RDMA executor (``_threads``) on
-purpose. A frame is handed up once its parts are read and the frames behind it wait for
-it, among them the answers that operations on that executor wait for; queued behind
-those operations, a read would wait on them while they wait on it."""
 
 
 class Hello(msgspec.Struct, tag="hello", forbid_unknown_fields=True):
@@ -309,7 +303,10 @@ class IbverbsConnection(Connection, FrameQueue, PushReceiver):
         self._check(message, parts)
         read = _Read(parts, message.parts)
         self._ready.append(read)
-        _readers.submit(self._read, read)
+        # The urgent lane of the one bulk-data executor: a frame is handed up once its parts
+        # are read and the frames behind it wait for it, among them the answers operations
+        # in the bounded lane wait for; queued behind them, a read would wait on them.
+        bulk_executor().submit_urgent(self._read, read)
 
     def _check(self, offer: Offer, parts: Frame) -> None:
         """Refuse an offer that does not describe this frame within our limits."""

@@ -10,7 +10,8 @@ payload, so nothing is copied again), then gives the loan back. The lender keeps
 buffer alive until then, or until the borrower is declared dead. Where it can, the
 lender also pushes a large loan through a ring of shared memory while the borrower takes
 it out (see ``_ring``): faster than reading it, and the read covers whatever the ring
-does not bring in time.
+does not bring in time. The read is the same-host memory plane's (``_memory_plane``),
+the one that also moves ``RDMABuffer`` regions between processes of one machine.
 
 Whether a peer can read us is tested once per connection (see ``Runtime``): our hello
 carries our pid and the address of our incarnation token; the peer reads it and says
@@ -26,15 +27,15 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final
+from typing import Final
 
 from monarch.core._errors import PullError
 from monarch.core._payload import _memory as memory
 from monarch.core._payload._filling import FILLED, MARKER_SIZE, fill_now, filling_of
-from monarch.core._payload._per_process import PerProcess
 from monarch.transport import Buffer
 
+from ._memory_plane import available as available
+from ._memory_plane import is_peer, read_range
 from ._ring import RING_MIN, Ring, RingReader
 
 LEND_MIN: Final = 1024 * 1024
@@ -55,34 +56,6 @@ FILL_TIMEOUT: Final = 120.0
 """Seconds a borrower waits for a lender's snapshot to be filled (a copy in progress)."""
 
 
-class _IoVec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
-
-
-def _bind() -> Any:
-    try:
-        readv = ctypes.CDLL(None, use_errno=True).process_vm_readv
-    except (OSError, AttributeError):  # not Linux/glibc
-        return None
-    readv.argtypes = [
-        ctypes.c_int,
-        ctypes.POINTER(_IoVec),
-        ctypes.c_ulong,
-        ctypes.POINTER(_IoVec),
-        ctypes.c_ulong,
-        ctypes.c_ulong,
-    ]
-    readv.restype = ctypes.c_ssize_t
-    return readv
-
-
-_readv = _bind() if memory.available() else None
-
-
-def available() -> bool:
-    return _readv is not None
-
-
 def pull(
     pid: int,
     address: int,
@@ -95,10 +68,7 @@ def pull(
     ``bytes`` (which nothing else has seen yet, so filling it is safe) or a bytearray.
 
     What the lender pushes through its ``ring`` (loan number ``loan``) is taken from
-    there (see ``_ring``); the rest is read here. A large read is split among threads:
-    the kernel copies each page after pinning it, and one thread pinning 4 KiB pages
-    moves about a third of what memcpy does; two side by side, about half (ctypes lets
-    go of the GIL for each)."""
+    there (see ``_ring``); the rest is read here, by the memory plane (``read_range``)."""
     into = memory.fresh_bytes(size) if kind == _BYTES else memory.fresh_bytearray(size)
     base = memory.address_of(into)
     done = ring.take(loan, base, size) if ring is not None else 0
@@ -115,7 +85,7 @@ def _await_filled(pid: int, marker: int) -> None:
     deadline = time.monotonic() + FILL_TIMEOUT
     pause = 0.00005
     while True:
-        _read(pid, ctypes.addressof(word), marker, MARKER_SIZE)
+        read_range(pid, ctypes.addressof(word), marker, MARKER_SIZE)
         if word.value == FILLED:
             return
         if time.monotonic() > deadline:
@@ -124,85 +94,10 @@ def _await_filled(pid: int, marker: int) -> None:
         pause = min(pause * 2, 0.001)
 
 
-def read_range(pid: int, base: int, address: int, size: int) -> None:
-    """Read ``size`` bytes at ``address`` in process ``pid`` into ``base`` (an address of
-    ours); ``PullError`` if that process is gone or its memory there cannot be read.
-
-    Public (``monarch.core.read_process_memory``): monarch-rdma's shared-memory plane reads
-    a buffer's owner with it, the one implementation of reading another process."""
-    readers = _readers_for(size)
-    if readers == 1:
-        _read(pid, base, address, size)
-        return
-    # Pieces are taken from one iterator by every reader (its ``next`` is atomic): a
-    # reader that gets less CPU takes fewer of them, and the read ends when the last
-    # piece does, not when the slowest reader's fixed share does.
-    pieces = iter(_pieces(size))
-
-    def read_pieces() -> None:
-        for start, length in pieces:
-            _read(pid, base + start, address + start, length)
-
-    futures = [_readers.get().submit(read_pieces) for _ in range(readers - 1)]
-    errors: list[BaseException] = []
-    try:
-        read_pieces()
-    except PullError as error:
-        errors.append(error)
-    for future in futures:  # every piece ends before ``into`` can be dropped
-        failure = future.exception()
-        if failure is not None:
-            errors.append(failure)
-    if errors:
-        raise errors[0]
-
-
-SPLIT_MIN: Final = 8 * 1024 * 1024
-"""Reads from this size are shared among threads..."""
-SPLIT_MAX: Final = 4
-"""...at most this many (fewer on a machine with fewer cores)..."""
-PIECE: Final = 4 * 1024 * 1024
-"""...which take it in pieces of this size (huge-page aligned)."""
-
-
-def _readers_for(size: int) -> int:
-    """How many threads read ``size`` bytes: as many as the cores (up to SPLIT_MAX), one
-    when small."""
-    if size < SPLIT_MIN:
-        return 1
-    return min(SPLIT_MAX, os.cpu_count() or 1)
-
-
-def _pieces(size: int) -> list[tuple[int, int]]:
-    """(offset, length) of the PIECE-sized pieces that cover ``size`` bytes, in order."""
-    return [(start, min(PIECE, size - start)) for start in range(0, size, PIECE)]
-
-
-def _read(pid: int, local: int, remote: int, size: int) -> None:
-    assert _readv is not None
-    done = 0
-    while done < size:
-        into = _IoVec(local + done, size - done)
-        source = _IoVec(remote + done, size - done)
-        got = _readv(pid, ctypes.byref(into), 1, ctypes.byref(source), 1, 0)
-        if got <= 0:
-            errno = ctypes.get_errno()
-            why = os.strerror(errno)
-            raise PullError(errno, f"cannot read {size} bytes of process {pid}: {why}")
-        done += got
-
-
-_readers = PerProcess(lambda: ThreadPoolExecutor(SPLIT_MAX - 1, thread_name_prefix="monarch-pull"))
-
-
 def can_read(pid: int, address: int, expected: bytes) -> bool:
-    """Whether process ``pid`` holds ``expected`` at ``address`` and we may read it."""
-    if _readv is None or pid == os.getpid():
-        return False
-    try:
-        return bytes(pull(pid, address, len(expected))) == expected
-    except (PullError, OverflowError):
-        return False
+    """Whether process ``pid`` holds ``expected`` at ``address`` and we may read it (the
+    memory plane's one identity check, ``is_peer``)."""
+    return is_peer(pid, address, expected)
 
 
 def is_descriptor(part: Buffer) -> bool:

@@ -1,5 +1,6 @@
-"""The process's one RDMA executor: a transfer's helpers never make it wait on itself,
-it knows when it is full (an owner then serves a pull on its loop), it shuts down once."""
+"""The process's one bulk-data executor: helpers never make it wait on itself, it knows
+when its bounded lane is full (an owner then serves a pull on its loop), its urgent lane
+never waits behind the bounded one, it shuts down once."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import threading
 
 import pytest
 
-from monarch.rdma._threads import Threads
+from monarch.core.lowlevel import Executor as Threads
 
 
 def test_spread_finishes_on_a_full_pool_and_cancels_unstarted_helpers() -> None:
@@ -53,3 +54,30 @@ def test_shutdown_happens_once_and_refuses_later_work() -> None:
     with pytest.raises(RuntimeError, match="shutdown"):
         threads.submit(int)
     assert not threads.saturated()
+
+
+def test_the_urgent_lane_runs_while_the_bounded_lane_is_full() -> None:
+    with Threads(1) as threads:
+        release = threading.Event()
+        blocker = threads.submit(release.wait, 60)
+        queued = threads.submit(int, 7)  # waits behind the blocker
+        assert threads.saturated() and not queued.done()
+        # A frame's parts are read here: the answer the blocker waits for comes behind it.
+        urgent = threads.submit_urgent(release.set)
+        urgent.result(60)
+        assert blocker.result(60) is True
+        assert queued.result(60) == 7
+
+
+def test_the_bounded_lane_runs_in_order_and_frees_its_places() -> None:
+    with Threads(2) as threads:
+        gate = threading.Event()
+        seen: list[int] = []
+        blockers = [threads.submit(gate.wait, 60) for _ in range(2)]
+        later = [threads.submit(seen.append, i) for i in range(20)]
+        gate.set()
+        assert all(blocker.result(60) for blocker in blockers)
+        for future in later:
+            future.result(60)
+        assert sorted(seen) == list(range(20))
+        assert not threads.saturated()
