@@ -320,9 +320,9 @@ class Config:
         doc=(
             "(ours) How long a waiting thread yields the CPU before it sleeps: replies and "
             "calls that come sooner skip a wake-up. A process's event loop after it handled "
-            "messages, an idle thread of the sync actors' pool (one per process), and a thread blocking "
-            "on a Future when fewer processes must answer than there are CPUs (else it would "
-            "take a CPU they need). 0 to sleep at once."
+            "messages, an idle thread of the sync actors' pool (one per process), and a "
+            "thread blocking on a Future when fewer processes must answer than there are "
+            "CPUs (else it would take a CPU they need). 0 to sleep at once."
         ),
         ours=True,
     )
