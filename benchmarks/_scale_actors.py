@@ -26,8 +26,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _results import RESULTS_DIR, fmt_num, machine_info, markdown_table, package_versions
-from _results import summarize, write_json
+from _results import (
+    RESULTS_DIR,
+    fmt_num,
+    machine_info,
+    markdown_table,
+    package_versions,
+    summarize,
+    write_json,
+)
 from baselines import default_python
 
 WORKLOAD = Path(__file__).resolve().parent / "_actors_workload.py"
@@ -151,4 +158,4 @@ def render(doc: dict[str, Any]) -> str:
         markdown_table(headers, rows),
     ]
     errors = [f"- {r['side']} {r['procs']}: {r['error']}" for r in doc["runs"] if "error" in r]
-    return "\n".join(lines + ([""] + errors if errors else []))
+    return "\n".join(lines + (["", *errors] if errors else []))

@@ -32,6 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _scale_actors
 from _results import (
     RESULTS_DIR,
     fmt_num,
@@ -42,8 +43,6 @@ from _results import (
     write_json,
 )
 from baselines import default_python
-
-import _scale_actors
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "_scale_workload.py"

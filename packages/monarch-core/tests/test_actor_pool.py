@@ -91,12 +91,12 @@ def test_each_actor_keeps_its_order_and_the_pool_its_size(
     running, most = [0], [0]
     actors = [Recorder(pool, running, most) for _ in range(10)]
     by_sender: dict[int, list[tuple[int, int]]] = {}
-    for n, (actor, sender) in enumerate(sends):
-        by_sender.setdefault(sender, []).append((actor, n))
+    for n, (target, sender) in enumerate(sends):
+        by_sender.setdefault(sender, []).append((target, n))
 
     def send(mine: list[tuple[int, int]]) -> None:
-        for actor, n in mine:
-            actors[actor].put(n)
+        for target, n in mine:
+            actors[target].put(n)
 
     threads = [threading.Thread(target=send, args=(m,)) for m in by_sender.values()]
     for thread in threads:
@@ -190,6 +190,7 @@ def test_random_interleavings_keep_each_actors_order(
 
 def actor_state(procs: ProcMesh, mesh: str) -> Any:
     [proc] = [p for p in spawned_procs() if p.mesh == "pooled"]
+    assert proc.address is not None
     snap = inspect_proc(proc.address).get(timeout=30)
     [actor] = [a for a in snap.actors if a.mesh == mesh]
     return actor
@@ -235,24 +236,26 @@ def test_a_proc_of_200_actors_answers_a_gathered_cast_on_each() -> None:
         first = procs.spawn("crowd0", Worker)
         assert first.pool_size.call().get(timeout=120).values() == [4, 4]
     try:
-        before = [inspect_proc(p.address).get(timeout=30).threads for p in crowded()]
+        before = [inspect_proc(a).get(timeout=30).threads for a in crowded()]
         meshes = [first] + [procs.spawn(f"crowd{i}", Worker) for i in range(1, HUNDREDS)]
         casts = [m.ping.call() for m in meshes]
         for cast in casts:
             assert list(cast.get(timeout=120).values()) == ["pong", "pong"]
-        for proc, threads in zip(crowded(), before, strict=True):
-            snap = inspect_proc(proc.address).get(timeout=30)
+        for address, threads in zip(crowded(), before, strict=True):
+            snap = inspect_proc(address).get(timeout=30)
             assert len([a for a in snap.actors if a.mesh.startswith("crowd")]) == HUNDREDS
+
+            def bounded(address: str = address, threads: int = threads) -> bool:
+                return inspect_proc(address).get(timeout=30).threads <= threads + 4
+
             # the pool: at most 4 threads, whatever the count (a spawn's reading thread
             # may still be ending)
-            wait_until(
-                lambda a=proc.address, t=threads: inspect_proc(a).get(timeout=30).threads <= t + 4,
-                30,
-                "no more threads than the pool's 4 besides those before",
-            )
+            wait_until(bounded, 30, "no more threads than the pool's 4 besides those before")
     finally:
         procs.stop().get(timeout=120)
 
 
-def crowded() -> list[Any]:
-    return sorted((p for p in spawned_procs() if p.mesh == "crowded"), key=lambda p: p.rank)
+def crowded() -> list[str]:
+    """The addresses of the procs of the 200-actor test, by rank."""
+    procs = sorted((p for p in spawned_procs() if p.mesh == "crowded"), key=lambda p: p.rank)
+    return [p.address for p in procs if p.address is not None]
