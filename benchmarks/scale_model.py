@@ -100,7 +100,7 @@ def tree(procs: int, fanout: int, dims: tuple[int, int]) -> list[dict[str, Any]]
     while frontier:
         sizes: list[int] = []
         for targets in frontier:
-            sizes += [len(chunk) for chunk in split(range(targets), fanout)]
+            sizes += [len(chunk) for chunk in split([ADDRESS] * targets, fanout)]
         sent = [call_bytes(dims, size - 1) for size in sizes]
         levels.append(
             {
@@ -302,11 +302,9 @@ def render(doc: dict[str, Any]) -> str:
         markdown_table(
             ["level", "messages", "bytes", "largest message, bytes", "procs it relays to"],
             [
-                [lv["level"], f"{lv['messages']:,}", f"{lv['bytes']:,}", f"{lv['bytes_max']:,}"]
-                + [f"{lv['relayed_max']:,}"]
-                for lv in big["levels"]
-            ]
-            + [["total", f"{big['cast_messages']:,}", f"{big['cast_bytes']:,}", "", ""]],
+                *map(level_row, big["levels"]),
+                ["total", f"{big['cast_messages']:,}", f"{big['cast_bytes']:,}", "", ""],
+            ],
         ),
         "",
     ]
@@ -399,6 +397,11 @@ def render(doc: dict[str, Any]) -> str:
     else:
         lines += ["", f"(measured: {measured['source']})"]
     return "\n".join(lines)
+
+
+def level_row(lv: dict[str, Any]) -> list[str]:
+    keys = ("messages", "bytes", "bytes_max", "relayed_max")
+    return [str(lv["level"]), *(f"{lv[key]:,}" for key in keys)]
 
 
 def _shown(measured: dict[str, Any] | None, key: str) -> str:

@@ -25,9 +25,9 @@ import scale_model  # noqa: E402
 
 
 def run_model(results: Path, out: Path, *extra: str) -> dict[str, object]:
+    script = str(BENCHMARKS / "scale_model.py")
     done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "scale_model.py"), "--results", str(results)]
-        + ["--out", str(out), *extra],
+        [sys.executable, script, "--results", str(results), "--out", str(out), *extra],
         capture_output=True,
         text=True,
         timeout=300,
