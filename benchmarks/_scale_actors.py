@@ -64,6 +64,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--actor-meshes", type=int, default=40, help="actor meshes (half async)")
     p.add_argument("--actors-upstream-procs", type=int, default=16, help="procs for upstream")
     p.add_argument("--actors-out", default=str(RESULTS_DIR / "actors34_actors.json"))
+    p.add_argument(
+        "--actor-sides",
+        default="ours,ours-thread-each,upstream",
+        help="which of the sides run (comma-separated)",
+    )
 
 
 def measure(python: str, procs: int, env: dict[str, str], args: argparse.Namespace) -> Any:
@@ -90,11 +95,13 @@ def main(args: argparse.Namespace) -> int:
     each_env = {**ours_env, "MONARCH_SYNC_ACTOR_THREADS": "0"}
     up_env = {k: v for k, v in os.environ.items() if not k.startswith("MONARCH_")}
     up_env.update(spawn_timeout)
+    wanted = set(args.actor_sides.split(","))
     sides: list[tuple[str, str, dict[str, str], int]] = [
         ("ours", sys.executable, ours_env, args.actor_procs),
         ("ours-thread-each", sys.executable, each_env, args.actor_procs),
     ]
-    if upstream is not None:
+    sides = [side for side in sides if side[0] in wanted]
+    if upstream is not None and "upstream" in wanted:  # and ours at its size
         sides.append(("upstream", str(upstream), up_env, args.actors_upstream_procs))
         sides.append(("ours", sys.executable, ours_env, args.actors_upstream_procs))
     started = time.perf_counter()
