@@ -20,7 +20,8 @@ thread takes it. The rules:
   (upstream's model: a thread per sync actor, its thread-local state kept).
 
 The idle pool keeps its threads (a thread that exits and another that starts cost more
-than one asleep); one of them yields the CPU ``wait_spin`` s before it sleeps (``_spin``).
+than one asleep); one thread of the process yields the CPU ``wait_spin`` s before it sleeps
+(``_spin``).
 """
 
 from __future__ import annotations
@@ -73,8 +74,6 @@ class ActorPool:
         """Threads about to take from ``ready``: starting, notified, spinning, between actors."""
         self.blocked = 0
         """Threads in actor code asleep on a Future: not counted against ``size``."""
-        self._spinner = False
-        """One thread at most yields the CPU waiting for work (see ``_wait_for_work``)."""
 
     def active(self) -> int:
         """Threads that count against ``size`` (under the lock)."""
@@ -138,15 +137,16 @@ class ActorPool:
 
     def _wait_for_work(self) -> Served:
         """The next ready actor (under the lock, counted in ``coming``, which it leaves)."""
+        global _spinning
         while not self.ready:
-            if not self._spinner and (seconds := spin_seconds()) > 0:
-                self._spinner = True
+            if not _spinning and (seconds := spin_seconds()) > 0:
+                _spinning = True
                 self.lock.release()
                 try:
                     spin(lambda: bool(self.ready), seconds)
                 finally:
                     self.lock.acquire()
-                    self._spinner = False
+                    _spinning = False
                 continue
             self.coming -= 1
             self._sleep()
@@ -158,6 +158,12 @@ class ActorPool:
         self.sleeping += 1
         self._wake.wait()
 
+
+_spinning = False
+"""A thread of the process's pools yields the CPU waiting for work: one at most (with a
+thread per actor, ``sync_actor_threads = 0``, as many pools as actors), so that a cast to
+many actors of one process does not keep them all spinning. Read and written under some
+pool's lock, not all the same: two may spin at once, rarely, and no harm."""
 
 _shared: ActorPool | None = None
 _shared_lock = threading.Lock()
