@@ -13,6 +13,9 @@ about what a proc costs without it). Figures per size (see ``_scale_workload.py`
 gathered ``call()`` ms, 20 broadcasts + a call ms, the controller's CPU per gathered call and
 per broadcast, RSS/PSS/USS and threads per idle proc, stop s and the procs left behind.
 The targets are issue 34's. Nothing here asserts on speed.
+
+``--actors``: 10,000 actors alive at once instead (40 meshes over 256 procs, sync and
+async; see ``_scale_actors.py``), JSON in ``results/actors34_actors.json``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _scale_actors
 from _results import (
     RESULTS_DIR,
     fmt_num,
@@ -99,11 +103,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-upstream", action="store_true")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per run")
     p.add_argument("--out", default=str(RESULTS_DIR / "scale.json"))
+    _scale_actors.add_arguments(p)
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.actors:
+        return _scale_actors.main(args)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     upstream = None if args.no_upstream else default_python("upstream")
     # Both read upstream's key: a mesh of 1,024 may take longer than its default 30 s.

@@ -122,6 +122,7 @@ def test_every_key_has_an_env_var_and_doc() -> None:
         "procs_per_process",
         "prefix_python_logs_with_actor",
         "read_peer_buffers",
+        "sync_actor_threads",
         "telemetry_sink",
         "transport_handshake_timeout",
         "wait_spin",

@@ -320,9 +320,22 @@ class Config:
         doc=(
             "(ours) How long a waiting thread yields the CPU before it sleeps: replies and "
             "calls that come sooner skip a wake-up. A process's event loop after it handled "
-            "messages, an idle sync actor's thread (one per process), and a thread blocking "
-            "on a Future when fewer processes must answer than there are CPUs (else it would "
-            "take a CPU they need). 0 to sleep at once."
+            "messages, an idle thread of the sync actors' pool (one per process), and a "
+            "thread blocking on a Future when fewer processes must answer than there are "
+            "CPUs (else it would take a CPU they need). 0 to sleep at once."
+        ),
+        ours=True,
+    )
+    sync_actor_threads: Count = key(
+        16,
+        "MONARCH_SYNC_ACTOR_THREADS",
+        doc=(
+            "(ours) Most threads of a process running its sync actors' code at once: they "
+            "share one pool, started as needed. An actor's messages still run one at a "
+            "time, in order; a thread asleep on a Future does not count. With this many "
+            "endpoints blocked otherwise (a lock, a socket, sleep), the process's other sync "
+            "actors wait. A message may run on another thread than the previous one (no "
+            "thread-local state kept). 0: a thread per sync actor, as upstream."
         ),
         ours=True,
     )

@@ -29,6 +29,7 @@ from monarch.core._runtime import (
     spin,
     spin_seconds,
 )
+from monarch.core._runtime._spin import blocking_listener
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -121,7 +122,15 @@ class Outcome(Generic[R]):
                     waiter.acquire()
             if waiter is not None:
                 # Released once by the completion; each waiter passes it on to the next.
-                if not waiter.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+                listener = blocking_listener()  # a sync actors' pool thread: see _pool
+                if listener is not None:
+                    listener.blocking()
+                try:
+                    got = waiter.acquire(timeout=-1 if timeout is None else max(timeout, 0))
+                finally:
+                    if listener is not None:
+                        listener.unblocked()
+                if not got:
                     raise TimeoutError
                 waiter.release()
         if self._error is not None:

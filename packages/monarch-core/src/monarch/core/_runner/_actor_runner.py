@@ -1,9 +1,10 @@
 """What every actor runner does, sync or async: routing, replies, failure, stop.
 
 A runner hosts one actor in its proc and handles its messages one at a time, in order
-(``_local`` hands them over). Two kinds run actor code, each on a thread of its own:
-``SyncRunner`` (an actor of ``def`` endpoints) and ``AsyncRunner`` (``async def``
-endpoints, on an event loop of its own); this base class holds what they share.
+(``_local`` hands them over). Two kinds run actor code: ``SyncRunner`` (an actor of
+``def`` endpoints, on the process's pool of threads, ``_pool``) and ``AsyncRunner``
+(``async def`` endpoints, on an event loop of its own, on its thread); this base class
+holds what they share.
 """
 
 from __future__ import annotations
@@ -106,9 +107,10 @@ class ActorRunner:
         self.began = 0.0
         """When (``time.monotonic``) its last message began (0: none yet)."""
         self.thread: threading.Thread | None = None
-        """The thread the actor's code runs on (``start`` makes it)."""
+        """The thread the actor's code runs on (an async actor's, ``start`` makes it)."""
         self.thread_id = 0
-        """That thread's ``threading.get_ident()``, once it runs."""
+        """``threading.get_ident()`` of the thread running its code (a sync actor's: the
+        pool thread handling its messages now, 0 between them)."""
 
     def start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Make the actor (``cls(*args, **kwargs)``) where its code runs, then serve."""

@@ -1,9 +1,9 @@
-"""The runner of a sync actor (all ``def`` endpoints): a thread of its own.
+"""The runner of a sync actor (all ``def`` endpoints): its code runs on the process's pool.
 
-The thread takes the actor's messages from a queue, runs them and replies from there:
-the proc's loop only decodes and routes, with no loop round trip per message, and a
-long endpoint never stalls the proc. Replies to a burst are held and go out in one
-system call.
+Its messages wait in a queue of its own; a thread of the sync actors' pool (``_pool``)
+takes the actor when it has some and runs them there, in order, and replies from there:
+the proc's loop only decodes and routes, with no loop round trip per message, and a long
+endpoint never stalls the proc. Replies to a burst are held and go out in one system call.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import asyncio
 import contextvars
 import inspect
 import logging
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from time import monotonic
 from typing import Any
@@ -24,16 +24,17 @@ from monarch.core._mesh._future import run_on
 from monarch.core._mesh._reports import aborted_by
 from monarch.core._payload._serialize import loads, loads_arguments
 from monarch.core._runner._context import Context
-from monarch.core._runtime import Runtime, spin, spin_seconds
+from monarch.core._runtime import Runtime
 from monarch.core._runtime._instrument import status
 from monarch.core._runtime._messages import Call, SpawnActor
 from monarch.core._runtime._scope import current_context, current_owner
 from monarch.transport import Buffer
 
 from ._actor_runner import CALL, EXIT, STOP, ActorRunner, Item, NoHandler
+from ._pool import ActorPool, pool_for_actor
 
-HELD_REPLIES = 32
-"""Most replies a sync actor's thread holds back while more messages wait."""
+INIT = "init"
+"""The first item of a sync actor: make it (``cls(*args, **kwargs)``) on a pool thread."""
 
 log = logging.getLogger("monarch.actor")
 
@@ -41,8 +42,15 @@ log = logging.getLogger("monarch.actor")
 class SyncRunner(ActorRunner):
     def __init__(self, runtime: Runtime, spawn: SpawnActor, cls: type) -> None:
         super().__init__(runtime, spawn, cls)
-        self.calls: queue.SimpleQueue[Item] = queue.SimpleQueue()
-        """The actor's messages, taken by its thread."""
+        self.pool: ActorPool = pool_for_actor(spawn.name)
+        self.calls: deque[Item] = deque()
+        """The actor's messages, in order (appended and taken under the pool's lock)."""
+        self.scheduled = False
+        """Queued in the pool or run by one of its threads (under the pool's lock)."""
+        self.exited = threading.Event()
+        """Set once it handled ``EXIT`` (see ``release``)."""
+        self.thread_name = f"actor-{spawn.name}"
+        """What the pool thread running it is called meanwhile (stacks, py-spy)."""
         self._plain: dict[str, Callable[..., Any]] = {
             name: prop._method
             for name, prop in self.endpoints.items()
@@ -52,25 +60,68 @@ class SyncRunner(ActorRunner):
         calls them directly, without ``_prepare``."""
 
     def start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self.thread = threading.Thread(
-            target=self._run_sync,
-            args=(args, kwargs),
-            name=f"actor-{self.spawn.name}",
-            daemon=True,
-        )
-        self.thread.start()
+        self._put((INIT, (args, kwargs), ()))
 
     def _put(self, item: Item) -> None:
-        self.calls.put(item)
+        pool = self.pool
+        with pool.lock:
+            self.calls.append(item)
+            if not self.scheduled:
+                pool.schedule(self)
 
     def queued(self) -> int:
-        return self.calls.qsize()
+        return len(self.calls)
 
-    def _run_sync(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        cls = self.cls
-        assert cls is not None
+    def has_work(self) -> bool:
+        return bool(self.calls) and not self.exited.is_set()
+
+    def join(self, timeout: float) -> None:
+        self.exited.wait(timeout)
+
+    def serve(self, batch: int) -> None:
+        """Handle up to ``batch`` of its messages on this pool thread (see ``_pool``).
+
+        Replies wait while more messages are queued (up to ``batch`` of them), then go
+        out in one system call. Only replies: what the actor's own code sends goes out at
+        once, as it may block waiting for an answer to it."""
+        if self.exited.is_set():
+            return
+        threading.current_thread().name = self.thread_name
         self.thread_id = threading.get_ident()
         current_owner.set(self)
+        calls = self.calls
+        held: list[Any] = []
+        try:
+            for _ in range(batch):
+                try:
+                    kind, message, parts = calls.popleft()
+                except IndexError:
+                    break
+                if kind == EXIT:
+                    self.runtime.flush_writes(held)
+                    self.instance = self.cls = None  # see release()
+                    self.exited.set()
+                    return
+                try:
+                    if kind == INIT:
+                        self._construct(*message)
+                    else:
+                        self._serve_sync(kind, message, parts, held)
+                except BaseException:
+                    log.exception("actor %s could not handle a message", self.info.actor_id)
+                # Nothing of a message outlives its handling here (its arguments and result
+                # were locals of _serve_sync): a large one's memory is then free for the next
+                # (see _memory.fresh_bytes), which the loop may be receiving already.
+                del message, parts
+            self.runtime.flush_writes(held)
+        finally:
+            self.thread_id = 0
+            current_owner.set(None)
+            current_context.set(None)
+
+    def _construct(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        cls = self.cls
+        assert cls is not None
         current_context.set(Context(self.info, self.rank))
         try:
             self.instance = cls(*args, **kwargs)
@@ -80,34 +131,6 @@ class SyncRunner(ActorRunner):
         else:
             status(self.spawn.mesh, self.rank.rank, "Running")
             self._reply(self.spawn.reply, None)
-        calls = self.calls
-        # Replies wait here while more messages are queued (up to HELD_REPLIES of them),
-        # then go out in one system call. Only replies: what the actor's own code sends
-        # goes out at once, as it may block waiting for an answer to it.
-        held: list[Any] = []
-        pending = 0
-        flush_writes = self.runtime.flush_writes
-        while True:
-            if held and (pending >= HELD_REPLIES or calls.empty()):
-                flush_writes(held)
-                pending = 0
-            if calls.empty():
-                _await_message(calls)
-            kind, message, parts = calls.get()
-            if kind == EXIT:
-                flush_writes(held)
-                self.instance = self.cls = None  # see release()
-                return
-            if kind == CALL:
-                pending += 1
-            try:
-                self._serve_sync(kind, message, parts, held)
-            except BaseException:
-                log.exception("actor %s could not handle a message", self.info.actor_id)
-            # Nothing of a message outlives its handling here (its arguments and result
-            # were locals of _serve_sync): a large one's memory is then free for the next
-            # (see _memory.fresh_bytes), which the loop may be receiving already.
-            del message, parts
 
     def _serve_sync(
         self, kind: str, message: Any, parts: Sequence[Buffer], held: list[Any]
@@ -203,28 +226,6 @@ class SyncRunner(ActorRunner):
         except BaseException as exc:  # noqa: BLE001 - a raising handler fails its actor
             handled = exc
         self._supervised(failure, handled)
-
-
-_spinning = 0
-"""Sync actor threads of this process yielding while they wait (at most one)."""
-
-
-def _await_message(calls: queue.SimpleQueue[Any]) -> None:
-    """Yield the CPU a while (``wait_spin``) for the next message before sleeping on the
-    queue: in a call-and-wait exchange it comes soon, and on an idle machine waking a
-    sleeping thread costs a halted CPU's wake-up. One actor thread of a process at most,
-    so that a cast to many actors of one process does not keep them all spinning."""
-    global _spinning
-    if _spinning:
-        return
-    seconds = spin_seconds()
-    if seconds <= 0:
-        return
-    _spinning += 1
-    try:
-        spin(lambda: not calls.empty(), seconds)
-    finally:
-        _spinning -= 1
 
 
 def _is_async_fn(fn: Callable[..., Any]) -> bool:

@@ -17,9 +17,9 @@ Which thread does what:
   (``_peers``); one thread's messages to one peer keep their order either way. A thread
   may cast without the loop only when ``Runtime.idle()`` (nothing it asked earlier is
   still queued).
-- **An actor** runs on its own thread and replies from there: a sync actor's code
-  directly, an async actor's on an event loop of its own (``monarch.core._runner``); only
-  the runtime's own work runs on the runtime loop.
+- **An actor** runs off the loop and replies from there: a sync actor's code on a thread
+  of the process's bounded pool, an async actor's on an event loop of its own, on its
+  thread (``monarch.core._runner``); only the runtime's own work runs on the runtime loop.
 - **The heartbeat thread** (``_beats``) beats to the peers on other machines that asked,
   whatever the loop is doing: a loop busy for seconds (an import) is no death. Reading a
   spawn (which may import the actor's module) and a bootstrap function also happen off

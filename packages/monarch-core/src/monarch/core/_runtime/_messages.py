@@ -337,8 +337,9 @@ class ActorState(msgspec.Struct, array_like=True, frozen=True, gc=False):
     idle_for: float = -1.0
     """Seconds since its last message began (-1: none yet)."""
     thread: int = 0
-    """The thread that runs its code (``ThreadStack.ident``), its own (an ``async def``
-    actor's runs its event loop); 0 before it starts."""
+    """The thread that runs its code (``ThreadStack.ident``): an ``async def`` actor's own
+    (it runs its event loop); for a sync actor the pool thread handling its messages now,
+    0 while it has none (see ``_runner._pool``)."""
 
 
 class StackFrame(msgspec.Struct, array_like=True, frozen=True, gc=False):

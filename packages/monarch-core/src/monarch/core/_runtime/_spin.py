@@ -12,9 +12,10 @@ and the GIL, to any thread that has work.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import Final, Protocol
 
 from monarch.core._config import current_config
 
@@ -44,3 +45,26 @@ def _usable_cpus() -> int:
 
 USABLE_CPUS: Final = _usable_cpus()
 """CPUs this process may run on: a waiter spins only while others have one to spare."""
+
+
+class BlockingListener(Protocol):
+    """Told when a thread goes to sleep on a Future and when it wakes (the sync actors'
+    pool, ``_runner._pool``: a thread asleep on a Future leaves its place to another)."""
+
+    def blocking(self) -> None: ...
+
+    def unblocked(self) -> None: ...
+
+
+_listener = threading.local()
+
+
+def set_blocking_listener(listener: BlockingListener | None) -> None:
+    """The calling thread's sleeps on a Future are told to ``listener`` from now on."""
+    _listener.value = listener
+
+
+def blocking_listener() -> BlockingListener | None:
+    """The calling thread's listener (``None``: most threads)."""
+    listener: BlockingListener | None = getattr(_listener, "value", None)
+    return listener

@@ -1,0 +1,192 @@
+"""The threads that run a process's sync actors: one bounded pool, shared.
+
+A thread per sync actor costs its stack, its thread state and a wake-up per message even
+when idle; at thousands of actors a machine (10,000 in issue 34) that is most of what they
+hold. Instead each process has a pool of at most ``sync_actor_threads`` threads, started
+as they are needed, and a sync actor with messages waits in the pool's ready queue until a
+thread takes it. The rules:
+
+- An actor's messages run one at a time, in the order they came (one thread at a time
+  takes an actor; it handles up to ``BATCH`` of its messages, then the actor goes to the
+  back of the queue if it has more, so that a busy actor does not starve the others).
+- At most ``size`` threads run actor code at once. A thread that sleeps on a Monarch
+  ``Future`` (an endpoint calling another actor and waiting) does not count meanwhile:
+  another thread may start, so actors waiting on each other in one process cannot
+  deadlock the pool. A thread blocked on anything else (a lock, a socket, ``time.sleep``)
+  counts: with ``size`` such endpoints at once, the other sync actors of the process wait.
+- Thread-local state (``threading.local``, torch's grad mode, the current CUDA device)
+  set by one message is not seen by the next, which may run on another thread. With
+  ``sync_actor_threads = 0`` each sync actor has a pool of one thread of its own
+  (upstream's model: a thread per sync actor, its thread-local state kept).
+
+The idle pool keeps its threads (a thread that exits and another that starts cost more
+than one asleep); one thread of the process yields the CPU ``wait_spin`` s before it sleeps
+(``_spin``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from typing import Protocol
+
+from monarch.core._config import current_config
+from monarch.core._runtime import spin, spin_seconds
+from monarch.core._runtime._spin import set_blocking_listener
+
+BATCH = 32
+"""Messages of one actor a thread handles before it lets the next ready actor go first."""
+
+
+class Served(Protocol):
+    """An actor the pool runs (``SyncRunner``)."""
+
+    scheduled: bool
+    """In the pool's ready queue or on one of its threads (under the pool's lock)."""
+
+    def has_work(self) -> bool:
+        """Whether it has messages (under the pool's lock)."""
+        ...
+
+    def serve(self, batch: int) -> None:
+        """Handle up to ``batch`` of its messages, on the calling pool thread."""
+        ...
+
+
+class ActorPool:
+    """At most ``size`` threads running the code of the actors given to ``schedule``."""
+
+    def __init__(self, size: int, name: str = "actor-pool") -> None:
+        if size < 1:
+            raise ValueError(f"an actor pool needs at least one thread, not {size}")
+        self.size = size
+        self.name = name
+        self.lock = threading.Lock()
+        self._wake = threading.Condition(self.lock)
+        self.ready: deque[Served] = deque()
+        """Actors with messages that no thread has taken yet."""
+        self.threads = 0
+        """Threads started (they never end: see the module's doc)."""
+        self.sleeping = 0
+        """Threads asleep on ``_wake``, not yet notified."""
+        self.coming = 0
+        """Threads about to take from ``ready``: starting, notified, spinning, between actors."""
+        self.blocked = 0
+        """Threads in actor code asleep on a Future: not counted against ``size``."""
+
+    def active(self) -> int:
+        """Threads that count against ``size`` (under the lock)."""
+        return self.threads - self.sleeping - self.blocked
+
+    def schedule(self, actor: Served) -> None:
+        """``actor`` has a message and is not scheduled (under the lock): queue it, and
+        wake or start a thread for it if the pool has room."""
+        actor.scheduled = True
+        self.ready.append(actor)
+        self._cover()
+
+    def _cover(self) -> None:
+        """Get a thread for each ready actor that none is coming for, within ``size``."""
+        while len(self.ready) > self.coming and self.active() < self.size:
+            self.coming += 1
+            if self.sleeping:
+                self.sleeping -= 1
+                self._wake.notify()
+            else:
+                self.threads += 1
+                threading.Thread(target=self._work, name=self.name, daemon=True).start()
+
+    # -- a Future's waiter (see _spin.set_blocking_listener) ---------------------------
+
+    def blocking(self) -> None:
+        with self.lock:
+            self.blocked += 1
+            self._cover()
+
+    def unblocked(self) -> None:
+        with self.lock:
+            self.blocked -= 1
+
+    # -- a pool thread -----------------------------------------------------------------
+
+    def _work(self) -> None:
+        set_blocking_listener(self)
+        thread = threading.current_thread()
+        lock = self.lock
+        lock.acquire()
+        try:
+            while True:  # counted in ``coming``, holding the lock
+                actor = self._wait_for_work()
+                lock.release()
+                try:
+                    actor.serve(BATCH)
+                finally:
+                    thread.name = self.name
+                    lock.acquire()
+                    if actor.has_work():
+                        self.ready.append(actor)
+                    else:
+                        actor.scheduled = False
+                    self.coming += 1
+                    if self.active() > self.size:  # a thread that slept on a Future woke
+                        self.coming -= 1
+                        self._sleep()
+        finally:
+            lock.release()
+
+    def _wait_for_work(self) -> Served:
+        """The next ready actor (under the lock, counted in ``coming``, which it leaves)."""
+        global _spinning
+        while not self.ready:
+            if not _spinning and (seconds := spin_seconds()) > 0:
+                _spinning = True
+                self.lock.release()
+                try:
+                    spin(lambda: bool(self.ready), seconds)
+                finally:
+                    self.lock.acquire()
+                    _spinning = False
+                continue
+            self.coming -= 1
+            self._sleep()
+        self.coming -= 1
+        return self.ready.popleft()
+
+    def _sleep(self) -> None:
+        """Sleep until ``_cover`` notifies (which counts this thread in ``coming``)."""
+        self.sleeping += 1
+        self._wake.wait()
+
+
+_spinning = False
+"""A thread of the process's pools yields the CPU waiting for work: one at most (with a
+thread per actor, ``sync_actor_threads = 0``, as many pools as actors), so that a cast to
+many actors of one process does not keep them all spinning. Read and written under some
+pool's lock, not all the same: two may spin at once, rarely, and no harm."""
+
+_shared: ActorPool | None = None
+_shared_lock = threading.Lock()
+
+
+def pool_for_actor(name: str) -> ActorPool:
+    """The pool a new sync actor runs on: the process's, or (``sync_actor_threads = 0``)
+    one thread of its own."""
+    global _shared
+    size = current_config().sync_actor_threads
+    if size == 0:
+        return ActorPool(1, f"actor-{name}")
+    with _shared_lock:
+        if _shared is None:
+            _shared = ActorPool(size)
+        return _shared
+
+
+def _forget_pool() -> None:
+    """A forked child has none of its parent's threads: it makes its own pool."""
+    global _shared, _shared_lock
+    _shared = None
+    _shared_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
