@@ -236,6 +236,8 @@ def main(ca: str, key: str, per_host: str, ticks: str, *addrs: str) -> None:
     configure(
         heartbeat_interval=os.environ.get("MONARCH_HEARTBEAT_INTERVAL", "200ms"),
         heartbeat_timeout=os.environ.get("MONARCH_HEARTBEAT_TIMEOUT", "1500ms"),
+        # 256 procs over 32 hosts on a loaded 2-core machine may take longer than 30 s.
+        host_spawn_ready_timeout="180s",
     )
     job = Job(ca, key, int(per_host), ticks, list(addrs))
     commands: dict[str, Callable[..., dict[str, Any]]] = {

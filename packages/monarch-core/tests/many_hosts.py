@@ -35,7 +35,6 @@ from hostkit import (
     Child,
     children,
     ip,
-    netns_unavailable,
     network_namespaces,
     worker_argv,
 )
@@ -176,16 +175,35 @@ class Cluster:
             pem = folder / f"10.0.0.{host + 2}.pem"
             argv = worker_argv(listen, "--secret-file", str(secret), "--ca", str(folder / "ca.pem"))
             argv += ["--private-key", str(pem)]
-            self.workers.append(self.start(["ip", "netns", "exec", self.ns(host), *argv], worker_env))
+            self.workers.append(
+                self.start(["ip", "netns", "exec", self.ns(host), *argv], worker_env)
+            )
         addresses = [w.line(timeout) for w in self.workers]
         self.ticks.mkdir()
-        argv = [sys.executable, str(CONTROLLER), str(folder / "ca.pem"), str(folder / "10.0.0.1.pem")]
+        argv = [
+            sys.executable,
+            str(CONTROLLER),
+            str(folder / "ca.pem"),
+            str(folder / "10.0.0.1.pem"),
+        ]
         argv += [str(self.per_host), str(self.ticks), *addresses]
         self.controller = self.start(
             ["ip", "netns", "exec", self.namespaces[0], *argv], self.env, stdin=True
         )
-        self.ready = self.controller.json(timeout)
+        try:
+            self.ready = self.controller.json(timeout)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.workers_said()}") from None
         return self.ready
+
+    def workers_said(self) -> str:
+        """The end of each worker's stderr, for a failure's message."""
+        return "\n".join(
+            f"worker {i} ({'running' if w.popen.poll() is None else w.popen.poll()}): "
+            f"{w.stderr_text()[-1500:]}"
+            for i, w in enumerate(self.workers)
+            if w.stderr_text().strip()
+        )
 
     def do(self, command: str, timeout: float = 120, **args: Any) -> dict[str, Any]:
         assert self.controller is not None
@@ -291,15 +309,15 @@ def fault_report(c: Cluster, seen: dict[str, Any], fault_at: float, host: int) -
         times = [f["at"] for f in failures if ranks & set(f["ranks"]) and f["at"] >= fault_at]
         return min(times) - fault_at if times else None
 
-    pending = seen["pending"]
-    answered = [s.get("value") == [1] * len(s.get("value") or [0]) and "value" in s for s in seen["survivors"]]
+    pending, owner = seen["pending"], seen["owner_failures"]
+    answered = [s.get("value") == [1] * len(s.get("value") or ()) for s in seen["survivors"]]
     return {
         "pending_error": pending.get("error"),
         "pending_message": pending.get("message"),
         "pending_s": pending["at"] - fault_at if "error" in pending else None,
         "client_s": first(seen["client_failures"]),
-        "owner_s": first(seen["owner_failures"]) if isinstance(seen["owner_failures"], list) else None,
-        "owner_seen": seen["owner_failures"],
+        "owner_s": first(owner) if isinstance(owner, list) else None,
+        "owner_seen": owner,
         "others_answered": all(answered) and bool(answered),
         "declared_at": pending["at"] if "error" in pending else None,
     }
@@ -336,13 +354,17 @@ def fence(
     return after_resume(c, host, procs, fault_at, declared_at, resumed_at, timeout)
 
 
-def healed(c: Cluster, heal: Callable[[], None], declared_at: float | None, timeout: float) -> dict[str, Any]:
+def healed(
+    c: Cluster, heal: Callable[[], None], declared_at: float | None, timeout: float
+) -> dict[str, Any]:
     wait_for(lambda: time.monotonic() > (declared_at or 0) + timeout, 3 * timeout, "the partition")
     procs = c.pids(PARTITIONED)
     gone_before = not any(map(alive, procs))
     resumed_at = time.monotonic()
     heal()
-    return {"gone_before_heal": gone_before} | after_resume(c, PARTITIONED, procs, declared_at or resumed_at, declared_at, resumed_at, timeout)
+    return {"gone_before_heal": gone_before} | after_resume(
+        c, PARTITIONED, procs, declared_at or resumed_at, declared_at, resumed_at, timeout
+    )
 
 
 def after_resume(
