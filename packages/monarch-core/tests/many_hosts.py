@@ -36,34 +36,18 @@ from hostkit import (
     children,
     ip,
     network_namespaces,
+    silent_partition,
     worker_argv,
 )
 
 from monarch.core._host._zygote_proc import TITLE as ZYGOTE_TITLE
+from monarch.core.testing import alive, wait_until
 
 CONTROLLER = Path(__file__).with_name("hosts_controller.py")
 PORT = 26600
 KILLED, PARTITIONED, FROZEN_PROC, FROZEN_WORKER = 1, 2, 3, 4
 """The mesh's host that each fault hits (host 0 holds the owner actor: never hit)."""
 MIN_HOSTS = 6
-
-
-def alive(pid: int) -> bool:
-    """Running, stopped or a zombie not yet reaped (``kill(pid, 0)`` succeeds)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}")
-        time.sleep(0.02)
-    return found
 
 
 def cli(*args: str, cwd: Path) -> None:
@@ -82,25 +66,6 @@ def is_zygote(pid: int) -> bool:
         return ZYGOTE_TITLE in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return False
-
-
-def iptables(ns: str, *rule: str) -> None:
-    argv = ["ip", "netns", "exec", ns, "iptables", *rule]
-    done = subprocess.run(argv, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"iptables {' '.join(rule)} in {ns}: {done.stderr.strip()}")
-
-
-def drop_all(ns: str) -> Callable[[], None]:
-    """A silent partition: every packet to or from the host's network dropped."""
-    iptables(ns, "-A", "INPUT", "-i", "eth0", "-j", "DROP")
-    iptables(ns, "-A", "OUTPUT", "-o", "eth0", "-j", "DROP")
-
-    def heal() -> None:
-        iptables(ns, "-F", "INPUT")
-        iptables(ns, "-F", "OUTPUT")
-
-    return heal
 
 
 def ticks_after(folder: Path, pids: list[int], since: float) -> list[float]:
@@ -276,7 +241,7 @@ def scenario(c: Cluster, *, reps: int = 5, traffic_s: float = 3.0) -> dict[str, 
     # A host partitioned (packets dropped) while a gathered call is in flight.
     c.do("pending", seconds=3.0 + timeout)
     fault_at = time.monotonic()
-    heal = drop_all(c.ns(PARTITIONED))
+    heal = silent_partition(c.ns(PARTITIONED))
     parted = c.do("fault", host=PARTITIONED, within=60)
     out["partitioned"] = fault_report(c, parted, fault_at, PARTITIONED)
 
@@ -284,7 +249,7 @@ def scenario(c: Cluster, *, reps: int = 5, traffic_s: float = 3.0) -> dict[str, 
     out["fencing"] = {
         "frozen_proc": fence(c, FROZEN_PROC, [c.pids(FROZEN_PROC)[0]], timeout, proc=True),
         "frozen_worker": fence(c, FROZEN_WORKER, [c.workers[FROZEN_WORKER].pid], timeout),
-        "partition_heals": healed(c, heal, out["partitioned"]["declared_at"], timeout),
+        "partition_heals": healed(c, heal, out["partitioned"], timeout),
     }
     out["flow"] = c.do("flow", on=False)
     out["calls_after"] = c.do("calls", reps=reps)
@@ -293,7 +258,7 @@ def scenario(c: Cluster, *, reps: int = 5, traffic_s: float = 3.0) -> dict[str, 
     everyone = [pid for host in range(c.hosts) for pid in c.pids(host)]
     out["left_at_stop"] = sorted(p for p in everyone if alive(p))
     with contextlib.suppress(AssertionError):
-        wait_for(lambda: not any(map(alive, everyone)), 10, "every proc gone")
+        wait_until(lambda: not any(map(alive, everyone)), 10, "every proc gone")
     out["left_after"] = sorted(p for p in everyone if alive(p))
     out["strays"] = c.strays()
     out["workers_alive"] = sum(w.popen.poll() is None for w in c.workers)
@@ -320,6 +285,7 @@ def fault_report(c: Cluster, seen: dict[str, Any], fault_at: float, host: int) -
         "owner_seen": owner,
         "others_answered": all(answered) and bool(answered),
         "declared_at": pending["at"] if "error" in pending else None,
+        "fault_at": fault_at,
     }
 
 
@@ -340,13 +306,11 @@ def fence(
         times = [f["at"] for f in seen if ranks & set(f["ranks"])]
         return min(times) if times else None
 
-    try:
-        declared_at = wait_for(declared, timeout + 10, f"host {host}'s procs written off")
-    except AssertionError:
-        declared_at = None
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: declared() is not None, timeout + 10, f"host {host} written off")
+    declared_at = declared()
     c.do("leave", host=host)
-    # Frozen past the deadline by as long again: the job has certainly written it off.
-    wait_for(lambda: time.monotonic() > fault_at + 2 * timeout, 3 * timeout, "the freeze")
+    last(fault_at + 2 * timeout)  # past the deadline by as long again
     resumed_at = time.monotonic()
     for pid in frozen:
         with contextlib.suppress(ProcessLookupError):  # fenced already: killed while frozen
@@ -355,16 +319,24 @@ def fence(
 
 
 def healed(
-    c: Cluster, heal: Callable[[], None], declared_at: float | None, timeout: float
+    c: Cluster, heal: Callable[[], None], parted: dict[str, Any], timeout: float
 ) -> dict[str, Any]:
-    wait_for(lambda: time.monotonic() > (declared_at or 0) + timeout, 3 * timeout, "the partition")
+    """The partition (``parted``: its report) heals once it has lasted the heartbeat
+    deadline twice over."""
+    fault_at, declared_at = parted["fault_at"], parted["declared_at"]
+    last(fault_at + 2 * timeout)
     procs = c.pids(PARTITIONED)
     gone_before = not any(map(alive, procs))
     resumed_at = time.monotonic()
     heal()
     return {"gone_before_heal": gone_before} | after_resume(
-        c, PARTITIONED, procs, declared_at or resumed_at, declared_at, resumed_at, timeout
+        c, PARTITIONED, procs, fault_at, declared_at, resumed_at, timeout
     )
+
+
+def last(until: float) -> None:
+    """A fault lasts until ``until`` (monotonic): its length is what is tested."""
+    time.sleep(max(until - time.monotonic(), 0))
 
 
 def after_resume(
@@ -379,20 +351,18 @@ def after_resume(
     """Whether ``host``'s procs are gone (and how soon after resuming), whether any ran a
     tick after being written off, and whether the other hosts still answer."""
     try:
-        gone_at = wait_for(
-            lambda: time.monotonic() if not any(map(alive, procs)) else None,
-            timeout + 5,
-            f"host {host}'s procs gone after resuming",
+        gone_s: float | None = wait_until(
+            lambda: not any(map(alive, procs)), timeout + 5, f"host {host}'s procs gone"
         )
     except AssertionError:
-        gone_at = None
+        gone_s = None
     status = c.do("status")
     written_off = declared_at if declared_at is not None else resumed_at
     late = ticks_after(c.ticks, procs, written_off)
     worker = c.workers[host]
     return {
         "declared_s": declared_at - fault_at if declared_at is not None else None,
-        "procs_gone_s": gone_at - resumed_at if gone_at is not None else None,
+        "procs_gone_s": gone_s,
         "alive_after": sorted(p for p in procs if alive(p)),
         "ticks_after_written_off": len(late),
         "ticks_after_resume": len([t for t in late if t > resumed_at]),

@@ -38,7 +38,9 @@ from hostkit import (
     NetnsUnavailable,
     children,
     ip,
+    iptables,
     network_namespaces,
+    silent_partition,
     socket_queued,
     start_worker,
 )
@@ -488,12 +490,6 @@ def test_killing_the_controller_leaves_no_process_behind(
 # -- hosts in network namespaces: h1 the controller, h2 the victim, h3 the survivor ---------------
 
 
-def iptables(host: str, *rule: str) -> None:
-    argv = ["ip", "netns", "exec", host, "iptables", *rule]
-    done = subprocess.run(argv, capture_output=True, text=True)
-    assert done.returncode == 0, f"iptables {' '.join(rule)} in {host}: {done.stderr}"
-
-
 @pytest.fixture
 def hosts() -> Iterator[list[str]]:
     try:
@@ -525,17 +521,6 @@ def reset_partition(host: str) -> Callable[[], None]:
     rule = ("INPUT", "-i", "eth0", "-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset")
     iptables(host, "-A", *rule)
     return lambda: iptables(host, "-D", *rule)
-
-
-def silent_partition(host: str) -> Callable[[], None]:
-    iptables(host, "-A", "INPUT", "-i", "eth0", "-j", "DROP")
-    iptables(host, "-A", "OUTPUT", "-o", "eth0", "-j", "DROP")
-
-    def heal() -> None:
-        iptables(host, "-F", "INPUT")
-        iptables(host, "-F", "OUTPUT")
-
-    return heal
 
 
 FAULTS: dict[str, tuple[Callable[[str], Callable[[], None]], float, float]] = {
