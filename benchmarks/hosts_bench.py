@@ -45,6 +45,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--heartbeat-interval", default="1s", help="the library's default")
     parser.add_argument("--heartbeat-timeout", default="5s", help="the library's default")
+    parser.add_argument(
+        "--handshake-timeout", default="10s", help="transport_handshake_timeout (the default)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "hosts34_32hosts.json")
     return parser.parse_args(argv)
 
@@ -67,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     beats = {
         "MONARCH_HEARTBEAT_INTERVAL": args.heartbeat_interval,
         "MONARCH_HEARTBEAT_TIMEOUT": args.heartbeat_timeout,
+        "MONARCH_TRANSPORT_HANDSHAKE_TIMEOUT": args.handshake_timeout,
     }
     sizes = [(args.small, args.small_per_host)] if args.small else []
     for hosts, per_host in [*sizes, (args.hosts, args.per_host)]:
@@ -80,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = {
         "benchmark": "hosts",
         "issue": 34,
-        "heartbeat": {"interval": args.heartbeat_interval, "timeout": args.heartbeat_timeout},
+        "settings": beats,
         "machine": machine_info(),
         "versions": package_versions(["monarch-core", "monarch-transport"]),
         "runs": runs,
