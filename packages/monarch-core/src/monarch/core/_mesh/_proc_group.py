@@ -68,6 +68,8 @@ class _ProcGroup:
         self.actor_meshes: list[ActorMesh[Any]] = []
         """Actor meshes spawned here on these procs: a deliberate stop is no failure."""
         self._exit_seen = asyncio.Event()
+        self._watches: list[tuple[str, int]] = []
+        """What ``watch`` asked the runtime for: ``(address, key)``."""
         self.events = runtime.open_port(self.on_event)
         self.logger: _LoggerMesh | None = None
         """Who hears of a proc that died (see ``_LoggerMesh``); set once the shape is known."""
@@ -107,6 +109,9 @@ class _ProcGroup:
             self._changed()
             if len(self.exited) == self.count:
                 self.runtime.close_port(self.events)
+                for peer, key in self._watches:
+                    self.runtime.unwatch_peer(peer, key)
+                self._watches.clear()
                 if self.logs is not None:
                     self.logs.flush()
 
@@ -191,14 +196,16 @@ class _ProcGroup:
             self.runtime.post(host, TO_PROC, "", KillProcs(tuple(pids), f"written off: {exc}"))
 
     def watch(self) -> None:
-        """Once started: hear of lost host agents and of procs declared failed (above).
-        Remote procs only: one on this host is seen to exit by its parent, here."""
+        """Once started: hear of lost host agents and of procs declared failed (above),
+        until every proc has exited. Remote procs only: one on this host is seen to exit
+        by its parent, here."""
         runtime = self.runtime
+        watches = self._watches
         for host in {h for h in self.hosts if h and h != runtime.address}:
-            runtime.watch_peer(host, self.host_lost)
+            watches.append((host, runtime.watch_peer(host, self.host_lost)))
         for rank, proc in enumerate(self.addresses):
             if proc is not None and self.hosts[rank] != runtime.address:
-                runtime.watch_peer(proc, self.proc_lost)
+                watches.append((proc, runtime.watch_peer(proc, self.proc_lost)))
 
     def _fail(self, exc: BaseException) -> None:
         if not self.ready.done():
