@@ -100,6 +100,26 @@ def netns_unavailable() -> str | None:
     return None
 
 
+def iptables(host: str, *rule: str) -> None:
+    """Add or remove a firewall ``rule`` in namespace ``host``."""
+    argv = ["ip", "netns", "exec", host, "iptables", *rule]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    assert done.returncode == 0, f"iptables {' '.join(rule)} in {host}: {done.stderr}"
+
+
+def silent_partition(host: str) -> Callable[[], None]:
+    """Drop every packet to and from ``host``'s network (no reset, no refusal); returns
+    what heals it."""
+    iptables(host, "-A", "INPUT", "-i", "eth0", "-j", "DROP")
+    iptables(host, "-A", "OUTPUT", "-o", "eth0", "-j", "DROP")
+
+    def heal() -> None:
+        iptables(host, "-F", "INPUT")
+        iptables(host, "-F", "OUTPUT")
+
+    return heal
+
+
 class NetnsUnavailable(RuntimeError):
     """Namespaces could not be made on this machine (a reason to skip, not a failure)."""
 

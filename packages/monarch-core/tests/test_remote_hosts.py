@@ -329,7 +329,8 @@ def test_stop_returns_when_the_procs_host_agent_froze_past_the_heartbeat(
     result = controller.json(120)
     assert result["lost"] or when == "during"
     assert result["stop"] == {"value": None, "seconds": result["stop"]["seconds"]}, result
-    assert "not confirmed stopped" in controller.said()
+    if when == "during":  # resumed, the worker may have reported their exits meanwhile
+        assert "not confirmed stopped" in controller.said()
     pids = result["pids"]
     wait_until(lambda: not any(map(alive, pids)), 30, f"procs {pids} gone")
 

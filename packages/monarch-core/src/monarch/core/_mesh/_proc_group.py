@@ -22,6 +22,7 @@ from monarch.core._runtime._instrument import supervision
 from monarch.core._runtime._messages import (
     TO_PROC,
     Body,
+    KillProcs,
     Launch,
     LogLines,
     PortValue,
@@ -37,10 +38,11 @@ from monarch.transport import Buffer
 
 from ._actor_mesh import ActorMesh
 from ._client_end import ending
-from ._exits import ended, expect
+from ._exits import ended, expect, unknown
 from ._future import Outcome
 from ._gather import Gather
 from ._logs import LogSink
+from ._mesh_state import connection_lost
 from ._reports import failed_event, failed_report, mesh_uid, process_ended
 from ._supervision import call_fault_hook, log_failure
 from ._workspace import SYNCED_ENV, synced
@@ -66,6 +68,8 @@ class _ProcGroup:
         self.actor_meshes: list[ActorMesh[Any]] = []
         """Actor meshes spawned here on these procs: a deliberate stop is no failure."""
         self._exit_seen = asyncio.Event()
+        self._watches: list[tuple[str, int]] = []
+        """What ``watch`` asked the runtime for: ``(address, key)``."""
         self.events = runtime.open_port(self.on_event)
         self.logger: _LoggerMesh | None = None
         """Who hears of a proc that died (see ``_LoggerMesh``); set once the shape is known."""
@@ -105,6 +109,9 @@ class _ProcGroup:
             self._changed()
             if len(self.exited) == self.count:
                 self.runtime.close_port(self.events)
+                for peer, key in self._watches:
+                    self.runtime.unwatch_peer(peer, key)
+                self._watches.clear()
                 if self.logs is not None:
                     self.logs.flush()
 
@@ -163,8 +170,42 @@ class _ProcGroup:
                 self.runtime.unwatch_peer(host, key)
 
     def host_lost(self, address: str, exc: BaseException) -> None:
+        """A host agent is lost: nobody will say how its procs end (a dead one's died with
+        it), so what waits for that word (``_exits``) waits no longer."""
         if not self.ready.done():
             self._fail(SupervisionError(f"host agent {address} failed while starting procs: {exc}"))
+        for rank, host in enumerate(self.hosts):
+            proc = self.addresses[rank]
+            if host == address and proc is not None and rank not in self.exited:
+                unknown(proc)
+
+    def proc_lost(self, address: str, exc: BaseException) -> None:
+        """Fencing: a proc declared failed without having exited (silent past the
+        heartbeat: frozen, cut off) may come back; the job has written it off, so its host
+        agent kills it now, while it cannot act (SIGKILL ends a stopped process too)."""
+        if self.stopping or connection_lost(exc):
+            return
+        ranks = [r for r, a in enumerate(self.addresses) if a == address and r not in self.exited]
+        by_host: dict[str, list[int]] = {}
+        for rank in ranks:
+            host = self.hosts[rank]
+            if host and host != self.runtime.address and host not in self.runtime.failed_peers:
+                by_host.setdefault(host, []).append(self.pids[rank])
+        for host, pids in by_host.items():
+            log.warning("fencing procs %s at %s: %s", pids, address, exc)
+            self.runtime.post(host, TO_PROC, "", KillProcs(tuple(pids), f"written off: {exc}"))
+
+    def watch(self) -> None:
+        """Once started: hear of lost host agents and of procs declared failed (above),
+        until every proc has exited. Remote procs only: one on this host is seen to exit
+        by its parent, here."""
+        runtime = self.runtime
+        watches = self._watches
+        for host in {h for h in self.hosts if h and h != runtime.address}:
+            watches.append((host, runtime.watch_peer(host, self.host_lost)))
+        for rank, proc in enumerate(self.addresses):
+            if proc is not None and self.hosts[rank] != runtime.address:
+                watches.append((proc, runtime.watch_peer(proc, self.proc_lost)))
 
     def _fail(self, exc: BaseException) -> None:
         if not self.ready.done():
@@ -281,6 +322,7 @@ async def _start_procs(
         for host, key in watches:
             runtime.unwatch_peer(host, key)
     addresses = [a for a in group.addresses if a is not None]
+    group.watch()
     if bootstrap is not None:
         try:
             await _run_bootstrap(runtime, addresses, bootstrap)

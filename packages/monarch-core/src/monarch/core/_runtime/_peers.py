@@ -420,8 +420,14 @@ class PeerWriter:
         self.stop()
 
     async def _heartbeat(self, interval: float, limit: float) -> None:
-        """Declare the peer lost once it has been silent for ``limit`` s (frozen, cut off)."""
+        """Declare the peer lost once it has been silent for ``limit`` s (frozen, cut off).
+
+        A connection still being made has the handshake's deadline if that is longer: a
+        peer busy with hundreds of handshakes at once (a controller whose procs and
+        workers all dial it as they start) is slow, not gone; one whose packets are
+        dropped is noticed then (the dial itself would wait ``connect_timeout``)."""
         loop = self.runtime.loop
+        dialing = max(limit, current_config().transport_handshake_timeout)
         step = min(interval, limit / 2)
         while True:
             planned = loop.time() + step
@@ -432,12 +438,16 @@ class PeerWriter:
                 # waits unread; it is not the peer's silence. It has a deadline from now.
                 self.heard = max(self.heard, now)
             silent = now - self.heard
-            if silent > limit:
-                if self.connected.is_set():
+            connected = self.connected.is_set()
+            if silent > (limit if connected else dialing):
+                if connected:
                     said = f"{self.address} sent no heartbeat for {silent:.1f}s"
+                    said += f" (heartbeat_timeout is {limit:g}s)"
                 else:  # never connected: its packets go nowhere (dropped, a dead route)
                     said = f"could not connect to {self.address}: no answer in {silent:.1f}s"
-                self._fail(PeerLost(f"{said} (heartbeat_timeout is {limit:g}s)"))
+                    said += f" (the deadline is {dialing:g}s: the longer of heartbeat_timeout"
+                    said += " and transport_handshake_timeout)"
+                self._fail(PeerLost(said))
                 self.stop()
                 return
 
