@@ -552,6 +552,7 @@ def test_no_wheel_imports_another_wheels_private_modules() -> None:
 # no import circle inside a wheel: each module's imports (those at module level, the ones under
 # ``if TYPE_CHECKING:`` included) form a DAG, so a reader can walk any wheel from the ground up
 
+
 def module_level_import_lines(path: Path) -> set[int]:
     """Lines of the ``import`` statements that run when the module is imported (or that
     only a type checker reads): those inside a function body are left out."""
