@@ -444,8 +444,10 @@ class ActorMesh(ShapedMesh, Generic[R]):
         explicit: bool = False,
         gather: bool = False,
         trace: str = "",
+        tree: bool = False,
     ) -> None:
-        """One message per process hosting part of the (sliced) mesh, down the cast tree."""
+        """One message per process hosting part of the (sliced) mesh, down the cast tree;
+        with ``tree`` (a gathered call, not streamed) the replies come back up it."""
         runtime = self._runtime
         _, spec, targets = self._cast_plan(procs)
         seqs = runtime.send_order.take(self._mesh_id, targets)
@@ -460,6 +462,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
             (),
             gather and not explicit,
             trace,
+            tree and gather and not explicit,
         )
         runtime.cast(targets, self._mesh_id, call, payload)
 
@@ -516,7 +519,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
             return
         count = len(ranks)
         gather = CallGather(method, runtime, count, targets, result=result, want=want, mesh=self)
-        self._post_to(procs, method, payload, gather.port, explicit, True, trace)
+        self._post_to(procs, method, payload, gather.port, explicit, True, trace, tree=True)
 
     def _shape_for_values(self) -> Shape:
         """The shape of a gathered ValueMesh: this mesh's, its ranks renumbered from 0."""

@@ -2,7 +2,8 @@
 
 Every call that wants replies opens one ``Gather``: it is the port's handler, completes
 the call's future (one value, a ``ValueMesh``, or a stream of arrivals) and fails fast
-when a reply is an error or a proc it waits on dies. Thousands may be pending at once,
+when a reply is an error or a proc it waits on dies (seen here, or by a relay of the cast
+tree that gathers replies on their way up: see ``_runtime._combine``). Thousands may be pending at once,
 so it is one slotted object per call.
 """
 
@@ -12,7 +13,7 @@ import asyncio
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
 
-from monarch.core._errors import RemoteFailure, SupervisionError
+from monarch.core._errors import PeerLost, RemoteFailure, SupervisionError
 from monarch.core._layout._shape import Shape
 from monarch.core._layout._value_mesh import ValueMesh
 from monarch.core._payload._serialize import loads
@@ -102,6 +103,8 @@ class Gather:
         if isinstance(body, PortValue):
             self._accept((body.rank,), *self._read(body.error, payload))
         elif isinstance(body, PortBatch):
+            for address, what in body.lost:  # a relay saw a subtree's head fail
+                self._on_peer_lost(address, PeerLost(what))
             at = 0
             for ranks, error, count in body.groups:
                 if self._outcome is not None:
