@@ -518,7 +518,10 @@ class ActorMesh(ShapedMesh, Generic[R]):
             result.set_result(gather.arrivals)
             return
         count = len(ranks)
-        gather = CallGather(method, runtime, count, targets, result=result, want=want, mesh=self)
+        shared = self._state.watched(procs)
+        gather = CallGather(
+            method, runtime, count, targets, result=result, want=want, mesh=self, shared=shared
+        )
         self._post_to(procs, method, payload, gather.port, explicit, True, trace, tree=True)
 
     def _shape_for_values(self) -> Shape:
@@ -569,6 +572,8 @@ class ActorMesh(ShapedMesh, Generic[R]):
         still running) does not hold its caller; its proc's stop ends it."""
 
         def finish(values: list[Any] | None, error: BaseException | None) -> None:
+            if state.watch is not None:  # no call waits on its procs any more
+                state.watch.close()
             if result.done():
                 return  # given up on at cleanup_timeout
             # An actor whose proc is gone has stopped too: only other errors fail the stop.
