@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tree_members import Member
 
 from monarch.actor import (
     MeshFailure,
@@ -30,8 +31,6 @@ from monarch.config import configured
 from monarch.core import current_runtime
 from monarch.core._runtime._messages import PortBatch
 from monarch.core.testing import wait_until
-
-from tree_members import Member
 
 PROCS = 64
 FANOUT = 4
@@ -138,7 +137,7 @@ shapes = st.tuples(
 def test_gathered_through_any_tree_equals_flat(
     tree: ProcMesh, shape: tuple[int, int, int, int, int], fanout: int, modulus: int
 ) -> None:
-    """For any slice of the mesh (hosts × gpus, with steps) and any fan-out of the caller,
+    """For any slice of the mesh (hosts x gpus, with steps) and any fan-out of the caller,
     the values gathered through the tree are the flat ones: each rank's own, in rank order.
     (The relays below split at the fan-out they were spawned with, FANOUT.)"""
     host0, hosts, gpu0, gpus, step = shape

@@ -3,8 +3,9 @@
 Every call that wants replies opens one ``Gather``: it is the port's handler, completes
 the call's future (one value, a ``ValueMesh``, or a stream of arrivals) and fails fast
 when a reply is an error or a proc it waits on dies (seen here, or by a relay of the cast
-tree that gathers replies on their way up: see ``_runtime._combine``). Thousands may be pending at once,
-so it is one slotted object per call.
+tree that gathers replies on their way up: see ``_runtime._combine``). Thousands may be
+pending at once, so it is one slotted object per call; a mesh's calls share one watch of
+its procs (``SharedWatch``).
 """
 
 from __future__ import annotations

@@ -25,7 +25,6 @@ from monarch.core._runtime._combine import Combine
 from monarch.core._runtime._messages import (
     Body,
     Call,
-    PortRef,
     PortValue,
     ShapeSpec,
     SpawnActor,
