@@ -592,7 +592,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
                 return
             ranks, _, targets = self._cast_plan(ready)
             gather = Gather(self._runtime, len(ranks), targets, on_done=finish)
-            self._post_to(ready, STOP_METHOD, dumps(reason), gather.port, gather=True)
+            self._post_to(ready, STOP_METHOD, dumps(reason), gather.port, gather=True, tree=True)
             self._runtime.loop.call_later(current_config().cleanup_timeout, give_up)
 
         state = self._state
