@@ -444,8 +444,10 @@ class ActorMesh(ShapedMesh, Generic[R]):
         explicit: bool = False,
         gather: bool = False,
         trace: str = "",
+        tree: bool = False,
     ) -> None:
-        """One message per process hosting part of the (sliced) mesh, down the cast tree."""
+        """One message per process hosting part of the (sliced) mesh, down the cast tree;
+        with ``tree`` (a gathered call, not streamed) the replies come back up it."""
         runtime = self._runtime
         _, spec, targets = self._cast_plan(procs)
         seqs = runtime.send_order.take(self._mesh_id, targets)
@@ -460,6 +462,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
             (),
             gather and not explicit,
             trace,
+            tree and gather and not explicit,
         )
         runtime.cast(targets, self._mesh_id, call, payload)
 
@@ -515,8 +518,11 @@ class ActorMesh(ShapedMesh, Generic[R]):
             result.set_result(gather.arrivals)
             return
         count = len(ranks)
-        gather = CallGather(method, runtime, count, targets, result=result, want=want, mesh=self)
-        self._post_to(procs, method, payload, gather.port, explicit, True, trace)
+        shared = self._state.watched(procs)
+        gather = CallGather(
+            method, runtime, count, targets, result=result, want=want, mesh=self, shared=shared
+        )
+        self._post_to(procs, method, payload, gather.port, explicit, True, trace, tree=True)
 
     def _shape_for_values(self) -> Shape:
         """The shape of a gathered ValueMesh: this mesh's, its ranks renumbered from 0."""
@@ -566,6 +572,8 @@ class ActorMesh(ShapedMesh, Generic[R]):
         still running) does not hold its caller; its proc's stop ends it."""
 
         def finish(values: list[Any] | None, error: BaseException | None) -> None:
+            if state.watch is not None:  # no call waits on its procs any more
+                state.watch.close()
             if result.done():
                 return  # given up on at cleanup_timeout
             # An actor whose proc is gone has stopped too: only other errors fail the stop.
@@ -584,7 +592,7 @@ class ActorMesh(ShapedMesh, Generic[R]):
                 return
             ranks, _, targets = self._cast_plan(ready)
             gather = Gather(self._runtime, len(ranks), targets, on_done=finish)
-            self._post_to(ready, STOP_METHOD, dumps(reason), gather.port, gather=True)
+            self._post_to(ready, STOP_METHOD, dumps(reason), gather.port, gather=True, tree=True)
             self._runtime.loop.call_later(current_config().cleanup_timeout, give_up)
 
         state = self._state

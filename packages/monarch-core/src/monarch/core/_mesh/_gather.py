@@ -2,8 +2,10 @@
 
 Every call that wants replies opens one ``Gather``: it is the port's handler, completes
 the call's future (one value, a ``ValueMesh``, or a stream of arrivals) and fails fast
-when a reply is an error or a proc it waits on dies. Thousands may be pending at once,
-so it is one slotted object per call.
+when a reply is an error or a proc it waits on dies (seen here, or by a relay of the cast
+tree that gathers replies on their way up: see ``_runtime._combine``). Thousands may be
+pending at once, so it is one slotted object per call; a mesh's calls share one watch of
+its procs (``SharedWatch``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import asyncio
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
 
-from monarch.core._errors import RemoteFailure, SupervisionError
+from monarch.core._errors import PeerLost, RemoteFailure, SupervisionError
 from monarch.core._layout._shape import Shape
 from monarch.core._layout._value_mesh import ValueMesh
 from monarch.core._payload._serialize import loads
@@ -49,9 +51,11 @@ class Gather:
         "mesh",
         "on_done",
         "port",
+        "procs",
         "received",
         "result",
         "runtime",
+        "shared",
         "values",
         "want",
         "watches",
@@ -68,8 +72,11 @@ class Gather:
         result: Future[Any] | None = None,
         want: str = "",
         mesh: GatheredMesh | None = None,
+        shared: SharedWatch | None = None,
     ) -> None:
         self.runtime = runtime
+        self.procs = procs
+        self.shared = shared
         self.count = count
         self.on_done = on_done
         self.result = result
@@ -86,6 +93,9 @@ class Gather:
         if result is not None:
             result._answering = len(procs)
         self.port = runtime.open_port(self)
+        if shared is not None:  # the mesh's procs, watched once for all its calls
+            shared.add(self)
+            return
         # Watchers last: from the first on, ``_on_peer_lost`` may run on the loop (a peer
         # already failed, or failing now) while this thread is still here, so everything
         # it touches is set. It unwatches what ``watches`` holds by then; what is added
@@ -102,6 +112,8 @@ class Gather:
         if isinstance(body, PortValue):
             self._accept((body.rank,), *self._read(body.error, payload))
         elif isinstance(body, PortBatch):
+            for address, what in body.lost:  # a relay saw a subtree's head fail
+                self._on_peer_lost(address, PeerLost(what))
             at = 0
             for ranks, error, count in body.groups:
                 if self._outcome is not None:
@@ -159,6 +171,8 @@ class Gather:
         self._outcome = (None, error) if error is not None else (values, None)
         runtime = self.runtime
         runtime.close_port(self.port)
+        if self.shared is not None:
+            self.shared.pending.discard(self)
         for proc, key in self.watches:
             runtime.unwatch_peer(proc, key)
         result = self.result
@@ -193,3 +207,42 @@ class Gather:
         else:
             assert values is not None
             done.set_result(values)
+
+
+class SharedWatch:
+    """The procs of one mesh, watched once for every gather that waits on some of them.
+
+    A gather watching each of its N procs itself registers N watchers and removes them
+    again: O(procs) work for the caller per call. Gathers given a ``SharedWatch`` join its
+    ``pending`` set instead, and a proc's failure reaches those of them that wait on it.
+    From any thread, as ``Runtime.watch_peer``: a failure is recorded before the pending
+    gathers are read, and a gather joins before reading the failures, so none is missed
+    (one may hear twice: ``_on_peer_lost`` tolerates that).
+    """
+
+    __slots__ = ("failed", "keys", "pending", "runtime")
+
+    def __init__(self, runtime: Runtime, procs: Sequence[str]) -> None:
+        self.runtime = runtime
+        self.pending: set[Gather] = set()
+        self.failed: dict[str, BaseException] = {}
+        self.keys = [(proc, runtime.watch_peer(proc, self._lost)) for proc in dict.fromkeys(procs)]
+
+    def add(self, gather: Gather) -> None:
+        self.pending.add(gather)
+        for address, exc in list(self.failed.items()):
+            if address in gather.procs:
+                self.runtime.call_soon(gather._on_peer_lost, address, exc)
+                return
+
+    def _lost(self, address: str, exc: BaseException) -> None:
+        self.failed.setdefault(address, exc)
+        for gather in list(self.pending):
+            if address in gather.procs:
+                gather._on_peer_lost(address, exc)
+
+    def close(self) -> None:
+        """Stop watching (the mesh is stopped: no gather will wait on it again)."""
+        keys, self.keys = self.keys, []
+        for proc, key in keys:
+            self.runtime.unwatch_peer(proc, key)

@@ -4,6 +4,7 @@ how it learns that one of them ended."""
 from __future__ import annotations
 
 import functools
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -18,7 +19,7 @@ from monarch.transport import Buffer
 from ._ask import ask_body
 from ._exits import ASKED_GRACE, asking, ended, unknown, when_ended
 from ._future import Outcome, wait_outcome
-from ._gather import Gather
+from ._gather import Gather, SharedWatch
 from ._pending import ProcsRef
 from ._reports import ROOT, actor_name, endpoint, failed_report, process_ended, status_event
 
@@ -40,6 +41,10 @@ def connection_lost(exc: BaseException) -> bool:
     agent's word on how it ended is worth waiting for (a heartbeat's silence, or any
     other cause, says more than the exit that follows our cutting it off)."""
     return str(exc).startswith("lost connection to ")
+
+
+_watch_lock = threading.Lock()
+"""Makes each mesh's ``SharedWatch`` once, whichever threads call it first."""
 
 
 class _MeshState:
@@ -82,6 +87,8 @@ class _MeshState:
         self.spawn_gather: Gather | None = None
         self.supervised: Supervisor | None = None
         """Set in the process that spawned the mesh: who owns it, and what failed."""
+        self.watch: SharedWatch | None = None
+        """Its procs, watched for its gathered calls (made at the first, see ``watched``)."""
 
     def known_addresses(self) -> list[str] | ProcsRef:
         """The addresses for pickling a mesh that may still be starting: procs still
@@ -116,6 +123,17 @@ class _MeshState:
                 self.backlog.popleft()(self.addresses or self.error or RuntimeError("no procs"))
 
         self.runtime.spawn_task(wait())
+
+    def watched(self, addresses: list[str]) -> SharedWatch:
+        """The watch its gathered calls share (from any thread: a caller may cast itself).
+        Made at the first: a mesh that is only passed around connects to none of its procs."""
+        watch = self.watch
+        if watch is None:
+            with _watch_lock:
+                watch = self.watch
+                if watch is None:
+                    watch = self.watch = SharedWatch(self.runtime, addresses)
+        return watch
 
     def actor_name(self, rank: int) -> str:
         """Upstream's name of the actor at ``rank`` (of the base shape): its owner's, its

@@ -9,7 +9,6 @@ thread; ``_local`` starts the runners of a spawn and hands a mesh's calls to the
 from ._actor_runner import ActorRunner
 from ._async import AsyncRunner
 from ._local import (
-    LocalGather,
     LocalMesh,
     handle_spawn_actor,
     refuse_undeliverable,
@@ -21,7 +20,6 @@ from ._sync import SyncRunner
 __all__ = [
     "ActorRunner",
     "AsyncRunner",
-    "LocalGather",
     "LocalMesh",
     "SyncRunner",
     "handle_spawn_actor",

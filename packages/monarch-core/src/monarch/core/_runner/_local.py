@@ -2,7 +2,7 @@
 
 ``handle_spawn_actor`` starts a runner per local rank of a ``SpawnActor``; ``LocalMesh``
 takes the mesh's calls off the wire in sequence order per origin and hands each to the
-local actors its shape covers; ``LocalGather`` sends their replies back together.
+local actors its shape covers; their replies go back together (``Combine``).
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ from monarch.core._payload._serialize import dumps, loads
 from monarch.core._runner._context import running
 from monarch.core._runtime import Runtime
 from monarch.core._runtime._cast import ReceiveOrder
+from monarch.core._runtime._combine import Combine
 from monarch.core._runtime._messages import (
     Body,
     Call,
-    PortBatch,
-    PortRef,
     PortValue,
     ShapeSpec,
     SpawnActor,
@@ -126,7 +125,7 @@ class LocalMesh:
 
     Takes the mesh's calls off the wire in sequence order per origin (see ``_cast``) and
     hands each to the local actors its shape covers. When a call gathers replies and
-    covers several of them, their replies go back together (``LocalGather``).
+    covers several of them, their replies go back together (``Combine``).
     """
 
     def __init__(self, runtime: Runtime, hosts: list[ActorRunner]) -> None:
@@ -155,8 +154,8 @@ class LocalMesh:
         if len(hosts) > 1:
             hosts = self._covered(call.shape)
             if len(hosts) > 1 and call.gather and call.reply is not None:
-                gather = LocalGather(self.runtime, call.reply, len(hosts))
-                call = msgspec.structs.replace(call, reply=gather.port)
+                combine = Combine(self.runtime, call.reply, len(hosts), fail_fast=call.tree)
+                call = msgspec.structs.replace(call, reply=combine.port)
         for host in hosts:
             host.enqueue(call, payload)
 
@@ -168,34 +167,3 @@ class LocalMesh:
             ndslice = shape_of(spec).ndslice
             covered = self._targets[spec] = [h for h in self.hosts if h.spawn.rank in ndslice]
         return covered
-
-
-class LocalGather:
-    """Collects the replies of this process's actors to one call; sends them on as one
-    PortBatch, each distinct value once (replies of identical values are stored once)."""
-
-    __slots__ = ("count", "groups", "port", "reply", "runtime")
-
-    def __init__(self, runtime: Runtime, reply: PortRef, count: int) -> None:
-        self.runtime = runtime
-        self.reply = reply
-        self.count = count
-        self.groups: dict[Any, tuple[list[int], bool, Sequence[Buffer]]] = {}
-        self.port = runtime.open_port(self)
-
-    def __call__(self, body: Body, payload: Sequence[Buffer]) -> None:
-        if not isinstance(body, PortValue):
-            return
-        # A value that is one small pickle is grouped with identical ones.
-        key: Any = (body.error, bytes(payload[0])) if len(payload) == 1 else object()
-        group = self.groups.get(key)
-        if group is None:
-            self.groups[key] = ([body.rank], body.error, payload)
-        else:
-            group[0].append(body.rank)
-        self.count -= 1
-        if self.count == 0:
-            self.runtime.close_port(self.port)
-            groups = tuple((tuple(r), e, len(p)) for r, e, p in self.groups.values())
-            parts = [part for _, _, p in self.groups.values() for part in p]
-            self.runtime.send_to_port(self.reply, PortBatch(groups), parts)

@@ -124,6 +124,9 @@ class Call(msgspec.Struct, array_like=True, tag=1, frozen=True, gc=False):
     may answer for all of them in one PortBatch."""
     trace: str = ""
     """What the caller's instrumentation gave the call (a trace context, see _instrument)."""
+    tree: bool = False
+    """Replies are gathered up the cast tree (``gather`` and not streamed): each relay
+    sends its subtree's up as one PortBatch (see ``_combine``)."""
 
 
 STOP_METHOD: Final = "__monarch_stop__"
@@ -142,6 +145,9 @@ class PortBatch(msgspec.Struct, array_like=True, tag=3, frozen=True, gc=False):
     how many payload parts (which follow, group after group) its one pickled value has."""
 
     groups: tuple[tuple[tuple[int, ...], bool, int], ...]
+    lost: tuple[tuple[str, str], ...] = ()
+    """Procs a relay of the cast tree saw fail with their subtree's replies still to come,
+    each with what the relay was told (see ``_combine``)."""
 
 
 class SpawnActor(msgspec.Struct, array_like=True, tag=10, frozen=True, gc=False):

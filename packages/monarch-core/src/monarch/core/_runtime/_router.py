@@ -62,7 +62,8 @@ from monarch.transport import (
 )
 
 from ._beats import Beats
-from ._cast import SendOrder, fan_out
+from ._cast import SendOrder, fan_out, split
+from ._combine import Combine
 from ._flow import Flow
 from ._inbound import Inbound, send_back
 from ._peers import DEFER, PeerWriter, peer_options
@@ -479,6 +480,8 @@ class Runtime:
                 handler(body, payload)
         elif kind == TO_ACTOR:
             if isinstance(body, Call) and body.forward:  # relay first
+                if body.tree and body.reply is not None:
+                    body = self._gather_below(body)
                 below = msgspec.structs.replace(body, seqs=body.seqs[1:]) if body.seqs else body
                 self.cast(body.forward, envelope.dest, below, payload)
             sink = self.actors.get(envelope.dest)
@@ -502,6 +505,15 @@ class Runtime:
             else:
                 control(self, body, payload, envelope.sender)
         return envelope.sender
+
+    def _gather_below(self, call: Call) -> Call:
+        """This relay gathers the replies of its subtree (its own actors', and one batch per
+        subtree below it) and sends them up as one message (see ``_combine``): ``call``
+        with the reply port that does."""
+        assert call.reply is not None
+        heads = [chunk[0] for chunk in split(call.forward, current_config().max_cast_fanout)]
+        combine = Combine(self, call.reply, 1 + len(heads), fail_fast=True, watch=heads)
+        return msgspec.structs.replace(call, reply=combine.port)
 
     def _hold(self, dest: str, body: Body, payload: Sequence[Buffer], sender: str) -> None:
         """Keep a message for an actor not spawned here yet.
