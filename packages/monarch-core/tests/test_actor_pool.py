@@ -1,9 +1,12 @@
-"""Sync actors sharing their process's bounded pool of threads (``sync_actor_threads``).
+"""Sync actors: a thread each for a process's first ``sync_actor_threads``, then one
+bounded pool shared by the others.
 
 The pool's rules, first on an ``ActorPool`` of its own (many interleavings, fast), then
-on real procs: each actor's messages in the order sent, at most the pool's size of them
-blocked at once (the others wait), a wait on a Future taking no place (actors calling
-each other in one process do not deadlock), and a proc of 200 actors answering each.
+on real procs: the first actors keep their own thread (thread-local state, as upstream),
+and it serves the next actor when one exits; each actor's messages in the order sent, at
+most the pool's size of them blocked at once (the others wait), a wait on a Future taking
+no place (actors calling each other in one process do not deadlock), and a proc of 200
+actors answering each.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from monarch.core._runner._pool import ActorPool
 from monarch.core.testing import wait_until
 
 POOL = 2
-"""Threads of the procs' pool here: fewer than the actors of a proc."""
+"""Threads of the procs' pool here: fewer than the actors of a proc (worker0 and worker1,
+spawned first, have a thread of their own; worker2..5 share a pool of two)."""
 
 
 # -- the pool alone ------------------------------------------------------------------------
@@ -138,6 +142,10 @@ class Worker(Actor):
         return "pong"
 
     @endpoint
+    def ident(self) -> int:
+        return threading.get_ident()
+
+    @endpoint
     def pool_size(self) -> int:
         return current_config().sync_actor_threads
 
@@ -178,8 +186,8 @@ def workers(procs: ProcMesh) -> list[ActorMesh[Worker]]:
 def test_random_interleavings_keep_each_actors_order(
     workers: list[ActorMesh[Worker]], targets: list[int]
 ) -> None:
-    """Six actors on a pool of two: calls sent to them in any interleaving reach each in
-    the order sent."""
+    """Six actors (two with their own thread, four on a pool of two): calls sent to them in
+    any interleaving reach each in the order sent."""
     before = [len(w.notes.call_one().get(timeout=60)) for w in workers]
     for n, target in enumerate(targets):
         workers[target].note.broadcast(n)
@@ -199,17 +207,19 @@ def actor_state(procs: ProcMesh, mesh: str) -> Any:
 def test_blocked_endpoints_hold_the_pool_up_to_its_size(
     procs: ProcMesh, workers: list[ActorMesh[Worker]], tmp_path: Path
 ) -> None:
-    """One blocked endpoint leaves a thread to the others; ``POOL`` of them leave none
-    (documented): a call to a third actor waits, queued, until one opens."""
+    """One blocked endpoint of the shared pool leaves a thread to the others; ``POOL`` of
+    them leave none (documented): a call to a third actor of the pool waits, queued, until
+    one opens, while an actor with a thread of its own still answers."""
     gates = [tmp_path / "gate0", tmp_path / "gate1"]
-    first = workers[0].wait.call_one(str(gates[0]))
-    wait_until(lambda: actor_state(procs, "worker0").current == "wait", 30, "worker0 waits")
-    assert workers[2].ping.call_one().get(timeout=60) == "pong"  # a thread was free
-    second = workers[1].wait.call_one(str(gates[1]))
-    wait_until(lambda: actor_state(procs, "worker1").current == "wait", 30, "worker1 waits")
-    third = workers[2].ping.call_one()
-    wait_until(lambda: actor_state(procs, "worker2").queued == 1, 30, "worker2's call queued")
-    assert not third.done() and actor_state(procs, "worker2").current == ""
+    first = workers[2].wait.call_one(str(gates[0]))
+    wait_until(lambda: actor_state(procs, "worker2").current == "wait", 30, "worker2 waits")
+    assert workers[4].ping.call_one().get(timeout=60) == "pong"  # a thread was free
+    second = workers[3].wait.call_one(str(gates[1]))
+    wait_until(lambda: actor_state(procs, "worker3").current == "wait", 30, "worker3 waits")
+    third = workers[4].ping.call_one()
+    wait_until(lambda: actor_state(procs, "worker4").queued == 1, 30, "worker4's call queued")
+    assert not third.done() and actor_state(procs, "worker4").current == ""
+    assert workers[0].ping.call_one().get(timeout=60) == "pong"  # its own thread
     gates[0].touch()
     assert third.get(timeout=60) == "pong"
     assert first.get(timeout=60) == "opened"
@@ -220,8 +230,38 @@ def test_blocked_endpoints_hold_the_pool_up_to_its_size(
 def test_a_wait_on_a_future_takes_no_place(workers: list[ActorMesh[Worker]]) -> None:
     """Actors asking each other in a chain, in one process, beyond the pool's size: each
     one asleep on a Future lets the next run."""
-    chain = [w.ask.call_one(workers[(i + 1) % 6]) for i, w in enumerate(workers[:4])]
-    assert [f.get(timeout=60) for f in chain] == ["it said pong"] * 4
+    shared = workers[2:]  # three of them waiting at once on a pool of two; not a circle
+    chain = [w.ask.call_one(shared[i + 1]) for i, w in enumerate(shared[:3])]
+    assert [f.get(timeout=60) for f in chain] == ["it said pong"] * 3
+
+
+def test_the_first_actors_keep_their_own_thread(workers: list[ActorMesh[Worker]]) -> None:
+    """As upstream: thread-local state set by one endpoint of worker0 is seen by the next,
+    whatever ran between (other actors, a wait on a Future)."""
+    first = workers[0].ident.call_one().get(timeout=60)
+    assert first != workers[1].ident.call_one().get(timeout=60)
+    for other in workers[1:]:
+        other.ping.broadcast()
+        assert workers[0].ask.call_one(other).get(timeout=60) == "it said pong"
+        assert workers[0].ident.call_one().get(timeout=60) == first
+
+
+def test_an_exited_actors_own_thread_serves_the_next() -> None:
+    """With ``sync_actor_threads = 1``: the first actor has a thread of its own, the second
+    shares the pool; once the first is stopped, the next actor spawned gets its thread."""
+    with configured(sync_actor_threads=1):  # the procs read it as they start
+        procs = this_host().spawn_procs(per_host={"gpus": 1}, name="recycled")
+    try:
+        first = procs.spawn("first", Worker)
+        own = first.ident.call_one().get(timeout=60)
+        second = procs.spawn("second", Worker)
+        assert second.ident.call_one().get(timeout=60) != own
+        first.stop().get(timeout=60)
+        third = procs.spawn("third", Worker)
+        assert third.ident.call_one().get(timeout=60) == own
+        assert second.ident.call_one().get(timeout=60) != own
+    finally:
+        procs.stop().get(timeout=60)
 
 
 HUNDREDS = 200
@@ -230,7 +270,7 @@ HUNDREDS = 200
 
 def test_a_proc_of_200_actors_answers_a_gathered_cast_on_each() -> None:
     """200 sync actors on each of two procs (200 meshes): every mesh answers a gathered
-    cast, and each proc runs them on at most its pool's threads."""
+    cast, and each proc runs them on 4 threads of their own and a pool of 4."""
     with configured(sync_actor_threads=4):  # the procs read it as they start
         procs = this_host().spawn_procs(per_host={"gpus": 2}, name="crowded")
         first = procs.spawn("crowd0", Worker)
@@ -246,11 +286,11 @@ def test_a_proc_of_200_actors_answers_a_gathered_cast_on_each() -> None:
             assert len([a for a in snap.actors if a.mesh.startswith("crowd")]) == HUNDREDS
 
             def bounded(address: str = address, threads: int = threads) -> bool:
-                return inspect_proc(address).get(timeout=30).threads <= threads + 4
+                return inspect_proc(address).get(timeout=30).threads <= threads + 3 + 4
 
-            # the pool: at most 4 threads, whatever the count (a spawn's reading thread
-            # may still be ending)
-            wait_until(bounded, 30, "no more threads than the pool's 4 besides those before")
+            # the first 4 actors' own threads (one was there before) and the pool's 4,
+            # whatever the count (a spawn's reading thread may still be ending)
+            wait_until(bounded, 30, "no more threads than 3 own and the pool's 4 besides")
     finally:
         procs.stop().get(timeout=120)
 

@@ -330,12 +330,14 @@ class Config:
         16,
         "MONARCH_SYNC_ACTOR_THREADS",
         doc=(
-            "(ours) Most threads of a process running its sync actors' code at once: they "
-            "share one pool, started as needed. An actor's messages still run one at a "
-            "time, in order; a thread asleep on a Future does not count. With this many "
-            "endpoints blocked otherwise (a lock, a socket, sleep), the process's other sync "
-            "actors wait. A message may run on another thread than the previous one (no "
-            "thread-local state kept). 0: a thread per sync actor, as upstream."
+            "(ours) The first this many sync actors of a process each have a thread of their "
+            "own, as upstream (thread-local state kept from one message to the next); the "
+            "sync actors beyond them share one pool of at most this many threads, started as "
+            "needed. An actor's messages still run one at a time, in order; a thread asleep "
+            "on a Future does not count. With this many endpoints of the shared pool blocked "
+            "otherwise (a lock, a socket, sleep), its other actors wait, and a message there "
+            "may run on another thread than the previous one. 0: a thread per sync actor, "
+            "however many, as upstream."
         ),
         ours=True,
     )

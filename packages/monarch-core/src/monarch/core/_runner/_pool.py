@@ -1,29 +1,31 @@
-"""The threads that run a process's sync actors: one bounded pool, shared.
+"""The threads that run a process's sync actors: a thread each, then one bounded pool.
 
-A thread per sync actor costs its stack, its thread state and a wake-up per message even
-when idle; at thousands of actors a machine (10,000 in issue 34) that is most of what they
-hold. Instead each process has a pool of at most ``sync_actor_threads`` threads, started
-as they are needed, and a sync actor with messages waits in the pool's ready queue until a
-thread takes it. The rules:
+Upstream gives each sync actor a thread of its own, and user code relies on it: thread-local
+state set in ``__init__`` or one endpoint (torch's grad mode, the current CUDA device,
+``threading.local``) is seen by the next. At thousands of actors a process (10,000 in issue
+34) those threads are most of what the actors hold. So the first ``sync_actor_threads``
+sync actors of a process each get a thread of their own (a pool of one, kept for the next
+actor when one exits), as upstream; the sync actors beyond them share one pool of at most
+``sync_actor_threads`` threads, started as they are needed, where an actor with messages
+waits in the ready queue until a thread takes it. The rules:
 
 - An actor's messages run one at a time, in the order they came (one thread at a time
   takes an actor; it handles up to ``BATCH`` of its messages, then the actor goes to the
   back of the queue if it has more, so that a busy actor does not starve the others).
-- At most ``size`` threads run actor code at once. A thread that sleeps on a Monarch
-  ``Future`` (an endpoint calling another actor and waiting) does not count meanwhile:
-  another thread may start, so actors waiting on each other in one process cannot
-  deadlock the pool. A thread blocked on anything else (a lock, a socket, ``time.sleep``)
-  counts: with ``size`` such endpoints at once, the other sync actors of the process wait.
-- Thread-local state (``threading.local``, torch's grad mode, the current CUDA device)
-  set by one message is not seen by the next, which may run on another thread. With
-  ``sync_actor_threads = 0`` each sync actor has a pool of one thread of its own
-  (upstream's model: a thread per sync actor, its thread-local state kept).
+- At most ``size`` threads of a pool run actor code at once. A thread that sleeps on a
+  Monarch ``Future`` (an endpoint calling another actor and waiting) does not count
+  meanwhile: another thread may start, so actors waiting on each other in one process
+  cannot deadlock the pool. A thread blocked on anything else (a lock, a socket,
+  ``time.sleep``) counts: with ``size`` such endpoints at once in the shared pool, the
+  other actors that share it wait.
+- In the shared pool, thread-local state set by one message is not seen by the next, which
+  may run on another thread. ``sync_actor_threads = 0``: every sync actor has a thread of
+  its own, however many (upstream's model, unbounded).
 
-The idle pool keeps its threads (a thread that exits and another that starts cost more
+An idle pool keeps its threads (a thread that exits and another that starts cost more
 than one asleep); one thread of the process yields the CPU ``wait_spin`` s before it sleeps
 (``_spin``).
 """
-
 from __future__ import annotations
 
 import os
@@ -74,6 +76,8 @@ class ActorPool:
         """Threads about to take from ``ready``: starting, notified, spinning, between actors."""
         self.blocked = 0
         """Threads in actor code asleep on a Future: not counted against ``size``."""
+        self.own = False
+        """A pool of one, the thread of one actor among the process's first (``pool_for_actor``)."""
 
     def active(self) -> int:
         """Threads that count against ``size`` (under the lock)."""
@@ -166,26 +170,46 @@ many actors of one process does not keep them all spinning. Read and written und
 pool's lock, not all the same: two may spin at once, rarely, and no harm."""
 
 _shared: ActorPool | None = None
+_own: list[ActorPool] = []
+"""Pools of one thread whose actor exited, kept for the next sync actor."""
+_owned = 0
+"""Live sync actors with a thread of their own (at most ``sync_actor_threads``)."""
 _shared_lock = threading.Lock()
 
 
 def pool_for_actor(name: str) -> ActorPool:
-    """The pool a new sync actor runs on: the process's, or (``sync_actor_threads = 0``)
-    one thread of its own."""
-    global _shared
+    """The pool a new sync actor runs on: a thread of its own while fewer than
+    ``sync_actor_threads`` of the process's live sync actors have one (or always, at 0),
+    else the shared pool. ``actor_exited`` gives an own thread back for the next."""
+    global _shared, _owned
     size = current_config().sync_actor_threads
-    if size == 0:
-        return ActorPool(1, f"actor-{name}")
     with _shared_lock:
+        if size == 0 or _owned < size:
+            _owned += 1
+            pool = _own.pop() if _own else ActorPool(1, "actor-pool")
+            pool.own = True
+            return pool
         if _shared is None:
             _shared = ActorPool(size)
         return _shared
 
 
+def actor_exited(pool: ActorPool) -> None:
+    """An actor of ``pool`` handled its exit: a thread it had of its own serves the next."""
+    global _owned
+    if pool.own:
+        with _shared_lock:
+            pool.own = False
+            _owned -= 1
+            _own.append(pool)
+
+
 def _forget_pool() -> None:
-    """A forked child has none of its parent's threads: it makes its own pool."""
-    global _shared, _shared_lock
+    """A forked child has none of its parent's threads: it makes its own pools."""
+    global _shared, _shared_lock, _owned
     _shared = None
+    _own.clear()
+    _owned = 0
     _shared_lock = threading.Lock()
 
 

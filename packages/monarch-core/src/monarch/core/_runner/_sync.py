@@ -31,7 +31,7 @@ from monarch.core._runtime._scope import current_context, current_owner
 from monarch.transport import Buffer
 
 from ._actor_runner import CALL, EXIT, STOP, ActorRunner, Item, NoHandler
-from ._pool import ActorPool, pool_for_actor
+from ._pool import ActorPool, actor_exited, pool_for_actor
 
 INIT = "init"
 """The first item of a sync actor: make it (``cls(*args, **kwargs)``) on a pool thread."""
@@ -49,6 +49,8 @@ class SyncRunner(ActorRunner):
         """Queued in the pool or run by one of its threads (under the pool's lock)."""
         self.exited = threading.Event()
         """Set once it handled ``EXIT`` (see ``release``)."""
+        self.gave_back = False
+        """Whether ``_give_thread_back`` ran (once, at its stop or exit)."""
         self.thread_name = f"actor-{spawn.name}"
         """What the pool thread running it is called meanwhile (stacks, py-spy)."""
         self._plain: dict[str, Callable[..., Any]] = {
@@ -101,6 +103,7 @@ class SyncRunner(ActorRunner):
                     self.runtime.flush_writes(held)
                     self.instance = self.cls = None  # see release()
                     self.exited.set()
+                    self._give_thread_back()
                     return
                 try:
                     if kind == INIT:
@@ -184,9 +187,17 @@ class SyncRunner(ActorRunner):
 
         return run_on(self.runtime, run()).get()
 
+    def _give_thread_back(self) -> None:
+        """Stopped or exited: a thread of its own now serves the next actor (``_pool``);
+        what this one still handles (refusals, ``__cleanup__``) queues there, in order."""
+        if not self.gave_back:
+            self.gave_back = True
+            actor_exited(self.pool)
+
     def _stop_sync(self, stop: Call, parts: Sequence[Buffer]) -> None:
         if self.stopped is None:
             self.stopped = str(loads(parts))
+            self._give_thread_back()  # before the reply: a spawn after it finds the thread
             if self.owned:
                 run_on(self.runtime, self._stop_owned(f"owner {self.info.actor_id} stopped")).get()
             cleanup = getattr(self.instance, "__cleanup__", None)
