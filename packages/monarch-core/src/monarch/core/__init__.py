@@ -70,7 +70,7 @@ from ._mesh._mocks import engine_factory_for
 from ._mesh._port import Channel, Port
 from ._mesh._proc_group import SpawnedProc, spawned_procs
 from ._mesh._proc_mesh import HostMesh, ProcMesh, this_host, this_proc
-from ._mesh._reports import FailureCause, failure_cause
+from ._mesh._reports import ROOT, FailureCause, actor_name, failure_cause
 from ._mesh._spawn_actors import spawn_actor_mesh
 from ._mesh._supervision import SUPERVISION_SCHEMA, failure_record
 from ._mesh._workspace import Workspace
@@ -102,6 +102,7 @@ from ._runtime._tls import TlsIdentity, job_identity
 
 __all__ = [
     "LEND_MIN",
+    "ROOT",
     "SECRET_ENV",
     "SUPERVISION_SCHEMA",
     "TO_ACTOR",
@@ -153,6 +154,7 @@ __all__ = [
     "WorkspaceHost",
     "WorkspaceReloader",
     "WorkspaceSyncError",
+    "actor_name",
     "advise_huge_pages",
     "buffer_address",
     "calling_endpoint",

@@ -58,6 +58,8 @@ from ._sql import (
     sent_row,
     split_actor_id,
     status_row,
+    system_actor_rows,
+    system_stopped_row,
 )
 
 _propagator: Final = TraceContextTextMapPropagator()
@@ -236,10 +238,12 @@ class OpenTelemetry:
             return IDLE if rows is None else rows
         return EndpointScope(endpoint, actor, rank, carried, size, waiting, rows)
 
-    def spawned(self, mesh: str, name: str, cls: str, shape: Any, procs: str) -> None:
+    def spawned(
+        self, mesh: str, name: str, cls: str, shape: Any, procs: str, owner: str = CLIENT
+    ) -> None:
         sink = current_sink()
         if sink is not None:
-            sink.add(mesh_rows(mesh, name, cls, shape, procs))
+            sink.add(mesh_rows(mesh, name, cls, shape, procs, owner))
             _bases[mesh] = shape.ndslice
 
     def procs_spawned(self, mesh: str, name: str, shape: Any) -> None:
@@ -271,7 +275,9 @@ class OpenTelemetry:
     def shutdown(self) -> None:
         sink = current_sink()
         if sink is not None:
-            sink.add([proc_status_row(here(), "Stopped", None, now_us(), event_id())])
+            stamp = now_us()
+            stopped = proc_status_row(here(), "Stopped", None, stamp, event_id())
+            sink.add([stopped, system_stopped_row(here(), stamp)])
         flush_rows()
         shutdown_export()
 
@@ -284,7 +290,9 @@ def enable_telemetry(config: TelemetryConfig | None = None) -> QueryEngineClient
     first = current_sink() is None
     engine = open_store(config)
     if first:
-        engine.store.add(proc_rows(here(), "client", now_us(), event_id()))
+        stamp = now_us()
+        engine.store.add(proc_rows(here(), "client", stamp, event_id()))
+        engine.store.add(system_actor_rows(here(), True, stamp))
     start_snapshots(engine.store)
     return engine
 
@@ -303,7 +311,8 @@ def install() -> None:
     configure(enable_telemetry=True)
     sink = current_sink() if in_proc else None
     if sink is not None:  # a proc of a job that keeps its tables: it runs
-        sink.add(proc_rows(here(), "proc", now_us(), event_id()))
+        stamp = now_us()
+        sink.add([*proc_rows(here(), "proc", stamp, event_id()), *system_actor_rows(here(), False, stamp)])
 
 
 def here() -> str:

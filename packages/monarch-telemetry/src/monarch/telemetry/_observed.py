@@ -29,7 +29,7 @@ OBSERVED_SCHEMA: Final = {
     "supervision_events": (
         "id BIGINT, mesh VARCHAR, ranks BIGINT, report VARCHAR, observer VARCHAR, "
         "category VARCHAR, kind VARCHAR, root_cause_actor VARCHAR, root_cause VARCHAR, "
-        "timestamp_us BIGINT"
+        "timestamp_us BIGINT, root_cause_actor_id BIGINT"
     ),
     "spans": (
         "span_id BIGINT, parent_span_id BIGINT, kind VARCHAR, name VARCHAR, proc VARCHAR, "
@@ -109,7 +109,8 @@ def supervision_row(
     report: ``failure_cause``)."""
     cause = failure_cause(report)
     values = (event, mesh, ranks, report or None, observer, cause.category, cause.kind)
-    return ("supervision_events", (*values, cause.actor or None, cause.reason or None, stamp))
+    named = (cause.actor or None, cause.reason or None, stamp, None)  # the id: by the store
+    return ("supervision_events", (*values, *named))
 
 
 def send_rows(

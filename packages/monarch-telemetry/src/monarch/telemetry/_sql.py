@@ -26,10 +26,13 @@ from typing import Any, Final
 
 from monarch.config import configure
 from monarch.core import (
+    ROOT,
+    Point,
     PortRef,
     PortValue,
     Runtime,
     current_config,
+    actor_name,
     current_runtime,
     dumps,
     install_hint,
@@ -53,7 +56,7 @@ SCHEMA: Final = {
     ),
     "actors": (
         "id BIGINT, mesh_id BIGINT, rank BIGINT, full_name VARCHAR, display_name VARCHAR, "
-        "timestamp_us BIGINT"
+        "timestamp_us BIGINT, is_system BOOLEAN, upstream_name VARCHAR"
     ),
     "actor_status_events": (
         "id BIGINT, actor_id BIGINT, new_status VARCHAR, reason VARCHAR, timestamp_us BIGINT"
@@ -68,7 +71,8 @@ SCHEMA: Final = {
         "shape_json VARCHAR, timestamp_us BIGINT"
     ),
 }
-"""Upstream's tables (same names and columns; the ids are ours)."""
+"""Upstream's tables (same names and columns; the ids are ours; ``actors`` has two more:
+``is_system`` and ``upstream_name``, the name failure reports give the actor)."""
 
 SNAPSHOT_SCHEMA: Final = {
     "snapshots": "snapshot_id VARCHAR, snapshot_ts BIGINT",
@@ -107,7 +111,7 @@ LOST: Final = "lost"
 ``Failed`` row of ``actor_status_events`` unless the actor already has a terminal one."""
 _TERMINAL: Final = "('Failed', 'Stopped')"
 
-CLIENT: Final = "<root>"
+CLIENT: Final = ROOT
 """The name the client's actor is known by (the owner of the meshes it spawns)."""
 
 Row = tuple[str, tuple[Any, ...]]
@@ -185,10 +189,20 @@ def procs_row(mesh: str, name: str, shape: Any) -> Row:
     return ("meshes", values)
 
 
-def mesh_rows(mesh: str, name: str, cls: str, shape: Any, procs: str) -> list[Row]:
+SYSTEM_MODULES: Final = ("monarch.",)
+"""Where the classes of Monarch's own actors live (a mesh's setup actors, controllers, the
+debugger's, code sync's, the tensor engine's workers): system actors, as upstream's are."""
+
+
+def mesh_rows(
+    mesh: str, name: str, cls: str, shape: Any, procs: str, owner: str = ROOT
+) -> list[Row]:
     """An actor mesh, on the procs of proc mesh ``procs`` ("" if unknown), and its actors,
-    Created."""
+    Created; ``owner``: the owner's name in failure reports (each actor's ``upstream_name``
+    is its own there: ``<root>.<module.Class name{'gpus': 0/2}>``)."""
     stamp, mesh_id = now_us(), key(mesh)
+    system = cls.startswith(SYSTEM_MODULES)
+    extent = shape.extent
     parent = key(procs) if procs else None
     view = view_json(shape) if procs else None
     rows: list[Row] = [
@@ -196,9 +210,32 @@ def mesh_rows(mesh: str, name: str, cls: str, shape: Any, procs: str) -> list[Ro
     ]
     for rank in range(len(shape.ndslice)):
         actor = key(f"{mesh}[{rank}]")
-        rows.append(("actors", (actor, mesh_id, rank, f"{mesh}[{rank}]", f"{name}[{rank}]", stamp)))
+        shown = actor_name(owner, cls, name, Point(rank, extent))
+        values = (actor, mesh_id, rank, f"{mesh}[{rank}]", f"{name}[{rank}]", stamp, system, shown)
+        rows.append(("actors", values))
         rows.append(("actor_status_events", (event_id(), actor, "Created", None, stamp)))
     return rows
+
+
+def system_actor_rows(address: str, client: bool, stamp: int) -> list[Row]:
+    """The runtime's own actors in a process, Running: its proc agent (what answers the
+    proc's control messages: spawn, stop, introspection; ``proc_agent@ADDRESS``) and, in
+    the client, the root client actor (``<root>``, the sender of the client's calls)."""
+    agent = f"proc_agent@{address}"
+    named = [(key(agent), agent, agent, None)]
+    if client:
+        named.append((key(CLIENT), CLIENT, CLIENT, CLIENT))
+    rows: list[Row] = []
+    for actor, full, shown, upstream in named:
+        rows.append(("actors", (actor, None, 0, full, shown, stamp, True, upstream)))
+        rows.append(("actor_status_events", (event_id(), actor, "Running", None, stamp)))
+    return rows
+
+
+def system_stopped_row(address: str, stamp: int) -> Row:
+    """The proc agent of a process that ends cleanly."""
+    actor = key(f"proc_agent@{address}")
+    return ("actor_status_events", (event_id(), actor, "Stopped", None, stamp))
 
 
 def status_row(mesh: str, rank: int, status: str, reason: str) -> Row:
@@ -270,6 +307,7 @@ class TelemetryStore:
                 by_table.setdefault(table, []).append(values)
         lost = by_table.pop(LOST, [])
         procs_lost = by_table.pop(PROC_LOST, [])
+        named = "actors" in by_table or "supervision_events" in by_table
         with self._lock:
             for table, batch in by_table.items():
                 marks = ", ".join("?" * len(batch[0]))
@@ -285,6 +323,11 @@ class TelemetryStore:
                         f"{_TERMINAL})",
                         [event_id(), who, reason, stamp, who],
                     )
+            if named:  # a failure's first actor, by the name its report gives it
+                self._db.execute(
+                    "UPDATE supervision_events s SET root_cause_actor_id = a.id FROM actors a "
+                    "WHERE s.root_cause_actor_id IS NULL AND a.upstream_name = s.root_cause_actor"
+                )
             if time.monotonic() - self._retained >= RETAIN_EVERY:
                 self.retain()
 

@@ -49,9 +49,12 @@ class Instrumentation(Protocol):
         arguments; ``waiting``: the messages queued behind it. The returned scope is
         current for the endpoint's code (on this thread or task) until closed."""
 
-    def spawned(self, mesh: str, name: str, cls: str, shape: object, procs: str) -> None:
+    def spawned(
+        self, mesh: str, name: str, cls: str, shape: object, procs: str, owner: str
+    ) -> None:
         """This process spawns actor mesh ``mesh`` (``name`` as given, of ``cls``, over
-        ``shape``, a ``Shape``) on the procs of proc mesh ``procs`` ("" if unknown here)."""
+        ``shape``, a ``Shape``) on the procs of proc mesh ``procs`` ("" if unknown here);
+        ``owner``: the owner's name in failure reports (``<root>``, upstream's spelling)."""
 
     def procs_spawned(self, mesh: str, name: str, shape: object) -> None:
         """This process spawns proc mesh ``mesh`` (``name`` as given, ``shape``)."""
@@ -128,10 +131,10 @@ def enter(
     return _installed[0].enter(endpoint, actor, mesh, rank, carried, size, waiting)
 
 
-def spawned(mesh: str, name: str, cls: type, shape: object, procs: str) -> None:
+def spawned(mesh: str, name: str, cls: type, shape: object, procs: str, owner: str) -> None:
     if _installed:
         cls_name = f"{cls.__module__}.{cls.__qualname__}"
-        _installed[0].spawned(mesh, name, cls_name, shape, procs)
+        _installed[0].spawned(mesh, name, cls_name, shape, procs, owner)
 
 
 def procs_spawned(mesh: str, name: str, shape: object) -> None:
