@@ -54,6 +54,22 @@ def check_trace(trace: dict[str, Any], procs_table: list[dict[str, Any]]) -> Non
     assert all(e["ph"] in "be" for e in waits) and len(waits) % 2 == 0
 
 
+def check_actor_names(actors: list[dict[str, Any]], procs_table: list[dict[str, Any]]) -> None:
+    """Every actor with upstream's user-parseable name (its owner's, then its own: what
+    failure reports say), and the system actors marked: the client's root and each
+    process's proc agent."""
+    names = {a["display_name"]: a for a in actors}
+    assert names["counted[2]"]["upstream_name"] == (
+        "<root>.<__main__.Counted counted{'gpus': 2/4}>"
+    )
+    relay = names["relay[0]"]["upstream_name"]  # on one proc: a point, no coordinates
+    assert relay == "<root>.<__main__.Relay relay>"
+    assert names["<root>"]["is_system"] and names["<root>"]["upstream_name"] == "<root>"
+    agents = {a["display_name"] for a in actors if a["is_system"]} - {"<root>"}
+    assert agents == {f"proc_agent@{p['address']}" for p in procs_table}
+    assert not any(names[f"counted[{r}]"]["is_system"] for r in range(4))
+
+
 def test_a_jobs_actors_messages_and_failures_answer_sql(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     trace = tmp_path / "trace.json"
@@ -76,13 +92,13 @@ def test_a_jobs_actors_messages_and_failures_answer_sql(tmp_path: Path) -> None:
     assert set(SCHEMA) <= set(result["tables"])
     # Who sent each message: the client, and the relay actor calling from its endpoint.
     senders = [r["sender"] for r in result["senders"]]
-    assert senders.count("client") == 10 and senders.count("relay[0]") == 1
+    assert senders.count("<root>") == 10 and senders.count("relay[0]") == 1  # the client's row
     # Every message handled became active, then complete (a failure completes it too).
     message_statuses = {r["status"]: r["n"] for r in result["message_statuses"]}
     assert message_statuses["active"] == message_statuses["complete"] >= 13
     # Casts as upstream's sent_messages: the sender and the view it was cast to.
     sent = result["sent"]
-    assert sum(r["sender"] == "client" for r in sent) == 11  # ten pings and the fatal one
+    assert sum(r["sender"] == "<root>" for r in sent) == 11  # ten pings and the fatal one
     assert sum(r["sender"] == "relay[0]" for r in sent) == 1
     # slice(gpus=N) is a point: no dimension left, at offset N of the mesh.
     views = [json.loads(r["view_json"]) for r in sent]
@@ -119,6 +135,8 @@ def test_a_jobs_actors_messages_and_failures_answer_sql(tmp_path: Path) -> None:
     assert (died["category"], died["kind"]) == ("user", "exception in user code")
     assert died["root_cause_actor"].endswith("Counted counted{'gpus': 3/4}>")
     assert "SystemExit" in died["root_cause"]
+    assert died["root_cause_display"] == "counted[3]"  # the report's name, joined to our row
+    check_actor_names(result["actors"], procs_table)
     check_trace(json.loads(trace.read_text()), procs_table)
     bad_sql, unknown_table = result["errors"]
     assert bad_sql.startswith("SQL error:") and "SELEC" in bad_sql

@@ -312,7 +312,8 @@ def install() -> None:
     sink = current_sink() if in_proc else None
     if sink is not None:  # a proc of a job that keeps its tables: it runs
         stamp = now_us()
-        sink.add([*proc_rows(here(), "proc", stamp, event_id()), *system_actor_rows(here(), False, stamp)])
+        sink.add(proc_rows(here(), "proc", stamp, event_id()))
+        sink.add(system_actor_rows(here(), False, stamp))
 
 
 def here() -> str:

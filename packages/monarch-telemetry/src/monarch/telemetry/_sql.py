@@ -31,8 +31,8 @@ from monarch.core import (
     PortRef,
     PortValue,
     Runtime,
-    current_config,
     actor_name,
+    current_config,
     current_runtime,
     dumps,
     install_hint,
@@ -222,7 +222,7 @@ def system_actor_rows(address: str, client: bool, stamp: int) -> list[Row]:
     proc's control messages: spawn, stop, introspection; ``proc_agent@ADDRESS``) and, in
     the client, the root client actor (``<root>``, the sender of the client's calls)."""
     agent = f"proc_agent@{address}"
-    named = [(key(agent), agent, agent, None)]
+    named: list[tuple[int, str, str, str | None]] = [(key(agent), agent, agent, None)]
     if client:
         named.append((key(CLIENT), CLIENT, CLIENT, CLIENT))
     rows: list[Row] = []
