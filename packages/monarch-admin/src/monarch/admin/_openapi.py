@@ -111,6 +111,7 @@ def openapi() -> dict[str, Any]:
                 {"name": "seconds", "in": "query", "schema": {"type": "number"}},
                 {"name": "rate", "in": "query", "schema": {"type": "integer"}},
                 {"name": "idle", "in": "query", "schema": {"type": "boolean"}},
+                {"name": "torch", "in": "query", "schema": {"type": "boolean"}},
             ),
             "/v1/profile/last": _get(
                 "what the last /v1/profile answered (404 before the first): the trace to open "
