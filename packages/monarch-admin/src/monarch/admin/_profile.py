@@ -88,19 +88,21 @@ def sample(
         raise LookupError("py-spy is not installed (pyspy_bin, PYSPY_BIN, PATH)")
     runtime = current_runtime()
     local = [p for p in procs if p.address == runtime.address or is_local(p)]
-    asked = [p for p in procs if p.address != runtime.address and (torch or p not in local)]
+    if torch:  # each proc records itself: py-spy once its torch profiler has started
+        local = [p for p in local if p.address == runtime.address]
+    asked = [p for p in procs if p not in local]
     profile = Profile()
-    asking = _ask(runtime, asked, seconds, rate, idle, [p not in local for p in asked], torch)
+    asking = _ask(runtime, asked, seconds, rate, idle, torch)
     with tempfile.TemporaryDirectory(prefix="monarch-profile-") as folder:
         started = now_us()
         running = []
-        for proc in local:
+        for proc in [] if torch else local:
             out = Path(folder) / f"{proc.pid}.json"
             command = pyspy_command(program, proc.pid, seconds, rate, idle, out)
             running.append((proc, out, start(command)))
-        client = None
-        if torch:  # the client records its own torch ops, as each proc does
-            client = record_self(seconds, rate, idle, False, True)
+        itself: list[tuple[SpawnedProc, dict[str, Any] | BaseException]] = []
+        if torch:  # the client records itself, as each proc does
+            itself = [(proc, record_self(seconds, rate, idle, True, True)) for proc in local]
         deadline = time.monotonic() + seconds + EXTRA
         for proc, out, process in running:
             name = f"{proc.mesh}[{proc.rank}]"
@@ -109,9 +111,7 @@ def sample(
                 profile.notes.append(f"{name} ({proc.address}): {error or 'py-spy wrote nothing'}")
                 continue
             _add(profile, proc.pid, name, proc.address or "", json.loads(out.read_text()), started)
-            if client is not None and proc.address == runtime.address:
-                _add_torch(profile, proc.pid, client["torch"])
-    for proc, answer in _answers(asking, deadline):
+    for proc, answer in [*itself, *_answers(asking, deadline)]:
         name = f"{proc.mesh}[{proc.rank}]"
         if isinstance(answer, BaseException):
             profile.notes.append(f"{name} ({proc.address}): {answer}")
@@ -134,19 +134,18 @@ def _ask(
     seconds: float,
     rate: int,
     idle: bool,
-    pyspy: list[bool],
     torch: bool,
 ) -> Asking:
-    """A ``ProcProfiler`` on each of ``procs``, asked to record itself (py-spy where
-    ``pyspy`` says, torch if ``torch``): one call per proc, so that one that cannot answer
-    does not keep the others' answers."""
+    """A ``ProcProfiler`` on each of ``procs``, asked to record itself (py-spy, and torch
+    if ``torch``): one call per proc, so that one that cannot answer does not keep the
+    others' answers."""
     if not procs:
         return None, []
     shape = Shape(["procs"], NDSlice(0, [len(procs)], [1]))
     addresses = [p.address or "" for p in procs]
     mesh = spawn_actor_mesh(runtime, "profiler", ProcProfiler, addresses, shape, (), {})
     calls = [
-        (proc, mesh.slice(procs=i).record.call_one(seconds, rate, idle, pyspy[i], torch))
+        (proc, mesh.slice(procs=i).record.call_one(seconds, rate, idle, True, torch))
         for i, proc in enumerate(procs)
     ]
     return mesh, calls

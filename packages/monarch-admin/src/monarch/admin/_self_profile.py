@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -69,25 +70,33 @@ def finish(process: subprocess.Popen[str], deadline: float) -> str:
 
 def record_self(seconds: float, rate: int, idle: bool, pyspy: bool, torch: bool) -> dict[str, Any]:
     """This process for ``seconds``: py-spy's samples of it (``pyspy``) and the torch
-    profiler's events (``torch``, where torch is in use here). Returns ``{pid, started_us,
-    pyspy: events | None, torch: events | None, notes}``; what could not be recorded is
-    said in ``notes``."""
+    profiler's events (``torch``, where torch is in use here; py-spy starts once the torch
+    profiler runs, seconds later on a loaded machine, so both see the same window).
+    Returns ``{pid, started_us, pyspy: events | None, torch: events | None, notes}``; what
+    could not be recorded is said in ``notes``."""
     pid = os.getpid()
     answer: dict[str, Any] = {"pid": pid, "started_us": now_us(), "pyspy": None, "torch": None}
     notes: list[str] = []
+    program = pyspy_path() if pyspy else None
+    if pyspy and program is None:
+        notes.append("py-spy is not installed where this proc runs")
     with tempfile.TemporaryDirectory(prefix="monarch-profile-") as folder:
         out = Path(folder) / "pyspy.json"
-        program = pyspy_path() if pyspy else None
-        process = None
-        if pyspy and program is None:
-            notes.append("py-spy is not installed where this proc runs")
-        elif program is not None:
-            answer["started_us"] = now_us()
-            process = start(pyspy_command(program, pid, seconds, rate, idle, out))
+        running: list[subprocess.Popen[str]] = []
+
+        def begin() -> None:
+            if program is not None:
+                answer["started_us"] = now_us()
+                running.append(start(pyspy_command(program, pid, seconds, rate, idle, out)))
+
+        if torch and "torch" in sys.modules:
+            answer["torch"] = torch_window(seconds, Path(folder) / "torch.json", notes, begin)
+        else:
+            if torch:
+                notes.append("torch is not in use in this proc")
+            begin()
         deadline = time.monotonic() + seconds + EXTRA
-        if torch:
-            answer["torch"] = torch_window(seconds, Path(folder) / "torch.json", notes)
-        if process is not None:
+        for process in running:
             error = finish(process, deadline)
             if error or not out.exists():
                 notes.append(error or "py-spy wrote nothing")
@@ -97,13 +106,13 @@ def record_self(seconds: float, rate: int, idle: bool, pyspy: bool, torch: bool)
     return answer
 
 
-def torch_window(seconds: float, out: Path, notes: list[str]) -> list[dict[str, Any]] | None:
-    """The torch profiler over every thread of this process for ``seconds``: its op slices
-    on the wall clock (on tracks of their own), or None, with a note, where torch is not in
-    use (not imported here: a profiler would import it, seconds of start for nothing)."""
-    if "torch" not in sys.modules:
-        notes.append("torch is not in use in this proc")
-        return None
+def torch_window(
+    seconds: float, out: Path, notes: list[str], begun: Callable[[], None]
+) -> list[dict[str, Any]] | None:
+    """The torch profiler over every thread of this process for ``seconds`` (``begun``
+    called once it runs): its op slices on the wall clock (on tracks of their own), or
+    None, with a note. Only where torch is imported already: a profiler would import it,
+    seconds of start for nothing."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -119,6 +128,7 @@ def torch_window(seconds: float, out: Path, notes: list[str]) -> list[dict[str, 
     with profile(activities=activities, **options) as prof:
         with record_function(MARK):
             wall = now_us()
+        begun()
         time.sleep(seconds)  # the window: the proc's own threads run meanwhile
     prof.export_chrome_trace(str(out))
     events = json.loads(out.read_text()).get("traceEvents", [])
