@@ -5,13 +5,15 @@ py-spy run by the proc against its own pid."""
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from adminkit import Job
+from adminkit import HERE, Job
 
 from monarch.actor import Actor, endpoint, this_host
 from monarch.admin._profile import sample
@@ -84,3 +86,54 @@ def test_procs_of_other_hosts_sample_themselves() -> None:
         assert bases == {"remote[0]", "remote[1]"}
     finally:
         procs.stop().get()
+
+
+def test_a_proc_on_another_host_samples_itself(tmp_path: Path) -> None:
+    """``monarch profile`` of a job whose proc runs under ``monarch worker`` on another
+    host (network namespaces): py-spy runs there, in the proc, against its own pid (its
+    samples show the profiler's own frame), and the trace comes back onto its track."""
+    if pyspy_path() is None:
+        pytest.skip("py-spy is not installed (pyspy_bin, PYSPY_BIN, PATH)")
+    kit = str(HERE.parents[1] / "monarch-core" / "tests")
+    sys.path.insert(0, kit)  # monarch-core's test kit: hosts in network namespaces
+    try:
+        from hostkit import (  # type: ignore[import-not-found]
+            NetnsUnavailable,
+            children,
+            network_namespaces,
+            start_worker,
+        )
+    finally:
+        sys.path.remove(kit)
+
+    from monarch.core import SECRET_ENV
+    from monarch.core._host._environ import ROOT_ENV
+
+    own = {k: v for k, v in os.environ.items() if k != ROOT_ENV}
+    env = {**own, SECRET_ENV: secrets.token_hex(32), "HOME": str(tmp_path)}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    try:
+        with network_namespaces(2, f"mpf{os.getpid() % 100000}") as (h1, h2), children() as start:
+            _, worker = start_worker(start, env, "tcp://10.0.0.2:0", netns=h2)
+            in_h1 = ["ip", "netns", "exec", h1, sys.executable]
+            client = start([*in_h1, str(HERE / "remote_profile_job.py"), worker], env, stdin=True)
+            hello = client.json(120)
+            prefix = tmp_path / "far"
+            where = ["--addr", hello["addr"], "--token", hello["token"], "-o", str(prefix)]
+            done = subprocess.run(
+                [*in_h1, "-m", "monarch.core", "profile", "--seconds", "1", "--idle", *where],
+                capture_output=True,
+                text=True,
+                timeout=180,
+                env=env,
+            )
+    except NetnsUnavailable as exc:
+        pytest.skip(str(exc))
+    assert done.returncode == 0, done.stderr
+    assert "not sampled" not in done.stderr
+    events = json.loads((tmp_path / "far.json").read_text())["traceEvents"]
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    (far,) = [pid for pid, name in processes.items() if "tcp://10.0.0.2:" in name]
+    assert processes[far].startswith("far[0] ")
+    spied = [e for e in events if e.get("cat") == "py-spy" and e["pid"] == far]
+    assert any(e["name"] == "record_self" for e in spied)  # it sampled itself

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from socket import SOCK_DGRAM
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from monarch.core import (
     ActorMesh,
@@ -75,19 +78,21 @@ def sample(
     rate: int,
     idle: bool,
     torch: bool = False,
-    is_local: Callable[[SpawnedProc], bool] = lambda proc: True,
+    is_local: Callable[[SpawnedProc], bool] | None = None,
 ) -> Profile:
     """Sample ``procs`` (live) for ``seconds`` at ``rate`` per second; ``idle``: threads
     that wait are sampled too; ``torch``: the torch profiler too, where a proc uses torch.
     Procs of this machine (``is_local``) are read by py-spy from outside (it sees a proc
     whose loop is held); the others, and torch everywhere, record themselves
-    (``_self_profile``). ``LookupError`` without py-spy here."""
+    (``_self_profile``); ``is_local`` defaults to ``on_this_host``. ``LookupError``
+    without py-spy here."""
     check(seconds, rate)
     program = pyspy_path()
     if program is None:
         raise LookupError("py-spy is not installed (pyspy_bin, PYSPY_BIN, PATH)")
     runtime = current_runtime()
-    local = [p for p in procs if p.address == runtime.address or is_local(p)]
+    here = on_this_host if is_local is None else is_local
+    local = [p for p in procs if p.address == runtime.address or here(p)]
     if torch:  # each proc records itself: py-spy once its torch profiler has started
         local = [p for p in local if p.address == runtime.address]
     asked = [p for p in procs if p not in local]
@@ -123,6 +128,21 @@ def sample(
         notes = [n for n in answer["notes"] if not n.startswith("torch is not in use")]
         profile.notes += [f"{name} ({proc.address}): {note}" for note in notes]
     return profile
+
+
+def on_this_host(proc: SpawnedProc) -> bool:
+    """Whether ``proc`` listens on this host, where py-spy here reads it: at a Unix socket,
+    or at an address of this host (of its network namespace: a socket binds to it)."""
+    where = urlsplit(proc.address or "")
+    if where.scheme == "unix" or not where.hostname:
+        return True
+    try:
+        family, kind, _, _, address = socket.getaddrinfo(where.hostname, 0, type=SOCK_DGRAM)[0]
+        with socket.socket(family, kind) as probe:
+            probe.bind(address)
+    except OSError:
+        return False
+    return True
 
 
 Asking = tuple[ActorMesh[ProcProfiler] | None, list[tuple[SpawnedProc, Future[Any]]]]

@@ -266,7 +266,7 @@ class AdminServer:
         self.view.collect()  # what each proc said of itself: its host's name
         procs = [p for p in self.view.procs() if p.address and p.exited is None]
         try:
-            profile = sample(procs, seconds, rate, idle, torch, self.view.is_local)
+            profile = sample(procs, seconds, rate, idle, torch)
         except LookupError as exc:
             raise NotFound(str(exc)) from None
         events = list(profile.events)
