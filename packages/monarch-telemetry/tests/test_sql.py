@@ -26,6 +26,7 @@ from monarch.telemetry._sql import (
 )
 
 CLIENT = Path(__file__).with_name("sql_client.py")
+RELAYS = Path(__file__).with_name("relay_client.py")
 
 
 def check_trace(trace: dict[str, Any], procs_table: list[dict[str, Any]]) -> None:
@@ -141,6 +142,28 @@ def test_a_jobs_actors_messages_and_failures_answer_sql(tmp_path: Path) -> None:
     bad_sql, unknown_table = result["errors"]
     assert bad_sql.startswith("SQL error:") and "SELEC" in bad_sql
     assert "no_such_table" in unknown_table
+
+
+def test_cast_relays_are_spans_on_the_relaying_procs_track() -> None:
+    """A cast through a tree (2 children per node, 4 procs): each head proc's relay of each
+    call is a ``relay`` span of that proc's agent, and a slice on its track in Perfetto."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, str(RELAYS)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    relays = result["relays"]
+    assert len(relays) == 6  # 3 calls, each relayed by 2 heads to the one below
+    assert {r["name"] for r in relays} == {"relay echo.hello to 1 procs"}
+    assert len({r["proc"] for r in relays}) == 2 and all(r["ordered"] for r in relays)
+    assert all(r["actor"] == f"proc_agent@{r['proc']}" for r in relays)
+    events = result["trace"]["traceEvents"]
+    named = [e for e in events if e["name"] == "thread_name"]
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in named}
+    slices = [e for e in events if e["ph"] == "X" and e["cat"] == "relay"]
+    assert len(slices) == 6
+    assert all(threads[(e["pid"], e["tid"])].startswith("proc_agent@") for e in slices)
 
 
 def test_a_bad_retention_is_a_clear_error() -> None:

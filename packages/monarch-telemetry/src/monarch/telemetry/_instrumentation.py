@@ -33,6 +33,7 @@ from ._observed import (
     message_key,
     proc_rows,
     proc_status_row,
+    relay_span_row,
     send_rows,
     supervision_row,
 )
@@ -271,6 +272,13 @@ class OpenTelemetry:
                 sink.add([lost_row(actor, report) for actor in lost])
                 dead = {split_actor_id(actor)[1] for actor in lost}
                 sink.add([(PROC_LOST, (address, report or None, now_us())) for address in dead])
+
+    def relayed(self, mesh: str, method: str, below: int, start_ns: int, end_ns: int) -> None:
+        sink = current_sink()
+        if sink is not None:  # done by the proc's agent: on its track
+            name = f"relay {mesh.partition('<')[0]}.{method} to {below} procs"
+            agent = key(f"proc_agent@{here()}")
+            sink.add([relay_span_row(event_id(), name, here(), agent, start_ns, end_ns)])
 
     def shutdown(self) -> None:
         sink = current_sink()

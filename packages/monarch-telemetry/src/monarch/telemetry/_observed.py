@@ -134,6 +134,14 @@ def endpoint_span_row(
     return ("spans", values)
 
 
+def relay_span_row(span: int, name: str, proc: str, agent: int, start_ns: int, end_ns: int) -> Row:
+    """A cast relayed by this proc (its agent, ``agent``) to the procs below it in the cast
+    tree: from receiving the call to having passed it on."""
+    start, end = start_ns // 1000, max(end_ns // 1000, start_ns // 1000 + 1)
+    values = (span, None, "relay", name, proc, agent, None, start, end, "ok", start)
+    return ("spans", values)
+
+
 def sample_rows(stamp: int, proc: str, answer: Any) -> list[Row]:
     """What a snapshot's answer of one proc measures: its CPU seconds, RSS and threads, and
     each actor's messages handled and queued (actors by ``full_name``)."""

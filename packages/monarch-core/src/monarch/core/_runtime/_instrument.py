@@ -70,6 +70,10 @@ class Instrumentation(Protocol):
         which could not say so themselves: ``lost``, their actor ids, with the failure's
         ``report``)."""
 
+    def relayed(self, mesh: str, method: str, below: int, start_ns: int, end_ns: int) -> None:
+        """This proc relayed a call to ``mesh``'s ``method`` on to ``below`` procs further
+        down the cast tree, from ``start_ns`` to ``end_ns`` (``time.time_ns``)."""
+
     def shutdown(self) -> None:
         """The process is ending: send what is buffered."""
 
@@ -145,6 +149,11 @@ def procs_spawned(mesh: str, name: str, shape: object) -> None:
 def status(mesh: str, rank: int, status: str, reason: str = "") -> None:
     if _installed:
         _installed[0].status(mesh, rank, status, reason)
+
+
+def relayed(mesh: str, method: str, below: int, start_ns: int, end_ns: int) -> None:
+    if _installed:
+        _installed[0].relayed(mesh, method, below, start_ns, end_ns)
 
 
 def supervision(mesh: str, ranks: int, lost: Sequence[str] = (), report: str = "") -> None:

@@ -65,6 +65,7 @@ from ._beats import Beats
 from ._cast import SendOrder, fan_out
 from ._flow import Flow
 from ._inbound import Inbound, send_back
+from ._instrument import instrumented, relayed
 from ._peers import DEFER, PeerWriter, peer_options
 from ._spin import spin_seconds
 
@@ -479,8 +480,11 @@ class Runtime:
                 handler(body, payload)
         elif kind == TO_ACTOR:
             if isinstance(body, Call) and body.forward:  # relay first
+                began = time.time_ns() if instrumented() else 0
                 below = msgspec.structs.replace(body, seqs=body.seqs[1:]) if body.seqs else body
                 self.cast(body.forward, envelope.dest, below, payload)
+                if began:  # telemetry's span of the relay
+                    relayed(body.mesh, body.method, len(body.forward), began, time.time_ns())
             sink = self.actors.get(envelope.dest)
             if sink is None:
                 self._hold(envelope.dest, body, payload, envelope.sender)
