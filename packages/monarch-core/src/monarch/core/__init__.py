@@ -84,6 +84,7 @@ from ._runtime._instrument import (
     Scope,
     current_instrumentation,
     set_instrumentation,
+    timed,
 )
 from ._runtime._messages import (
     TO_ACTOR,
@@ -191,6 +192,7 @@ __all__ = [
     "submit_into",
     "this_host",
     "this_proc",
+    "timed",
     "use_job_secret",
     "wait_outcome",
     "workers_stopping",

@@ -31,9 +31,9 @@ from ._observed import (
     PROC_LOST,
     endpoint_span_row,
     message_key,
+    operation_span_row,
     proc_rows,
     proc_status_row,
-    relay_span_row,
     send_rows,
     supervision_row,
 )
@@ -72,6 +72,8 @@ _current_actor: contextvars.ContextVar[int] = contextvars.ContextVar(
 _bases: dict[str, Any] = {}
 """The slice of its proc mesh that each actor mesh spawned here covers, by mesh id: a
 send's destination ranks are positions in it (elsewhere: the proc mesh's whole)."""
+_in_proc = False
+"""Whether this process is a proc (not the client): set by ``install()``."""
 _SENDER: Final = "|"
 """What a call carries: ``TRACEPARENT|SENDER`` where the job keeps tables (the sender's key
 fills ``messages.from_actor_id``), else the traceparent alone."""
@@ -161,6 +163,24 @@ class EndpointScope:
         context.detach(self.token)
         if self.rows is not None:
             self.rows.close(error)
+
+
+class Operation:
+    """An operation's span (a cast relay, an RDMA transfer, a tensor-engine op), written
+    when it is done, on the track of the actor that did it."""
+
+    __slots__ = ("actor", "kind", "name", "sink", "start")
+
+    def __init__(self, sink: TelemetryStore | RowShipper, kind: str, name: str, actor: int):
+        self.sink, self.kind, self.name, self.actor = sink, kind, name, actor
+        self.start = time.time_ns()
+
+    def close(self, error: BaseException | None) -> None:
+        end, ok = time.time_ns(), error is None
+        row = operation_span_row(
+            event_id(), self.kind, self.name, here(), self.actor, self.start, end, ok
+        )
+        self.sink.add([row])
 
 
 class _Idle:
@@ -273,12 +293,14 @@ class OpenTelemetry:
                 dead = {split_actor_id(actor)[1] for actor in lost}
                 sink.add([(PROC_LOST, (address, report or None, now_us())) for address in dead])
 
-    def relayed(self, mesh: str, method: str, below: int, start_ns: int, end_ns: int) -> None:
+    def begin(self, kind: str, name: str) -> Operation | _Idle:
         sink = current_sink()
-        if sink is not None:  # done by the proc's agent: on its track
-            name = f"relay {mesh.partition('<')[0]}.{method} to {below} procs"
-            agent = key(f"proc_agent@{here()}")
-            sink.add([relay_span_row(event_id(), name, here(), agent, start_ns, end_ns)])
+        if sink is None:
+            return IDLE
+        actor = _current_actor.get()  # the actor whose endpoint does it, else the proc's agent
+        if kind == "relay" or (actor == _CLIENT_KEY and _in_proc):
+            actor = key(f"proc_agent@{here()}")
+        return Operation(sink, kind, name, actor)
 
     def shutdown(self) -> None:
         sink = current_sink()
@@ -314,6 +336,8 @@ def install() -> None:
         return
     runtime = running_runtime()
     in_proc = runtime is not None and bool(runtime.root) and runtime.root != runtime.address
+    global _in_proc
+    _in_proc = in_proc
     configure_export("monarch-proc" if in_proc else "monarch-client")
     set_instrumentation(OpenTelemetry())
     configure(enable_telemetry=True)

@@ -134,11 +134,14 @@ def endpoint_span_row(
     return ("spans", values)
 
 
-def relay_span_row(span: int, name: str, proc: str, agent: int, start_ns: int, end_ns: int) -> Row:
-    """A cast relayed by this proc (its agent, ``agent``) to the procs below it in the cast
-    tree: from receiving the call to having passed it on."""
+def operation_span_row(
+    span: int, kind: str, name: str, proc: str, actor: int, start_ns: int, end_ns: int, ok: bool
+) -> Row:
+    """Work done beside endpoints (``kind``: a cast ``relay``, from receiving the call to
+    having passed it on; an ``rdma`` transfer; a ``tensor`` op), by ``actor``."""
     start, end = start_ns // 1000, max(end_ns // 1000, start_ns // 1000 + 1)
-    values = (span, None, "relay", name, proc, agent, None, start, end, "ok", start)
+    status = "ok" if ok else "error"
+    values = (span, None, kind, name, proc, actor, None, start, end, status, start)
     return ("spans", values)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from monarch.transport import plugin_group
 
@@ -70,9 +70,10 @@ class Instrumentation(Protocol):
         which could not say so themselves: ``lost``, their actor ids, with the failure's
         ``report``)."""
 
-    def relayed(self, mesh: str, method: str, below: int, start_ns: int, end_ns: int) -> None:
-        """This proc relayed a call to ``mesh``'s ``method`` on to ``below`` procs further
-        down the cast tree, from ``start_ns`` to ``end_ns`` (``time.time_ns``)."""
+    def begin(self, kind: str, name: str) -> Scope:
+        """Work this process does for the job beside endpoints starts: a cast relay
+        (``relay``), an RDMA transfer (``rdma``), a tensor-engine op (``tensor``); the
+        scope is closed when it is done."""
 
     def shutdown(self) -> None:
         """The process is ending: send what is buffered."""
@@ -151,9 +152,18 @@ def status(mesh: str, rank: int, status: str, reason: str = "") -> None:
         _installed[0].status(mesh, rank, status, reason)
 
 
-def relayed(mesh: str, method: str, below: int, start_ns: int, end_ns: int) -> None:
+def begin(kind: str, name: str) -> Scope | None:
+    """The scope of an operation (see ``Instrumentation.begin``); None without
+    instrumentation."""
+    return _installed[0].begin(kind, name) if _installed else None
+
+
+def timed(kind: str, name: str, future: Any) -> None:
+    """The work behind ``future`` (a Future of this core), from now until it completes, as
+    an operation (a plug-in's: an RDMA transfer); one test without instrumentation."""
     if _installed:
-        _installed[0].relayed(mesh, method, below, start_ns, end_ns)
+        scope = _installed[0].begin(kind, name)
+        future._cf.add_done_callback(lambda outcome: scope.close(outcome._error))
 
 
 def supervision(mesh: str, ranks: int, lost: Sequence[str] = (), report: str = "") -> None:

@@ -65,7 +65,7 @@ from ._beats import Beats
 from ._cast import SendOrder, fan_out
 from ._flow import Flow
 from ._inbound import Inbound, send_back
-from ._instrument import instrumented, relayed
+from ._instrument import begin, instrumented
 from ._peers import DEFER, PeerWriter, peer_options
 from ._spin import spin_seconds
 
@@ -480,11 +480,12 @@ class Runtime:
                 handler(body, payload)
         elif kind == TO_ACTOR:
             if isinstance(body, Call) and body.forward:  # relay first
-                began = time.time_ns() if instrumented() else 0
+                relay = f"relay {body.mesh}.{body.method} to {len(body.forward)} procs"
+                scope = begin("relay", relay) if instrumented() else None
                 below = msgspec.structs.replace(body, seqs=body.seqs[1:]) if body.seqs else body
                 self.cast(body.forward, envelope.dest, below, payload)
-                if began:  # telemetry's span of the relay
-                    relayed(body.mesh, body.method, len(body.forward), began, time.time_ns())
+                if scope is not None:  # telemetry's span of the relay
+                    scope.close(None)
             sink = self.actors.get(envelope.dest)
             if sink is None:
                 self._hold(envelope.dest, body, payload, envelope.sender)
