@@ -145,9 +145,11 @@ def test_a_jobs_actors_messages_and_failures_answer_sql(tmp_path: Path) -> None:
     assert "no_such_table" in unknown_table
 
 
-def test_cast_relays_are_spans_on_the_relaying_procs_track() -> None:
+def test_cast_relays_and_rdma_transfers_are_spans_on_their_tracks() -> None:
     """A cast through a tree (2 children per node, 4 procs): each head proc's relay of each
-    call is a ``relay`` span of that proc's agent, and a slice on its track in Perfetto."""
+    call is a ``relay`` span of that proc's agent, and a slice on its track in Perfetto; an
+    RDMA read is an ``rdma`` span of the actor (here the client) that made it (where
+    monarch-rdma is installed)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     done = subprocess.run(
         [sys.executable, str(RELAYS)], env=env, capture_output=True, text=True, timeout=120
@@ -165,6 +167,15 @@ def test_cast_relays_are_spans_on_the_relaying_procs_track() -> None:
     slices = [e for e in events if e["ph"] == "X" and e["cat"] == "relay"]
     assert len(slices) == 6
     assert all(threads[(e["pid"], e["tid"])].startswith("proc_agent@") for e in slices)
+    # The client's RDMA read of a proc's buffer: a span on the client's track.
+    if importlib.util.find_spec("monarch.rdma") is None:
+        assert result["rdma"] == []
+        return
+    (rdma,) = result["rdma"]
+    assert rdma["name"].startswith("rdma read 4096 bytes from ") and rdma["actor"] == "<root>"
+    assert rdma["status"] == "ok" and rdma["ordered"]
+    (read,) = [e for e in events if e["ph"] == "X" and e["cat"] == "rdma"]
+    assert threads[(read["pid"], read["tid"])] == "client"
 
 
 def test_a_bad_retention_is_a_clear_error() -> None:
