@@ -4,6 +4,7 @@ recent."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
