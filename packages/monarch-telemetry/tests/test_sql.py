@@ -29,6 +29,7 @@ from monarch.telemetry._sql import (
 
 CLIENT = Path(__file__).with_name("sql_client.py")
 RELAYS = Path(__file__).with_name("relay_client.py")
+TENSOR = Path(__file__).with_name("tensor_client.py")
 
 
 def check_trace(trace: dict[str, Any], procs_table: list[dict[str, Any]]) -> None:
@@ -177,6 +178,27 @@ def test_cast_relays_and_rdma_transfers_are_spans_on_their_tracks() -> None:
     assert rdma["status"] == "ok" and rdma["ordered"]
     (read,) = [e for e in events if e["ph"] == "X" and e["cat"] == "rdma"]
     assert threads[(read["pid"], read["tid"])] == "client"
+
+
+def test_tensor_engine_ops_are_spans_of_each_procs_worker() -> None:
+    """Ops run by the tensor engine on 2 procs: a ``tensor`` span per command on each
+    proc, named by its function, on the track of that proc's worker actor."""
+    pytest.importorskip("monarch.tensor")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, str(TENSOR)], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    rows = result["tensor"]
+    assert len({r["proc"] for r in rows}) == 2
+    assert all(r["status"] == "ok" and r["ordered"] for r in rows)
+    names = {r["name"] for r in rows}
+    assert {"Op add", "Op sum"} <= names, names
+    assert all(r["actor"] and not r["actor"].startswith("proc_agent@") for r in rows)
+    events = result["trace"]["traceEvents"]
+    ops = [e for e in events if e["ph"] == "X" and e["cat"] == "tensor"]
+    assert len({e["pid"] for e in ops}) == 2
 
 
 def test_a_bad_retention_is_a_clear_error() -> None:

@@ -82,7 +82,9 @@ from ._runtime import Runtime, current_runtime, running_runtime
 from ._runtime._instrument import (
     Instrumentation,
     Scope,
+    begin_operation,
     current_instrumentation,
+    instrumented,
     set_instrumentation,
     timed,
 )
@@ -157,6 +159,7 @@ __all__ = [
     "WorkspaceSyncError",
     "actor_name",
     "advise_huge_pages",
+    "begin_operation",
     "buffer_address",
     "calling_endpoint",
     "calling_target",
@@ -174,6 +177,7 @@ __all__ = [
     "import_proc_start",
     "inspect_proc",
     "install_hint",
+    "instrumented",
     "ip_host",
     "job_identity",
     "job_secret",

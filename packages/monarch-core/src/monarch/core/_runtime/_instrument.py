@@ -152,7 +152,7 @@ def status(mesh: str, rank: int, status: str, reason: str = "") -> None:
         _installed[0].status(mesh, rank, status, reason)
 
 
-def begin(kind: str, name: str) -> Scope | None:
+def begin_operation(kind: str, name: str) -> Scope | None:
     """The scope of an operation (see ``Instrumentation.begin``); None without
     instrumentation."""
     return _installed[0].begin(kind, name) if _installed else None

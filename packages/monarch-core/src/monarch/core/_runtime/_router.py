@@ -65,7 +65,7 @@ from ._beats import Beats
 from ._cast import SendOrder, fan_out
 from ._flow import Flow
 from ._inbound import Inbound, send_back
-from ._instrument import begin, instrumented
+from ._instrument import begin_operation, instrumented
 from ._peers import DEFER, PeerWriter, peer_options
 from ._spin import spin_seconds
 
@@ -481,7 +481,7 @@ class Runtime:
         elif kind == TO_ACTOR:
             if isinstance(body, Call) and body.forward:  # relay first
                 relay = f"relay {body.mesh}.{body.method} to {len(body.forward)} procs"
-                scope = begin("relay", relay) if instrumented() else None
+                scope = begin_operation("relay", relay) if instrumented() else None
                 below = msgspec.structs.replace(body, seqs=body.seqs[1:]) if body.seqs else body
                 self.cast(body.forward, envelope.dest, below, payload)
                 if scope is not None:  # telemetry's span of the relay
