@@ -257,6 +257,7 @@ def test_retention_keeps_exactly_the_recent_rows(ages: list[int], retention: int
             for i, age in enumerate(ages)
         ]
     )
+    store.flush()  # the queued rows are written
     with store._lock:
         store.retain()
     kept = store.query("SELECT id FROM messages ORDER BY id")["rows"]

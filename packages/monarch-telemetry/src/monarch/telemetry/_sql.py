@@ -15,11 +15,13 @@ are the client's (``_snapshots``).
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -294,13 +296,37 @@ class TelemetryStore:
         self.config = config
         self._db = duckdb.connect(":memory:")
         self._lock = threading.Lock()
+        self._pending: list[Row] = []
+        self._queue_lock = threading.Lock()
         self._retained = time.monotonic()
         for table, columns in (SCHEMA | SNAPSHOT_SCHEMA | OBSERVED_SCHEMA).items():
             self._db.execute(f"CREATE TABLE {table} ({columns})")
         for view, sql in VIEWS.items():
             self._db.execute(f"CREATE VIEW {view} AS {sql}")
+        writer = threading.Thread(
+            target=_write_while_kept, args=(weakref.ref(self),), name="monarch-telemetry-store"
+        )
+        writer.daemon = True
+        writer.start()
+        _writers.append(writer)
 
     def add(self, rows: Sequence[Row]) -> None:
+        """Queue ``rows`` (the client's own, on every call it makes: a list append; an
+        insert into DuckDB costs a call milliseconds); they are written in batches every
+        ``SHIP_EVERY`` seconds, and before any query."""
+        with self._queue_lock:
+            self._pending.extend(rows)
+
+    def flush(self) -> None:
+        """Write the queued rows."""
+        with self._lock:
+            with self._queue_lock:
+                rows, self._pending = self._pending, []
+            if rows:
+                self._insert(rows)
+
+    def _insert(self, rows: Sequence[Row]) -> None:
+        """Write ``rows`` (called with the lock held)."""
         by_table: dict[str, list[tuple[Any, ...]]] = {}
         for table, values in rows:
             if table in _TABLES:
@@ -308,28 +334,27 @@ class TelemetryStore:
         lost = by_table.pop(LOST, [])
         procs_lost = by_table.pop(PROC_LOST, [])
         named = "actors" in by_table or "supervision_events" in by_table
-        with self._lock:
-            for table, batch in by_table.items():
-                marks = ", ".join("?" * len(batch[0]))
-                self._db.executemany(f"INSERT INTO {table} VALUES ({marks})", batch)
-            for events, column, failed in (
-                ("actor_status_events", "actor_id", lost),
-                ("proc_status_events", "address", procs_lost),
-            ):
-                for who, reason, stamp in failed:  # Failed, unless it already ended
-                    self._db.execute(
-                        f"INSERT INTO {events} SELECT ?, ?, 'Failed', ?, ? WHERE NOT EXISTS "
-                        f"(SELECT 1 FROM {events} WHERE {column} = ? AND new_status IN "
-                        f"{_TERMINAL})",
-                        [event_id(), who, reason, stamp, who],
-                    )
-            if named:  # a failure's first actor, by the name its report gives it
+        for table, batch in by_table.items():
+            marks = ", ".join("?" * len(batch[0]))
+            self._db.executemany(f"INSERT INTO {table} VALUES ({marks})", batch)
+        for events, column, failed in (
+            ("actor_status_events", "actor_id", lost),
+            ("proc_status_events", "address", procs_lost),
+        ):
+            for who, reason, stamp in failed:  # Failed, unless it already ended
                 self._db.execute(
-                    "UPDATE supervision_events s SET root_cause_actor_id = a.id FROM actors a "
-                    "WHERE s.root_cause_actor_id IS NULL AND a.upstream_name = s.root_cause_actor"
+                    f"INSERT INTO {events} SELECT ?, ?, 'Failed', ?, ? WHERE NOT EXISTS "
+                    f"(SELECT 1 FROM {events} WHERE {column} = ? AND new_status IN "
+                    f"{_TERMINAL})",
+                    [event_id(), who, reason, stamp, who],
                 )
-            if time.monotonic() - self._retained >= RETAIN_EVERY:
-                self.retain()
+        if named:  # a failure's first actor, by the name its report gives it
+            self._db.execute(
+                "UPDATE supervision_events s SET root_cause_actor_id = a.id FROM actors a "
+                "WHERE s.root_cause_actor_id IS NULL AND a.upstream_name = s.root_cause_actor"
+            )
+        if time.monotonic() - self._retained >= RETAIN_EVERY:
+            self.retain()
 
     def retain(self) -> None:
         """Drop rows older than ``retention_secs`` (called with the lock held); 0 keeps
@@ -354,6 +379,7 @@ class TelemetryStore:
     def query(self, sql: str) -> dict[str, Any]:
         import duckdb
 
+        self.flush()  # what was added before is in the answer
         with self._lock:
             try:
                 cursor = self._db.execute(sql)
@@ -362,6 +388,30 @@ class TelemetryStore:
             except duckdb.Error as exc:
                 raise TelemetryQueryError(f"SQL error: {exc}") from None
         return {"rows": [dict(zip(columns, row, strict=True)) for row in rows]}
+
+
+_writers: list[threading.Thread] = []
+_exiting = threading.Event()
+
+
+@atexit.register
+def _stop_writers() -> None:
+    """Stop the stores' writers before the interpreter ends: one killed inside DuckDB (a
+    daemon thread at exit) aborts the process."""
+    _exiting.set()
+    for writer in _writers:
+        writer.join(timeout=10)
+
+
+def _write_while_kept(store: weakref.ref[TelemetryStore]) -> None:
+    """A store's writer: its queued rows every ``SHIP_EVERY`` seconds, until it is gone or
+    the process ends."""
+    while not _exiting.wait(SHIP_EVERY):
+        kept = store()
+        if kept is None:
+            return
+        kept.flush()
+        del kept
 
 
 class RowShipper:
