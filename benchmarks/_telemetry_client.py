@@ -1,7 +1,9 @@
 """One measurement of telemetry_bench.py: round trips and pipelined calls to a proc, in a
 process of its own (telemetry state is per process). ``python _telemetry_client.py MODE N``:
-``off`` (monarch.telemetry not installed), ``on`` (installed: spans and metrics through
-whatever providers the environment sets up). Prints one JSON line."""
+``off`` (monarch.telemetry not used, or not installed at all), ``on`` (used: spans and
+metrics through whatever providers the environment sets up), ``tables`` (the job's
+telemetry tables too: ``enable_telemetry()`` with its default configuration). Prints one
+JSON line."""
 
 from __future__ import annotations
 
@@ -24,6 +26,10 @@ def main(mode: str, count: int) -> None:
         import monarch.telemetry
 
         monarch.telemetry.install()  # this process, and the procs it spawns
+    elif mode == "tables":
+        from monarch.telemetry import enable_telemetry
+
+        enable_telemetry()  # rows of every message, its spans; snapshots every 30 s
 
     procs = this_host().spawn_procs(per_host={"gpus": 1})
     echo = procs.spawn("echo", Echo)

@@ -1,11 +1,18 @@
 """Telemetry's cost per call: round trip and pipelined calls to one proc, without and with
 monarch-telemetry, alternated in one run.
 
-Run with ``hatch run bench:telemetry [--reps N] [--calls N] [--before DIR] [--after DIR]
-[--out PATH]``. Modes, each measured in fresh processes (``_telemetry_client.py``):
+Run with ``hatch run bench:telemetry [--reps N] [--calls N] [--absent PYTHON] [--before DIR]
+[--after DIR] [--out PATH]``. Modes, each measured in fresh processes
+(``_telemetry_client.py``), alternated:
 
-- ``off``: monarch.telemetry not imported (the core's hooks are one test per call);
-- ``api``: imported, no exporter configured (spans are OpenTelemetry's non-recording ones);
+- ``absent`` (with ``--absent PYTHON``, e.g. hatch's ``pkg-core`` environment: the same
+  checkout's transport and core, monarch-telemetry not installed): the baseline;
+- ``off``: installed, not used (everything of it off: the core's hooks are one test per
+  call);
+- ``api``: the defaults: used (``from monarch.actor import span`` does this), no exporter
+  configured, no tables (spans are OpenTelemetry's non-recording ones);
+- ``tables``: ``enable_telemetry()`` (the job's SQL tables: a row per message and its
+  spans, for ``monarch query``, ``monarch trace``), no exporter;
 - ``otlp``: imported with ``OTEL_EXPORTER_OTLP_ENDPOINT`` set: the client and the proc record
   every span and metric and export them over OTLP/HTTP to a receiver run here, which reads
   and drops them.
@@ -70,7 +77,9 @@ def commit(checkout: str) -> str:
     return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
 
 
-def run(mode: str, calls: int, endpoint: str, path: str = "") -> dict[str, float]:
+def run(
+    mode: str, calls: int, endpoint: str, path: str = "", python: str = sys.executable
+) -> dict[str, float]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = PYCACHE
@@ -78,8 +87,8 @@ def run(mode: str, calls: int, endpoint: str, path: str = "") -> dict[str, float
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [path, env.get("PYTHONPATH")]))
     if mode == "otlp":
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
-    on = mode in ("api", "otlp")
-    argv = [sys.executable, str(CLIENT), "on" if on else "off", str(calls)]
+    client_mode = {"api": "on", "otlp": "on", "tables": "tables"}.get(mode, "off")
+    argv = [python, str(CLIENT), client_mode, str(calls)]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         raise RuntimeError(f"{mode}: {done.stderr[-2000:]}")
@@ -87,10 +96,17 @@ def run(mode: str, calls: int, endpoint: str, path: str = "") -> dict[str, float
     return figures
 
 
+def paired_range(ratios: dict[str, Any]) -> str:
+    return f"{ratios['min']:.3f}..{ratios['max']:.3f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument(
+        "--absent", metavar="PYTHON", help="a Python without monarch-telemetry: 'absent' mode"
+    )
     parser.add_argument("--before", metavar="DIR", help="a checkout: the 'before' mode's core")
     parser.add_argument("--after", metavar="DIR", help="a checkout: the 'after' mode's core")
     parser.add_argument("--out", default=str(RESULTS_DIR / "telemetry.json"))
@@ -101,13 +117,19 @@ def main() -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Drop)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     endpoint = f"http://127.0.0.1:{server.server_address[1]}"
-    modes = [*paths, "off", "api", "otlp"]
+    absent = ["absent"] if args.absent else []
+    modes = [*paths, *absent, "off", "api", "tables", "otlp"]
+    pythons = {"absent": args.absent} if args.absent else {}
+
+    def measure(mode: str, calls: int) -> dict[str, float]:
+        return run(mode, calls, endpoint, paths.get(mode, ""), pythons.get(mode, sys.executable))
+
     for mode in modes:  # untimed: fills the bytecode cache
-        run(mode, 200, endpoint, paths.get(mode, ""))
+        measure(mode, 200)
     reps: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
-    for _ in range(args.reps):
-        for mode in modes:
-            reps[mode].append(run(mode, args.calls, endpoint, paths.get(mode, "")))
+    for i in range(args.reps):
+        for mode in modes if i % 2 == 0 else modes[::-1]:  # alternated, both orders
+            reps[mode].append(measure(mode, args.calls))
     server.shutdown()
 
     figures: dict[str, Any] = {}
@@ -117,19 +139,25 @@ def main() -> None:
             "pipelined_per_s": summarize([r["pipelined_per_s"] for r in reps[mode]]),
         }
     rows = []
+    base = "absent" if "absent" in figures else "off"
     for mode in modes:
-        # "after" against "before"; the others against "off"
-        off = figures["before" if mode == "after" and "before" in figures else "off"]
+        # "after" against "before"; the others against "absent" (else "off")
+        off = figures["before" if mode == "after" and "before" in figures else base]
         rt = figures[mode]["rt_us"]["median"]
         rate = figures[mode]["pipelined_per_s"]["median"]
         figures[mode]["rt_ratio_to_off"] = rt / off["rt_us"]["median"]
         figures[mode]["rate_ratio_to_off"] = rate / off["pipelined_per_s"]["median"]
         figures[mode]["added_us_per_call"] = rt - off["rt_us"]["median"]
+        # each rep against its own baseline rep, run next to it: the noise of a loaded
+        # machine shows as the spread of these ratios
+        pairs = zip(off["rt_us"]["reps"], figures[mode]["rt_us"]["reps"], strict=True)
+        figures[mode]["rt_paired_ratio"] = summarize([m / b for b, m in pairs])
         rows.append(
             [
                 mode,
                 fmt_num(rt),
                 fmt_num(figures[mode]["rt_ratio_to_off"]),
+                paired_range(figures[mode]["rt_paired_ratio"]),
                 fmt_num(rate),
                 fmt_num(figures[mode]["rate_ratio_to_off"]),
             ]
@@ -137,7 +165,7 @@ def main() -> None:
     doc = {
         "benchmark": "telemetry",
         "machine": machine_info(),
-        "settings": {"reps": args.reps, "calls": args.calls},
+        "settings": {"reps": args.reps, "calls": args.calls, "baseline": base},
         "commit": commit(str(HERE.parent)),
         "checkouts": {
             mode: {"dir": getattr(args, mode), "commit": commit(getattr(args, mode))}
@@ -146,7 +174,8 @@ def main() -> None:
         "figures": figures,
     }
     path = write_json(args.out, doc)
-    headers = ["mode", "round trip (us)", "x off", "pipelined calls/s", "x off"]
+    headers = ["mode", "round trip (us)", f"x {base}", "rep/rep range", "pipelined calls/s"]
+    headers.append(f"x {base}")
     print(markdown_table(headers, rows))
     if "after" in figures and "before" in figures:
         print("(after: x before)")

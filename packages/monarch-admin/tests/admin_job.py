@@ -9,6 +9,7 @@ each command with a line ``ok <command>``:
 * ``queue N``: N calls to worker 0, not waited for (they queue behind ``hang``);
 * ``fail``: worker 1 fails (a broadcast whose endpoint raises: nobody to tell);
 * ``block``: the async actor holds its proc's GIL for 10 minutes (not answering);
+* ``torch``: worker 1 imports torch, then multiplies matrices for 2 minutes;
 * ``stop``: the workers' proc mesh stops;
 * ``quit``: the job ends.
 """
@@ -38,6 +39,20 @@ class Worker(Actor):
     @endpoint
     def fail(self) -> None:
         raise RuntimeError("disk on fire")
+
+    @endpoint
+    def use_torch(self) -> None:
+        import torch  # noqa: F401 - only this proc uses torch
+
+    @endpoint
+    def matmuls(self, seconds: float) -> int:
+        import torch
+
+        matrix, done, end = torch.ones(64, 64), 0, time.monotonic() + seconds
+        while time.monotonic() < end:  # aten::mm, for the torch profiler to see
+            matrix @ matrix
+            done += 1
+        return done
 
 
 class Looper(Actor):
@@ -89,6 +104,9 @@ def main() -> None:
             workers.slice(gpus=1).fail.broadcast()
         elif command == "block":
             looper.block.call_one(600.0)
+        elif command == "torch":
+            workers.slice(gpus=1).use_torch.call_one().get()
+            queued.append(workers.slice(gpus=1).matmuls.call_one(120.0))
         elif command == "stop":
             workers_procs.stop().get()
         elif command == "quit":

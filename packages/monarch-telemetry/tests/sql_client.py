@@ -135,7 +135,12 @@ def ours(engine: Any) -> dict[str, Any]:
             "WHERE s.kind = 'send' AND e.kind = 'endpoint' ORDER BY 2"
         )["rows"],
         "supervision": engine.query(
-            "SELECT mesh, category, kind, root_cause_actor, root_cause FROM supervision_events"
+            "SELECT s.mesh, s.category, s.kind, s.root_cause_actor, s.root_cause, "
+            "a.display_name AS root_cause_display FROM supervision_events s "
+            "LEFT JOIN actors a ON a.id = s.root_cause_actor_id"
+        )["rows"],
+        "actors": engine.query(
+            "SELECT display_name, upstream_name, is_system FROM actors ORDER BY display_name"
         )["rows"],
         "lifecycle": engine.query(
             "SELECT kind, subject, status FROM lifecycle_events ORDER BY timestamp_us"

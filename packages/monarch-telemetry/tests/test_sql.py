@@ -4,8 +4,10 @@ recent."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -26,6 +28,8 @@ from monarch.telemetry._sql import (
 )
 
 CLIENT = Path(__file__).with_name("sql_client.py")
+RELAYS = Path(__file__).with_name("relay_client.py")
+TENSOR = Path(__file__).with_name("tensor_client.py")
 
 
 def check_trace(trace: dict[str, Any], procs_table: list[dict[str, Any]]) -> None:
@@ -54,6 +58,22 @@ def check_trace(trace: dict[str, Any], procs_table: list[dict[str, Any]]) -> Non
     assert all(e["ph"] in "be" for e in waits) and len(waits) % 2 == 0
 
 
+def check_actor_names(actors: list[dict[str, Any]], procs_table: list[dict[str, Any]]) -> None:
+    """Every actor with upstream's user-parseable name (its owner's, then its own: what
+    failure reports say), and the system actors marked: the client's root and each
+    process's proc agent."""
+    names = {a["display_name"]: a for a in actors}
+    assert names["counted[2]"]["upstream_name"] == (
+        "<root>.<__main__.Counted counted{'gpus': 2/4}>"
+    )
+    relay = names["relay[0]"]["upstream_name"]  # on one proc: a point, no coordinates
+    assert relay == "<root>.<__main__.Relay relay>"
+    assert names["<root>"]["is_system"] and names["<root>"]["upstream_name"] == "<root>"
+    agents = {a["display_name"] for a in actors if a["is_system"]} - {"<root>"}
+    assert agents == {f"proc_agent@{p['address']}" for p in procs_table}
+    assert not any(names[f"counted[{r}]"]["is_system"] for r in range(4))
+
+
 def test_a_jobs_actors_messages_and_failures_answer_sql(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     trace = tmp_path / "trace.json"
@@ -76,13 +96,13 @@ def test_a_jobs_actors_messages_and_failures_answer_sql(tmp_path: Path) -> None:
     assert set(SCHEMA) <= set(result["tables"])
     # Who sent each message: the client, and the relay actor calling from its endpoint.
     senders = [r["sender"] for r in result["senders"]]
-    assert senders.count("client") == 10 and senders.count("relay[0]") == 1
+    assert senders.count("<root>") == 10 and senders.count("relay[0]") == 1  # the client's row
     # Every message handled became active, then complete (a failure completes it too).
     message_statuses = {r["status"]: r["n"] for r in result["message_statuses"]}
     assert message_statuses["active"] == message_statuses["complete"] >= 13
     # Casts as upstream's sent_messages: the sender and the view it was cast to.
     sent = result["sent"]
-    assert sum(r["sender"] == "client" for r in sent) == 11  # ten pings and the fatal one
+    assert sum(r["sender"] == "<root>" for r in sent) == 11  # ten pings and the fatal one
     assert sum(r["sender"] == "relay[0]" for r in sent) == 1
     # slice(gpus=N) is a point: no dimension left, at offset N of the mesh.
     views = [json.loads(r["view_json"]) for r in sent]
@@ -119,10 +139,66 @@ def test_a_jobs_actors_messages_and_failures_answer_sql(tmp_path: Path) -> None:
     assert (died["category"], died["kind"]) == ("user", "exception in user code")
     assert died["root_cause_actor"].endswith("Counted counted{'gpus': 3/4}>")
     assert "SystemExit" in died["root_cause"]
+    assert died["root_cause_display"] == "counted[3]"  # the report's name, joined to our row
+    check_actor_names(result["actors"], procs_table)
     check_trace(json.loads(trace.read_text()), procs_table)
     bad_sql, unknown_table = result["errors"]
     assert bad_sql.startswith("SQL error:") and "SELEC" in bad_sql
     assert "no_such_table" in unknown_table
+
+
+def test_cast_relays_and_rdma_transfers_are_spans_on_their_tracks() -> None:
+    """A cast through a tree (2 children per node, 4 procs): each head proc's relay of each
+    call is a ``relay`` span of that proc's agent, and a slice on its track in Perfetto; an
+    RDMA read is an ``rdma`` span of the actor (here the client) that made it (where
+    monarch-rdma is installed)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, str(RELAYS)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    relays = result["relays"]
+    assert len(relays) == 6  # 3 calls, each relayed by 2 heads to the one below
+    assert all(re.fullmatch(r"relay echo<\w+>\.hello to 1 procs", r["name"]) for r in relays)
+    assert len({r["proc"] for r in relays}) == 2 and all(r["ordered"] for r in relays)
+    assert all(r["actor"] == f"proc_agent@{r['proc']}" for r in relays)
+    events = result["trace"]["traceEvents"]
+    named = [e for e in events if e["name"] == "thread_name"]
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in named}
+    slices = [e for e in events if e["ph"] == "X" and e["cat"] == "relay"]
+    assert len(slices) == 6
+    assert all(threads[(e["pid"], e["tid"])].startswith("proc_agent@") for e in slices)
+    # The client's RDMA read of a proc's buffer: a span on the client's track.
+    if importlib.util.find_spec("monarch.rdma") is None:
+        assert result["rdma"] == []
+        return
+    (rdma,) = result["rdma"]
+    assert rdma["name"].startswith("rdma read 4096 bytes from ") and rdma["actor"] == "<root>"
+    assert rdma["status"] == "ok" and rdma["ordered"]
+    (read,) = [e for e in events if e["ph"] == "X" and e["cat"] == "rdma"]
+    assert threads[(read["pid"], read["tid"])] == "client"
+
+
+def test_tensor_engine_ops_are_spans_of_each_procs_worker() -> None:
+    """Ops run by the tensor engine on 2 procs: a ``tensor`` span per command on each
+    proc, named by its function, on the track of that proc's worker actor."""
+    pytest.importorskip("monarch.tensor")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, str(TENSOR)], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    rows = result["tensor"]
+    assert len({r["proc"] for r in rows}) == 2
+    assert all(r["status"] == "ok" and r["ordered"] for r in rows)
+    names = {r["name"] for r in rows}
+    assert {"Op add", "Op sum"} <= names, names
+    assert all(r["actor"] and not r["actor"].startswith("proc_agent@") for r in rows)
+    events = result["trace"]["traceEvents"]
+    ops = [e for e in events if e["ph"] == "X" and e["cat"] == "tensor"]
+    assert len({e["pid"] for e in ops}) == 2
 
 
 def test_a_bad_retention_is_a_clear_error() -> None:
@@ -181,6 +257,7 @@ def test_retention_keeps_exactly_the_recent_rows(ages: list[int], retention: int
             for i, age in enumerate(ages)
         ]
     )
+    store.flush()  # the queued rows are written
     with store._lock:
         store.retain()
     kept = store.query("SELECT id FROM messages ORDER BY id")["rows"]

@@ -105,12 +105,13 @@ def openapi() -> dict[str, Any]:
                 {"name": "sql", "in": "query", "required": True, "schema": {"type": "string"}},
             ),
             "/v1/profile": _get(
-                "every proc of this machine sampled by py-spy for some seconds: a Chrome "
-                "trace (with the job's timeline), stacks for a flame graph, notes",
+                "every live proc sampled by py-spy (torch=1: and the torch profiler) for some "
+                "seconds: a Chrome trace (with the job's timeline), flame graph stacks, notes",
                 obj,
                 {"name": "seconds", "in": "query", "schema": {"type": "number"}},
                 {"name": "rate", "in": "query", "schema": {"type": "integer"}},
                 {"name": "idle", "in": "query", "schema": {"type": "boolean"}},
+                {"name": "torch", "in": "query", "schema": {"type": "boolean"}},
             ),
             "/v1/profile/last": _get(
                 "what the last /v1/profile answered (404 before the first): the trace to open "

@@ -1,7 +1,9 @@
 """``monarch profile [--seconds N] [--rate R] [--idle] [-o PREFIX]``: sample a running job.
 
-Its admin server (found as for ``monarch top``) has py-spy sample every live proc of its
-machine, the client too, at once for N seconds (``/v1/profile``); this writes the merged
+Its admin server (found as for ``monarch top``) has py-spy sample every live proc of the
+job, the client too, at once for N seconds (``/v1/profile``; procs on other hosts sample
+themselves), and with ``--torch`` the torch profiler run in every proc that uses torch;
+this writes the merged
 Perfetto trace (``PREFIX.json``: the samples on each proc's track, beside the job's spans
 where its client keeps telemetry tables) and a flame graph of the whole job
 (``PREFIX.svg``: the procs side by side).
@@ -16,7 +18,8 @@ from pathlib import Path
 
 from ._client import AdminError, add_server_options, found_server
 from ._flamegraph import flamegraph_svg
-from ._profile import EXTRA, MAX_SECONDS
+from ._profile import MAX_SECONDS
+from ._self_profile import EXTRA
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,7 +35,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--rate", type=int, default=100, help="samples a second (default 100)")
     parser.add_argument("--idle", action="store_true", help="sample waiting threads too")
     parser.add_argument(
-        "--py-spy", action="store_true", help="sample with py-spy (the default, and only, sampler)"
+        "--py-spy", action="store_true", help="sample with py-spy (the default, always on)"
+    )
+    parser.add_argument(
+        "--torch",
+        action="store_true",
+        help="also run the torch profiler in every proc that uses torch (its ops on the trace)",
     )
     parser.add_argument(
         "-o", "--output", default="monarch-profile", help="the files' PREFIX (%(default)s)"
@@ -49,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if client is None:
         return 2
     query = f"/v1/profile?seconds={args.seconds}&rate={args.rate}&idle={int(args.idle)}"
+    query += "&torch=1" if args.torch else ""
     print(f"monarch profile: sampling for {args.seconds:g}s...", file=sys.stderr, flush=True)
     try:
         result = client.get(query, timeout=args.seconds + EXTRA + client.timeout)

@@ -252,21 +252,21 @@ class AdminServer:
             raise NotFound(path)
 
     def _profile(self, params: dict[str, list[str]]) -> Any:
-        """Every live proc of this machine sampled by py-spy at once (``_profile``), on the
-        tracks of the job's timeline where it keeps telemetry tables."""
+        """Every live proc sampled by py-spy at once, and by the torch profiler with
+        ``torch=1`` (``_profile``), on the tracks of the job's timeline where it keeps
+        telemetry tables."""
         try:
             seconds = float(params.get("seconds", ["5"])[0])
             rate = int(params.get("rate", ["100"])[0])
         except ValueError:
             raise ValueError("seconds and rate are numbers: ?seconds=5&rate=100") from None
         idle = params.get("idle", ["0"])[0] in ("1", "true")
+        torch = params.get("torch", ["0"])[0] in ("1", "true")
         check(seconds, rate)
         self.view.collect()  # what each proc said of itself: its host's name
-        procs = [
-            p for p in self.view.procs() if p.address and p.exited is None and self.view.is_local(p)
-        ]
+        procs = [p for p in self.view.procs() if p.address and p.exited is None]
         try:
-            profile = sample(procs, seconds, rate, idle)
+            profile = sample(procs, seconds, rate, idle, torch)
         except LookupError as exc:
             raise NotFound(str(exc)) from None
         events = list(profile.events)

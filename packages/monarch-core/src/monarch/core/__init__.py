@@ -70,7 +70,7 @@ from ._mesh._mocks import engine_factory_for
 from ._mesh._port import Channel, Port
 from ._mesh._proc_group import SpawnedProc, spawned_procs
 from ._mesh._proc_mesh import HostMesh, ProcMesh, this_host, this_proc
-from ._mesh._reports import FailureCause, failure_cause
+from ._mesh._reports import ROOT, FailureCause, actor_name, failure_cause
 from ._mesh._spawn_actors import spawn_actor_mesh
 from ._mesh._supervision import SUPERVISION_SCHEMA, failure_record
 from ._mesh._workspace import Workspace
@@ -82,8 +82,11 @@ from ._runtime import Runtime, current_runtime, running_runtime
 from ._runtime._instrument import (
     Instrumentation,
     Scope,
+    begin_operation,
     current_instrumentation,
+    instrumented,
     set_instrumentation,
+    timed,
 )
 from ._runtime._messages import (
     TO_ACTOR,
@@ -102,6 +105,7 @@ from ._runtime._tls import TlsIdentity, job_identity
 
 __all__ = [
     "LEND_MIN",
+    "ROOT",
     "SECRET_ENV",
     "SUPERVISION_SCHEMA",
     "TO_ACTOR",
@@ -153,7 +157,9 @@ __all__ = [
     "WorkspaceHost",
     "WorkspaceReloader",
     "WorkspaceSyncError",
+    "actor_name",
     "advise_huge_pages",
+    "begin_operation",
     "buffer_address",
     "calling_endpoint",
     "calling_target",
@@ -171,6 +177,7 @@ __all__ = [
     "import_proc_start",
     "inspect_proc",
     "install_hint",
+    "instrumented",
     "ip_host",
     "job_identity",
     "job_secret",
@@ -189,6 +196,7 @@ __all__ = [
     "submit_into",
     "this_host",
     "this_proc",
+    "timed",
     "use_job_secret",
     "wait_outcome",
     "workers_stopping",

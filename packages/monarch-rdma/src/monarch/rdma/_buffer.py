@@ -7,7 +7,7 @@ import os
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from monarch.core import Future, context
+from monarch.core import Future, context, timed
 from monarch.core.lowlevel import bulk_planes
 
 from . import _transfer as transfer
@@ -107,12 +107,16 @@ class RDMABuffer:
     def read_into(self, dst: LocalMemory, *, timeout: int = 60) -> Future[None]:
         """Copy the whole buffer into the start of ``dst`` (1-D contiguous, at least
         ``size()`` bytes: ValueError otherwise, raised here)."""
-        return transfer.submit([transfer.read_op(dst, self._handle)], timeout)
+        done = transfer.submit([transfer.read_op(dst, self._handle)], timeout)
+        timed("rdma", f"rdma read {self.size()} bytes from {self.owner}", done)  # telemetry
+        return done
 
     def write_from(self, src: LocalMemory, *, timeout: int = 60) -> Future[None]:
         """Copy all of ``src`` (at most ``size()`` bytes: ValueError otherwise) to the
         start of the buffer."""
-        return transfer.submit([transfer.write_op(self._handle, src)], timeout)
+        done = transfer.submit([transfer.write_op(self._handle, src)], timeout)
+        timed("rdma", f"rdma write {self.size()} bytes to {self.owner}", done)  # telemetry
+        return done
 
     def drop(self) -> Future[None]:
         """Unregister the buffer at its owner: later reads and writes, from anyone, fail

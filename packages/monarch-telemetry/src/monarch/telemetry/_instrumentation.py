@@ -31,6 +31,7 @@ from ._observed import (
     PROC_LOST,
     endpoint_span_row,
     message_key,
+    operation_span_row,
     proc_rows,
     proc_status_row,
     send_rows,
@@ -58,6 +59,8 @@ from ._sql import (
     sent_row,
     split_actor_id,
     status_row,
+    system_actor_rows,
+    system_stopped_row,
 )
 
 _propagator: Final = TraceContextTextMapPropagator()
@@ -69,6 +72,8 @@ _current_actor: contextvars.ContextVar[int] = contextvars.ContextVar(
 _bases: dict[str, Any] = {}
 """The slice of its proc mesh that each actor mesh spawned here covers, by mesh id: a
 send's destination ranks are positions in it (elsewhere: the proc mesh's whole)."""
+_in_proc = False
+"""Whether this process is a proc (not the client): set by ``install()``."""
 _SENDER: Final = "|"
 """What a call carries: ``TRACEPARENT|SENDER`` where the job keeps tables (the sender's key
 fills ``messages.from_actor_id``), else the traceparent alone."""
@@ -160,6 +165,24 @@ class EndpointScope:
             self.rows.close(error)
 
 
+class Operation:
+    """An operation's span (a cast relay, an RDMA transfer, a tensor-engine op), written
+    when it is done, on the track of the actor that did it."""
+
+    __slots__ = ("actor", "kind", "name", "sink", "start")
+
+    def __init__(self, sink: TelemetryStore | RowShipper, kind: str, name: str, actor: int):
+        self.sink, self.kind, self.name, self.actor = sink, kind, name, actor
+        self.start = time.time_ns()
+
+    def close(self, error: BaseException | None) -> None:
+        end, ok = time.time_ns(), error is None
+        row = operation_span_row(
+            event_id(), self.kind, self.name, here(), self.actor, self.start, end, ok
+        )
+        self.sink.add([row])
+
+
 class _Idle:
     """The scope of an endpoint when nothing records (see ``idle``)."""
 
@@ -236,10 +259,12 @@ class OpenTelemetry:
             return IDLE if rows is None else rows
         return EndpointScope(endpoint, actor, rank, carried, size, waiting, rows)
 
-    def spawned(self, mesh: str, name: str, cls: str, shape: Any, procs: str) -> None:
+    def spawned(
+        self, mesh: str, name: str, cls: str, shape: Any, procs: str, owner: str = CLIENT
+    ) -> None:
         sink = current_sink()
         if sink is not None:
-            sink.add(mesh_rows(mesh, name, cls, shape, procs))
+            sink.add(mesh_rows(mesh, name, cls, shape, procs, owner))
             _bases[mesh] = shape.ndslice
 
     def procs_spawned(self, mesh: str, name: str, shape: Any) -> None:
@@ -268,10 +293,21 @@ class OpenTelemetry:
                 dead = {split_actor_id(actor)[1] for actor in lost}
                 sink.add([(PROC_LOST, (address, report or None, now_us())) for address in dead])
 
+    def begin(self, kind: str, name: str) -> Operation | _Idle:
+        sink = current_sink()
+        if sink is None:
+            return IDLE
+        actor = _current_actor.get()  # the actor whose endpoint does it, else the proc's agent
+        if kind == "relay" or (actor == _CLIENT_KEY and _in_proc):
+            actor = key(f"proc_agent@{here()}")
+        return Operation(sink, kind, name, actor)
+
     def shutdown(self) -> None:
         sink = current_sink()
         if sink is not None:
-            sink.add([proc_status_row(here(), "Stopped", None, now_us(), event_id())])
+            stamp = now_us()
+            stopped = proc_status_row(here(), "Stopped", None, stamp, event_id())
+            sink.add([stopped, system_stopped_row(here(), stamp)])
         flush_rows()
         shutdown_export()
 
@@ -284,7 +320,9 @@ def enable_telemetry(config: TelemetryConfig | None = None) -> QueryEngineClient
     first = current_sink() is None
     engine = open_store(config)
     if first:
-        engine.store.add(proc_rows(here(), "client", now_us(), event_id()))
+        stamp = now_us()
+        engine.store.add(proc_rows(here(), "client", stamp, event_id()))
+        engine.store.add(system_actor_rows(here(), True, stamp))
     start_snapshots(engine.store)
     return engine
 
@@ -298,12 +336,16 @@ def install() -> None:
         return
     runtime = running_runtime()
     in_proc = runtime is not None and bool(runtime.root) and runtime.root != runtime.address
+    global _in_proc
+    _in_proc = in_proc
     configure_export("monarch-proc" if in_proc else "monarch-client")
     set_instrumentation(OpenTelemetry())
     configure(enable_telemetry=True)
     sink = current_sink() if in_proc else None
     if sink is not None:  # a proc of a job that keeps its tables: it runs
-        sink.add(proc_rows(here(), "proc", now_us(), event_id()))
+        stamp = now_us()
+        sink.add(proc_rows(here(), "proc", stamp, event_id()))
+        sink.add(system_actor_rows(here(), False, stamp))
 
 
 def here() -> str:

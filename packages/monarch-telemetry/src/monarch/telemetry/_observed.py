@@ -29,7 +29,7 @@ OBSERVED_SCHEMA: Final = {
     "supervision_events": (
         "id BIGINT, mesh VARCHAR, ranks BIGINT, report VARCHAR, observer VARCHAR, "
         "category VARCHAR, kind VARCHAR, root_cause_actor VARCHAR, root_cause VARCHAR, "
-        "timestamp_us BIGINT"
+        "timestamp_us BIGINT, root_cause_actor_id BIGINT"
     ),
     "spans": (
         "span_id BIGINT, parent_span_id BIGINT, kind VARCHAR, name VARCHAR, proc VARCHAR, "
@@ -109,7 +109,8 @@ def supervision_row(
     report: ``failure_cause``)."""
     cause = failure_cause(report)
     values = (event, mesh, ranks, report or None, observer, cause.category, cause.kind)
-    return ("supervision_events", (*values, cause.actor or None, cause.reason or None, stamp))
+    named = (cause.actor or None, cause.reason or None, stamp, None)  # the id: by the store
+    return ("supervision_events", (*values, *named))
 
 
 def send_rows(
@@ -130,6 +131,17 @@ def endpoint_span_row(
     """An endpoint's run, under its message's ``send`` span where the call carried one."""
     status = "ok" if ok else "error"
     values = (span, parent, "endpoint", name, proc, actor, None, start, end, status, start)
+    return ("spans", values)
+
+
+def operation_span_row(
+    span: int, kind: str, name: str, proc: str, actor: int, start_ns: int, end_ns: int, ok: bool
+) -> Row:
+    """Work done beside endpoints (``kind``: a cast ``relay``, from receiving the call to
+    having passed it on; an ``rdma`` transfer; a ``tensor`` op), by ``actor``."""
+    start, end = start_ns // 1000, max(end_ns // 1000, start_ns // 1000 + 1)
+    status = "ok" if ok else "error"
+    values = (span, None, kind, name, proc, actor, None, start, end, status, start)
     return ("spans", values)
 
 

@@ -69,7 +69,7 @@ def perfetto_trace(query: Query) -> dict[str, Any]:
                 events.append({**flow, "pid": pid, "tid": tid, "ts": start})
             continue
         duration = max(span["end_us"] - start, 1)
-        events.append(_slice(span, pid, tid, start, duration, "endpoint"))
+        events.append(_slice(span, pid, tid, start, duration, span["kind"]))
         sent = sends.get(span["parent_span_id"])
         if sent is not None:
             flow = {"ph": "f", "bp": "e", "id": sent["span_id"], "name": "message"}

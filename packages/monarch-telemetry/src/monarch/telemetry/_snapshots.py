@@ -115,10 +115,10 @@ class Snapshots:
         answers: dict[str, ProcSnapshot | BaseException],
     ) -> str:
         snap = str(uuid.uuid4())
-        known = {  # what the tables say of each actor: when created, its class
-            row["k"]: (row["t"], row["c"])
+        known = {  # what the tables say of each actor: when created, its class, if system
+            row["k"]: (row["t"], row["c"], bool(row["s"]))
             for row in self.store.query(
-                "SELECT a.full_name AS k, a.timestamp_us AS t, m.class AS c "
+                "SELECT a.full_name AS k, a.timestamp_us AS t, m.class AS c, a.is_system AS s "
                 "FROM actors a LEFT JOIN meshes m ON m.id = a.mesh_id"
             )["rows"]
         }
@@ -165,7 +165,7 @@ class Snapshots:
         stamp: int,
         proc: SpawnedProc,
         answer: ProcSnapshot,
-        known: dict[str, tuple[int, str]],
+        known: dict[str, tuple[int, str, bool]],
         failed_at: dict[str, int],
     ) -> list[Row]:
         proc_id = f"proc:{proc.address}"
@@ -179,10 +179,11 @@ class Snapshots:
         for i, actor in enumerate(actors):
             actor_id = f"actor:{actor.actor_id}"
             name = split_actor_id(actor.actor_id)[0]
+            created, _, system = known.get(name, (None, "", False))
             status = f"{actor.state}:{actor.error}" if actor.error else actor.state
             rows += [
                 ("nodes", (snap, actor_id, "actor", stamp)),
-                ("children", (snap, proc_id, actor_id, i, False, actor.state == "stopped")),
+                ("children", (snap, proc_id, actor_id, i, system, actor.state == "stopped")),
                 (
                     "actor_nodes",
                     (
@@ -191,10 +192,10 @@ class Snapshots:
                         status,
                         actor.class_name,
                         actor.handled,
-                        known.get(name, (None, ""))[0],
+                        created,
                         actor.current or None,
                         actor.queued,
-                        False,
+                        system,
                     ),
                 ),
             ]
@@ -204,7 +205,7 @@ class Snapshots:
         return rows
 
     def _ended(
-        self, snap: str, stamp: int, proc: SpawnedProc, known: dict[str, tuple[int, str]]
+        self, snap: str, stamp: int, proc: SpawnedProc, known: dict[str, tuple[int, str, bool]]
     ) -> list[Row]:
         """A proc that has ended, with the actors lost with it."""
         proc_id = f"proc:{proc.address}"
@@ -216,12 +217,12 @@ class Snapshots:
         ]
         for i, (actor, report, when) in enumerate(lost):
             actor_id = f"actor:{actor}"
-            created, cls = known.get(split_actor_id(actor)[0], (None, ""))
+            created, cls, system = known.get(split_actor_id(actor)[0], (None, "", False))
             values: tuple[Any, ...] = (snap, actor_id, f"failed:{report}", cls, None, created)
             rows += [
                 ("nodes", (snap, actor_id, "actor", stamp)),
-                ("children", (snap, proc_id, actor_id, i, False, False)),
-                ("actor_nodes", (*values, None, 0, False)),
+                ("children", (snap, proc_id, actor_id, i, system, False)),
+                ("actor_nodes", (*values, None, 0, system)),
                 ("actor_failures", (snap, actor_id, report, when)),
             ]
         return rows

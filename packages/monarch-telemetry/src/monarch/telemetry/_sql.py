@@ -15,20 +15,25 @@ are the client's (``_snapshots``).
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from monarch.config import configure
 from monarch.core import (
+    ROOT,
+    Point,
     PortRef,
     PortValue,
     Runtime,
+    actor_name,
     current_config,
     current_runtime,
     dumps,
@@ -53,7 +58,7 @@ SCHEMA: Final = {
     ),
     "actors": (
         "id BIGINT, mesh_id BIGINT, rank BIGINT, full_name VARCHAR, display_name VARCHAR, "
-        "timestamp_us BIGINT"
+        "timestamp_us BIGINT, is_system BOOLEAN, upstream_name VARCHAR"
     ),
     "actor_status_events": (
         "id BIGINT, actor_id BIGINT, new_status VARCHAR, reason VARCHAR, timestamp_us BIGINT"
@@ -68,7 +73,8 @@ SCHEMA: Final = {
         "shape_json VARCHAR, timestamp_us BIGINT"
     ),
 }
-"""Upstream's tables (same names and columns; the ids are ours)."""
+"""Upstream's tables (same names and columns; the ids are ours; ``actors`` has two more:
+``is_system`` and ``upstream_name``, the name failure reports give the actor)."""
 
 SNAPSHOT_SCHEMA: Final = {
     "snapshots": "snapshot_id VARCHAR, snapshot_ts BIGINT",
@@ -107,7 +113,7 @@ LOST: Final = "lost"
 ``Failed`` row of ``actor_status_events`` unless the actor already has a terminal one."""
 _TERMINAL: Final = "('Failed', 'Stopped')"
 
-CLIENT: Final = "<root>"
+CLIENT: Final = ROOT
 """The name the client's actor is known by (the owner of the meshes it spawns)."""
 
 Row = tuple[str, tuple[Any, ...]]
@@ -185,10 +191,20 @@ def procs_row(mesh: str, name: str, shape: Any) -> Row:
     return ("meshes", values)
 
 
-def mesh_rows(mesh: str, name: str, cls: str, shape: Any, procs: str) -> list[Row]:
+SYSTEM_MODULES: Final = ("monarch.",)
+"""Where the classes of Monarch's own actors live (a mesh's setup actors, controllers, the
+debugger's, code sync's, the tensor engine's workers): system actors, as upstream's are."""
+
+
+def mesh_rows(
+    mesh: str, name: str, cls: str, shape: Any, procs: str, owner: str = ROOT
+) -> list[Row]:
     """An actor mesh, on the procs of proc mesh ``procs`` ("" if unknown), and its actors,
-    Created."""
+    Created; ``owner``: the owner's name in failure reports (each actor's ``upstream_name``
+    is its own there: ``<root>.<module.Class name{'gpus': 0/2}>``)."""
     stamp, mesh_id = now_us(), key(mesh)
+    system = cls.startswith(SYSTEM_MODULES)
+    extent = shape.extent
     parent = key(procs) if procs else None
     view = view_json(shape) if procs else None
     rows: list[Row] = [
@@ -196,9 +212,32 @@ def mesh_rows(mesh: str, name: str, cls: str, shape: Any, procs: str) -> list[Ro
     ]
     for rank in range(len(shape.ndslice)):
         actor = key(f"{mesh}[{rank}]")
-        rows.append(("actors", (actor, mesh_id, rank, f"{mesh}[{rank}]", f"{name}[{rank}]", stamp)))
+        shown = actor_name(owner, cls, name, Point(rank, extent))
+        values = (actor, mesh_id, rank, f"{mesh}[{rank}]", f"{name}[{rank}]", stamp, system, shown)
+        rows.append(("actors", values))
         rows.append(("actor_status_events", (event_id(), actor, "Created", None, stamp)))
     return rows
+
+
+def system_actor_rows(address: str, client: bool, stamp: int) -> list[Row]:
+    """The runtime's own actors in a process, Running: its proc agent (what answers the
+    proc's control messages: spawn, stop, introspection; ``proc_agent@ADDRESS``) and, in
+    the client, the root client actor (``<root>``, the sender of the client's calls)."""
+    agent = f"proc_agent@{address}"
+    named: list[tuple[int, str, str, str | None]] = [(key(agent), agent, agent, None)]
+    if client:
+        named.append((key(CLIENT), CLIENT, CLIENT, CLIENT))
+    rows: list[Row] = []
+    for actor, full, shown, upstream in named:
+        rows.append(("actors", (actor, None, 0, full, shown, stamp, True, upstream)))
+        rows.append(("actor_status_events", (event_id(), actor, "Running", None, stamp)))
+    return rows
+
+
+def system_stopped_row(address: str, stamp: int) -> Row:
+    """The proc agent of a process that ends cleanly."""
+    actor = key(f"proc_agent@{address}")
+    return ("actor_status_events", (event_id(), actor, "Stopped", None, stamp))
 
 
 def status_row(mesh: str, rank: int, status: str, reason: str) -> Row:
@@ -257,36 +296,65 @@ class TelemetryStore:
         self.config = config
         self._db = duckdb.connect(":memory:")
         self._lock = threading.Lock()
+        self._pending: list[Row] = []
+        self._queue_lock = threading.Lock()
         self._retained = time.monotonic()
         for table, columns in (SCHEMA | SNAPSHOT_SCHEMA | OBSERVED_SCHEMA).items():
             self._db.execute(f"CREATE TABLE {table} ({columns})")
         for view, sql in VIEWS.items():
             self._db.execute(f"CREATE VIEW {view} AS {sql}")
+        writer = threading.Thread(
+            target=_write_while_kept, args=(weakref.ref(self),), name="monarch-telemetry-store"
+        )
+        writer.daemon = True
+        writer.start()
+        _writers.append(writer)
 
     def add(self, rows: Sequence[Row]) -> None:
+        """Queue ``rows`` (the client's own, on every call it makes: a list append; an
+        insert into DuckDB costs a call milliseconds); they are written in batches every
+        ``SHIP_EVERY`` seconds, and before any query."""
+        with self._queue_lock:
+            self._pending.extend(rows)
+
+    def flush(self) -> None:
+        """Write the queued rows."""
+        with self._lock:
+            with self._queue_lock:
+                rows, self._pending = self._pending, []
+            if rows:
+                self._insert(rows)
+
+    def _insert(self, rows: Sequence[Row]) -> None:
+        """Write ``rows`` (called with the lock held)."""
         by_table: dict[str, list[tuple[Any, ...]]] = {}
         for table, values in rows:
             if table in _TABLES:
                 by_table.setdefault(table, []).append(values)
         lost = by_table.pop(LOST, [])
         procs_lost = by_table.pop(PROC_LOST, [])
-        with self._lock:
-            for table, batch in by_table.items():
-                marks = ", ".join("?" * len(batch[0]))
-                self._db.executemany(f"INSERT INTO {table} VALUES ({marks})", batch)
-            for events, column, failed in (
-                ("actor_status_events", "actor_id", lost),
-                ("proc_status_events", "address", procs_lost),
-            ):
-                for who, reason, stamp in failed:  # Failed, unless it already ended
-                    self._db.execute(
-                        f"INSERT INTO {events} SELECT ?, ?, 'Failed', ?, ? WHERE NOT EXISTS "
-                        f"(SELECT 1 FROM {events} WHERE {column} = ? AND new_status IN "
-                        f"{_TERMINAL})",
-                        [event_id(), who, reason, stamp, who],
-                    )
-            if time.monotonic() - self._retained >= RETAIN_EVERY:
-                self.retain()
+        named = "actors" in by_table or "supervision_events" in by_table
+        for table, batch in by_table.items():
+            marks = ", ".join("?" * len(batch[0]))
+            self._db.executemany(f"INSERT INTO {table} VALUES ({marks})", batch)
+        for events, column, failed in (
+            ("actor_status_events", "actor_id", lost),
+            ("proc_status_events", "address", procs_lost),
+        ):
+            for who, reason, stamp in failed:  # Failed, unless it already ended
+                self._db.execute(
+                    f"INSERT INTO {events} SELECT ?, ?, 'Failed', ?, ? WHERE NOT EXISTS "
+                    f"(SELECT 1 FROM {events} WHERE {column} = ? AND new_status IN "
+                    f"{_TERMINAL})",
+                    [event_id(), who, reason, stamp, who],
+                )
+        if named:  # a failure's first actor, by the name its report gives it
+            self._db.execute(
+                "UPDATE supervision_events s SET root_cause_actor_id = a.id FROM actors a "
+                "WHERE s.root_cause_actor_id IS NULL AND a.upstream_name = s.root_cause_actor"
+            )
+        if time.monotonic() - self._retained >= RETAIN_EVERY:
+            self.retain()
 
     def retain(self) -> None:
         """Drop rows older than ``retention_secs`` (called with the lock held); 0 keeps
@@ -311,6 +379,7 @@ class TelemetryStore:
     def query(self, sql: str) -> dict[str, Any]:
         import duckdb
 
+        self.flush()  # what was added before is in the answer
         with self._lock:
             try:
                 cursor = self._db.execute(sql)
@@ -319,6 +388,30 @@ class TelemetryStore:
             except duckdb.Error as exc:
                 raise TelemetryQueryError(f"SQL error: {exc}") from None
         return {"rows": [dict(zip(columns, row, strict=True)) for row in rows]}
+
+
+_writers: list[threading.Thread] = []
+_exiting = threading.Event()
+
+
+@atexit.register
+def _stop_writers() -> None:
+    """Stop the stores' writers before the interpreter ends: one killed inside DuckDB (a
+    daemon thread at exit) aborts the process."""
+    _exiting.set()
+    for writer in _writers:
+        writer.join(timeout=10)
+
+
+def _write_while_kept(store: weakref.ref[TelemetryStore]) -> None:
+    """A store's writer: its queued rows every ``SHIP_EVERY`` seconds, until it is gone or
+    the process ends."""
+    while not _exiting.wait(SHIP_EVERY):
+        kept = store()
+        if kept is None:
+            return
+        kept.flush()
+        del kept
 
 
 class RowShipper:

@@ -26,10 +26,10 @@ import torch
 from torch.utils._pytree import register_pytree_node
 from torch.utils.weak import WeakTensorKeyDictionary
 
-from monarch.core import Actor, Point, context, endpoint, loads
+from monarch.core import Actor, Point, begin_operation, context, endpoint, instrumented, loads
 
 from ._collective import Group, Groups
-from ._commands import Command, Delete, GroupRef, Pickled, Ref, UseStream, Wait, decode
+from ._commands import Command, Delete, GroupRef, Pickled, Ref, Shaped, UseStream, Wait, decode
 from ._errors import Failed, Poison, RemoteException
 from ._flat import flatten, flatten_call, unflatten
 from ._inbox import deliver, take
@@ -117,11 +117,15 @@ class TensorWorker(Actor):
         """Run a segment of stream ``sid``'s commands (on that stream's thread)."""
         running.commands = True
         running.stream = sid
+        timed = instrumented()  # telemetry: each command a span
         for command in commands:
+            scope = begin_operation("tensor", op_name(command)) if timed else None
             try:
                 command.run(self)
             except Exception as exc:  # noqa: BLE001 - a bug here must not fail the actor
                 self.poison(command.writes(), f"command {type(command).__name__}", exc)
+            if scope is not None:
+                scope.close(None)
 
     # -- streams: which commands wait for which ---------------------------------------------
 
@@ -284,6 +288,15 @@ class TensorInbox(Actor):
     @endpoint
     def put(self, key: str, value: Any) -> None:
         deliver(key, value)
+
+
+def op_name(command: Command) -> str:
+    """A command as its span is named: its kind, and the function it calls if any."""
+    func = getattr(command, "func", None)
+    if isinstance(func, Shaped):
+        func = func.func
+    name = getattr(func, "name", None) or getattr(func, "__name__", None)
+    return f"{type(command).__name__} {name}" if name else type(command).__name__
 
 
 def lent(key: str) -> Any:

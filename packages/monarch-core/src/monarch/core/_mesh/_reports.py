@@ -43,10 +43,14 @@ def mesh_uid() -> str:
     return "".join(secrets.choice(_UID_CHARS) for _ in range(11))
 
 
-def actor_name(owner: str, cls: type | None, mesh_name: str, point: object) -> str:
-    """``<owner>.<module.Class name{coords}>``; ``point`` is the actor's rank (a Point).
-    An actor of a mesh with no dimensions (``this_proc()``, a controller) has no coords."""
-    qualname = f"{cls.__module__}.{cls.__qualname__}" if cls is not None else "?"
+def actor_name(owner: str, cls: type | str | None, mesh_name: str, point: object) -> str:
+    """``<owner>.<module.Class name{coords}>``; ``point`` is the actor's rank (a Point);
+    ``cls`` the class or its ``module.Class`` (what telemetry's hooks are given). An actor
+    of a mesh with no dimensions (``this_proc()``, a controller) has no coords."""
+    if isinstance(cls, str) or cls is None:
+        qualname = cls or "?"
+    else:
+        qualname = f"{cls.__module__}.{cls.__qualname__}"
     coords = repr(point)
     return f"{owner}.<{qualname} {mesh_name}{'' if coords == '{}' else coords}>"
 

@@ -186,7 +186,7 @@ def spawn_actor_mesh(
     owner = current_owner.get()
     owner_name = owner_path or (owner.actor_name if owner is not None else ROOT)
     if instrumented():
-        spawned(mesh_id, name, cls, shape, procs_id)
+        spawned(mesh_id, name, cls, shape, procs_id, owner_name)
 
     async def post() -> Gather:
         addresses = await resolve(procs)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from monarch.transport import plugin_group
 
@@ -49,9 +49,12 @@ class Instrumentation(Protocol):
         arguments; ``waiting``: the messages queued behind it. The returned scope is
         current for the endpoint's code (on this thread or task) until closed."""
 
-    def spawned(self, mesh: str, name: str, cls: str, shape: object, procs: str) -> None:
+    def spawned(
+        self, mesh: str, name: str, cls: str, shape: object, procs: str, owner: str
+    ) -> None:
         """This process spawns actor mesh ``mesh`` (``name`` as given, of ``cls``, over
-        ``shape``, a ``Shape``) on the procs of proc mesh ``procs`` ("" if unknown here)."""
+        ``shape``, a ``Shape``) on the procs of proc mesh ``procs`` ("" if unknown here);
+        ``owner``: the owner's name in failure reports (``<root>``, upstream's spelling)."""
 
     def procs_spawned(self, mesh: str, name: str, shape: object) -> None:
         """This process spawns proc mesh ``mesh`` (``name`` as given, ``shape``)."""
@@ -66,6 +69,11 @@ class Instrumentation(Protocol):
         or a proc mesh) or the root: ``ranks`` of it failed (a crashed proc's actors too,
         which could not say so themselves: ``lost``, their actor ids, with the failure's
         ``report``)."""
+
+    def begin(self, kind: str, name: str) -> Scope:
+        """Work this process does for the job beside endpoints starts: a cast relay
+        (``relay``), an RDMA transfer (``rdma``), a tensor-engine op (``tensor``); the
+        scope is closed when it is done."""
 
     def shutdown(self) -> None:
         """The process is ending: send what is buffered."""
@@ -128,10 +136,10 @@ def enter(
     return _installed[0].enter(endpoint, actor, mesh, rank, carried, size, waiting)
 
 
-def spawned(mesh: str, name: str, cls: type, shape: object, procs: str) -> None:
+def spawned(mesh: str, name: str, cls: type, shape: object, procs: str, owner: str) -> None:
     if _installed:
         cls_name = f"{cls.__module__}.{cls.__qualname__}"
-        _installed[0].spawned(mesh, name, cls_name, shape, procs)
+        _installed[0].spawned(mesh, name, cls_name, shape, procs, owner)
 
 
 def procs_spawned(mesh: str, name: str, shape: object) -> None:
@@ -142,6 +150,20 @@ def procs_spawned(mesh: str, name: str, shape: object) -> None:
 def status(mesh: str, rank: int, status: str, reason: str = "") -> None:
     if _installed:
         _installed[0].status(mesh, rank, status, reason)
+
+
+def begin_operation(kind: str, name: str) -> Scope | None:
+    """The scope of an operation (see ``Instrumentation.begin``); None without
+    instrumentation."""
+    return _installed[0].begin(kind, name) if _installed else None
+
+
+def timed(kind: str, name: str, future: Any) -> None:
+    """The work behind ``future`` (a Future of this core), from now until it completes, as
+    an operation (a plug-in's: an RDMA transfer); one test without instrumentation."""
+    if _installed:
+        scope = _installed[0].begin(kind, name)
+        future._cf.add_done_callback(lambda outcome: scope.close(outcome._error))
 
 
 def supervision(mesh: str, ranks: int, lost: Sequence[str] = (), report: str = "") -> None:

@@ -66,6 +66,7 @@ from ._cast import SendOrder, fan_out, split
 from ._combine import Combine
 from ._flow import Flow
 from ._inbound import Inbound, send_back
+from ._instrument import begin_operation, instrumented
 from ._peers import DEFER, PeerWriter, peer_options
 from ._spin import spin_seconds
 
@@ -482,8 +483,12 @@ class Runtime:
             if isinstance(body, Call) and body.forward:  # relay first
                 if body.tree and body.reply is not None:
                     body = self._gather_below(body)
+                relay = f"relay {body.mesh}.{body.method} to {len(body.forward)} procs"
+                scope = begin_operation("relay", relay) if instrumented() else None
                 below = msgspec.structs.replace(body, seqs=body.seqs[1:]) if body.seqs else body
                 self.cast(body.forward, envelope.dest, below, payload)
+                if scope is not None:  # telemetry's span of the relay
+                    scope.close(None)
             sink = self.actors.get(envelope.dest)
             if sink is None:
                 self._hold(envelope.dest, body, payload, envelope.sender)
