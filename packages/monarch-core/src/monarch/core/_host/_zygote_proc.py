@@ -10,8 +10,7 @@ What a request asks preloaded (``proc_preload``: torch, where the spawner import
 not imported before the fork: importing torch takes ~1.5 s of CPU, which the first procs
 would wait for, while most procs answer long before they touch a tensor (they import
 torch themselves when they do, as unpickling one does). The zygote forks the proc at once
-and forks a successor zygote that imports it, on a thread of the lowest priority (so that
-on a busy machine it takes no CPU from those first procs); once that is done, the successor takes
+and forks a successor zygote that imports it; once that is done, the successor takes
 every request (this zygote relays requests to it and its answers back), so the procs
 asked for from then on find it imported without importing it. A successor is a zygote as
 this one (it may have its own, for modules asked for later); the zygote is the subreaper
@@ -32,7 +31,6 @@ import select
 import signal
 import socket
 import sys
-import threading
 from typing import Final
 
 import msgspec
@@ -235,40 +233,19 @@ def preload_names(names: str) -> list[str]:
     return [name for name in (part.strip() for part in names.split(",")) if name]
 
 
-PRELOAD_NICE: Final = 19
-"""The niceness of the thread that imports the preload: the lowest priority."""
-
-
 def preload(names: list[str]) -> str:
     """Import what the spawner asks its procs to find imported (``proc_preload``): every
     proc forked after that has it. A fork copies only the forking thread, so a module that
     starts a thread at import makes this zygote unsafe: it says why (it must not fork)."""
     for name in names:
-        import_in_background(name)
-        threads = _threads()
-        if threads > 1 and _threads_after_a_fork() > 1:
-            return f"preloading {name} started {threads - 1} thread(s) in the zygote"
-    return ""
-
-
-def import_in_background(name: str) -> None:
-    """Import ``name`` on a thread of the lowest priority, this zygote's main thread
-    waiting: the procs forked meanwhile (the first ones, which answer before they touch a
-    tensor) are not slowed by an import of ~1.5 s of CPU on a machine whose CPUs are all
-    busy. Linux sets the niceness per thread, so the main thread, and every proc it forks,
-    keeps its own (raising one's niceness needs no privilege; lowering it would)."""
-
-    def run() -> None:
-        with contextlib.suppress(OSError, AttributeError):  # not Linux: at its priority
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PRELOAD_NICE)
         try:
             importlib.import_module(name)
         except BaseException as exc:  # noqa: BLE001 - the proc imports it itself, or fails
             print(f"monarch zygote: cannot preload {name}: {exc!r}", file=sys.stderr, flush=True)
-
-    thread = threading.Thread(target=run, name="monarch-preload", daemon=True)
-    thread.start()
-    thread.join()
+        threads = _threads()
+        if threads > 1 and _threads_after_a_fork() > 1:
+            return f"preloading {name} started {threads - 1} thread(s) in the zygote"
+    return ""
 
 
 def _threads() -> int:
