@@ -1,6 +1,7 @@
 """How waiting threads wait: a thread blocking on a Future yields the CPU a while
 first, but only when the processes that must answer leave a CPU to spare; the runtime's
-loop stays awake a while after it handled messages."""
+loop stays awake a while after it handled messages; none of them yields while the machine
+has shown it has no CPU to spare (a yield handed the CPU to another process)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from monarch.actor import Actor, ProcMesh, endpoint, this_host
 from monarch.config import configured
 from monarch.core import Future, current_runtime, run_on
 from monarch.core._runtime import USABLE_CPUS as _CPUS
+from monarch.core._runtime import _spin
 from monarch.core.testing import wait_until
 
 
@@ -22,6 +24,14 @@ class Pid(Actor):
     @endpoint
     def pid(self) -> int:
         return os.getpid()
+
+
+@pytest.fixture
+def spare_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test's machine has a CPU to spare, however busy it is: no yield, however
+    long, tells this process otherwise (the tests of the waits themselves)."""
+    monkeypatch.setattr(_spin, "CONTENDED_YIELD", float("inf"))
+    monkeypatch.setattr(_spin, "_contended_until", 0.0)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +73,7 @@ def _yields_while_waiting(answering: int, monkeypatch: pytest.MonkeyPatch) -> in
 
 
 def test_a_waiter_yields_the_cpu_before_sleeping_when_one_is_spare(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, spare_cpu: None
 ) -> None:
     assert _yields_while_waiting(_CPUS - 1, monkeypatch) > 0
 
@@ -84,7 +94,9 @@ def test_a_gathered_call_counts_the_processes_that_answer(procs: ProcMesh) -> No
     assert one.get(30) in gathered.get(30).values()
 
 
-def test_the_loop_stays_awake_for_wait_spin_after_messages(procs: ProcMesh) -> None:
+def test_the_loop_stays_awake_for_wait_spin_after_messages(
+    procs: ProcMesh, spare_cpu: None
+) -> None:
     runtime = current_runtime()
     pids = procs.spawn("awake", Pid)
 
@@ -98,3 +110,40 @@ def test_the_loop_stays_awake_for_wait_spin_after_messages(procs: ProcMesh) -> N
     with configured(wait_spin=0):
         pids.pid.call().get(30)
         assert not run_on(runtime, awake_now()).get(30)
+
+
+def _busy() -> None:
+    while True:
+        pass
+
+
+def test_a_yield_that_gives_the_cpu_to_another_process_stops_every_waiter_yielding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """This thread and a busy process on one CPU: a yield hands it that CPU for a slice
+    of its own, and waiters sleep at once for ``CONTENDED_PAUSE``, then yield again."""
+    monkeypatch.setattr(_spin, "_contended_until", 0.0)
+    monkeypatch.setattr(_spin, "CONTENDED_PAUSE", 3.0)  # outlasts the checks, however slow
+    cpu = min(os.sched_getaffinity(0))
+    mine = os.sched_getaffinity(0)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the busy child
+        try:
+            os.sched_setaffinity(0, {cpu})
+            _busy()
+        finally:
+            os._exit(0)
+    try:
+        os.sched_setaffinity(threading.get_native_id(), {cpu})
+        assert _spin.spin_seconds() > 0
+        deadline = time.monotonic() + 30
+        while _spin.yield_cpu():  # until the child has the CPU when this thread yields
+            assert time.monotonic() < deadline, "no yield handed the CPU to the busy child"
+        assert _spin.spin_seconds() == 0
+        assert _yields_while_waiting(_CPUS - 1, monkeypatch) == 0
+        assert not _spin.spin(lambda: False, 10.0)  # returns at its first long yield
+    finally:
+        os.sched_setaffinity(threading.get_native_id(), mine)
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    wait_until(lambda: _spin.spin_seconds() > 0, 30, "waiters to yield again")

@@ -68,7 +68,7 @@ from ._flow import Flow
 from ._inbound import Inbound, send_back
 from ._instrument import begin_operation, instrumented
 from ._peers import DEFER, PeerWriter, peer_options
-from ._spin import spin_seconds
+from ._spin import spin_seconds, yield_cpu
 
 log = logging.getLogger("monarch.core")
 
@@ -219,8 +219,7 @@ class Runtime:
             self.loop.call_soon(self._keep_awake)
 
     def _keep_awake(self) -> None:
-        if time.perf_counter() < self._awake_until:
-            os.sched_yield()
+        if time.perf_counter() < self._awake_until and yield_cpu():
             self.loop.call_soon(self._keep_awake)  # the next poll does not wait
         else:
             self._awake = False
