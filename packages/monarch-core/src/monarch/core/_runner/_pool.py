@@ -26,6 +26,7 @@ An idle pool keeps its threads (a thread that exits and another that starts cost
 than one asleep); one thread of the process yields the CPU ``wait_spin`` s before it sleeps
 (``_spin``).
 """
+
 from __future__ import annotations
 
 import os
