@@ -32,7 +32,6 @@ from typing import Any
 
 from hostkit import (
     SECRET_ENV,
-    Child,
     children,
     ip,
     network_namespaces,
@@ -41,7 +40,7 @@ from hostkit import (
 )
 
 from monarch.core._host._zygote_proc import TITLE as ZYGOTE_TITLE
-from monarch.core.testing import alive, wait_until
+from monarch.core.testing import Child, alive, wait_until
 
 CONTROLLER = Path(__file__).with_name("hosts_controller.py")
 PORT = 26600
