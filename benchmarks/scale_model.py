@@ -34,10 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _results import RESULTS_DIR, fmt_num, markdown_table, write_json
 
-from monarch.core._config import current_config
-from monarch.core._payload._serialize import dumps
-from monarch.core._runtime._cast import split
-from monarch.core._runtime._messages import (
+from monarch.core import current_config
+from monarch.core.lowlevel import (
     TO_ACTOR,
     TO_PORT,
     Beat,
@@ -46,9 +44,11 @@ from monarch.core._runtime._messages import (
     PortRef,
     PortValue,
     ShapeSpec,
-    encode,
+    dumps,
 )
-from monarch.transport._mac import SEAL_SIZE
+from monarch.core.lowlevel import encode_message as encode
+from monarch.core.lowlevel import split_cast as split
+from monarch.transport.wire import SEAL_SIZE
 
 ROOT = Path(__file__).resolve().parent.parent
 SCALES = {"10000x8": (10_000, 8), "32x8": (32, 8)}

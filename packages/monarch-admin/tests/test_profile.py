@@ -107,7 +107,7 @@ def test_a_proc_on_another_host_samples_itself(tmp_path: Path) -> None:
         sys.path.remove(kit)
 
     from monarch.core import SECRET_ENV
-    from monarch.core._host._environ import ROOT_ENV
+    from monarch.core.testing import ROOT_ENV
 
     own = {k: v for k, v in os.environ.items() if k != ROOT_ENV}
     env = {**own, SECRET_ENV: secrets.token_hex(32), "HOME": str(tmp_path)}

@@ -174,8 +174,10 @@ def procs() -> Iterator[ProcMesh]:
 
 @pytest.fixture(scope="module")
 def workers(procs: ProcMesh) -> list[ActorMesh[Worker]]:
-    meshes = [procs.spawn(f"worker{i}", Worker) for i in range(6)]
-    assert [m.pool_size.call_one().get(timeout=60) for m in meshes] == [POOL] * 6
+    meshes = []
+    for i in range(6):  # one after the other: the first two spawned have their own thread
+        meshes.append(procs.spawn(f"worker{i}", Worker))
+        assert meshes[-1].pool_size.call_one().get(timeout=60) == POOL
     return meshes
 
 

@@ -146,6 +146,7 @@ def test_retention_takes_a_snapshots_rows_with_it() -> None:
         rows += [("snapshots", (snap, stamp)), ("nodes", (snap, "root", "root", stamp))]
         rows.append(("actor_failures", (snap, "actor:a[0]@x", "boom", stamp)))
     store.add(rows)
+    store.flush()  # add() only queues them
     with store._lock:
         store.retain()
     for table in ("snapshots", "nodes", "actor_failures"):

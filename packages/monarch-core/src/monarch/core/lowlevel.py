@@ -23,6 +23,9 @@ As trio's ``trio.lowlevel``: a thin public face over the core's private modules.
 - ``prestart_zygote`` / ``current_zygote``: this process's zygote, which forks its procs
   (and a ``ProcessJob``'s forker, ``fork_program``): started ahead of the first proc, and
   the one object a launcher or a test watches.
+- the core's wire messages (``Envelope``, ``Call``, ``PortValue``, ``Beat``...,
+  ``encode_message``), its payload pickler (``dumps``) and the cast tree's split
+  (``split_cast``): for tools that size what the core sends (``benchmarks/scale_model``).
 """
 
 from monarch.transport import MissingPlugin, PluginConflict, PluginGroup, load_plugin, plugin_group
@@ -37,6 +40,19 @@ from ._host._introspect import PROC_SERVICE, Introspect, ProcQuery, inspect_proc
 from ._host._pids import process_alive, process_start, process_state
 from ._host._zygote import Zygote, prestart_zygote, zygote
 from ._mesh._ask import ASK_TIMEOUT, Service, ServiceError, ask, ask_body
+from ._payload._serialize import dumps
+from ._runtime._cast import split as split_cast
+from ._runtime._messages import (
+    TO_ACTOR,
+    TO_PORT,
+    Beat,
+    Call,
+    Envelope,
+    PortRef,
+    PortValue,
+    ShapeSpec,
+)
+from ._runtime._messages import encode as encode_message
 
 
 def current_zygote() -> Zygote:
@@ -49,6 +65,11 @@ __all__ = [
     "BULK_PLANES_GROUP",
     "IDENTITY_MAGIC",
     "PROC_SERVICE",
+    "TO_ACTOR",
+    "TO_PORT",
+    "Beat",
+    "Call",
+    "Envelope",
     "Executor",
     "Introspect",
     "Loan",
@@ -61,15 +82,20 @@ __all__ = [
     "Planes",
     "PluginConflict",
     "PluginGroup",
+    "PortRef",
+    "PortValue",
     "ProcQuery",
     "Service",
     "ServiceError",
+    "ShapeSpec",
     "Zygote",
     "ask",
     "ask_body",
     "bulk_executor",
     "bulk_planes",
     "current_zygote",
+    "dumps",
+    "encode_message",
     "inspect_proc",
     "load_plugin",
     "plugin_group",
@@ -79,5 +105,6 @@ __all__ = [
     "process_state",
     "pull_into",
     "snapshot_procs",
+    "split_cast",
     "streams",
 ]

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from monarch.core._errors import MeshFailure
+from monarch.core._host._environ import ROOT_ENV
 from monarch.core._host._pids import process_alive as alive
 from monarch.core._host._pids import process_state
 
-__all__ = ["Child", "Failures", "alive", "stopped", "wait_until"]
+__all__ = ["ROOT_ENV", "Child", "Failures", "alive", "stopped", "wait_until"]
 
 
 class Failures(list[MeshFailure]):

@@ -1,7 +1,8 @@
 """Plug-ins by entry-point group: the one loader every Monarch wheel uses.
 
 Every group (``monarch.transports``, ``monarch.commands``, ``monarch.job_backends``,
-``monarch.tensor_engine``, ``monarch.actor``, ``monarch.instrumentation``) is read the same
+``monarch.tensor_engine``, ``monarch.actor``, ``monarch.instrumentation``,
+``monarch.bulk_planes``) is read the same
 way: once, lazily (importing ``importlib.metadata`` and reading every installed
 distribution's metadata costs a process ~20 ms), with a clear error naming the wheel to
 install when a named plug-in is missing, and a conflict when two distributions register

@@ -15,15 +15,36 @@ it had seen that proc fail itself (see ``Gather``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Protocol
 
 from monarch.transport import Buffer
 
 from ._messages import Body, PortBatch, PortRef, PortValue
 
-if TYPE_CHECKING:
-    from ._router import Runtime
+
+class Ports(Protocol):
+    """What a ``Combine`` needs of the runtime (``_router``'s ``Runtime``, above this
+    module): a port of its own, watches of the subtrees' heads, and a send up."""
+
+    def open_port(
+        self, handler: Callable[[Body, Sequence[Buffer]], None], inbox: bool = False
+    ) -> PortRef: ...
+
+    def close_port(self, port: PortRef) -> None: ...
+
+    def watch_peer(self, address: str, watcher: Callable[[str, BaseException], None]) -> int: ...
+
+    def unwatch_peer(self, address: str, key: int) -> None: ...
+
+    def send_to_port(
+        self,
+        port: PortRef,
+        body: Body,
+        payload: Sequence[Buffer] = (),
+        batch: list[Any] | None = None,
+    ) -> None: ...
+
 
 SAME_MAX: Final = 1024
 """Values whose one pickle is at most this many bytes are compared, and kept once."""
@@ -38,7 +59,7 @@ class Combine:
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: Ports,
         reply: PortRef,
         count: int,
         *,
