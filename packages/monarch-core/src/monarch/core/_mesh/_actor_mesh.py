@@ -45,7 +45,7 @@ from monarch.transport import Buffer, plugin_group
 
 from ._endpoint import EndpointProperty, endpoints_of, misnamed_keyword
 from ._future import Future, Outcome, run_on, submit_into
-from ._gather import Gather
+from ._gather import Gather, SharedWatch
 from ._mesh_state import _MeshState, connection_lost, when_proc_ended
 from ._pending import ProcsRef
 from ._reports import (
@@ -247,9 +247,31 @@ class CallGather(Gather):
 
     __slots__ = ("method",)
 
-    def __init__(self, method: str, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        method: str,
+        runtime: Runtime,
+        count: int,
+        procs: Sequence[str],
+        *,
+        stream: bool = False,
+        result: Future[Any] | None = None,
+        want: str = "",
+        mesh: ActorMesh[Any] | None = None,
+        shared: SharedWatch | None = None,
+    ) -> None:
         self.method = method  # before the watchers, which may fire at once
-        super().__init__(*args, **kwargs)
+        Gather.__init__(
+            self,
+            runtime,
+            count,
+            procs,
+            stream=stream,
+            result=result,
+            want=want,
+            mesh=mesh,
+            shared=shared,
+        )
 
     def _on_peer_lost(self, address: str, exc: BaseException) -> None:
         then = functools.partial(self._proc_ended, address, exc)

@@ -89,18 +89,19 @@ class Gather:
         self.arrivals: list[asyncio.Future[Any]] | None = (
             [runtime.loop.create_future() for _ in range(count)] if stream else None
         )
-        self.watches: list[tuple[str, int]] = []
         if result is not None:
             result._answering = len(procs)
-        self.port = runtime.open_port(self)
         if shared is not None:  # the mesh's procs, watched once for all its calls
+            self.watches: Sequence[tuple[str, int]] = ()
+            self.port = runtime.open_port(self)
             shared.add(self)
             return
         # Watchers last: from the first on, ``_on_peer_lost`` may run on the loop (a peer
         # already failed, or failing now) while this thread is still here, so everything
         # it touches is set. It unwatches what ``watches`` holds by then; what is added
         # after it ran is unwatched below.
-        watches = self.watches
+        self.watches = watches = []
+        self.port = runtime.open_port(self)
         for proc in procs:
             watches.append((proc, runtime.watch_peer(proc, self._on_peer_lost)))
         if self.finished():
@@ -230,6 +231,8 @@ class SharedWatch:
 
     def add(self, gather: Gather) -> None:
         self.pending.add(gather)
+        if not self.failed:  # the common case: nothing to tell it
+            return
         for address, exc in list(self.failed.items()):
             if address in gather.procs:
                 self.runtime.call_soon(gather._on_peer_lost, address, exc)
