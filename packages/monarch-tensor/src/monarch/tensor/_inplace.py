@@ -60,20 +60,32 @@ _LIMIT = 4096
 
 def check_inplace(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """Raise torch's RuntimeError where ``func(*args, **kwargs)`` (meta tensors, already
-    run without error) writes its first argument in a way plain torch refuses."""
-    name = _in_place_name(getattr(func, "__name__", ""))
-    if name is None or "out" in kwargs or not args or not isinstance(args[0], torch.Tensor):
+    run without error) writes its first argument, or ``out=``, in a way plain torch
+    refuses."""
+    out = kwargs.get("out")
+    if isinstance(out, torch.Tensor):  # meta kernels check the cast of ``out=``, not this
+        if f"{getattr(func, '__name__', '')}_" in ELEMENTWISE:
+            _check_overlap(out)
         return
-    written = args[0]
-    if name in ELEMENTWISE and _overlaps(written):
+    name = _in_place_name(getattr(func, "__name__", ""))
+    if name is None or out is not None or not args or not isinstance(args[0], torch.Tensor):
+        return
+    if name in ELEMENTWISE:
+        _check_overlap(args[0])
+    error = _cast_error(name, args, kwargs)
+    if error is not None:
+        raise RuntimeError(error)
+
+
+def _check_overlap(written: torch.Tensor) -> None:
+    """torch's ``assert_no_internal_overlap``: yes where a dimension of several elements has
+    stride 0 (an ``expand``ed tensor)."""
+    if any(n > 1 and s == 0 for n, s in zip(written.shape, written.stride(), strict=True)):
         raise RuntimeError(
             "unsupported operation: more than one element of the written-to tensor refers to "
             "a single memory location. Please clone() the tensor before performing the "
             "operation."
         )
-    error = _cast_error(name, args, kwargs)
-    if error is not None:
-        raise RuntimeError(error)
 
 
 def _in_place_name(name: str) -> str | None:
@@ -83,12 +95,6 @@ def _in_place_name(name: str) -> str | None:
     if name.endswith("_") and not name.startswith("_"):
         return name
     return None
-
-
-def _overlaps(t: torch.Tensor) -> bool:
-    """torch's ``has_internal_overlap`` answering yes: a dimension of several elements
-    and stride 0 (an ``expand``ed tensor)."""
-    return any(size > 1 and stride == 0 for size, stride in zip(t.shape, t.stride(), strict=True))
 
 
 def _cast_error(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
