@@ -49,9 +49,7 @@ def apply(op: str, target: torch.Tensor, other: Any) -> None:
 Case = Callable[[], tuple[torch.Tensor, torch.Tensor, Any]]
 
 
-def case(
-    dtype: torch.dtype, other: Any, other_shape: tuple[int, ...], expanded: bool
-) -> Case:
+def case(dtype: torch.dtype, other: Any, other_shape: tuple[int, ...], expanded: bool) -> Case:
     """A fresh (base, written, other): ``written`` is ``base`` or an expanded view of it."""
 
     def build() -> tuple[torch.Tensor, torch.Tensor, Any]:
