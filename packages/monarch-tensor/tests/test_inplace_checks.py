@@ -131,6 +131,12 @@ def test_a_cached_op_still_checks_a_new_scalar_type(procs: ProcMesh, scalar_firs
         t.mul_(2)
         u.add_(1)
         promoted = torch.mul(t, 1.5)  # out of place: a new float tensor, never an error
-    assert promoted.dtype == torch.float32
+        kept = torch.mul(t, 2)  # the same op and shapes as a cached entry, an int scalar
+        promoted_again = torch.mul(t, 1.5)
+    assert (promoted.dtype, kept.dtype, promoted_again.dtype) == (
+        torch.float32,
+        torch.int64,
+        torch.float32,
+    )
     got = fetch_shard((t, u, promoted), gpus=0).get(timeout=WAIT)
     assert [x.tolist() for x in got] == [[0] * 4, [2 if scalar_first else 1] * 4, [0.0] * 4]

@@ -8,7 +8,9 @@ worker, and a program that plain torch stops runs on with an unchanged tensor). 
 - the cast of the computed dtype to the written tensor's (``int_tensor.mul_(1.5)``:
   "result type Float can't be cast to the desired output type Long"); ``add_``/``sub_``
   and ``div_`` have them, ``mul_``, ``ldexp_``, ``logit_`` do not;
-- internal overlap: writing a tensor whose elements share memory (``t.expand(2, 3).add_(1)``).
+- internal overlap: writing a tensor whose elements share memory (``t.expand(2, 3).add_(1)``);
+
+and, in- or out-of-place, subtraction's refusal of a bool operand (``t - True``).
 """
 
 from __future__ import annotations
@@ -166,6 +168,7 @@ def check_inplace(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
     """Raise torch's RuntimeError where ``func(*args, **kwargs)`` (meta tensors, already
     run without error) writes its first argument, or ``out=``, in a way plain torch
     refuses."""
+    _check_sub(getattr(func, "__name__", ""), args)
     out = kwargs.get("out")
     if isinstance(out, torch.Tensor):  # meta kernels check the cast of ``out=``, not this
         if f"{getattr(func, '__name__', '')}_" in ELEMENTWISE:
@@ -179,6 +182,33 @@ def check_inplace(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
     error = _cast_error(name, args, kwargs)
     if error is not None:
         raise RuntimeError(error)
+    if name in ELEMENTWISE:
+        _check_out_of_place(name, args, kwargs)
+
+
+_SUBTRACTIONS = frozenset(
+    {"sub", "sub_", "subtract", "subtract_", "rsub", "__sub__", "__rsub__", "__isub__"}
+)
+
+
+def _check_sub(name: str, args: tuple[Any, ...]) -> None:
+    """torch's ``sub_check``, which its meta kernels lack: no bool operand."""
+    if name not in _SUBTRACTIONS or len(args) < 2:
+        return
+    bools = [
+        (isinstance(a, torch.Tensor) and a.dtype == torch.bool) or isinstance(a, bool)
+        for a in args[:2]
+    ]
+    if all(bools):
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with two bool tensors is not supported. "
+            "Use the `^` or `logical_xor()` operator instead."
+        )
+    if any(bools):
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with a bool tensor is not supported. "
+            "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead."
+        )
 
 
 def _check_overlap(written: torch.Tensor) -> None:
@@ -199,6 +229,18 @@ def _in_place_name(name: str) -> str | None:
     if name.endswith("_") and not name.startswith("_"):
         return name
     return None
+
+
+def _check_out_of_place(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Raise what the out-of-place op raises on these meta tensors: an elementwise in-place
+    op is refused wherever its out-of-place one is (``int.sub_(bool_tensor)``, whose meta
+    kernel lets it through). Never cached: the error may depend on a scalar's value
+    (``bernoulli_(1.5)``)."""
+    out_of_place = getattr(torch.Tensor, name[:-1], None)
+    if callable(out_of_place):
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out_of_place(*args, **kwargs)
 
 
 def _cast_error(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
@@ -224,7 +266,7 @@ def _compute(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | 
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # ``resize`` is deprecated, say
             result = out_of_place(*args, **kwargs)
-    except Exception:  # noqa: BLE001 - no answer from it: the in-place op's meta run decides
+    except Exception:  # noqa: BLE001 - no answer here (``_check_out_of_place`` raises it)
         return None
     if not isinstance(result, torch.Tensor) or result.shape != written.shape:
         return None
