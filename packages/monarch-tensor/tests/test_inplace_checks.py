@@ -25,7 +25,7 @@ DTYPES = [
     torch.float32,
     torch.float64,
 ]
-OPS = ["add_", "sub_", "mul_", "div_", "__iadd__", "__imul__", "add out", "mul out", "copy_"]
+OPS = ["sub", "add_", "sub_", "mul_", "div_", "__iadd__", "__imul__", "add out", "mul out", "copy_"]
 SCALARS = [2, 3, -1, 1.5, -0.5, True]
 
 
