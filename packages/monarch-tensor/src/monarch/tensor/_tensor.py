@@ -25,6 +25,7 @@ from ._collective import Reduction
 from ._commands import Borrowed, Lend, Op, Reduce, Ref, wire_func
 from ._flat import flatten, flatten_call, unflatten
 from ._group import RemoteProcessGroup
+from ._inplace import check_inplace
 from ._metacache import key_of, lookup, store
 from ._metakernels import spare_dynamo
 from ._stream import StorageAliases, Stream, check_inputs, get_active_stream, mutated_input
@@ -209,6 +210,8 @@ def dispatch(
         with pushed(None), torch.device("meta"):
             try:
                 result = (meta_func or func)(*meta_args, **meta_kwargs)
+                if meta_func is None:
+                    check_inplace(func, meta_args, meta_kwargs)
             except (NotImplementedError, RuntimeError) as exc:
                 if needs_data is None:
                     raise
