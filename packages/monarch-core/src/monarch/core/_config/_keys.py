@@ -12,8 +12,10 @@ cheapest on hot paths) and *text* (environment variables, for child processes).
 """
 
 # ruff: noqa: RUF009 -- ``key()`` returns a dataclasses.field, which ruff cannot tell
-
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: ``Config``'s annotations are evaluated
+# once, as the class is made, instead of as 63 strings that ``dataclass`` inspects and
+# ``get_type_hints`` compiles one by one (most of what importing this module cost, in every
+# process that imports the core: a zygote before its first proc).
 
 import dataclasses
 import typing
@@ -525,7 +527,7 @@ def _build_key(field: dataclasses.Field[Any], annotation: Any) -> Key:
     held = probe.snapshot(default)
     if held != field.default or type(held) is not type(field.default):
         raise TypeError(f"Config.{field.name}: write its default as {held!r}, as Config holds it")
-    return dataclasses.replace(probe, default=default)
+    return Key(field.name, layer_type, spelling, default, env, doc, ours, upstream, shows)
 
 
 def _build_keys() -> dict[str, Key]:

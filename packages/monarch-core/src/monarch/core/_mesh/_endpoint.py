@@ -8,7 +8,6 @@ the callee (``_runner``) alike.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import inspect
 import logging
@@ -158,6 +157,8 @@ def misnamed_keyword(signature: inspect.Signature, kwargs: dict[str, Any]) -> st
     named = [n for n, p in params.items() if p.kind is not inspect.Parameter.POSITIONAL_ONLY]
     for key in kwargs:
         if key not in named:
+            import difflib  # here: only a mistaken call needs it, not every process at its start
+
             close = difflib.get_close_matches(key, named, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             return f"got an unexpected keyword argument {key!r}{hint}"

@@ -9,7 +9,6 @@ goes to ``monarch.actor.unhandled_fault_hook`` (by default: report and end the c
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -59,6 +58,8 @@ def log_failure(failure: MeshFailure) -> None:
     """The failure's structured record as one JSON line (the message of an info record of
     ``monarch.supervision``: the job's system log), for filtering by machine."""
     if records.isEnabledFor(logging.INFO):
+        import json  # here: only a failure logged needs it, not every process at its start
+
         stamp = datetime.now().astimezone().isoformat()
         line = {"time": stamp, "pid": os.getpid(), "host": socket.gethostname()}
         records.info("%s", json.dumps(line | failure_record(failure)))
