@@ -12,7 +12,9 @@ import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -119,6 +121,27 @@ def ratio_entry(
         "ratio": ratio,
         "pass": passed,
     }
+
+
+def run_workload(
+    python: str, script: Path, argv: Sequence[str], env: dict[str, str], timeout: float
+) -> dict[str, Any]:
+    """Run ``script`` (a workload that writes its figures to ``--json FILE``) under
+    ``python`` in a fresh process; its figures, or ``{"error": ...}`` with why not."""
+    with tempfile.TemporaryDirectory(prefix=f"{script.stem}-") as tmp:
+        out = Path(tmp) / "out.json"
+        cmd = [python, str(script), *argv, "--json", str(out)]
+        try:
+            proc = subprocess.run(
+                cmd, env=env, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL
+            )
+        except subprocess.TimeoutExpired:
+            return {"error": f"timed out after {timeout} s"}
+        if not out.exists():
+            tail = proc.stderr.decode(errors="replace").strip().splitlines()[-5:]
+            return {"error": f"exit {proc.returncode}: {' | '.join(tail)}"}
+        doc: dict[str, Any] = json.loads(out.read_text())
+        return doc
 
 
 def write_json(path: str | os.PathLike[str], doc: dict[str, Any]) -> Path:

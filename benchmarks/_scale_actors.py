@@ -17,11 +17,8 @@ idle actor (RSS and USS deltas summed over the procs) of each kind, threads per 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +29,7 @@ from _results import (
     machine_info,
     markdown_table,
     package_versions,
+    run_workload,
     summarize,
     write_json,
 )
@@ -72,20 +70,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def measure(python: str, procs: int, env: dict[str, str], args: argparse.Namespace) -> Any:
-    with tempfile.TemporaryDirectory(prefix="actors-bench-") as tmp:
-        out = Path(tmp) / "out.json"
-        cmd = [python, str(WORKLOAD), "--procs", str(procs), "--json", str(out)]
-        cmd += ["--meshes", str(args.actor_meshes), "--timeout", str(args.timeout)]
-        try:
-            proc = subprocess.run(
-                cmd, env=env, capture_output=True, timeout=args.timeout, stdin=subprocess.DEVNULL
-            )
-        except subprocess.TimeoutExpired:
-            return {"error": f"timed out after {args.timeout} s"}
-        if not out.exists():
-            tail = proc.stderr.decode(errors="replace").strip().splitlines()[-5:]
-            return {"error": f"exit {proc.returncode}: {' | '.join(tail)}"}
-        return json.loads(out.read_text())
+    argv = ["--procs", str(procs), "--meshes", str(args.actor_meshes)]
+    argv += ["--timeout", str(args.timeout)]
+    return run_workload(python, WORKLOAD, argv, env, args.timeout)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -21,11 +21,8 @@ async; see ``_scale_actors.py``), JSON in ``results/actors34_actors.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +36,7 @@ from _results import (
     machine_info,
     markdown_table,
     package_versions,
+    run_workload,
     summarize,
     write_json,
 )
@@ -76,21 +74,8 @@ TARGETS: list[tuple[str, int | None, str, float]] = [
 def measure(
     python: str, procs: int, env: dict[str, str], args: argparse.Namespace
 ) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
-        out = Path(tmp) / "out.json"
-        cmd = [python, str(WORKLOAD), "--procs", str(procs), "--json", str(out)]
-        cmd += ["--calls", str(args.calls), "--reps", str(args.reps)]
-        try:
-            proc = subprocess.run(
-                cmd, env=env, capture_output=True, timeout=args.timeout, stdin=subprocess.DEVNULL
-            )
-        except subprocess.TimeoutExpired:
-            return {"error": f"timed out after {args.timeout} s"}
-        if not out.exists():
-            tail = proc.stderr.decode(errors="replace").strip().splitlines()[-5:]
-            return {"error": f"exit {proc.returncode}: {' | '.join(tail)}"}
-        doc: dict[str, Any] = json.loads(out.read_text())
-        return doc
+    argv = ["--procs", str(procs), "--calls", str(args.calls), "--reps", str(args.reps)]
+    return run_workload(python, WORKLOAD, argv, env, args.timeout)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
