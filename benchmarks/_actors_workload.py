@@ -30,7 +30,7 @@ try:  # a user's script has imported torch; upstream's monarch imports it in any
 except ImportError:
     pass
 
-from _scale_workload import alive, memory_kib, threads
+from _scale_workload import memory_kib, stop_counting, threads
 
 from monarch.actor import Actor, endpoint, this_host
 
@@ -122,13 +122,7 @@ def run(procs_n: int, meshes_n: int, calls: int, timeout: float) -> dict[str, An
             m.get("Rss", 0) / 1024 for m in map(memory_kib, pids)
         )
     finally:
-        s0 = time.perf_counter()
-        procs.stop().get(timeout)
-        out["stop_s"] = time.perf_counter() - s0
-        deadline = time.monotonic() + 5.0
-        while alive(pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        out["left_after_5s"] = len(alive(pids))
+        out.update(stop_counting(procs, pids, timeout))
     return out
 
 

@@ -150,14 +150,20 @@ def run(procs_n: int, calls: int, reps: int, timeout: float) -> dict[str, Any]:
         out["proc_threads"] = statistics.median(threads(pid) for pid in pids)
         out["controller_rss_MiB"] = memory_kib(os.getpid()).get("Rss", 0) / 1024
     finally:
-        s0 = time.perf_counter()
-        procs.stop().get(timeout)
-        out["stop_s"] = time.perf_counter() - s0
-        out["left_at_stop"] = len(alive(pids))
-        deadline = time.monotonic() + 5.0
-        while alive(pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        out["left_after_5s"] = len(alive(pids))
+        out.update(stop_counting(procs, pids, timeout))
+    return out
+
+
+def stop_counting(procs: Any, pids: list[int], timeout: float) -> dict[str, Any]:
+    """Stop ``procs``: how long ``stop()`` took, and how many of ``pids`` were left when
+    it returned and 5 s after."""
+    s0 = time.perf_counter()
+    procs.stop().get(timeout)
+    out: dict[str, Any] = {"stop_s": time.perf_counter() - s0, "left_at_stop": len(alive(pids))}
+    deadline = time.monotonic() + 5.0
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    out["left_after_5s"] = len(alive(pids))
     return out
 
 
