@@ -21,6 +21,7 @@ from monarch.core.lowlevel import (
     Planes,
     PluginConflict,
 )
+from monarch.transport.testing import install_entry_points
 
 _groups = itertools.count()
 
@@ -89,15 +90,6 @@ class FakeLoan:
         return dict(self.planes).get(plane)
 
 
-def install(site: Path, dist: str, group: str, entries: dict[str, str]) -> None:
-    """Write the metadata of distribution ``dist`` registering ``entries`` in ``group``."""
-    info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
-    lines = "".join(f"{name} = {value}\n" for name, value in entries.items())
-    (info / "entry_points.txt").write_text(f"[{group}]\n{lines}")
-
-
 @pytest.fixture
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -119,7 +111,8 @@ def test_a_plane_registered_through_an_entry_point_is_found_and_asked_in_order(
     site: Path,
 ) -> None:
     group, module = fresh_group(), module_of(site)
-    install(site, "monarch-planes", group, {"near": f"{module}:Near", "far": f"{module}:Far"})
+    both = {"near": f"{module}:Near", "far": f"{module}:Far"}
+    install_entry_points(site, "monarch-planes", group, both)
     planes = Planes(group)
     assert [p.name for p in planes.all()] == ["near", "memory", "far"]
     assert isinstance(planes.get("memory"), MemoryPlane)
@@ -131,7 +124,8 @@ def test_a_plane_registered_through_an_entry_point_is_found_and_asked_in_order(
 
 def test_one_plane_is_chosen_per_loan_and_a_write_falls_to_the_next(site: Path) -> None:
     group, module = fresh_group(), module_of(site)
-    install(site, "monarch-planes", group, {"near": f"{module}:Near", "far": f"{module}:Far"})
+    both = {"near": f"{module}:Near", "far": f"{module}:Far"}
+    install_entry_points(site, "monarch-planes", group, both)
     planes = Planes(group)
     near = FakeLoan(pid=1, planes=(("near", ("near", 1)),))
     elsewhere = FakeLoan(pid=1)  # not lent through "near"; memory: not a readable process
@@ -155,8 +149,8 @@ def test_a_missing_plane_names_the_wheel_to_install() -> None:
 
 def test_a_plane_registered_twice_names_both_wheels(site: Path) -> None:
     group, module = fresh_group(), module_of(site)
-    install(site, "monarch-one", group, {"near": f"{module}:Near"})
-    install(site, "monarch-two", group, {"near": f"{module}:Far"})
+    install_entry_points(site, "monarch-one", group, {"near": f"{module}:Near"})
+    install_entry_points(site, "monarch-two", group, {"near": f"{module}:Far"})
     planes = Planes(group)
     with pytest.raises(PluginConflict, match=r"registered by monarch-(one|two) and monarch-"):
         planes.get("near")
@@ -166,7 +160,7 @@ def test_a_plane_registered_twice_names_both_wheels(site: Path) -> None:
 
 def test_an_entry_point_that_is_not_a_plane_of_its_name_is_refused(site: Path) -> None:
     group, module = fresh_group(), module_of(site)
-    install(
+    install_entry_points(
         site,
         "monarch-bad",
         group,

@@ -11,17 +11,9 @@ from pathlib import Path
 import pytest
 
 from monarch.transport import MissingPlugin, PluginConflict, PluginGroup
+from monarch.transport.testing import install_entry_points
 
 GROUP = "monarch.test_plugins"
-
-
-def install(site: Path, dist: str, entries: dict[str, str]) -> None:
-    """Write the metadata of distribution ``dist`` registering ``entries`` in GROUP."""
-    info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
-    lines = "".join(f"{name} = {value}\n" for name, value in entries.items())
-    (info / "entry_points.txt").write_text(f"[{GROUP}]\n{lines}")
 
 
 @pytest.fixture
@@ -31,7 +23,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_a_plugin_loads_and_a_missing_one_names_the_wheel(site: Path) -> None:
-    install(site, "monarch-one", {"dumps": "json:dumps"})
+    install_entry_points(site, "monarch-one", GROUP, {"dumps": "json:dumps"})
     group = PluginGroup(GROUP, {"fancy": "monarch-fancy[extra]"})
     assert group.load("dumps") is json.dumps
     assert group.names() == {"dumps": "monarch-one"}
@@ -46,8 +38,8 @@ def test_a_plugin_loads_and_a_missing_one_names_the_wheel(site: Path) -> None:
 def test_two_distributions_registering_one_name_are_named(
     site: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    install(site, "monarch-one", {"dup": "json:dumps", "solo": "json:loads"})
-    install(site, "monarch-two", {"dup": "json:loads"})
+    install_entry_points(site, "monarch-one", GROUP, {"dup": "json:dumps", "solo": "json:loads"})
+    install_entry_points(site, "monarch-two", GROUP, {"dup": "json:loads"})
     group = PluginGroup(GROUP)
     with caplog.at_level(logging.WARNING, logger="monarch.plugins"):
         entries = group.entries()

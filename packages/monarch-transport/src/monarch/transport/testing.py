@@ -6,11 +6,16 @@ transports' own tests hold it to the contract, and the layers above (monarch-cor
 prove through it that they fall back where a fast path or push mode is not offered.
 ``ThinTransport`` (``thin://host:port``, registered by whoever needs it) dials a ``tcp://``
 listener there and hands out ``Thin`` connections.
+
+``install_entry_points`` writes a distribution's metadata registering plug-ins in a
+folder on ``sys.path``: how a test proves the one loader (``_plugins``) finds, names and
+refuses plug-ins of any group without pip-installing a wheel.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ._abc import Connection, ConnectionAttribute, Listener, Transport, TransportOptions
@@ -18,7 +23,17 @@ from ._address import Address
 from ._framing import Buffer, Frame
 from ._tcp import TcpTransport
 
-__all__ = ["Thin", "ThinTransport"]
+__all__ = ["Thin", "ThinTransport", "install_entry_points"]
+
+
+def install_entry_points(site: Path, dist: str, group: str, entries: Mapping[str, str]) -> None:
+    """Write the metadata of distribution ``dist`` registering ``entries`` (name to
+    ``module:attribute``) in entry-point ``group``, in ``site`` (a folder on ``sys.path``)."""
+    info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    lines = "".join(f"{name} = {value}\n" for name, value in entries.items())
+    (info / "entry_points.txt").write_text(f"[{group}]\n{lines}")
 
 
 class Thin(Connection):
