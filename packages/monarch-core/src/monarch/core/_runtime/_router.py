@@ -482,8 +482,10 @@ class Runtime:
             if isinstance(body, Call) and body.forward:  # relay first
                 if body.tree and body.reply is not None:
                     body = self._gather_below(body)
-                relay = f"relay {body.mesh}.{body.method} to {len(body.forward)} procs"
-                scope = begin_operation("relay", relay) if instrumented() else None
+                scope = None
+                if instrumented():  # telemetry's span of the relay; its name only then
+                    relay = f"relay {body.mesh}.{body.method} to {len(body.forward)} procs"
+                    scope = begin_operation("relay", relay)
                 below = msgspec.structs.replace(body, seqs=body.seqs[1:]) if body.seqs else body
                 self.cast(body.forward, envelope.dest, below, payload)
                 if scope is not None:  # telemetry's span of the relay
