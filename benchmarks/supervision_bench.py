@@ -32,7 +32,6 @@ import contextlib
 import json
 import os
 import secrets
-import select
 import shutil
 import signal
 import subprocess
@@ -42,6 +41,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from monarch.core.lowlevel import process_alive
+from monarch.core.testing import Child
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -87,65 +89,11 @@ FAULTS: dict[str, Fault] = {
 # -- processes -------------------------------------------------------------------------------
 
 
-class Proc:
-    """A child whose stdout is read as JSON lines, each with a deadline."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], *, stdin: bool = False) -> None:
-        self.argv = argv
-        self.popen = subprocess.Popen(
-            argv,
-            env=env,
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-        )
-        self.pid = self.popen.pid
-        self._buffer = b""
-
-    def line(self, timeout: float) -> str:
-        assert self.popen.stdout is not None
-        fd = self.popen.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise TimeoutError(f"no line within {timeout}s from {self.argv[:6]}")
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                raise RuntimeError(f"{self.argv[:6]} exited ({self.popen.wait()})")
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line.decode()
-
-    def json(self, timeout: float) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(self.line(timeout))
-        return data
-
-    def send(self, doc: dict[str, Any]) -> None:
-        assert self.popen.stdin is not None
-        self.popen.stdin.write(json.dumps(doc).encode() + b"\n")
-        self.popen.stdin.flush()
-
-    def kill(self) -> None:
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGCONT)
-            self.popen.kill()
-        self.popen.wait(10)
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat_line = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat_line.rpartition(")")[2].split()[0] != "Z"
-
-
 def wait_gone(pids: list[int], timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
-    while any(map(alive, pids)):
+    while any(map(process_alive, pids)):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"procs {[p for p in pids if alive(p)]} still running")
+            raise TimeoutError(f"procs {[p for p in pids if process_alive(p)]} still running")
         time.sleep(0.01)
 
 
@@ -244,37 +192,37 @@ class Bench:
             "MONARCH_HEARTBEAT_INTERVAL": interval,
             "MONARCH_HEARTBEAT_TIMEOUT": timeout,
         }
-        self.peers: dict[str | None, Proc] = {}
-        self.local_peer: Proc | None = None
-        self.workers: list[Proc] = []
+        self.peers: dict[str | None, Child] = {}
+        self.local_peer: Child | None = None
+        self.workers: list[Child] = []
         self.hosts: tuple[str, str] | None = None
 
-    def peer(self, netns: str | None, *, local: bool = False) -> Proc:
+    def peer(self, netns: str | None, *, local: bool = False) -> Child:
         """The controller: one for this host's procs, one per namespace for workers."""
         if local:
             if self.local_peer is None:
                 argv = [sys.executable, str(PEER), self.interval, self.timeout]
-                self.local_peer = Proc(argv, self.env, stdin=True)
+                self.local_peer = Child(argv, self.env, stdin=True)
             return self.local_peer
         if netns not in self.peers:
             argv = in_netns(netns, [sys.executable, str(PEER), self.interval, self.timeout])
-            self.peers[netns] = Proc(argv, self.env, stdin=True)
+            self.peers[netns] = Child(argv, self.env, stdin=True)
         return self.peers[netns]
 
-    def worker(self, listen: str, netns: str | None) -> tuple[Proc, str]:
+    def worker(self, listen: str, netns: str | None) -> tuple[Child, str]:
         argv = [sys.executable, "-m", "monarch.core.worker", "--listen", listen]
-        worker = Proc(in_netns(netns, argv), self.env)
+        worker = Child(in_netns(netns, argv), self.env)
         self.workers.append(worker)
         return worker, worker.line(60)
 
     def once(self, fault: str) -> dict[str, Any]:
         """One fault on a fresh proc: the latencies (s), the error and its message."""
         spec = FAULTS[fault]
-        worker: Proc | None = None
+        worker: Child | None = None
         heal: Callable[[], None] | None = None
         if fault == "proc_sigkill":
             peer = self.peer(None, local=True)
-            peer.send({"workers": []})
+            peer.send_line(json.dumps({"workers": []}))
         else:
             if spec.netns:
                 assert self.hosts is not None
@@ -284,7 +232,7 @@ class Bench:
             else:
                 worker, address = self.worker("tcp://127.0.0.1:0", None)
                 peer = self.peer(None)
-            peer.send({"workers": [address]})
+            peer.send_line(json.dumps({"workers": [address]}))
         armed = peer.json(120)
         if "failed" in armed:
             raise RuntimeError(armed["failed"])
