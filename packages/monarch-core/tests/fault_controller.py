@@ -17,7 +17,6 @@ Heartbeats are 200 ms / 1.5 s (``HEARTBEAT``). Unhandled failures are recorded, 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -26,6 +25,8 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from controller_report import emit, outcome
 
 import monarch.actor
 from monarch.actor import Actor, attach_to_workers, endpoint, this_host
@@ -80,27 +81,6 @@ class Victim(Actor):
         self.kids = this_host().spawn_procs(per_host={"kids": 1}).spawn("kid", Victim)
         pid: int = self.kids.info.call_one().get(timeout=30)["pid"]
         return pid
-
-
-def emit(**fields: Any) -> None:
-    print(json.dumps(fields), flush=True)
-
-
-def outcome(future: Any, timeout: float) -> dict[str, Any]:
-    """What ``future.get`` did (value, or error type and text), how long, and when."""
-    start = time.monotonic()
-    try:
-        value = future.get(timeout=timeout)
-    except Exception as exc:  # noqa: BLE001 - reported to the test
-        now = time.monotonic()
-        return {
-            "error": type(exc).__name__,
-            "message": str(exc),
-            "seconds": round(now - start, 3),
-            "at": now,
-        }
-    now = time.monotonic()
-    return {"value": value, "seconds": round(now - start, 3), "at": now}
 
 
 def recorded_failures(timeout: float) -> list[dict[str, Any]]:

@@ -20,7 +20,6 @@ test puts the controller on its own "host". Each step prints one JSON line to st
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -30,6 +29,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
+
+from controller_report import emit, outcome
 
 import monarch.actor
 from monarch.actor import Actor, endpoint
@@ -71,20 +72,6 @@ class Hog(Actor):
         while time.monotonic() < end:
             turns += 1
         return turns
-
-
-def emit(**fields: Any) -> None:
-    print(json.dumps(fields), flush=True)
-
-
-def outcome(future: Any, timeout: float) -> dict[str, Any]:
-    """What ``future.get`` did: the value, or the error's type and text; and how long."""
-    start = time.monotonic()
-    try:
-        value = future.get(timeout=timeout)
-    except Exception as exc:  # noqa: BLE001 - reported to the test
-        return {"error": type(exc).__name__, "message": str(exc), "seconds": _since(start)}
-    return {"value": value, "seconds": _since(start)}
 
 
 def _since(start: float) -> float:

@@ -290,7 +290,7 @@ def test_host_mesh_shutdown_stops_the_workers_and_their_procs(
     w1, a1 = start_worker(start, env, "tcp://127.0.0.1:0")
     controller = start([sys.executable, str(CONTROLLER), "shutdown", a0, a1], env)
     result = controller.json(60)
-    assert result["shutdown"] == {"value": None, "seconds": result["shutdown"]["seconds"]}
+    assert "error" not in result["shutdown"] and result["shutdown"]["value"] is None, result
     assert w0.wait(10) == 0 and w1.wait(10) == 0
     # Each worker forked its zygote as it started (fork_zygote): the procs' parent is a
     # child of the worker, shown as a zygote (not as one more `monarch worker`).
@@ -328,7 +328,7 @@ def test_stop_returns_when_the_procs_host_agent_froze_past_the_heartbeat(
     )
     result = controller.json(120)
     assert result["lost"] or when == "during"
-    assert result["stop"] == {"value": None, "seconds": result["stop"]["seconds"]}, result
+    assert "error" not in result["stop"] and result["stop"]["value"] is None, result
     if when == "during":  # resumed, the worker may have reported their exits meanwhile
         assert "not confirmed stopped" in controller.said()
     pids = result["pids"]
