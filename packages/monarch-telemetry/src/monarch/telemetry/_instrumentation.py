@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextvars
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from opentelemetry import context, metrics, trace
@@ -24,6 +24,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from monarch.config import configure
 from monarch.core import current_instrumentation, running_runtime, set_instrumentation
+from monarch.transport import Buffer
 
 from ._export import configure_export, shutdown_export
 from ._instruments import instruments, tracer
@@ -61,6 +62,7 @@ from ._sql import (
     status_row,
     system_actor_rows,
     system_stopped_row,
+    view_json,
 )
 
 _propagator: Final = TraceContextTextMapPropagator()
@@ -223,12 +225,11 @@ class OpenTelemetry:
         sender = _current_actor.get()
         message = event_id()
         if view is not None:
-            base = _bases.get(mesh_id)  # a view's ranks are its proc mesh's: the actors'
-            ranks = [base.index(r) for r in view.ndslice] if base else view.ndslice
-            actors = [actor_key(mesh_id, rank) for rank in ranks]
-            name = f"send {mesh}.{method}"
-            sends = send_rows(message, sender, here(), name, actors, now_us())
-            sink.add([sent_row(sender, mesh_id, view), *sends])
+            actors, seen, mesh_key = _destinations(mesh_id, view)
+            stamp = now_us()
+            sends = send_rows(message, sender, here(), f"send {mesh}.{method}", actors, stamp)
+            sends.append(sent_row(sender, mesh_key, seen, stamp))
+            sink.add(sends)
         carried = "" if idle() else self._traceparent(mesh, method)
         return f"{carried}{_SENDER}{sender}{_SENDER}{message}"
 
@@ -244,20 +245,26 @@ class OpenTelemetry:
 
     def enter(
         self,
-        endpoint: str,
+        cls: type,
+        method: str,
         actor: str,
         mesh: str,
         rank: int,
         carried: str,
-        size: int = 0,
-        waiting: int = 0,
+        payload: Sequence[Buffer],
+        waiting: Callable[[], int],
     ) -> EndpointScope | Rows | _Idle:
-        carried, _, sender = carried.partition(_SENDER)
         sink = current_sink()
+        nothing_records = idle()
+        if sink is None and nothing_records:
+            return IDLE  # the defaults: nothing computed
+        endpoint = f"{cls.__name__}.{method}"
+        carried, _, sender = carried.partition(_SENDER)
         rows = None if sink is None else Rows(sink, actor_key(mesh, rank), endpoint, sender)
-        if idle():
+        if nothing_records:
             return IDLE if rows is None else rows
-        return EndpointScope(endpoint, actor, rank, carried, size, waiting, rows)
+        size = sum(memoryview(part).nbytes for part in payload)
+        return EndpointScope(endpoint, actor, rank, carried, size, waiting(), rows)
 
     def spawned(
         self, mesh: str, name: str, cls: str, shape: Any, procs: str, owner: str = CLIENT
@@ -310,6 +317,27 @@ class OpenTelemetry:
             sink.add([stopped, system_stopped_row(here(), stamp)])
         flush_rows()
         shutdown_export()
+
+
+_destined: dict[tuple[str, int], tuple[Any, list[int], str, int]] = {}
+"""Per actor mesh and view cast to (by identity: a mesh casts with the same ``Shape``
+each time), what its send rows need: the view (kept, so that its id is not reused), the
+destination actors' keys, its ``view_json`` and the mesh's key."""
+
+
+def _destinations(mesh_id: str, view: Any) -> tuple[list[int], str, int]:
+    """The keys of the actors a cast of mesh ``mesh_id`` to ``view`` reaches, the view's
+    ``view_json`` and the mesh's key: computed once per mesh and view, not per call."""
+    known = _destined.get((mesh_id, id(view)))
+    if known is not None and known[0] is view:
+        return known[1], known[2], known[3]
+    base = _bases.get(mesh_id)  # a view's ranks are its proc mesh's: the actors'
+    ranks = [base.index(r) for r in view.ndslice] if base else view.ndslice
+    actors = [actor_key(mesh_id, rank) for rank in ranks]
+    if len(_destined) >= 1024:
+        _destined.clear()
+    known = _destined[mesh_id, id(view)] = (view, actors, view_json(view), key(mesh_id))
+    return known[1], known[2], known[3]
 
 
 def enable_telemetry(config: TelemetryConfig | None = None) -> QueryEngineClient:
