@@ -3,7 +3,9 @@ process of its own (telemetry state is per process). ``python _telemetry_client.
 ``off`` (monarch.telemetry not used, or not installed at all), ``on`` (used: spans and
 metrics through whatever providers the environment sets up), ``tables`` (the job's
 telemetry tables too: ``enable_telemetry()`` with its default configuration). Prints one
-JSON line."""
+JSON line: the median round trip, the pipelined calls/s, and the CPU time each pipelined
+call cost the client and the proc (process CPU over the burst / calls: on a shared machine
+steadier than the wall-clock figures, which other processes' load moves)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,11 @@ class Echo(Actor):
     @endpoint
     def echo(self, x: int) -> int:
         return x
+
+    @endpoint
+    def cpu(self) -> float:
+        """The proc's CPU seconds so far (all its threads)."""
+        return time.process_time()
 
 
 def main(mode: str, count: int) -> None:
@@ -40,13 +47,21 @@ def main(mode: str, count: int) -> None:
         t0 = time.perf_counter()
         echo.echo.call_one(i).get()
         rts.append(time.perf_counter() - t0)
-    t0 = time.perf_counter()
+    proc_cpu0 = echo.cpu.call_one().get()
+    cpu0, t0 = time.process_time(), time.perf_counter()
     futures = [echo.echo.call_one(i) for i in range(count)]
     for future in futures:
         future.get()
-    pipelined = count / (time.perf_counter() - t0)
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    proc_cpu = echo.cpu.call_one().get() - proc_cpu0
     procs.stop().get()
-    print(json.dumps({"rt_us": statistics.median(rts) * 1e6, "pipelined_per_s": pipelined}))
+    figures = {
+        "rt_us": statistics.median(rts) * 1e6,
+        "pipelined_per_s": count / elapsed,
+        "client_cpu_us": cpu / count * 1e6,
+        "proc_cpu_us": proc_cpu / count * 1e6,
+    }
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 monarch-telemetry, alternated in one run.
 
 Run with ``hatch run bench:telemetry [--reps N] [--calls N] [--absent PYTHON] [--before DIR]
-[--after DIR] [--out PATH]``. Modes, each measured in fresh processes
+[--after DIR] [--versus DIR] [--out PATH]``. Modes, each measured in fresh processes
 (``_telemetry_client.py``), alternated:
 
 - ``absent`` (with ``--absent PYTHON``, e.g. hatch's ``pkg-core`` environment: the same
@@ -17,13 +17,19 @@ Run with ``hatch run bench:telemetry [--reps N] [--calls N] [--absent PYTHON] [-
   every span and metric and export them over OTLP/HTTP to a receiver run here, which reads
   and drops them.
 
+- ``versus-api``, ``versus-tables``, ``versus-otlp`` (with ``--versus DIR``): those modes
+  with another checkout's ``packages/*/src`` first on ``PYTHONPATH``: telemetry before and
+  after a change of it, alternated in one run.
 - ``before`` and ``after`` (with ``--before DIR`` and ``--after DIR``): ``off`` with another
   checkout's ``packages/*/src`` first on ``PYTHONPATH`` (procs inherit it), e.g. worktrees of
   the commit that added the core's telemetry hooks and of its parent: the core's own figures
   with telemetry off, before and after a change, in one run.
 
 Figures: the median round trip and pipelined calls/s of each mode and their ratio to
-``off`` (``after`` to ``before``) measured in the same run. Nothing is asserted.
+``absent`` (else ``off``; ``after`` to ``before``) measured in the same run, and the CPU
+time a pipelined call costs the client and the proc (``client_cpu_us``, ``proc_cpu_us``:
+each process's CPU over the burst, per call), which the load of other processes moves
+less than wall-clock figures. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -85,15 +91,23 @@ def run(
     env["PYTHONPYCACHEPREFIX"] = PYCACHE
     if path:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [path, env.get("PYTHONPATH")]))
-    if mode == "otlp":
+    if kind(mode) == "otlp":
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
-    client_mode = {"api": "on", "otlp": "on", "tables": "tables"}.get(mode, "off")
+    client_mode = {"api": "on", "otlp": "on", "tables": "tables"}.get(kind(mode), "off")
     argv = [python, str(CLIENT), client_mode, str(calls)]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         raise RuntimeError(f"{mode}: {done.stderr[-2000:]}")
     figures: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
     return figures
+
+
+def kind(mode: str) -> str:
+    """What a mode measures: ``versus-api`` is ``api`` on the ``--versus`` checkout."""
+    return mode.removeprefix(VERSUS)
+
+
+VERSUS = "versus-"
 
 
 def paired_range(ratios: dict[str, Any]) -> str:
@@ -109,16 +123,24 @@ def main() -> None:
     )
     parser.add_argument("--before", metavar="DIR", help="a checkout: the 'before' mode's core")
     parser.add_argument("--after", metavar="DIR", help="a checkout: the 'after' mode's core")
+    parser.add_argument(
+        "--versus",
+        metavar="DIR",
+        help="a checkout: its api, tables and otlp modes too (versus-api, ...), e.g. the "
+        "telemetry before a change, in the same run",
+    )
     parser.add_argument("--out", default=str(RESULTS_DIR / "telemetry.json"))
     args = parser.parse_args()
     paths = {"before": args.before, "after": args.after}
     paths = {mode: sources(checkout) for mode, checkout in paths.items() if checkout}
+    versus = [f"{VERSUS}{mode}" for mode in ("api", "tables", "otlp")] if args.versus else []
+    paths |= {mode: sources(args.versus) for mode in versus}
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Drop)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     endpoint = f"http://127.0.0.1:{server.server_address[1]}"
     absent = ["absent"] if args.absent else []
-    modes = [*paths, *absent, "off", "api", "tables", "otlp"]
+    modes = [*paths, *absent, "off", "api", "tables", "otlp"]  # versus-X: among the paths
     pythons = {"absent": args.absent} if args.absent else {}
 
     def measure(mode: str, calls: int) -> dict[str, float]:
@@ -135,8 +157,8 @@ def main() -> None:
     figures: dict[str, Any] = {}
     for mode in modes:
         figures[mode] = {
-            "rt_us": summarize([r["rt_us"] for r in reps[mode]]),
-            "pipelined_per_s": summarize([r["pipelined_per_s"] for r in reps[mode]]),
+            name: summarize([r[name] for r in reps[mode] if name in r])
+            for name in ("rt_us", "pipelined_per_s", "client_cpu_us", "proc_cpu_us")
         }
     rows = []
     base = "absent" if "absent" in figures else "off"
@@ -152,6 +174,10 @@ def main() -> None:
         # machine shows as the spread of these ratios
         pairs = zip(off["rt_us"]["reps"], figures[mode]["rt_us"]["reps"], strict=True)
         figures[mode]["rt_paired_ratio"] = summarize([m / b for b, m in pairs])
+        cpu = [figures[mode][side]["median"] for side in ("client_cpu_us", "proc_cpu_us")]
+        base_cpu = [off[side]["median"] for side in ("client_cpu_us", "proc_cpu_us")]
+        if None not in cpu and None not in base_cpu:  # both sides' CPU, against the baseline
+            figures[mode]["cpu_ratio_to_off"] = sum(cpu) / sum(base_cpu)
         rows.append(
             [
                 mode,
@@ -160,6 +186,8 @@ def main() -> None:
                 paired_range(figures[mode]["rt_paired_ratio"]),
                 fmt_num(rate),
                 fmt_num(figures[mode]["rate_ratio_to_off"]),
+                *(fmt_num(figures[mode][side]["median"]) for side in ("client_cpu_us", "proc_cpu_us")),
+                fmt_num(figures[mode].get("cpu_ratio_to_off")),
             ]
         )
     doc = {
@@ -168,14 +196,19 @@ def main() -> None:
         "settings": {"reps": args.reps, "calls": args.calls, "baseline": base},
         "commit": commit(str(HERE.parent)),
         "checkouts": {
-            mode: {"dir": getattr(args, mode), "commit": commit(getattr(args, mode))}
-            for mode in paths
+            mode: {"dir": checkout, "commit": commit(checkout)}
+            for mode, checkout in (
+                ("before", args.before),
+                ("after", args.after),
+                ("versus", args.versus),
+            )
+            if checkout
         },
         "figures": figures,
     }
     path = write_json(args.out, doc)
     headers = ["mode", "round trip (us)", f"x {base}", "rep/rep range", "pipelined calls/s"]
-    headers.append(f"x {base}")
+    headers += [f"x {base}", "client CPU us/call", "proc CPU us/call", f"CPU x {base}"]
     print(markdown_table(headers, rows))
     if "after" in figures and "before" in figures:
         print("(after: x before)")

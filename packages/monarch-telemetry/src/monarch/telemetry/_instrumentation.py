@@ -126,7 +126,7 @@ class Rows:
 class EndpointScope:
     """An endpoint's span, current on its thread or task until closed."""
 
-    __slots__ = ("attributes", "rows", "span", "start", "token")
+    __slots__ = ("attributes", "endpoint", "rows", "span", "start", "token")
 
     def __init__(
         self,
@@ -138,12 +138,14 @@ class EndpointScope:
         waiting: int,
         rows: Rows | None,
     ) -> None:
-        self.rows = rows
+        self.rows, self.endpoint = rows, endpoint
         parent = _propagator.extract({"traceparent": carried}) if carried else None
-        self.attributes = {"monarch.endpoint": endpoint}
+        self.attributes = _attributes.get(endpoint) or _attributes.setdefault(
+            endpoint, {"monarch.endpoint": endpoint}
+        )
         measured = instruments()
         measured.payload.record(size, self.attributes)
-        measured.queue_depth.set(waiting, {"monarch.actor": actor})
+        measured.queue_depth.set(actor, waiting)
         self.span = tracer().start_span(
             endpoint,
             context=parent,
@@ -156,15 +158,19 @@ class EndpointScope:
     def close(self, error: BaseException | None) -> None:
         measured = instruments()
         measured.duration.record(time.perf_counter() - self.start, self.attributes)
-        measured.handled.add(1, self.attributes)
+        measured.handled.add(self.endpoint)
         if error is not None:
-            measured.errors.add(1, self.attributes)
+            measured.errors.add(self.endpoint)
             self.span.record_exception(error)
             self.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
         self.span.end()
         context.detach(self.token)
         if self.rows is not None:
             self.rows.close(error)
+
+
+_attributes: dict[str, dict[str, str]] = {}
+"""Each endpoint's metric attributes, made once (the SDK reads, never changes them)."""
 
 
 class Operation:
@@ -234,7 +240,7 @@ class OpenTelemetry:
         return f"{carried}{_SENDER}{sender}{_SENDER}{message}"
 
     def _traceparent(self, mesh: str, method: str) -> str:
-        instruments().sent.add(1, {"monarch.endpoint": f"{mesh}.{method}"})
+        instruments().sent.add(f"{mesh}.{method}")
         if not trace.get_current_span().get_span_context().is_valid:
             return ""  # no trace to continue: the endpoint's span starts its own
         send = tracer().start_span(f"send {mesh}.{method}", kind=SpanKind.PRODUCER)
