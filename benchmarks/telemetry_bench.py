@@ -186,7 +186,8 @@ def main() -> None:
                 paired_range(figures[mode]["rt_paired_ratio"]),
                 fmt_num(rate),
                 fmt_num(figures[mode]["rate_ratio_to_off"]),
-                *(fmt_num(figures[mode][side]["median"]) for side in ("client_cpu_us", "proc_cpu_us")),
+                fmt_num(figures[mode]["client_cpu_us"]["median"]),
+                fmt_num(figures[mode]["proc_cpu_us"]["median"]),
                 fmt_num(figures[mode].get("cpu_ratio_to_off")),
             ]
         )
