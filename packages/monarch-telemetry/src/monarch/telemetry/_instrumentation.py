@@ -71,6 +71,11 @@ _current_actor: contextvars.ContextVar[int] = contextvars.ContextVar(
     "monarch_telemetry_actor", default=_CLIENT_KEY
 )
 """The actor whose endpoint runs here (its key in the tables): the sender of its calls."""
+_current_message: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "monarch_telemetry_message", default=None
+)
+"""The ``send`` span of the message whose endpoint runs here (where its call carried one):
+the parent of the operations it does (a tensor engine's ops)."""
 _bases: dict[str, Any] = {}
 """The slice of its proc mesh that each actor mesh spawned here covers, by mesh id: a
 send's destination ranks are positions in it (elsewhere: the proc mesh's whole)."""
@@ -86,7 +91,7 @@ class Rows:
     span when done (also the endpoint's whole scope where only the job's tables record:
     no SDK). Its id is the one its sender's ``send`` span has, where the call carried it."""
 
-    __slots__ = ("actor", "endpoint", "message", "parent", "sink", "start", "token")
+    __slots__ = ("actor", "endpoint", "message", "parent", "sink", "start", "token", "within")
 
     def __init__(
         self, sink: TelemetryStore | RowShipper, actor: int, endpoint: str, sender: str
@@ -106,6 +111,7 @@ class Rows:
             ]
         )
         self.token = _current_actor.set(actor)
+        self.within = _current_message.set(self.parent)
 
     def close(self, error: BaseException | None = None) -> None:
         end = now_us()
@@ -120,6 +126,7 @@ class Rows:
             error is None,
         )
         self.sink.add([message_status_row(self.message, "complete"), span])
+        _current_message.reset(self.within)
         _current_actor.reset(self.token)
 
 
@@ -177,16 +184,24 @@ class Operation:
     """An operation's span (a cast relay, an RDMA transfer, a tensor-engine op), written
     when it is done, on the track of the actor that did it."""
 
-    __slots__ = ("actor", "kind", "name", "sink", "start")
+    __slots__ = ("actor", "kind", "name", "parent", "sink", "start")
 
-    def __init__(self, sink: TelemetryStore | RowShipper, kind: str, name: str, actor: int):
+    def __init__(
+        self,
+        sink: TelemetryStore | RowShipper,
+        kind: str,
+        name: str,
+        actor: int,
+        parent: int | None,
+    ) -> None:
         self.sink, self.kind, self.name, self.actor = sink, kind, name, actor
+        self.parent = parent
         self.start = time.time_ns()
 
     def close(self, error: BaseException | None) -> None:
         end, ok = time.time_ns(), error is None
         row = operation_span_row(
-            event_id(), self.kind, self.name, here(), self.actor, self.start, end, ok
+            event_id(), self.kind, self.name, here(), self.actor, self.start, end, ok, self.parent
         )
         self.sink.add([row])
 
@@ -286,6 +301,7 @@ class OpenTelemetry:
             sink.add([procs_row(mesh, name, shape)])
 
     def status(self, mesh: str, rank: int, status: str, reason: str) -> None:
+        _local_ranks[mesh] = rank
         sink = current_sink()
         if sink is not None:
             sink.add([status_row(mesh, rank, status, reason)])
@@ -306,14 +322,14 @@ class OpenTelemetry:
                 dead = {split_actor_id(actor)[1] for actor in lost}
                 sink.add([(PROC_LOST, (address, report or None, now_us())) for address in dead])
 
-    def begin(self, kind: str, name: str) -> Operation | _Idle:
+    def begin(self, kind: str, name: str, carried: str = "", to: str = "") -> Operation | _Idle:
         sink = current_sink()
         if sink is None:
             return IDLE
         actor = _current_actor.get()  # the actor whose endpoint does it, else the proc's agent
         if kind == "relay" or (actor == _CLIENT_KEY and _in_proc):
             actor = key(f"proc_agent@{here()}")
-        return Operation(sink, kind, name, actor)
+        return Operation(sink, kind, name, actor, _cause(carried, to))
 
     def shutdown(self) -> None:
         sink = current_sink()
@@ -323,6 +339,25 @@ class OpenTelemetry:
             sink.add([stopped, system_stopped_row(here(), stamp)])
         flush_rows()
         shutdown_export()
+
+
+def _cause(carried: str, to: str) -> int | None:
+    """The ``send`` span an operation follows from: that of the message it passes on (a
+    relay: the call's message to actor ``to``, the relaying proc's own), else that of the
+    endpoint it runs in (a tensor engine's op), where the call carried a message id."""
+    message = carried.rpartition(_SENDER)[2] if to else ""
+    if message.isdigit():  # ``to``: a cast's actor mesh (its actor here), or an actor
+        rank = _local_ranks.get(to)
+        actor = actor_key(to, rank) if rank is not None else key(split_actor_id(to)[0])
+        return message_key(int(message), actor)
+    return _current_message.get()
+
+
+_local_ranks: dict[str, int] = {}
+"""The rank of an actor of each actor mesh in this process, by mesh id (a cast is
+addressed to the mesh), known once it runs (``status``): a relay of a call that comes
+before (the first after a spawn, which waits in the actors' queues while they start) has
+no cause."""
 
 
 _destined: dict[tuple[str, int], tuple[Any, list[int], str, int]] = {}

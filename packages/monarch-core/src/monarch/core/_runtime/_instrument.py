@@ -73,10 +73,11 @@ class Instrumentation(Protocol):
         which could not say so themselves: ``lost``, their actor ids, with the failure's
         ``report``)."""
 
-    def begin(self, kind: str, name: str) -> Scope:
+    def begin(self, kind: str, name: str, carried: str = "", to: str = "") -> Scope:
         """Work this process does for the job beside endpoints starts: a cast relay
         (``relay``), an RDMA transfer (``rdma``), a tensor-engine op (``tensor``); the
-        scope is closed when it is done."""
+        scope is closed when it is done. ``carried``: what the message that caused it
+        carried (a relay's call), ``to``: the actor id it was sent to."""
 
     def shutdown(self) -> None:
         """The process is ending: send what is buffered."""
@@ -154,10 +155,10 @@ def status(mesh: str, rank: int, status: str, reason: str = "") -> None:
         _installed[0].status(mesh, rank, status, reason)
 
 
-def begin_operation(kind: str, name: str) -> Scope | None:
+def begin_operation(kind: str, name: str, carried: str = "", to: str = "") -> Scope | None:
     """The scope of an operation (see ``Instrumentation.begin``); None without
     instrumentation."""
-    return _installed[0].begin(kind, name) if _installed else None
+    return _installed[0].begin(kind, name, carried, to) if _installed else None
 
 
 def timed(kind: str, name: str, future: Any) -> None:
