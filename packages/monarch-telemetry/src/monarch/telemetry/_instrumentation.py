@@ -67,15 +67,12 @@ from ._sql import (
 
 _propagator: Final = TraceContextTextMapPropagator()
 _CLIENT_KEY: Final = key(CLIENT)
-_current_actor: contextvars.ContextVar[int] = contextvars.ContextVar(
-    "monarch_telemetry_actor", default=_CLIENT_KEY
+_current: contextvars.ContextVar[tuple[int, int | None]] = contextvars.ContextVar(
+    "monarch_telemetry_current", default=(_CLIENT_KEY, None)
 )
-"""The actor whose endpoint runs here (its key in the tables): the sender of its calls."""
-_current_message: contextvars.ContextVar[int | None] = contextvars.ContextVar(
-    "monarch_telemetry_message", default=None
-)
-"""The ``send`` span of the message whose endpoint runs here (where its call carried one):
-the parent of the operations it does (a tensor engine's ops)."""
+"""The actor whose endpoint runs here (its key in the tables: the sender of its calls) and
+the ``send`` span of that endpoint's message (where its call carried one: the parent of
+the operations it does, a tensor engine's ops). One variable: one set per endpoint."""
 _bases: dict[str, Any] = {}
 """The slice of its proc mesh that each actor mesh spawned here covers, by mesh id: a
 send's destination ranks are positions in it (elsewhere: the proc mesh's whole)."""
@@ -91,7 +88,7 @@ class Rows:
     span when done (also the endpoint's whole scope where only the job's tables record:
     no SDK). Its id is the one its sender's ``send`` span has, where the call carried it."""
 
-    __slots__ = ("actor", "endpoint", "message", "parent", "sink", "start", "token", "within")
+    __slots__ = ("actor", "endpoint", "message", "parent", "sink", "start", "token")
 
     def __init__(
         self, sink: TelemetryStore | RowShipper, actor: int, endpoint: str, sender: str
@@ -103,15 +100,14 @@ class Rows:
         self.parent = message_key(int(carried), actor) if carried.isdigit() else None
         self.message = self.parent if self.parent is not None else event_id()
         origin = int(sender) if sender.isdigit() else None
-        self.start = now_us()
+        self.start = start = now_us()
         sink.add(
             [
-                message_row(self.message, origin, actor, endpoint),
-                message_status_row(self.message, "active"),
+                message_row(self.message, origin, actor, endpoint, start),
+                message_status_row(self.message, "active", start),
             ]
         )
-        self.token = _current_actor.set(actor)
-        self.within = _current_message.set(self.parent)
+        self.token = _current.set((actor, self.parent))
 
     def close(self, error: BaseException | None = None) -> None:
         end = now_us()
@@ -125,9 +121,8 @@ class Rows:
             end,
             error is None,
         )
-        self.sink.add([message_status_row(self.message, "complete"), span])
-        _current_message.reset(self.within)
-        _current_actor.reset(self.token)
+        self.sink.add([message_status_row(self.message, "complete", end), span])
+        _current.reset(self.token)
 
 
 class EndpointScope:
@@ -243,7 +238,7 @@ class OpenTelemetry:
         sink = current_sink()
         if sink is None:
             return "" if idle() else self._traceparent(mesh, method)
-        sender = _current_actor.get()
+        sender = _current.get()[0]
         message = event_id()
         if view is not None:
             actors, seen, mesh_key = _destinations(mesh_id, view)
@@ -326,10 +321,10 @@ class OpenTelemetry:
         sink = current_sink()
         if sink is None:
             return IDLE
-        actor = _current_actor.get()  # the actor whose endpoint does it, else the proc's agent
+        actor, within = _current.get()  # the actor whose endpoint does it, else the agent
         if kind == "relay" or (actor == _CLIENT_KEY and _in_proc):
             actor = key(f"proc_agent@{here()}")
-        return Operation(sink, kind, name, actor, _cause(carried, to))
+        return Operation(sink, kind, name, actor, _cause(carried, to, within))
 
     def shutdown(self) -> None:
         sink = current_sink()
@@ -341,7 +336,7 @@ class OpenTelemetry:
         shutdown_export()
 
 
-def _cause(carried: str, to: str) -> int | None:
+def _cause(carried: str, to: str, within: int | None) -> int | None:
     """The ``send`` span an operation follows from: that of the message it passes on (a
     relay: the call's message to actor ``to``, the relaying proc's own), else that of the
     endpoint it runs in (a tensor engine's op), where the call carried a message id."""
@@ -350,7 +345,7 @@ def _cause(carried: str, to: str) -> int | None:
         rank = _local_ranks.get(to)
         actor = actor_key(to, rank) if rank is not None else key(split_actor_id(to)[0])
         return message_key(int(message), actor)
-    return _current_message.get()
+    return within
 
 
 _local_ranks: dict[str, int] = {}

@@ -280,13 +280,13 @@ def lost_row(actor_id: str, report: str) -> Row:
     return (LOST, (key(split_actor_id(actor_id)[0]), report or None, now_us()))
 
 
-def message_row(message: int, sender: int | None, actor: int, endpoint: str) -> Row:
-    return ("messages", (message, sender, actor, endpoint, None, now_us()))
+def message_row(message: int, sender: int | None, actor: int, endpoint: str, stamp: int) -> Row:
+    return ("messages", (message, sender, actor, endpoint, None, stamp))
 
 
-def message_status_row(message: int, status: str) -> Row:
+def message_status_row(message: int, status: str, stamp: int) -> Row:
     """Upstream's statuses: ``queued``, ``active``, ``complete`` (ours: the last two)."""
-    return ("message_status_events", (event_id(), message, status, now_us()))
+    return ("message_status_events", (event_id(), message, status, stamp))
 
 
 def sent_row(sender: int, mesh: int, seen: str, stamp: int) -> Row:
