@@ -2,8 +2,8 @@
 monarch-telemetry, alternated in one run.
 
 Run with ``hatch run bench:telemetry [--reps N] [--calls N] [--absent PYTHON] [--before DIR]
-[--after DIR] [--versus DIR] [--out PATH]``. Modes, each measured in fresh processes
-(``_telemetry_client.py``), alternated:
+[--after DIR] [--versus DIR] [--in-process REPS] [--out PATH]``. Modes, each measured in
+fresh processes (``_telemetry_client.py``), alternated:
 
 - ``absent`` (with ``--absent PYTHON``, e.g. hatch's ``pkg-core`` environment: the same
   checkout's transport and core, monarch-telemetry not installed): the baseline;
@@ -20,6 +20,10 @@ Run with ``hatch run bench:telemetry [--reps N] [--calls N] [--absent PYTHON] [-
 - ``versus-api``, ``versus-tables``, ``versus-otlp`` (with ``--versus DIR``): those modes
   with another checkout's ``packages/*/src`` first on ``PYTHONPATH``: telemetry before and
   after a change of it, alternated in one run.
+- with ``--in-process REPS``: ``api`` and ``tables`` against telemetry off in one client
+  (``_telemetry_ab_client.py``: a proc spawned before telemetry is used and one after,
+  the client's hooks switched with them, measured in turn): both sides share the
+  process, the moment and the machine's load (``in_process`` in the JSON).
 - ``before`` and ``after`` (with ``--before DIR`` and ``--after DIR``): ``off`` with another
   checkout's ``packages/*/src`` first on ``PYTHONPATH`` (procs inherit it), e.g. worktrees of
   the commit that added the core's telemetry hooks and of its parent: the core's own figures
@@ -43,7 +47,7 @@ import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -106,6 +110,36 @@ def run(
     return figures
 
 
+IN_PROCESS: Final = ("api", "tables")
+AB_CLIENT: Final = HERE / "_telemetry_ab_client.py"
+FIGURES: Final = ("rt_us", "pipelined_per_s", "client_cpu_us", "proc_cpu_us")
+
+
+def in_process_ab(mode: str, reps: int, calls: int) -> dict[str, Any]:
+    """``mode`` against telemetry off in one client (``_telemetry_ab_client.py``): each
+    figure's median per side and the ratio of ``mode``'s to off's."""
+    if not reps:
+        return {}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    argv = [sys.executable, str(AB_CLIENT), mode, str(reps), str(calls)]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
+    lines = done.stdout.splitlines()
+    if not (lines and lines[-1].startswith("{")):
+        raise RuntimeError(f"in-process {mode}: {done.stderr[-2000:]}")
+    sides = json.loads(lines[-1])
+    figures: dict[str, Any] = {
+        side: {name: summarize([r[name] for r in runs]) for name in FIGURES}
+        for side, runs in sides.items()
+    }
+    on, off = figures[mode], figures["off"]
+    figures["ratio"] = {name: on[name]["median"] / off[name]["median"] for name in FIGURES}
+    cpu = ("client_cpu_us", "proc_cpu_us")
+    on_cpu, off_cpu = (sum(side[n]["median"] for n in cpu) for side in (on, off))
+    figures["ratio"]["cpu"] = on_cpu / off_cpu
+    figures["added_cpu_us_per_call"] = on_cpu - off_cpu
+    return figures
+
+
 def kind(mode: str) -> str:
     """What a mode measures: ``versus-api`` is ``api`` on the ``--versus`` checkout."""
     return mode.removeprefix(VERSUS)
@@ -133,6 +167,14 @@ def main() -> None:
         help="a checkout: its api, tables and otlp modes too (versus-api, ...), e.g. the "
         "telemetry before a change, in the same run",
     )
+    parser.add_argument(
+        "--in-process",
+        type=int,
+        default=0,
+        metavar="REPS",
+        help="also the in-process A/B of api and tables (_telemetry_ab_client.py), REPS "
+        "alternations each",
+    )
     parser.add_argument("--out", default=str(RESULTS_DIR / "telemetry.json"))
     args = parser.parse_args()
     paths = {"before": args.before, "after": args.after}
@@ -157,12 +199,12 @@ def main() -> None:
         for mode in modes if i % 2 == 0 else modes[::-1]:  # alternated, both orders
             reps[mode].append(measure(mode, args.calls))
     server.shutdown()
+    in_process = {mode: in_process_ab(mode, args.in_process, args.calls) for mode in IN_PROCESS}
 
     figures: dict[str, Any] = {}
     for mode in modes:
         figures[mode] = {
-            name: summarize([r[name] for r in reps[mode] if name in r])
-            for name in ("rt_us", "pipelined_per_s", "client_cpu_us", "proc_cpu_us")
+            name: summarize([r[name] for r in reps[mode] if name in r]) for name in FIGURES
         }
     for mode in modes:
         figures[mode]["exit_failures"] = sum(r.get("exit_failures", 0) for r in reps[mode])
@@ -212,6 +254,7 @@ def main() -> None:
             if checkout
         },
         "figures": figures,
+        "in_process": in_process if args.in_process else {},
     }
     path = write_json(args.out, doc)
     headers = ["mode", "round trip (us)", f"x {base}", "rep/rep range", "pipelined calls/s"]
@@ -219,6 +262,10 @@ def main() -> None:
     print(markdown_table(headers, rows))
     if "after" in figures and "before" in figures:
         print("(after: x before)")
+    for mode, ab in in_process.items():
+        if ab:
+            ratios = ", ".join(f"{name} x{value:.3f}" for name, value in ab["ratio"].items())
+            print(f"in-process {mode} against off: {ratios}")
     print(f"\nwritten to {path}")
 
 
