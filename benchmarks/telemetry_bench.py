@@ -187,6 +187,7 @@ def main() -> None:
     endpoint = f"http://127.0.0.1:{server.server_address[1]}"
     absent = ["absent"] if args.absent else []
     modes = [*paths, *absent, "off", "api", "tables", "otlp"]  # versus-X: among the paths
+    modes = modes if args.reps else []  # --reps 0: the in-process A/B alone
     pythons = {"absent": args.absent} if args.absent else {}
 
     def measure(mode: str, calls: int) -> dict[str, float]:
@@ -210,6 +211,8 @@ def main() -> None:
         figures[mode]["exit_failures"] = sum(r.get("exit_failures", 0) for r in reps[mode])
     rows = []
     base = "absent" if "absent" in figures else "off"
+    if not figures:  # nothing measured in separate processes
+        base = "-"
     for mode in modes:
         # "after" against "before"; the others against "absent" (else "off")
         off = figures["before" if mode == "after" and "before" in figures else base]
