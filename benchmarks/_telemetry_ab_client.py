@@ -11,49 +11,14 @@ client and of its proc."""
 from __future__ import annotations
 
 import json
-import statistics
 import sys
-import time
 from typing import Any
 
 import torch  # noqa: F401 - imported first, as a user's client would
+from _telemetry_client import Echo, measure
 
-from monarch.actor import Actor, endpoint, this_host
+from monarch.actor import this_host
 from monarch.core import current_instrumentation, set_instrumentation
-
-
-class Echo(Actor):
-    @endpoint
-    def echo(self, x: int) -> int:
-        return x
-
-    @endpoint
-    def cpu(self) -> float:
-        """The proc's CPU seconds so far (all its threads)."""
-        return time.process_time()
-
-
-def measure(echo: Any, calls: int) -> dict[str, float]:
-    for i in range(100):  # warm up
-        echo.echo.call_one(i).get()
-    rts = []
-    for i in range(calls // 4):
-        t0 = time.perf_counter()
-        echo.echo.call_one(i).get()
-        rts.append(time.perf_counter() - t0)
-    proc0 = echo.cpu.call_one().get()
-    cpu0, t0 = time.process_time(), time.perf_counter()
-    futures = [echo.echo.call_one(i) for i in range(calls)]
-    for future in futures:
-        future.get()
-    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    proc = echo.cpu.call_one().get() - proc0
-    return {
-        "rt_us": statistics.median(rts) * 1e6,
-        "pipelined_per_s": calls / elapsed,
-        "client_cpu_us": cpu / calls * 1e6,
-        "proc_cpu_us": proc / calls * 1e6,
-    }
 
 
 def main(mode: str, reps: int, calls: int) -> None:
@@ -75,7 +40,7 @@ def main(mode: str, reps: int, calls: int) -> None:
     for rep in range(reps):
         for name, mesh, instrumentation in sides if rep % 2 == 0 else sides[::-1]:
             set_instrumentation(instrumentation)
-            figures[name].append(measure(mesh, calls))
+            figures[name].append(measure(mesh, calls // 4, calls))
     set_instrumentation(hooks)
     plain.stop().get()
     used.stop().get()

@@ -13,6 +13,7 @@ import json
 import statistics
 import sys
 import time
+from typing import Any
 
 from monarch.actor import Actor, endpoint, this_host
 
@@ -28,6 +29,31 @@ class Echo(Actor):
         return time.process_time()
 
 
+def measure(echo: Any, round_trips: int, calls: int) -> dict[str, float]:
+    """The median of ``round_trips`` round trips to ``echo`` (an ``Echo`` mesh of one), then
+    ``calls`` pipelined calls: their rate and the CPU each cost the client and the proc."""
+    for i in range(200):  # warm up
+        echo.echo.call_one(i).get()
+    rts = []
+    for i in range(round_trips):
+        t0 = time.perf_counter()
+        echo.echo.call_one(i).get()
+        rts.append(time.perf_counter() - t0)
+    proc_cpu0 = echo.cpu.call_one().get()
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    futures = [echo.echo.call_one(i) for i in range(calls)]
+    for future in futures:
+        future.get()
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    proc_cpu = echo.cpu.call_one().get() - proc_cpu0
+    return {
+        "rt_us": statistics.median(rts) * 1e6,
+        "pipelined_per_s": calls / elapsed,
+        "client_cpu_us": cpu / calls * 1e6,
+        "proc_cpu_us": proc_cpu / calls * 1e6,
+    }
+
+
 def main(mode: str, count: int) -> None:
     if mode == "on":
         import monarch.telemetry
@@ -39,28 +65,8 @@ def main(mode: str, count: int) -> None:
         enable_telemetry()  # rows of every message, its spans; snapshots every 30 s
 
     procs = this_host().spawn_procs(per_host={"gpus": 1})
-    echo = procs.spawn("echo", Echo)
-    for i in range(200):  # warm up
-        echo.echo.call_one(i).get()
-    rts = []
-    for i in range(count):
-        t0 = time.perf_counter()
-        echo.echo.call_one(i).get()
-        rts.append(time.perf_counter() - t0)
-    proc_cpu0 = echo.cpu.call_one().get()
-    cpu0, t0 = time.process_time(), time.perf_counter()
-    futures = [echo.echo.call_one(i) for i in range(count)]
-    for future in futures:
-        future.get()
-    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    proc_cpu = echo.cpu.call_one().get() - proc_cpu0
+    figures = measure(procs.spawn("echo", Echo), count, count)
     procs.stop().get()
-    figures = {
-        "rt_us": statistics.median(rts) * 1e6,
-        "pipelined_per_s": count / elapsed,
-        "client_cpu_us": cpu / count * 1e6,
-        "proc_cpu_us": proc_cpu / count * 1e6,
-    }
     print(json.dumps(figures))
 
 

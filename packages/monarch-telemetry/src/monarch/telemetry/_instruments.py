@@ -62,27 +62,14 @@ class Instruments:
     """What the core's hooks record, on both sides of a call."""
 
     def __init__(self, meter: metrics.Meter) -> None:
-        self.sent = Tally("monarch.endpoint")
-        meter.create_observable_counter(
-            "monarch.calls.sent",
-            [self.sent.observe],
-            unit="{call}",
-            description="Calls sent (once per cast)",
-        )
-        self.handled = Tally("monarch.endpoint")
-        meter.create_observable_counter(
-            "monarch.endpoint.calls",
-            [self.handled.observe],
-            unit="{call}",
-            description="Endpoint calls handled",
-        )
-        self.errors = Tally("monarch.endpoint")
-        meter.create_observable_counter(
-            "monarch.endpoint.errors",
-            [self.errors.observe],
-            unit="{call}",
-            description="Endpoint calls that raised",
-        )
+        def tally(name: str, description: str) -> Tally:
+            counts = Tally("monarch.endpoint")
+            meter.create_observable_counter(name, [counts.observe], "{call}", description)
+            return counts
+
+        self.sent = tally("monarch.calls.sent", "Calls sent (once per cast)")
+        self.handled = tally("monarch.endpoint.calls", "Endpoint calls handled")
+        self.errors = tally("monarch.endpoint.errors", "Endpoint calls that raised")
         self.duration = meter.create_histogram(
             "monarch.endpoint.duration", unit="s", description="Time in the endpoint's code"
         )
