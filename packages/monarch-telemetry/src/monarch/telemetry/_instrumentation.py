@@ -413,16 +413,16 @@ def install() -> None:
 
 
 def here() -> str:
-    """This process's address (the ``proc`` of its rows; kept per pid: a zygote's forks
-    are other procs)."""
-    pid = os.getpid()
-    if pid not in _address:
-        runtime = running_runtime()
-        if runtime is None:
-            return ""
-        _address.clear()
-        _address[pid] = runtime.address
-    return _address[pid]
+    """This process's address (the ``proc`` of its rows; forgotten in a forked child: a
+    zygote's forks are other procs)."""
+    if _address:
+        return _address[0]
+    runtime = running_runtime()
+    if runtime is None:
+        return ""
+    _address.append(runtime.address)
+    return _address[0]
 
 
-_address: dict[int, str] = {}
+_address: list[str] = []
+os.register_at_fork(after_in_child=_address.clear)

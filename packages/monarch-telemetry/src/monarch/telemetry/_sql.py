@@ -16,6 +16,7 @@ are the client's (``_snapshots``).
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
 import itertools
 import json
@@ -264,7 +265,9 @@ def status_row(mesh: str, rank: int, status: str, reason: str) -> Row:
     return ("actor_status_events", (event_id(), actor, status, reason or None, now_us()))
 
 
+@functools.lru_cache(maxsize=4096)
 def actor_key(mesh: str, rank: int) -> int:
+    """``key`` of an actor (asked per message: remembered, a hash each otherwise)."""
     return key(f"{mesh}[{rank}]")
 
 
