@@ -1,17 +1,18 @@
 """A client with the job's telemetry tables that runs tensor-engine ops on 2 procs (run by
 test_sql.py as its own process, where monarch-tensor is installed); prints the tensor
-spans and the job's Perfetto trace as JSON."""
+spans as JSON, and writes the job's Perfetto trace to the file named by its argument."""
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import torch
 
 import monarch
 from monarch.actor import this_host
-from monarch.telemetry import TelemetryConfig, enable_telemetry, perfetto_trace
+from monarch.telemetry import TelemetryConfig, enable_telemetry, write_perfetto
 
 
 def main() -> None:
@@ -30,7 +31,8 @@ def main() -> None:
     while len({r["proc"] for r in rows}) < 2 and time.monotonic() < deadline:  # in batches
         time.sleep(0.05)
         rows = engine.query(spans)["rows"]
-    print(json.dumps({"tensor": rows, "trace": perfetto_trace(engine.query)}))
+    write_perfetto(sys.argv[1], engine.query)  # the test loads it back
+    print(json.dumps({"tensor": rows}))
 
 
 if __name__ == "__main__":

@@ -147,17 +147,44 @@ def test_a_jobs_actors_messages_and_failures_answer_sql(tmp_path: Path) -> None:
     assert "no_such_table" in unknown_table
 
 
-def test_cast_relays_and_rdma_transfers_are_spans_on_their_tracks() -> None:
+def caused_flows(events: list[dict[str, Any]], cat: str) -> list[tuple[Any, Any]]:
+    """The trace's arrows from a send to the work it caused, as (start, the slice the
+    arrow ends on): checked to pair up, one start and one end per id."""
+    flows = [e for e in events if e["ph"] in "sf" and e["cat"] == "caused"]
+    starts = {e["id"]: e for e in flows if e["ph"] == "s"}
+    ends = {e["id"]: e for e in flows if e["ph"] == "f"}
+    assert len(starts) + len(ends) == len(flows) and starts.keys() == ends.keys()
+    slices = {(e["pid"], e["tid"], e["ts"]): e for e in events if e["ph"] == "X"}
+    sends = {(e["pid"], e["tid"], e["ts"]) for e in events if e["ph"] == "X" and e["cat"] == "send"}
+    pairs = []
+    for i, start in starts.items():
+        end = ends[i]
+        assert (start["pid"], start["tid"], start["ts"]) in sends  # from a send
+        assert start["ts"] <= end["ts"] and start["pid"] != end["pid"]  # into another proc
+        caused = slices[(end["pid"], end["tid"], end["ts"])]  # onto the work's slice
+        if caused["cat"] == cat:
+            pairs.append((start, caused))
+    return pairs
+
+
+def test_cast_relays_and_rdma_transfers_are_spans_on_their_tracks(tmp_path: Path) -> None:
     """A cast through a tree (2 children per node, 4 procs): each head proc's relay of each
-    call is a ``relay`` span of that proc's agent, and a slice on its track in Perfetto; an
-    RDMA read is an ``rdma`` span of the actor (here the client) that made it (where
-    monarch-rdma is installed)."""
+    call is a ``relay`` span of that proc's agent, and a slice on its track in Perfetto,
+    with an arrow from the call's send (once the relaying proc's actor runs: the first
+    call's relays come before); an RDMA read is an ``rdma`` span of the actor (here the
+    client) that made it (where monarch-rdma is installed)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    path = tmp_path / "relays.json"
     done = subprocess.run(
-        [sys.executable, str(RELAYS)], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, str(RELAYS), str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
+    result["trace"] = json.loads(path.read_text())
     relays = result["relays"]
     assert len(relays) == 6  # 3 calls, each relayed by 2 heads to the one below
     assert all(re.fullmatch(r"relay echo<\w+>\.hello to 1 procs", r["name"]) for r in relays)
@@ -169,6 +196,9 @@ def test_cast_relays_and_rdma_transfers_are_spans_on_their_tracks() -> None:
     slices = [e for e in events if e["ph"] == "X" and e["cat"] == "relay"]
     assert len(slices) == 6
     assert all(threads[(e["pid"], e["tid"])].startswith("proc_agent@") for e in slices)
+    arrows = caused_flows(events, "relay")
+    assert len(arrows) >= 4 and len({id(relay) for _, relay in arrows}) == len(arrows)
+    assert all(threads[(s["pid"], s["tid"])] == "client" for s, _ in arrows)
     # The client's RDMA read of a proc's buffer: a span on the client's track.
     if importlib.util.find_spec("monarch.rdma") is None:
         assert result["rdma"] == []
@@ -180,16 +210,23 @@ def test_cast_relays_and_rdma_transfers_are_spans_on_their_tracks() -> None:
     assert threads[(read["pid"], read["tid"])] == "client"
 
 
-def test_tensor_engine_ops_are_spans_of_each_procs_worker() -> None:
+def test_tensor_engine_ops_are_spans_of_each_procs_worker(tmp_path: Path) -> None:
     """Ops run by the tensor engine on 2 procs: a ``tensor`` span per command on each
-    proc, named by its function, on the track of that proc's worker actor."""
+    proc, named by its function, on the track of that proc's worker actor, each with an
+    arrow from the client's send of the message whose endpoint ran it."""
     pytest.importorskip("monarch.tensor")
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    path = tmp_path / "tensor.json"
     done = subprocess.run(
-        [sys.executable, str(TENSOR)], env=env, capture_output=True, text=True, timeout=180
+        [sys.executable, str(TENSOR), str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
+    result["trace"] = json.loads(path.read_text())
     rows = result["tensor"]
     assert len({r["proc"] for r in rows}) == 2
     assert all(r["status"] == "ok" and r["ordered"] for r in rows)
@@ -199,6 +236,10 @@ def test_tensor_engine_ops_are_spans_of_each_procs_worker() -> None:
     events = result["trace"]["traceEvents"]
     ops = [e for e in events if e["ph"] == "X" and e["cat"] == "tensor"]
     assert len({e["pid"] for e in ops}) == 2
+    arrows = caused_flows(events, "tensor")
+    assert {id(op) for _, op in arrows} == {id(op) for op in ops}  # each op, one arrow
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert all(processes[s["pid"]].startswith("client") for s, _ in arrows)
 
 
 def test_a_bad_retention_is_a_clear_error() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextvars
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from opentelemetry import context, metrics, trace
@@ -24,6 +24,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from monarch.config import configure
 from monarch.core import current_instrumentation, running_runtime, set_instrumentation
+from monarch.transport import Buffer
 
 from ._export import configure_export, shutdown_export
 from ._instruments import instruments, tracer
@@ -61,14 +62,17 @@ from ._sql import (
     status_row,
     system_actor_rows,
     system_stopped_row,
+    view_json,
 )
 
 _propagator: Final = TraceContextTextMapPropagator()
 _CLIENT_KEY: Final = key(CLIENT)
-_current_actor: contextvars.ContextVar[int] = contextvars.ContextVar(
-    "monarch_telemetry_actor", default=_CLIENT_KEY
+_current: contextvars.ContextVar[tuple[int, int | None]] = contextvars.ContextVar(
+    "monarch_telemetry_current", default=(_CLIENT_KEY, None)
 )
-"""The actor whose endpoint runs here (its key in the tables): the sender of its calls."""
+"""The actor whose endpoint runs here (its key in the tables: the sender of its calls) and
+the ``send`` span of that endpoint's message (where its call carried one: the parent of
+the operations it does, a tensor engine's ops). One variable: one set per endpoint."""
 _bases: dict[str, Any] = {}
 """The slice of its proc mesh that each actor mesh spawned here covers, by mesh id: a
 send's destination ranks are positions in it (elsewhere: the proc mesh's whole)."""
@@ -96,14 +100,14 @@ class Rows:
         self.parent = message_key(int(carried), actor) if carried.isdigit() else None
         self.message = self.parent if self.parent is not None else event_id()
         origin = int(sender) if sender.isdigit() else None
-        self.start = now_us()
+        self.start = start = now_us()
         sink.add(
             [
-                message_row(self.message, origin, actor, endpoint),
-                message_status_row(self.message, "active"),
+                message_row(self.message, origin, actor, endpoint, start),
+                message_status_row(self.message, "active", start),
             ]
         )
-        self.token = _current_actor.set(actor)
+        self.token = _current.set((actor, self.parent))
 
     def close(self, error: BaseException | None = None) -> None:
         end = now_us()
@@ -117,14 +121,14 @@ class Rows:
             end,
             error is None,
         )
-        self.sink.add([message_status_row(self.message, "complete"), span])
-        _current_actor.reset(self.token)
+        self.sink.add([message_status_row(self.message, "complete", end), span])
+        _current.reset(self.token)
 
 
 class EndpointScope:
     """An endpoint's span, current on its thread or task until closed."""
 
-    __slots__ = ("attributes", "rows", "span", "start", "token")
+    __slots__ = ("attributes", "endpoint", "rows", "span", "start", "token")
 
     def __init__(
         self,
@@ -136,12 +140,14 @@ class EndpointScope:
         waiting: int,
         rows: Rows | None,
     ) -> None:
-        self.rows = rows
+        self.rows, self.endpoint = rows, endpoint
         parent = _propagator.extract({"traceparent": carried}) if carried else None
-        self.attributes = {"monarch.endpoint": endpoint}
+        self.attributes = _attributes.get(endpoint) or _attributes.setdefault(
+            endpoint, {"monarch.endpoint": endpoint}
+        )
         measured = instruments()
         measured.payload.record(size, self.attributes)
-        measured.queue_depth.set(waiting, {"monarch.actor": actor})
+        measured.queue_depth.set(actor, waiting)
         self.span = tracer().start_span(
             endpoint,
             context=parent,
@@ -154,9 +160,9 @@ class EndpointScope:
     def close(self, error: BaseException | None) -> None:
         measured = instruments()
         measured.duration.record(time.perf_counter() - self.start, self.attributes)
-        measured.handled.add(1, self.attributes)
+        measured.handled.add(self.endpoint)
         if error is not None:
-            measured.errors.add(1, self.attributes)
+            measured.errors.add(self.endpoint)
             self.span.record_exception(error)
             self.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
         self.span.end()
@@ -165,20 +171,32 @@ class EndpointScope:
             self.rows.close(error)
 
 
+_attributes: dict[str, dict[str, str]] = {}
+"""Each endpoint's metric attributes, made once (the SDK reads, never changes them)."""
+
+
 class Operation:
     """An operation's span (a cast relay, an RDMA transfer, a tensor-engine op), written
     when it is done, on the track of the actor that did it."""
 
-    __slots__ = ("actor", "kind", "name", "sink", "start")
+    __slots__ = ("actor", "kind", "name", "parent", "sink", "start")
 
-    def __init__(self, sink: TelemetryStore | RowShipper, kind: str, name: str, actor: int):
+    def __init__(
+        self,
+        sink: TelemetryStore | RowShipper,
+        kind: str,
+        name: str,
+        actor: int,
+        parent: int | None,
+    ) -> None:
         self.sink, self.kind, self.name, self.actor = sink, kind, name, actor
+        self.parent = parent
         self.start = time.time_ns()
 
     def close(self, error: BaseException | None) -> None:
         end, ok = time.time_ns(), error is None
         row = operation_span_row(
-            event_id(), self.kind, self.name, here(), self.actor, self.start, end, ok
+            event_id(), self.kind, self.name, here(), self.actor, self.start, end, ok, self.parent
         )
         self.sink.add([row])
 
@@ -220,20 +238,19 @@ class OpenTelemetry:
         sink = current_sink()
         if sink is None:
             return "" if idle() else self._traceparent(mesh, method)
-        sender = _current_actor.get()
+        sender = _current.get()[0]
         message = event_id()
         if view is not None:
-            base = _bases.get(mesh_id)  # a view's ranks are its proc mesh's: the actors'
-            ranks = [base.index(r) for r in view.ndslice] if base else view.ndslice
-            actors = [actor_key(mesh_id, rank) for rank in ranks]
-            name = f"send {mesh}.{method}"
-            sends = send_rows(message, sender, here(), name, actors, now_us())
-            sink.add([sent_row(sender, mesh_id, view), *sends])
+            actors, seen, mesh_key = _destinations(mesh_id, view)
+            stamp = now_us()
+            sends = send_rows(message, sender, here(), f"send {mesh}.{method}", actors, stamp)
+            sends.append(sent_row(sender, mesh_key, seen, stamp))
+            sink.add(sends)
         carried = "" if idle() else self._traceparent(mesh, method)
         return f"{carried}{_SENDER}{sender}{_SENDER}{message}"
 
     def _traceparent(self, mesh: str, method: str) -> str:
-        instruments().sent.add(1, {"monarch.endpoint": f"{mesh}.{method}"})
+        instruments().sent.add(f"{mesh}.{method}")
         if not trace.get_current_span().get_span_context().is_valid:
             return ""  # no trace to continue: the endpoint's span starts its own
         send = tracer().start_span(f"send {mesh}.{method}", kind=SpanKind.PRODUCER)
@@ -244,20 +261,26 @@ class OpenTelemetry:
 
     def enter(
         self,
-        endpoint: str,
+        cls: type,
+        method: str,
         actor: str,
         mesh: str,
         rank: int,
         carried: str,
-        size: int = 0,
-        waiting: int = 0,
+        payload: Sequence[Buffer],
+        waiting: Callable[[], int],
     ) -> EndpointScope | Rows | _Idle:
-        carried, _, sender = carried.partition(_SENDER)
         sink = current_sink()
+        nothing_records = idle()
+        if sink is None and nothing_records:
+            return IDLE  # the defaults: nothing computed
+        endpoint = f"{cls.__name__}.{method}"
+        carried, _, sender = carried.partition(_SENDER)
         rows = None if sink is None else Rows(sink, actor_key(mesh, rank), endpoint, sender)
-        if idle():
+        if nothing_records:
             return IDLE if rows is None else rows
-        return EndpointScope(endpoint, actor, rank, carried, size, waiting, rows)
+        size = sum(memoryview(part).nbytes for part in payload)
+        return EndpointScope(endpoint, actor, rank, carried, size, waiting(), rows)
 
     def spawned(
         self, mesh: str, name: str, cls: str, shape: Any, procs: str, owner: str = CLIENT
@@ -273,6 +296,7 @@ class OpenTelemetry:
             sink.add([procs_row(mesh, name, shape)])
 
     def status(self, mesh: str, rank: int, status: str, reason: str) -> None:
+        _local_ranks[mesh] = rank
         sink = current_sink()
         if sink is not None:
             sink.add([status_row(mesh, rank, status, reason)])
@@ -293,14 +317,14 @@ class OpenTelemetry:
                 dead = {split_actor_id(actor)[1] for actor in lost}
                 sink.add([(PROC_LOST, (address, report or None, now_us())) for address in dead])
 
-    def begin(self, kind: str, name: str) -> Operation | _Idle:
+    def begin(self, kind: str, name: str, carried: str = "", to: str = "") -> Operation | _Idle:
         sink = current_sink()
         if sink is None:
             return IDLE
-        actor = _current_actor.get()  # the actor whose endpoint does it, else the proc's agent
+        actor, within = _current.get()  # the actor whose endpoint does it, else the agent
         if kind == "relay" or (actor == _CLIENT_KEY and _in_proc):
             actor = key(f"proc_agent@{here()}")
-        return Operation(sink, kind, name, actor)
+        return Operation(sink, kind, name, actor, _cause(carried, to, within))
 
     def shutdown(self) -> None:
         sink = current_sink()
@@ -310,6 +334,46 @@ class OpenTelemetry:
             sink.add([stopped, system_stopped_row(here(), stamp)])
         flush_rows()
         shutdown_export()
+
+
+def _cause(carried: str, to: str, within: int | None) -> int | None:
+    """The ``send`` span an operation follows from: that of the message it passes on (a
+    relay: the call's message to actor ``to``, the relaying proc's own), else that of the
+    endpoint it runs in (a tensor engine's op), where the call carried a message id."""
+    message = carried.rpartition(_SENDER)[2] if to else ""
+    if message.isdigit():  # ``to``: a cast's actor mesh (its actor here), or an actor
+        rank = _local_ranks.get(to)
+        actor = actor_key(to, rank) if rank is not None else key(split_actor_id(to)[0])
+        return message_key(int(message), actor)
+    return within
+
+
+_local_ranks: dict[str, int] = {}
+"""The rank of an actor of each actor mesh in this process, by mesh id (a cast is
+addressed to the mesh), known once it runs (``status``): a relay of a call that comes
+before (the first after a spawn, which waits in the actors' queues while they start) has
+no cause."""
+
+
+_destined: dict[tuple[str, int], tuple[Any, list[int], str, int]] = {}
+"""Per actor mesh and view cast to (by identity: a mesh casts with the same ``Shape``
+each time), what its send rows need: the view (kept, so that its id is not reused), the
+destination actors' keys, its ``view_json`` and the mesh's key."""
+
+
+def _destinations(mesh_id: str, view: Any) -> tuple[list[int], str, int]:
+    """The keys of the actors a cast of mesh ``mesh_id`` to ``view`` reaches, the view's
+    ``view_json`` and the mesh's key: computed once per mesh and view, not per call."""
+    known = _destined.get((mesh_id, id(view)))
+    if known is not None and known[0] is view:
+        return known[1], known[2], known[3]
+    base = _bases.get(mesh_id)  # a view's ranks are its proc mesh's: the actors'
+    ranks = [base.index(r) for r in view.ndslice] if base else view.ndslice
+    actors = [actor_key(mesh_id, rank) for rank in ranks]
+    if len(_destined) >= 1024:
+        _destined.clear()
+    known = _destined[mesh_id, id(view)] = (view, actors, view_json(view), key(mesh_id))
+    return known[1], known[2], known[3]
 
 
 def enable_telemetry(config: TelemetryConfig | None = None) -> QueryEngineClient:
@@ -349,16 +413,16 @@ def install() -> None:
 
 
 def here() -> str:
-    """This process's address (the ``proc`` of its rows; kept per pid: a zygote's forks
-    are other procs)."""
-    pid = os.getpid()
-    if pid not in _address:
-        runtime = running_runtime()
-        if runtime is None:
-            return ""
-        _address.clear()
-        _address[pid] = runtime.address
-    return _address[pid]
+    """This process's address (the ``proc`` of its rows; forgotten in a forked child: a
+    zygote's forks are other procs)."""
+    if _address:
+        return _address[0]
+    runtime = running_runtime()
+    if runtime is None:
+        return ""
+    _address.append(runtime.address)
+    return _address[0]
 
 
-_address: dict[int, str] = {}
+_address: list[str] = []
+os.register_at_fork(after_in_child=_address.clear)

@@ -135,13 +135,22 @@ def endpoint_span_row(
 
 
 def operation_span_row(
-    span: int, kind: str, name: str, proc: str, actor: int, start_ns: int, end_ns: int, ok: bool
+    span: int,
+    kind: str,
+    name: str,
+    proc: str,
+    actor: int,
+    start_ns: int,
+    end_ns: int,
+    ok: bool,
+    parent: int | None = None,
 ) -> Row:
     """Work done beside endpoints (``kind``: a cast ``relay``, from receiving the call to
-    having passed it on; an ``rdma`` transfer; a ``tensor`` op), by ``actor``."""
+    having passed it on; an ``rdma`` transfer; a ``tensor`` op), by ``actor``; ``parent``:
+    the ``send`` span of the message that caused it, where known."""
     start, end = start_ns // 1000, max(end_ns // 1000, start_ns // 1000 + 1)
     status = "ok" if ok else "error"
-    values = (span, None, kind, name, proc, actor, None, start, end, status, start)
+    values = (span, parent, kind, name, proc, actor, None, start, end, status, start)
     return ("spans", values)
 
 

@@ -7,6 +7,10 @@ One process track per proc (named by its address and role), one thread track per
 it (named by its ``display_name``; the client's sends on ``client``): each endpoint run a
 slice, each send a short slice with a flow arrow to the run it caused, and the time each
 message waited in its actor's queue an async slice (``queued``) beside the actor's track.
+Relays, RDMA transfers and tensor ops are slices on the track of the actor (or proc
+agent) that did them, with an arrow from the send of the message that caused them where
+known: a relay from the call's send to the relaying proc, a tensor op from the send of the
+message whose endpoint ran it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ Query = Callable[[str], dict[str, Any]]
 
 SEND_US: Final = 1
 """The length shown for a send (an instant, as a slice: a flow arrow starts on a slice)."""
+
+FLOWS: Final = {True: "message", False: "caused"}
+"""The flows' category: a send to its endpoint's run (``message``), or to other work the
+message caused (``caused``: a relay of the call, a tensor op in its endpoint)."""
 
 _SPANS: Final = """
     SELECT s.span_id, s.parent_span_id, s.kind, s.name, s.proc, s.actor_id, s.start_us,
@@ -57,27 +65,30 @@ def perfetto_trace(query: Query) -> dict[str, Any]:
             events.append(_meta("thread_name", pid, tid, name))
         return pid, tids[(pid, name)]
 
-    runs = {s["parent_span_id"] for s in spans if s["kind"] == "endpoint"}
     sends = {s["span_id"]: s for s in spans if s["kind"] == "send"}
     for span in spans:
         pid, tid = track(span["proc"] or "?", span["actor_id"], span["actor"])
         start = span["start_us"]
         if span["kind"] == "send":
             events.append(_slice(span, pid, tid, start, SEND_US, "send"))
-            if span["span_id"] in runs:
-                flow = {"ph": "s", "id": span["span_id"], "name": "message", "cat": "message"}
-                events.append({**flow, "pid": pid, "tid": tid, "ts": start})
             continue
         duration = max(span["end_us"] - start, 1)
         events.append(_slice(span, pid, tid, start, duration, span["kind"]))
         sent = sends.get(span["parent_span_id"])
-        if sent is not None:
-            flow = {"ph": "f", "bp": "e", "id": sent["span_id"], "name": "message"}
-            events.append({**flow, "cat": "message", "pid": pid, "tid": tid, "ts": start})
-            if start > sent["start_us"]:
-                wait = {"cat": "queue", "id": sent["span_id"], "name": f"queued {span['name']}"}
-                events.append({**wait, "ph": "b", "pid": pid, "tid": tid, "ts": sent["start_us"]})
-                events.append({**wait, "ph": "e", "pid": pid, "tid": tid, "ts": start})
+        if sent is None:
+            continue
+        # An arrow from the send to what it caused: its endpoint's run (one per send: the
+        # send's id), or a relay of the call, a tensor op its endpoint ran (their own ids).
+        run = span["kind"] == "endpoint"
+        flow = {"id": sent["span_id"] if run else span["span_id"], "cat": FLOWS[run]}
+        flow["name"] = flow["cat"]
+        from_pid, from_tid = track(sent["proc"] or "?", sent["actor_id"], sent["actor"])
+        events.append({**flow, "ph": "s", "pid": from_pid, "tid": from_tid, "ts": sent["start_us"]})
+        events.append({**flow, "ph": "f", "bp": "e", "pid": pid, "tid": tid, "ts": start})
+        if run and start > sent["start_us"]:
+            wait = {"cat": "queue", "id": sent["span_id"], "name": f"queued {span['name']}"}
+            events.append({**wait, "ph": "b", "pid": pid, "tid": tid, "ts": sent["start_us"]})
+            events.append({**wait, "ph": "e", "pid": pid, "tid": tid, "ts": start})
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 

@@ -16,8 +16,12 @@ are the client's (``_snapshots``).
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
+import itertools
 import json
+import os
+import pickle
 import secrets
 import threading
 import time
@@ -36,9 +40,7 @@ from monarch.core import (
     actor_name,
     current_config,
     current_runtime,
-    dumps,
     install_hint,
-    loads,
     running_runtime,
 )
 from monarch.transport import Buffer
@@ -159,8 +161,26 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
+class _Ids:
+    """Row ids unique across the job without a system call each (``secrets`` reads the
+    kernel's random source per id): a random 63-bit base per process, drawn again in a
+    forked child, plus a counter."""
+
+    def __init__(self) -> None:
+        self.reseed()
+        os.register_at_fork(after_in_child=self.reseed)
+
+    def reseed(self) -> None:
+        self.base = secrets.randbits(63)
+        self.count = itertools.count()
+
+
+_MASK: Final = (1 << 63) - 1
+_ids: Final = _Ids()
+
+
 def event_id() -> int:
-    return secrets.randbits(63)
+    return (_ids.base + next(_ids.count)) & _MASK
 
 
 # -- rows, from the hooks --------------------------------------------------------------------
@@ -245,7 +265,9 @@ def status_row(mesh: str, rank: int, status: str, reason: str) -> Row:
     return ("actor_status_events", (event_id(), actor, status, reason or None, now_us()))
 
 
+@functools.lru_cache(maxsize=4096)
 def actor_key(mesh: str, rank: int) -> int:
+    """``key`` of an actor (asked per message: remembered, a hash each otherwise)."""
     return key(f"{mesh}[{rank}]")
 
 
@@ -261,21 +283,20 @@ def lost_row(actor_id: str, report: str) -> Row:
     return (LOST, (key(split_actor_id(actor_id)[0]), report or None, now_us()))
 
 
-def message_row(message: int, sender: int | None, actor: int, endpoint: str) -> Row:
-    return ("messages", (message, sender, actor, endpoint, None, now_us()))
+def message_row(message: int, sender: int | None, actor: int, endpoint: str, stamp: int) -> Row:
+    return ("messages", (message, sender, actor, endpoint, None, stamp))
 
 
-def message_status_row(message: int, status: str) -> Row:
+def message_status_row(message: int, status: str, stamp: int) -> Row:
     """Upstream's statuses: ``queued``, ``active``, ``complete`` (ours: the last two)."""
-    return ("message_status_events", (event_id(), message, status, now_us()))
+    return ("message_status_events", (event_id(), message, status, stamp))
 
 
-def sent_row(sender: int, mesh: str, view: Any) -> Row:
-    """A cast from ``sender`` to ``view`` (a ``Shape`` of mesh ``mesh``), as upstream's
-    ``view_json`` and ``shape_json`` spell it (0.7.0: both the view, in one spelling)."""
-    seen = view_json(view)
-    values = (event_id(), sender, key(mesh), seen, seen, now_us())
-    return ("sent_messages", values)
+def sent_row(sender: int, mesh: int, seen: str, stamp: int) -> Row:
+    """A cast from ``sender`` to a view of mesh ``mesh`` (its key), ``seen``: the view as
+    upstream's ``view_json`` and ``shape_json`` spell it (0.7.0: both the view, in one
+    spelling: ``view_json``)."""
+    return ("sent_messages", (event_id(), sender, mesh, seen, seen, stamp))
 
 
 # -- where rows go ---------------------------------------------------------------------------
@@ -287,10 +308,11 @@ class TelemetryStore:
     def __init__(self, config: TelemetryConfig) -> None:
         try:
             import duckdb  # the "sql" extra: only a client with job telemetry loads it
+            import numpy  # noqa: F401 - the extra's too: batches reach DuckDB as arrays
         except ImportError as exc:
             raise ImportError(
-                "the job's telemetry tables need DuckDB (monarch-telemetry's sql extra): "
-                + install_hint("monarch-telemetry", "sql")
+                "the job's telemetry tables need DuckDB and NumPy (monarch-telemetry's sql "
+                "extra): " + install_hint("monarch-telemetry", "sql")
             ) from exc
 
         self.config = config
@@ -335,8 +357,7 @@ class TelemetryStore:
         procs_lost = by_table.pop(PROC_LOST, [])
         named = "actors" in by_table or "supervision_events" in by_table
         for table, batch in by_table.items():
-            marks = ", ".join("?" * len(batch[0]))
-            self._db.executemany(f"INSERT INTO {table} VALUES ({marks})", batch)
+            self._append(table, batch)
         for events, column, failed in (
             ("actor_status_events", "actor_id", lost),
             ("proc_status_events", "address", procs_lost),
@@ -355,6 +376,21 @@ class TelemetryStore:
             )
         if time.monotonic() - self._retained >= RETAIN_EVERY:
             self.retain()
+
+    def _append(self, table: str, batch: list[tuple[Any, ...]]) -> None:
+        """Append ``batch`` to ``table`` in one scan of its columns (DuckDB reads NumPy
+        arrays without a row-by-row round trip: ~1 us a row, where ``executemany`` costs
+        a statement per row)."""
+        import numpy
+
+        transposed = enumerate(zip(*batch, strict=True))  # a table's rows: one length
+        columns = {f"c{i}": numpy.array(c, dtype=object) for i, c in transposed}
+        appender = self._db.cursor()  # a connection of its own: no result left open on it
+        try:
+            appender.register("_batch", columns)
+            appender.execute(f"INSERT INTO {table} SELECT * FROM _batch").fetchall()
+        finally:
+            appender.close()
 
     def retain(self) -> None:
         """Drop rows older than ``retention_secs`` (called with the lock held); 0 keeps
@@ -438,8 +474,9 @@ class RowShipper:
         with self._lock:
             rows, self._rows = self._rows, []
         if rows:
-            try:
-                self.runtime.send_to_port(self.sink, PortValue(0), dumps(rows))
+            try:  # plain values: pickled as they are (the core's dumps looks for buffers)
+                body = [pickle.dumps(rows, protocol=5)]
+                self.runtime.send_to_port(self.sink, PortValue(0), body)
             except RuntimeError:  # the proc's loop is closed: it is gone
                 pass
 
@@ -447,13 +484,23 @@ class RowShipper:
 _sink: list[TelemetryStore | RowShipper] = []
 
 
+_nowhere: list[object] = [None]
+"""The configuration for which no sink was found (checked again only after it changes):
+a job without tables asks this per call."""
+
+
 def current_sink() -> TelemetryStore | RowShipper | None:
     """Where this process's rows go: the client's store, a proc's shipper, or nowhere."""
     if _sink:
         return _sink[0]
-    address = current_config().telemetry_sink
+    config = current_config()
+    if _nowhere[0] is config:
+        return None
+    address = config.telemetry_sink
     runtime = running_runtime()
     if not address or runtime is None:
+        if runtime is not None:
+            _nowhere[0] = config
         return None
     proc, _, port = address.rpartition("#")
     _sink.append(RowShipper(runtime, PortRef(proc, int(port))))
@@ -500,7 +547,7 @@ def open_store(config: TelemetryConfig | None = None) -> QueryEngineClient:
 
     def receive(body: Any, payload: Sequence[Buffer]) -> None:
         if isinstance(body, PortValue) and not body.error:
-            store.add(loads(payload))
+            store.add(pickle.loads(payload[0]))  # a proc's rows: RowShipper.flush
 
     port = runtime.open_port(receive)
     _sink[:] = [store]

@@ -171,7 +171,6 @@ class ActorRunner:
         that runs it (see ``_instrument``); None without instrumentation."""
         if not instrumented():
             return None
-        size = sum(memoryview(part).nbytes for part in parts)
         return enter(
             type(self.instance),
             call.method,
@@ -179,8 +178,8 @@ class ActorRunner:
             call.mesh,
             self.rank.rank,
             call.trace,
-            size,
-            self.queued(),
+            parts,
+            self.queued,
         )
 
     def _context_for(self, call: Call) -> Context:

@@ -12,10 +12,10 @@ client's plug-in sets it, and procs inherit the configuration).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol
 
-from monarch.transport import plugin_group
+from monarch.transport import Buffer, plugin_group
 
 log = logging.getLogger("monarch.core")
 
@@ -36,18 +36,21 @@ class Instrumentation(Protocol):
 
     def enter(
         self,
-        endpoint: str,
+        cls: type,
+        method: str,
         actor: str,
         mesh: str,
         rank: int,
         carried: str,
-        size: int,
-        waiting: int,
+        payload: Sequence[Buffer],
+        waiting: Callable[[], int],
     ) -> Scope:
-        """An endpoint (``Class.method``) of ``actor`` (its id; rank ``rank`` of mesh
-        ``mesh``) starts; ``carried``: what the call carried; ``size``: the bytes of its
-        arguments; ``waiting``: the messages queued behind it. The returned scope is
-        current for the endpoint's code (on this thread or task) until closed."""
+        """Endpoint ``method`` of ``actor`` (its id, an instance of ``cls``; rank ``rank``
+        of mesh ``mesh``) starts; ``carried``: what the call carried; ``payload``: its
+        arguments' buffers; ``waiting()``: the messages queued behind it. The returned
+        scope is current for the endpoint's code (on this thread or task) until closed.
+        Called per message: what the plug-in does not record it need not compute (the
+        payload's size, the queue's depth, the endpoint's name)."""
 
     def spawned(
         self, mesh: str, name: str, cls: str, shape: object, procs: str, owner: str
@@ -70,10 +73,11 @@ class Instrumentation(Protocol):
         which could not say so themselves: ``lost``, their actor ids, with the failure's
         ``report``)."""
 
-    def begin(self, kind: str, name: str) -> Scope:
+    def begin(self, kind: str, name: str, carried: str = "", to: str = "") -> Scope:
         """Work this process does for the job beside endpoints starts: a cast relay
         (``relay``), an RDMA transfer (``rdma``), a tensor-engine op (``tensor``); the
-        scope is closed when it is done."""
+        scope is closed when it is done. ``carried``: what the message that caused it
+        carried (a relay's call), ``to``: the actor id it was sent to."""
 
     def shutdown(self) -> None:
         """The process is ending: send what is buffered."""
@@ -119,21 +123,20 @@ def shutdown_instrumentation() -> None:
 
 
 def enter(
-    runner_class: type,
+    cls: type,
     method: str,
     actor: str,
     mesh: str,
     rank: int,
     carried: str,
-    size: int = 0,
-    waiting: int = 0,
+    payload: Sequence[Buffer],
+    waiting: Callable[[], int],
 ) -> Scope | None:
     """The scope of an endpoint about to run (see ``Instrumentation.enter``); None without
     instrumentation."""
     if not _installed:
         return None
-    endpoint = f"{runner_class.__name__}.{method}"
-    return _installed[0].enter(endpoint, actor, mesh, rank, carried, size, waiting)
+    return _installed[0].enter(cls, method, actor, mesh, rank, carried, payload, waiting)
 
 
 def spawned(mesh: str, name: str, cls: type, shape: object, procs: str, owner: str) -> None:
@@ -152,10 +155,10 @@ def status(mesh: str, rank: int, status: str, reason: str = "") -> None:
         _installed[0].status(mesh, rank, status, reason)
 
 
-def begin_operation(kind: str, name: str) -> Scope | None:
+def begin_operation(kind: str, name: str, carried: str = "", to: str = "") -> Scope | None:
     """The scope of an operation (see ``Instrumentation.begin``); None without
     instrumentation."""
-    return _installed[0].begin(kind, name) if _installed else None
+    return _installed[0].begin(kind, name, carried, to) if _installed else None
 
 
 def timed(kind: str, name: str, future: Any) -> None:

@@ -485,7 +485,7 @@ class Runtime:
                 scope = None
                 if instrumented():  # telemetry's span of the relay; its name only then
                     relay = f"relay {body.mesh}.{body.method} to {len(body.forward)} procs"
-                    scope = begin_operation("relay", relay)
+                    scope = begin_operation("relay", relay, body.trace, envelope.dest)
                 below = msgspec.structs.replace(body, seqs=body.seqs[1:]) if body.seqs else body
                 self.cast(body.forward, envelope.dest, below, payload)
                 if scope is not None:  # telemetry's span of the relay
