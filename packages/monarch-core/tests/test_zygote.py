@@ -285,7 +285,7 @@ def test_fork_requests_to_a_frozen_zygote_do_not_block_the_agent() -> None:
     import signal
     import threading
 
-    from monarch.core._host._zygote import ForkedProc, Zygote
+    from monarch.core._host._zygote import Zygote
 
     zygote = Zygote()
     answered: list[ForkedProc | None] = []

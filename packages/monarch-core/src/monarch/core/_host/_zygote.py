@@ -54,7 +54,7 @@ def _call(callback: Callable[[int], None], code: int) -> None:
     end of the thread (every proc's answers and exits come through it)."""
     try:
         callback(code)
-    except Exception:  # noqa: BLE001 - the reader serves every other proc
+    except Exception:  # the reader serves every other proc
         log.exception("reporting a proc's exit failed")
 
 

@@ -150,9 +150,10 @@ class _ProcGroup:
             # The count first: each exit wakes this, and the whole check is O(procs).
             if len(self.exited) >= len(ranks) and ranks <= self.exited.keys():
                 return
-            if any(host in failed for host in hosts):
-                if ranks <= self.exited.keys() | self.unreachable():
-                    return
+            if any(host in failed for host in hosts) and ranks <= (
+                self.exited.keys() | self.unreachable()
+            ):
+                return
             await self._exit_seen.wait()
 
     def unreachable(self) -> set[int]:
