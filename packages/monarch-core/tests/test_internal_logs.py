@@ -12,6 +12,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+from monarch.core._runtime._internal_logs import log_path
+
 SCRIPT = textwrap.dedent(
     """
     import logging, sys
@@ -101,3 +105,18 @@ def test_off_writes_no_file_and_no_banner(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert "internal logs are being written" not in done.stderr
     assert "a runtime warning" in done.stderr
+
+
+def test_the_log_folder_follows_the_user_names_in_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The user's name is looked up once per uid and set of names (a zygote's procs reuse
+    its answer), yet a proc whose environment names another user writes under that name,
+    as ``getpass.getuser`` would have it."""
+    monkeypatch.delenv("MONARCH_INTERNAL_LOG", raising=False)
+    monkeypatch.setenv("LOGNAME", "alice")
+    assert log_path() == Path("/tmp/alice/monarch_log.log")
+    monkeypatch.setenv("LOGNAME", "bob")
+    assert log_path() == Path("/tmp/bob/monarch_log.log")
+    monkeypatch.setenv("LOGNAME", "alice")
+    assert log_path() == Path("/tmp/alice/monarch_log.log")

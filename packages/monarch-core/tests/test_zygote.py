@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ import pytest
 
 from monarch.actor import Actor, endpoint, this_host
 from monarch.config import configured
+from monarch.core._host._zygote import ForkedProc
+from monarch.core.testing import alive
 
 HERE = Path(__file__).resolve().parent
 
@@ -282,7 +285,7 @@ def test_fork_requests_to_a_frozen_zygote_do_not_block_the_agent() -> None:
     import signal
     import threading
 
-    from monarch.core._host._zygote import ForkedProc, Zygote
+    from monarch.core._host._zygote import Zygote
 
     zygote = Zygote()
     answered: list[ForkedProc | None] = []
@@ -350,3 +353,81 @@ def test_the_zygote_frees_what_its_imports_left_before_it_forks() -> None:
     finally:
         if was_enabled:
             gc.enable()
+
+
+class Environment(Actor):
+    @endpoint
+    def both(self) -> tuple[dict[str, str], dict[str, str]]:
+        """The proc's ``os.environ`` and its C environment, as a program it runs gets it."""
+        listed = subprocess.run(["env", "-0"], capture_output=True, check=True).stdout
+        c_env = dict(entry.split("=", 1) for entry in listed.decode().split("\0") if entry)
+        return dict(os.environ), c_env
+
+    @endpoint
+    def zygotes(self) -> dict[str, str]:
+        """The environment its zygote started with."""
+        raw = Path(f"/proc/{os.getppid()}/environ").read_bytes()
+        return dict(entry.split("=", 1) for entry in raw.decode().split("\0") if "=" in entry)
+
+
+def test_a_forked_proc_has_the_agents_environment_not_the_zygotes() -> None:
+    """The zygote's environment is changed only where the request's differs: a variable
+    the agent dropped since the zygote started is gone, a new one is there, and the C
+    environment (what a program the proc runs gets) says the same as ``os.environ``."""
+    first = this_host().spawn_procs(per_host={"gpus": 2})  # the zygote runs
+    zygotes = first.spawn("env", Environment).zygotes.call().get(timeout=60).values()
+    first.stop().get(timeout=60)
+    zygote = next(iter(zygotes))
+    essential = {"PATH", "HOME", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV"}
+    dropped = next(
+        name
+        for name in sorted(zygote)
+        if name in os.environ and name not in essential and not name.startswith("MONARCH")
+    )
+    saved = dict(os.environ)
+    try:
+        del os.environ[dropped]
+        os.environ["MONARCH_TEST_ADDED"] = "added"
+        procs = this_host().spawn_procs(per_host={"gpus": 2})
+        found = procs.spawn("env", Environment).both.call().get(timeout=60).values()
+        procs.stop().get(timeout=60)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    for python_env, c_env in found:
+        assert dropped not in python_env and dropped not in c_env
+        assert python_env["MONARCH_TEST_ADDED"] == c_env["MONARCH_TEST_ADDED"] == "added"
+        assert python_env == c_env
+
+
+class Pid(Actor):
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def test_a_mesh_of_64_forked_procs_stops_with_none_left_and_no_thread_per_proc() -> None:
+    """The agent hears of each forked proc's exit from its zygote, with no thread per
+    proc waiting for it; every proc has exited when ``stop()`` returns."""
+    procs = this_host().spawn_procs(per_host={"gpus": 64})
+    pids = list(procs.spawn("pid", Pid).pid.call().get(timeout=120).values())
+    waiting = [t.name for t in threading.enumerate() if t.name.startswith("monarch-wait-")]
+    procs.stop().get(timeout=120)
+    assert len(set(pids)) == 64
+    assert waiting == []
+    assert [pid for pid in pids if alive(pid)] == []
+
+
+def test_a_forked_procs_exit_callbacks_run_once_and_a_failing_one_harms_no_other() -> None:
+    proc = ForkedProc(os.getpid(), None, None)  # never signalled: only its bookkeeping
+    heard: list[tuple[str, int]] = []
+
+    def failing(code: int) -> None:
+        raise RuntimeError("a broken reporter")
+
+    proc.when_exited(failing)
+    proc.when_exited(lambda code: heard.append(("before", code)))
+    proc._exited(3)
+    proc.when_exited(lambda code: heard.append(("after", code)))
+    assert heard == [("before", 3), ("after", 3)]
+    assert proc.poll() == 3 and proc.wait(0) == 3

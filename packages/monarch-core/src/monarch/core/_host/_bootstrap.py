@@ -52,7 +52,7 @@ from monarch.core._runtime import (
     set_starter,
 )
 from monarch.core._runtime._instrument import load_instrumentation, shutdown_instrumentation
-from monarch.core._runtime._internal_logs import install_internal_logs
+from monarch.core._runtime._internal_logs import install_internal_logs, log_path
 from monarch.core._runtime._messages import (
     ActorFailed,
     AskService,
@@ -224,15 +224,18 @@ def import_proc_start() -> None:
             importlib.import_module(name)
     for scheme in ("unix", "tcp"):
         get_transport(scheme)
+    log_path()  # its user's name, looked up once (``_internal_logs._user``)
 
 
-def run_proc() -> None:
+def run_proc(started_with: frozenset[str] | None = None) -> None:
     """The main of a proc process (``python -m monarch.core._host._proc``, or a zygote's fork).
 
     It never returns: once served, the proc ends as the interpreter would (non-daemon
     threads joined, atexit handlers run, streams flushed, the same exit status) but skips
-    the interpreter's teardown (see ``exit_now``)."""
-    started_with = frozenset(sys.modules)
+    the interpreter's teardown (see ``exit_now``). ``started_with``: the modules imported
+    by now, when the caller knows them (``exit_now``)."""
+    if started_with is None:
+        started_with = frozenset(sys.modules)
     try:
         die_with_parent()
         if os.getppid() == 1:

@@ -273,11 +273,14 @@ def _watch(
     events: PortRef,
     output: ProcOutput | None,
 ) -> None:
-    """Report the child's exit the moment it happens (a thread blocked in wait), after the
-    last of its output (``output``: the threads reading it, see ``_logs``)."""
+    """Report the child's exit the moment it happens, after the last of its output
+    (``output``: the threads reading it, see ``_logs``): a thread blocked in wait, or for
+    a forked proc whose output is not piped, the zygote's word that it exited."""
 
     def wait() -> None:
-        code = child.wait()
+        report(child.wait())
+
+    def report(code: int) -> None:
         drain(output)
         how = f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
         log.info("proc %d (rank %d) %s", child.pid, rank, how)
@@ -285,7 +288,10 @@ def _watch(
         if not runtime.loop.is_closed():
             runtime.send_to_port(events, exited)
 
-    threading.Thread(target=wait, name=f"monarch-wait-{child.pid}", daemon=True).start()
+    if isinstance(child, ForkedProc) and output is None:
+        child.when_exited(report)
+    else:
+        threading.Thread(target=wait, name=f"monarch-wait-{child.pid}", daemon=True).start()
 
 
 def handle_kill_procs(

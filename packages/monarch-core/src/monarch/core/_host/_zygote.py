@@ -49,6 +49,15 @@ MAX_MESSAGE: Final = 1 << 20
 """A request's size limit (an environment of a proc)."""
 
 
+def _call(callback: Callable[[int], None], code: int) -> None:
+    """An exit callback, on the zygote's reader thread: its failure is logged, never the
+    end of the thread (every proc's answers and exits come through it)."""
+    try:
+        callback(code)
+    except Exception:  # the reader serves every other proc
+        log.exception("reporting a proc's exit failed")
+
+
 class ForkedProc:
     """A proc the zygote forked, as ``subprocess.Popen`` shows one to the agent."""
 
@@ -58,10 +67,27 @@ class ForkedProc:
         self.stderr = stderr
         self.returncode: int | None = None
         self._ended = threading.Event()
+        self._lock = threading.Lock()
+        self._on_exit: list[Callable[[int], None]] = []
 
     def _exited(self, code: int) -> None:
-        self.returncode = code
-        self._ended.set()
+        with self._lock:
+            self.returncode = code
+            self._ended.set()
+            callbacks, self._on_exit = self._on_exit, []
+        for callback in callbacks:
+            _call(callback, code)
+
+    def when_exited(self, callback: Callable[[int], None]) -> None:
+        """Call ``callback`` with the exit code once the proc has exited (at once if it
+        has; else on the thread that reads the zygote's answers): its agent then needs no
+        thread per proc waiting for it (1,024 threads for a mesh of 1,024)."""
+        with self._lock:
+            code = self.returncode
+            if code is None:
+                self._on_exit.append(callback)
+                return
+        _call(callback, code)
 
     def poll(self) -> int | None:
         return self.returncode

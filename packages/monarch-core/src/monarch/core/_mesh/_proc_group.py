@@ -61,6 +61,8 @@ class _ProcGroup:
         self.hosts: list[str] = [""] * count
         """Each rank's host agent: the parent that can kill it."""
         self.ready: asyncio.Future[None] = runtime.loop.create_future()
+        self._ready_count = 0
+        """Ranks with an address (counted: a check of all per proc is O(procs²))."""
         self.exited: dict[int, str] = {}
         self.stopping = False
         self.mesh_id = ""
@@ -78,10 +80,12 @@ class _ProcGroup:
 
     def on_ready(self, body: Body, payload: Sequence[Buffer]) -> None:
         if isinstance(body, ProcReady) and 0 <= body.rank < self.count:
+            if self.addresses[body.rank] is None:
+                self._ready_count += 1
             self.addresses[body.rank] = body.address
             self.pids[body.rank] = body.pid
             expect(body.address)  # its host agent will say how it ends
-            if all(a is not None for a in self.addresses) and not self.ready.done():
+            if self._ready_count == self.count and not self.ready.done():
                 self.ready.set_result(None)
 
     def on_event(self, body: Body, payload: Sequence[Buffer]) -> None:
@@ -140,7 +144,16 @@ class _ProcGroup:
     async def wait_exited(self, ranks: set[int]) -> None:
         """Until every one of ``ranks`` has exited, or has a host agent that is lost (then
         nobody can tell us of its exit: see ``unreachable``)."""
-        while not ranks <= self.exited.keys() | self.unreachable():
+        hosts = {host for host in self.hosts if host}
+        failed = self.runtime.failed_peers
+        while True:
+            # The count first: each exit wakes this, and the whole check is O(procs).
+            if len(self.exited) >= len(ranks) and ranks <= self.exited.keys():
+                return
+            if any(host in failed for host in hosts) and ranks <= (
+                self.exited.keys() | self.unreachable()
+            ):
+                return
             await self._exit_seen.wait()
 
     def unreachable(self) -> set[int]:

@@ -67,11 +67,24 @@ def level_of(env: str, default: int) -> int:
     return default
 
 
+_USER_ENV: Final = ("LOGNAME", "USER", "LNAME", "USERNAME")
+"""What ``getpass.getuser`` reads before the password database."""
+
+_users: dict[tuple[int, tuple[str | None, ...]], str] = {}
+"""``_user()``'s answers: a zygote finds it once (its password-database lookup costs each
+proc ~0.7 ms, the first thing it logs) and its procs, same uid and names, reuse it."""
+
+
 def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return str(os.getuid())
+    key = (os.getuid(), tuple(os.environ.get(name) for name in _USER_ENV))
+    known = _users.get(key)
+    if known is None:
+        try:
+            known = getpass.getuser()
+        except (KeyError, OSError):
+            known = str(os.getuid())
+        _users[key] = known
+    return known
 
 
 def log_path() -> Path | None:
