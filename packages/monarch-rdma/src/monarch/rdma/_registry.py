@@ -4,7 +4,9 @@ A reader on this host copies a buffer straight out of our memory, with no messag
 so it must be able to tell by itself that the buffer is still registered: each buffer has
 a *cell* in our memory holding (our token, its id), the id zeroed when it is dropped. The reader
 checks the cell before and after copying; a copy that a drop overlapped is refused, never
-returned as data. Ids are never reused, so a cell reused for a later buffer does not
+returned as data. A writer cannot take its bytes back, so it also holds the buffer's
+write gate (``monarch.core.lowlevel.WriteGate``) while it checks and writes, and a drop
+clears the cell, then waits for the gate. Ids are never reused, so a cell reused for a later buffer does not
 vouch for an earlier one. The identity cell holds (magic, our token): a peer that reads it
 through our pid knows the pid is us, not a process that reused the number. Both checks
 are the core memory plane's (``monarch.core.lowlevel.MemoryPlane``).
@@ -14,12 +16,13 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import os
 import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from monarch.core.lowlevel import IDENTITY_MAGIC
+from monarch.core.lowlevel import IDENTITY_MAGIC, WriteGate
 
 from ._region import Region
 
@@ -44,6 +47,19 @@ class Registry:
         """Called with a buffer's id once it is dropped (the verbs plane deregisters it)."""
         self.atomics = threading.Lock()
         """Serialises this process's fetch_add/compare_and_swap (atomic among themselves)."""
+        self._gate: WriteGate | None = None
+
+    @property
+    def gate(self) -> WriteGate:
+        """Our buffers' write gates: peers of this host write them straight into our
+        memory while they hold one, and a drop waits for them (made in this process)."""
+        gate = self._gate
+        if gate is None or gate.pid != os.getpid():
+            with self._lock:
+                gate = self._gate
+                if gate is None or gate.pid != os.getpid():
+                    gate = self._gate = WriteGate()
+        return gate
 
     @property
     def identity_address(self) -> int:
@@ -69,6 +85,8 @@ class Registry:
             if entry is None:
                 return False
             entry.cell[1] = 0  # the token stays: a reader tells a drop from a new process
+        self.gate.close(buffer_id)  # the writers that found it live have written
+        with self._lock:
             self._spare_cells.append(entry.cell)
         for hook in self.on_drop:
             hook(buffer_id)

@@ -136,6 +136,18 @@ def _pull_later(request: Pull) -> Future[Answer]:
     return local_process().threads.submit(run)
 
 
+def _drop_later(buffer_id: int) -> Future[Answer]:
+    """A drop that waits for the writers in its buffer's gate, on a bulk-data thread."""
+
+    def run() -> Answer:
+        try:
+            return Dropped(registry.drop(buffer_id))
+        except Exception as error:  # noqa: BLE001 - the asker gets it
+            return _refused(error)
+
+    return local_process().threads.submit(run)
+
+
 def _serve(request: Request) -> Answer | Future[Answer]:
     """Answer one request, on the runtime loop (a large pull on a bulk-data thread while
     one is free: see ``monarch.core.lowlevel.bulk_executor``)."""
@@ -145,6 +157,8 @@ def _serve(request: Request) -> Answer | Future[Answer]:
                 return _pull_later(request)
             return _pull(request)
         if isinstance(request, Drop):
+            if registry.gate.busy(request.buffer_id):  # a writer writes it: wait off the loop
+                return _drop_later(request.buffer_id)
             return Dropped(registry.drop(request.buffer_id))
         if isinstance(request, Atomic):
             return Old(serve_atomic(request.buffer_id, request.kind, request.first, request.second))

@@ -76,6 +76,11 @@ class Loan(Protocol):
     def size(self) -> int: ...
     @property
     def writable(self) -> bool: ...
+    @property
+    def gate(self) -> int:
+        """The lender's write-gate file (``_write_gate``), -1 if none: a peer of its host
+        then writes by asking the lender to pull the bytes."""
+
     def reach(self, plane: str) -> tuple[Any, ...] | None:
         """What ``plane`` said a peer needs to reach the region (None: it did not lend it)."""
 
