@@ -221,6 +221,9 @@ class MemoryPlane(Plane):
     """How a writer asks a loan's owner to pull ``size`` bytes at ``source`` of ours
     (True once done; False: it cannot read us): the lender's wheel sets it."""
 
+    def writes_alone(self, loan: Loan) -> bool:
+        return _writes_direct(loan)
+
     def reaches(self, loan: Loan) -> bool:
         return enabled() and is_peer(loan.pid, loan.identity, identity_of(loan.token))
 
@@ -234,11 +237,16 @@ class MemoryPlane(Plane):
         check_live(loan)  # a drop during the copy: the bytes may be anyone's
 
     def write(self, loan: Loan, source: int, size: int, deadline: float) -> bool:
-        if loan.gate >= 0 and _writev is not None and write_gate.available():
+        if _writes_direct(loan):
             write_into(loan, source, size)
             return True
         ask = type(self).ask_pull
         return ask is not None and ask(loan, source, size, deadline)
+
+
+def _writes_direct(loan: Loan) -> bool:
+    """Whether we write ``loan`` straight into its lender (it has a write gate)."""
+    return loan.gate >= 0 and _writev is not None and write_gate.available()
 
 
 def write_into(loan: Loan, source: int, size: int) -> None:

@@ -95,6 +95,10 @@ class Plane(abc.ABC):
     """Whether a read is a copy this thread makes alone (no owner, no socket): made on
     the caller's thread, and copies of this kind are not run side by side."""
 
+    def writes_alone(self, loan: Loan) -> bool:
+        """Whether a write to ``loan`` is such a copy too (as ``reads_alone``)."""
+        return False
+
     def lend(self, buffer_id: int, address: int, size: int) -> tuple[Any, ...] | None:
         """Make ``size`` bytes at ``address`` reachable through this plane; what a peer
         needs to reach them (None: nothing, or this plane cannot lend here)."""
