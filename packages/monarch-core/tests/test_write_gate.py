@@ -56,7 +56,12 @@ def test_a_drop_waits_for_the_writer_that_holds_the_gate() -> None:
     target = ctypes.create_string_buffer(b"-", 1)
     child = _writer(gate, 7, ctypes.addressof(target))
     seen: list[bytes] = []
-    dropping = threading.Thread(target=lambda: (gate.close(7), seen.append(target.raw)))
+
+    def drop() -> None:
+        gate.close(7)
+        seen.append(target.raw)
+
+    dropping = threading.Thread(target=drop)
     try:
         assert gate.busy(7) and not gate.busy(8)
         dropping.start()
@@ -102,6 +107,5 @@ def test_threads_of_one_writer_share_a_hold_until_the_last_lets_go() -> None:
 def test_a_gate_that_cannot_be_opened_is_a_pull_error() -> None:
     from monarch.core import PullError
 
-    with pytest.raises(PullError):
-        with write_gate.holding(os.getpid(), 1 << 20, TOKEN, 1):
-            pass
+    with pytest.raises(PullError), write_gate.holding(os.getpid(), 1 << 20, TOKEN, 1):
+        pass

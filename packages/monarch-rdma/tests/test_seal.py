@@ -3,6 +3,8 @@ sliced as they were fed, and changes with any byte, its header, its number or it
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -17,7 +19,7 @@ def _tag(key: bytes, header: bytes, data: bytes, cuts: list[int], skip: int = 0)
         seal.skip()
     tagger = seal.start(header)
     edges = [0, *sorted(c % (len(data) + 1) for c in cuts), len(data)]
-    for start, end in zip(edges, edges[1:], strict=False):
+    for start, end in itertools.pairwise(edges):
         tagger.update(memoryview(data)[start:end])
     return tagger.digest(len(data) > 0)
 

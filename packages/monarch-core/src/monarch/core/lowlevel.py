@@ -36,8 +36,8 @@ from ._bulk._memory_plane import IDENTITY_MAGIC, MemoryPlane, pull_into
 from ._bulk._plane import (
     ENTRY_POINT_GROUP as BULK_PLANES_GROUP,
 )
-from ._bulk._write_gate import Gate as WriteGate
 from ._bulk._plane import Loan, LoanDropped, LoanLost, Plane, PlaneError, Planes, bulk_planes
+from ._bulk._write_gate import Gate as WriteGate
 from ._host._introspect import PROC_SERVICE, Introspect, ProcQuery, inspect_proc, snapshot_procs
 from ._host._pids import process_alive, process_start, process_state
 from ._host._zygote import Zygote, prestart_zygote, zygote
@@ -78,7 +78,6 @@ __all__ = [
     "LoanDropped",
     "LoanLost",
     "MemoryPlane",
-    "WriteGate",
     "MissingPlugin",
     "Plane",
     "PlaneError",
@@ -91,6 +90,7 @@ __all__ = [
     "Service",
     "ServiceError",
     "ShapeSpec",
+    "WriteGate",
     "Zygote",
     "ask",
     "ask_body",

@@ -6,10 +6,10 @@ a *cell* in our memory holding (our token, its id), the id zeroed when it is dro
 checks the cell before and after copying; a copy that a drop overlapped is refused, never
 returned as data. A writer cannot take its bytes back, so it also holds the buffer's
 write gate (``monarch.core.lowlevel.WriteGate``) while it checks and writes, and a drop
-clears the cell, then waits for the gate. Ids are never reused, so a cell reused for a later buffer does not
-vouch for an earlier one. The identity cell holds (magic, our token): a peer that reads it
-through our pid knows the pid is us, not a process that reused the number. Both checks
-are the core memory plane's (``monarch.core.lowlevel.MemoryPlane``).
+clears the cell, then waits for the gate. Ids are never reused, so a cell reused for a
+later buffer does not vouch for an earlier one. The identity cell holds (magic, our
+token): a peer that reads it through our pid knows the pid is us, not a process that
+reused the number. Both checks are the core memory plane's (``monarch.core.lowlevel.MemoryPlane``).
 """
 
 from __future__ import annotations

@@ -102,7 +102,10 @@ def write_range(pid: int, base: int, address: int, size: int) -> None:
     _copy(_write, pid, base, address, size)
 
 
-def _copy(move: Callable[[int, int, int, int], None], pid: int, base: int, address: int, size: int) -> None:
+def _copy(
+    move: Callable[[int, int, int, int], None], pid: int, base: int, address: int, size: int
+) -> None:
+    """``move`` the range, split among threads when large (see ``read_range``)."""
     readers = _readers_for(size)
     if readers == 1:
         move(pid, base, address, size)
