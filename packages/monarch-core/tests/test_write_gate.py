@@ -109,3 +109,35 @@ def test_a_gate_that_cannot_be_opened_is_a_pull_error() -> None:
 
     with pytest.raises(PullError), write_gate.holding(os.getpid(), 1 << 20, TOKEN, 1):
         pass
+
+
+def test_a_forked_child_holds_a_gate_of_its_own() -> None:
+    """A child forked after the gate file was opened here holds its gates through a file
+    of its own: the parent's release does not end the child's hold (one shared open file
+    description would share, and so drop, the lock)."""
+    gate = write_gate.Gate()
+    me = os.getpid()
+    with write_gate.holding(me, gate.fd, TOKEN, 8):
+        pass  # the gate file is open here now
+    held_r, held_w = os.pipe()
+    done_r, done_w = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - its exit status says how it went
+        code = 1
+        try:
+            with write_gate.holding(me, gate.fd, TOKEN, 9):
+                os.write(held_w, b"h")
+                os.read(done_r, 1)
+            code = 0
+        finally:
+            os._exit(code)
+    try:
+        assert os.read(held_r, 1) == b"h"
+        with write_gate.holding(me, gate.fd, TOKEN, 9):
+            pass
+        assert gate.busy(9)  # the child's hold stands
+    finally:
+        os.write(done_w, b"d")
+        _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert not gate.busy(9)

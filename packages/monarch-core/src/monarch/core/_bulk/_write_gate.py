@@ -95,6 +95,20 @@ _opened: dict[tuple[int, int, int], _Opened] = {}
 _lock_opened = threading.Lock()
 
 
+def _forget_all_in_child() -> None:
+    """A forked child shares its parent's open file descriptions, and so their locks:
+    it opens the gates it writes through afresh."""
+    global _lock_opened
+    _lock_opened = threading.Lock()
+    for opened in _opened.values():
+        os.close(opened.fd)  # not the last reference: the parent's locks stay
+    _opened.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_all_in_child)
+
+
 def _open(pid: int, gate: int, token: int) -> _Opened:
     key = (pid, gate, token)
     with _lock_opened:
