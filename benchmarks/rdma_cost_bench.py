@@ -22,18 +22,22 @@ import functools
 import json
 import os
 import resource
-import socket
 import statistics
-import threading
+import sys
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 try:  # as a user's client would: torch first
     import torch  # noqa: F401
 except ImportError:  # pragma: no cover - the workloads need no torch
     pass
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from rdma_bench import tcp_stream
 
 from monarch.actor import Actor, endpoint, this_host
 from monarch.config import configured
@@ -83,39 +87,12 @@ def median_s(run: Callable[[], object], reps: int) -> float:
 
 
 def raw_stream(size: int, reps: int) -> dict[str, float]:
-    server = socket.create_server(("127.0.0.1", 0))
-    data = memoryview(bytearray(b"\x5a") * size)
-
-    def sink() -> None:
-        conn, _ = server.accept()
-        into = memoryview(bytearray(size))
-        with conn:
-            for _ in range(reps + 1):
-                got = 0
-                while got < size:
-                    got += conn.recv_into(into[got:], size - got)
-                conn.sendall(b"k")
-
-    thread = threading.Thread(target=sink, daemon=True)
-    thread.start()
-    times = []
-    with socket.create_connection(("127.0.0.1", server.getsockname()[1])) as sock:
-        sock.sendall(data)
-        sock.recv(1)
-        before = cpu_here()
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            sock.sendall(data)
-            sock.recv(1)
-            times.append(time.perf_counter() - t0)
-        used = cpu_here() - before
-    thread.join(30)
-    server.close()
-    gib = reps * size / MIB / 1024
-    return {
-        "mibps": round(size / MIB / statistics.median(times)),
-        "cpu_ms_per_gib": round(used / gib * 1000),
-    }
+    """``rdma_bench``'s raw loopback stream, and the CPU of its two threads per GiB."""
+    before = cpu_here()
+    figure = tcp_stream(size, reps)
+    used = cpu_here() - before
+    gib = (reps + 1) * size / MIB / 1024
+    return {"mibps": round(figure["median"]), "cpu_ms_per_gib": round(used / gib * 1000)}
 
 
 def tcp_plane(size: int, reps: int) -> dict[str, Any]:
