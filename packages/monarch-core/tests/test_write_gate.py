@@ -141,3 +141,17 @@ def test_a_forked_child_holds_a_gate_of_its_own() -> None:
         _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert not gate.busy(9)
+
+
+def test_a_drop_with_a_deadline_says_so_when_a_writer_holds_on() -> None:
+    """A writer stopped mid-write holds the gate: the drop ends at its deadline with
+    False (never a hang), and closes once the writer is gone."""
+    gate = write_gate.Gate()
+    child = _writer(gate, 4, 0)
+    try:
+        assert not gate.close(4, time.monotonic() + 0.2)
+        assert gate.busy(4)
+    finally:
+        child.kill()
+        child.wait()
+    assert gate.close(4, time.monotonic() + 60)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from monarch.core.lowlevel import IDENTITY_MAGIC, WriteGate
 
+from ._errors import RDMATimeoutError
 from ._region import Region
 
 
@@ -41,6 +42,7 @@ class Registry:
         self.identity = (ctypes.c_uint64 * 2)(IDENTITY_MAGIC, self.token)
         self._entries: dict[int, Entry] = {}
         self._spare_cells: list[ctypes.Array[ctypes.c_uint64]] = []
+        self._kept_cells: list[ctypes.Array[ctypes.c_uint64]] = []
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self.on_drop: list[Callable[[int], object]] = []
@@ -78,18 +80,27 @@ class Registry:
         entry = self._entries.get(buffer_id)
         return None if entry is None else entry.region
 
-    def drop(self, buffer_id: int) -> bool:
-        """Unregister a buffer (its cell is cleared first); False if it was not registered."""
+    def drop(self, buffer_id: int, deadline: float | None = None) -> bool:
+        """Unregister a buffer (its cell is cleared first, then the writers of this host
+        that hold its gate are waited for); False if it was not registered.
+        ``RDMATimeoutError`` if a writer still holds the gate at ``deadline`` (one stopped
+        mid-write): the buffer is dropped for everyone else, but its memory may still be
+        written until that writer goes on or dies."""
         with self._lock:
             entry = self._entries.pop(buffer_id, None)
             if entry is None:
                 return False
             entry.cell[1] = 0  # the token stays: a reader tells a drop from a new process
-        self.gate.close(buffer_id)  # the writers that found it live have written
-        with self._lock:
-            self._spare_cells.append(entry.cell)
+        closed = self.gate.close(buffer_id, deadline)  # the writers that found it live
+        with self._lock:  # a cell a writer may still read is kept, never reused
+            (self._spare_cells if closed else self._kept_cells).append(entry.cell)
         for hook in self.on_drop:
             hook(buffer_id)
+        if not closed:
+            raise RDMATimeoutError(
+                f"a writer of this host still writes buffer {buffer_id} (stopped?): it is "
+                "dropped, but its memory may still be written until that writer ends"
+            )
         return True
 
     def __len__(self) -> int:

@@ -55,6 +55,10 @@ INLINE_MAX: Final = 4 * 1024 * 1024
 """A copy up to this size is made by the thread that has it to make (the owner's loop for
 a pull, the caller for a read): a hop to another thread and back costs more."""
 
+DROP_WAIT: Final = 60.0
+"""Seconds an owner's drop waits for the writers of this host that hold the buffer's
+write gate (a writer stopped mid-write) before it says so (``RDMATimeoutError``)."""
+
 _RAISES: Final[dict[Failure, type[RDMAError]]] = {
     "dropped": RDMABufferDropped,
     "timeout": RDMATimeoutError,
@@ -141,7 +145,7 @@ def _drop_later(buffer_id: int) -> Future[Answer]:
 
     def run() -> Answer:
         try:
-            return Dropped(registry.drop(buffer_id))
+            return Dropped(registry.drop(buffer_id, time.monotonic() + DROP_WAIT))
         except Exception as error:  # noqa: BLE001 - the asker gets it
             return _refused(error)
 

@@ -137,7 +137,7 @@ def drop(handle: Handle, deadline: float) -> None:
     """Unregister the buffer at its owner; done if the owner is gone (its memory is)."""
     bulk_planes().forget(handle)  # its plane is not needed again
     if handle.token == registry.token:
-        registry.drop(handle.buffer_id)
+        registry.drop(handle.buffer_id, deadline)
         return
     try:
         ask_owner(handle, Drop(handle.buffer_id), deadline)

@@ -27,6 +27,7 @@ import fcntl
 import os
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
@@ -38,6 +39,9 @@ _FLOCK: Final = struct.Struct("hhqqi")
 _SETLKW: Final = getattr(fcntl, "F_OFD_SETLKW", None)
 _SETLK: Final = getattr(fcntl, "F_OFD_SETLK", None)
 _GETLK: Final = getattr(fcntl, "F_OFD_GETLK", None)
+PAUSE_MIN: Final = 0.0005
+PAUSE_MAX: Final = 0.05
+"""How often a drop with a deadline tries the gate again (doubling from the first)."""
 OPEN_MAX: Final = 256
 """Lenders' gate files a writer keeps open; beyond, the oldest is closed."""
 
@@ -74,13 +78,25 @@ class Gate:
         kind = _FLOCK.unpack(fcntl.fcntl(self.fd, _GETLK, probe))[0]
         return bool(kind != fcntl.F_UNLCK)
 
-    def close(self, loan_id: int) -> None:
+    def close(self, loan_id: int, deadline: float | None = None) -> bool:
         """Wait until no writer holds ``loan_id``'s gate (call it once its cell is
-        cleared: no writer takes it afterwards and still writes)."""
+        cleared: no writer takes it afterwards and still writes); False if one still
+        holds it at ``deadline`` (``time.monotonic()``; None: no deadline), a writer
+        stopped mid-write: the memory may still be written."""
         if self.fd < 0:
-            return
-        _lock(self.fd, fcntl.F_WRLCK, loan_id)
+            return True
+        if deadline is None:
+            _lock(self.fd, fcntl.F_WRLCK, loan_id)
+        else:
+            pause = PAUSE_MIN
+            while not _lock(self.fd, fcntl.F_WRLCK, loan_id, wait=False):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                time.sleep(min(pause, left))  # nothing to wait on but the lock itself
+                pause = min(2 * pause, PAUSE_MAX)
         _lock(self.fd, fcntl.F_UNLCK, loan_id)
+        return True
 
 
 class _Opened:
