@@ -126,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-upstream", action="store_true")
     p.add_argument("--out", default=str(RESULTS_DIR / "rdma.json"))
     p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument(
+        "--only", help="comma-separated implementations to run (monarch, monarch-tcp, ...)"
+    )
     args = p.parse_args(argv)
     started = time.perf_counter()
     sizes = [16, 1] if args.quick else [128, 16, 1]
@@ -146,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
             "upstream: not measured, no benchmarks/.venvs/upstream (hatch run bench:baselines)"
         )
 
+    if args.only:
+        keep = set(args.only.split(","))
+        impls = {name: impl for name, impl in impls.items() if name in keep}
     results: dict[str, Any] = {}
     errors: dict[str, Any] = {}
     for name, (python, extra) in impls.items():

@@ -337,7 +337,8 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_payload._serialize _bulk._ring",  # pickling with out-of-band buffers; lenders' rings
         "_errors _mesh._reports",  # the one exception tree; upstream's words for failures
         "_layout._shape _layout._selection _runtime._scope _mesh._supervision _bulk._plane"
-        " _mesh._exits",  # mesh algebra; running code; what a bulk-data plane offers; exits
+        " _mesh._exits _bulk._write_gate",  # mesh algebra; running code; what a bulk-data
+        # plane offers; exits; the gate a same-host writer holds
         "_runtime._messages _mesh._endpoint _layout._value_mesh _runtime._actor_logs"
         " _bulk._memory_plane",  # wire; Actor/@endpoint; values; log prefix; same-host reads
         "_runtime._cast _mesh._launch _host._zygote _bulk._lending",  # cast trees and FIFO

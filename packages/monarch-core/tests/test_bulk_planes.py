@@ -84,6 +84,7 @@ class FakeLoan:
     address: int = 0
     size: int = 0
     writable: bool = True
+    gate: int = -1
     planes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
 
     def reach(self, plane: str) -> tuple[Any, ...] | None:

@@ -3,10 +3,14 @@ TCP plane), the bytes arrive equal and nothing else in the target changes: not t
 around the destination of a read, not the bytes around the buffer a write lands in.
 
 One real owner proc per plane (module fixtures, as ``test_procs``); hypothesis draws the
-sizes, where in a larger array the buffer and the destination sit, and the bytes."""
+sizes (up to past the size a copy is split among threads at), where in a larger array the
+buffer and the destination sit, how much shorter than the buffer a write's source is, and
+the bytes. Within a host a write goes straight into the owner's memory (under its write
+gate): only the bytes written may change there."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +21,7 @@ from hypothesis import strategies as st
 
 from monarch.actor import Actor, endpoint, this_host
 from monarch.config import configured
+from monarch.core.lowlevel import MemoryPlane
 from monarch.rdma import RDMABuffer
 from monarch.rdma._transfer import plane
 
@@ -64,7 +69,8 @@ def holder(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any]]:
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    size=st.one_of(st.integers(1, 4096), st.integers(4097, 3 << 20)),
+    size=st.one_of(st.integers(1, 4096), st.integers(4097, 3 << 20), st.integers(8 << 20, 9 << 20)),
+    short=st.one_of(st.just(0), st.integers(1, 1 << 20)),
     before=st.integers(0, GUARD),
     after=st.integers(0, GUARD),
     at=st.integers(0, GUARD),
@@ -79,6 +85,7 @@ def test_any_plane_moves_exactly_the_buffer(
     at: int,
     seed: int,
     writes: bool,
+    short: int,
 ) -> None:
     way, actor = holder
     buf = actor.make.call_one(before, size, after, seed).get(timeout=60)
@@ -86,10 +93,11 @@ def test_any_plane_moves_exactly_the_buffer(
     owned = bytearray(fill(before + size + after, seed))
     # The destination (a read) or the source (a write) sits at ``at`` in a larger array.
     here = bytearray(fill(at + size + GUARD, seed + 1))
-    if writes:
-        data = bytes(here[at : at + size])
-        buf.write_from(memoryview(here)[at : at + size]).get(timeout=60)
-        owned[before : before + size] = data
+    if writes:  # all of a source up to ``short`` bytes shorter than the buffer
+        written = max(1, size - short)
+        data = bytes(here[at : at + written])
+        buf.write_from(memoryview(here)[at : at + written]).get(timeout=60)
+        owned[before : before + written] = data
         assert actor.whole_digest.call_one().get(timeout=60) == hashlib.sha256(owned).hexdigest()
         assert here == fill(at + size + GUARD, seed + 1)  # the source is left as it was
     else:
@@ -106,3 +114,43 @@ def test_monarch_rdma_registers_its_planes_through_the_entry_point() -> None:
     assert [p.name for p in planes.all()] == ["memory", "ibverbs", "tcp"]
     names = planes.group.names()
     assert names["ibverbs"] == names["tcp"] == "monarch-rdma"
+
+
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    size=st.one_of(st.integers(1, 4096), st.integers(4 << 20, 5 << 20)),
+    before=st.integers(0, GUARD),
+    after=st.integers(0, GUARD),
+    seed=st.integers(0, 1 << 30),
+)
+def test_a_write_without_a_gate_is_pulled_by_the_owner_exactly(
+    holder: tuple[str, Any], size: int, before: int, after: int, seed: int
+) -> None:
+    """An owner that lends no write gate (a system without open-file-description locks):
+    the writer asks it to pull the bytes, and the same bytes land, nothing around them."""
+    way, actor = holder
+    if way != "memory":
+        pytest.skip("the pull is the memory plane's fallback")
+    buf = actor.make.call_one(before, size, after, seed).get(timeout=60)
+    buf._handle = dataclasses.replace(buf._handle, gate=-1)
+    assert plane(buf._handle) == "memory"
+    data = fill(size, seed + 2)
+    real = MemoryPlane.ask_pull
+    assert real is not None
+    asked: list[int] = []
+
+    def ask_pull(loan: Any, source: int, size: int, deadline: float) -> bool:
+        asked.append(size)
+        return real(loan, source, size, deadline)
+
+    MemoryPlane.ask_pull = ask_pull
+    try:
+        buf.write_from(data).get(timeout=60)
+    finally:
+        MemoryPlane.ask_pull = real
+    assert asked == [size]  # pulled by the owner, not written by us
+    owned = bytearray(fill(before + size + after, seed))
+    owned[before : before + size] = data
+    assert actor.whole_digest.call_one().get(timeout=60) == hashlib.sha256(owned).hexdigest()

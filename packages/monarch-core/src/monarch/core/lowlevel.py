@@ -18,7 +18,8 @@ As trio's ``trio.lowlevel``: a thin public face over the core's private modules.
 - the bulk-data wing (``_bulk``): ``Plane`` (what a plane offers: lend, reach, read,
   write, release), ``bulk_planes()`` (the planes, monarch-rdma's found through the
   ``monarch.bulk_planes`` entry points; one chosen per loan), ``MemoryPlane`` (the
-  same-host one, with its identity and liveness checks) and ``bulk_executor()`` (the one
+  same-host one, with its identity and liveness checks), ``WriteGate`` (what lets its
+  peers write a loan straight into the lender's memory) and ``bulk_executor()`` (the one
   executor of bulk-data threads).
 - ``prestart_zygote`` / ``current_zygote``: this process's zygote, which forks its procs
   (and a ``ProcessJob``'s forker, ``fork_program``): started ahead of the first proc, and
@@ -36,6 +37,7 @@ from ._bulk._plane import (
     ENTRY_POINT_GROUP as BULK_PLANES_GROUP,
 )
 from ._bulk._plane import Loan, LoanDropped, LoanLost, Plane, PlaneError, Planes, bulk_planes
+from ._bulk._write_gate import Gate as WriteGate
 from ._host._introspect import PROC_SERVICE, Introspect, ProcQuery, inspect_proc, snapshot_procs
 from ._host._pids import process_alive, process_start, process_state
 from ._host._zygote import Zygote, prestart_zygote, zygote
@@ -88,6 +90,7 @@ __all__ = [
     "Service",
     "ServiceError",
     "ShapeSpec",
+    "WriteGate",
     "Zygote",
     "ask",
     "ask_body",

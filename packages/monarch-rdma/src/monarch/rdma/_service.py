@@ -55,6 +55,10 @@ INLINE_MAX: Final = 4 * 1024 * 1024
 """A copy up to this size is made by the thread that has it to make (the owner's loop for
 a pull, the caller for a read): a hop to another thread and back costs more."""
 
+DROP_WAIT: Final = 60.0
+"""Seconds an owner's drop waits for the writers of this host that hold the buffer's
+write gate (a writer stopped mid-write) before it says so (``RDMATimeoutError``)."""
+
 _RAISES: Final[dict[Failure, type[RDMAError]]] = {
     "dropped": RDMABufferDropped,
     "timeout": RDMATimeoutError,
@@ -136,6 +140,18 @@ def _pull_later(request: Pull) -> Future[Answer]:
     return local_process().threads.submit(run)
 
 
+def _drop_later(buffer_id: int) -> Future[Answer]:
+    """A drop that waits for the writers in its buffer's gate, on a bulk-data thread."""
+
+    def run() -> Answer:
+        try:
+            return Dropped(registry.drop(buffer_id, time.monotonic() + DROP_WAIT))
+        except Exception as error:  # noqa: BLE001 - the asker gets it
+            return _refused(error)
+
+    return local_process().threads.submit(run)
+
+
 def _serve(request: Request) -> Answer | Future[Answer]:
     """Answer one request, on the runtime loop (a large pull on a bulk-data thread while
     one is free: see ``monarch.core.lowlevel.bulk_executor``)."""
@@ -145,6 +161,8 @@ def _serve(request: Request) -> Answer | Future[Answer]:
                 return _pull_later(request)
             return _pull(request)
         if isinstance(request, Drop):
+            if registry.gate.busy(request.buffer_id):  # a writer writes it: wait off the loop
+                return _drop_later(request.buffer_id)
             return Dropped(registry.drop(request.buffer_id))
         if isinstance(request, Atomic):
             return Old(serve_atomic(request.buffer_id, request.kind, request.first, request.second))

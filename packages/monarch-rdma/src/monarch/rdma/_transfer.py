@@ -137,7 +137,7 @@ def drop(handle: Handle, deadline: float) -> None:
     """Unregister the buffer at its owner; done if the owner is gone (its memory is)."""
     bulk_planes().forget(handle)  # its plane is not needed again
     if handle.token == registry.token:
-        registry.drop(handle.buffer_id)
+        registry.drop(handle.buffer_id, deadline)
         return
     try:
         ask_owner(handle, Drop(handle.buffer_id), deadline)
@@ -156,7 +156,11 @@ registry.on_drop.append(_released)
 def _copies_here(op: Op) -> bool:
     """Whether this thread copies the bytes itself (no owner, no socket involved)."""
     way = _chosen(op.handle)
-    return way is None or (way.reads_alone and op.kind == "read")
+    if way is None:
+        return True
+    if op.kind == "read":
+        return way.reads_alone
+    return op.kind == "write" and way.writes_alone(op.handle)
 
 
 def _inline(op: Op) -> bool:

@@ -16,10 +16,14 @@ Two checks say a copy may be trusted, the one implementation of each:
   that a drop overlapped is refused, never returned as data. (A message part needs no
   cell: its lender keeps it until the borrower gives it back.)
 
-A write goes the other way round: the writer asks the owner, and the owner reads the
-writer's memory into its region (``pull_into``), so a process's memory is only ever
-written by itself, which knows the region is lent while it writes. How the writer asks
-belongs to the lender's wheel (monarch-rdma's ``rdma`` service): it sets ``ask_pull``.
+A write cannot be refused after the fact: bytes that land once the region was dropped
+(and its memory perhaps reused) are damage. Where the lender has a *write gate*
+(``_write_gate``: a drop waits for the writers that hold it) the writer holds the loan's
+gate, checks its cell and writes straight into the lender's memory (``write_range``,
+``process_vm_writev``: exactly the bytes written, nothing around them). Without one, the
+writer asks the owner, and the owner reads the writer's memory into its region
+(``pull_into``): how it asks belongs to the lender's wheel (monarch-rdma's ``rdma``
+service), which sets ``ask_pull``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from monarch.core._config import current_config
 from monarch.core._errors import PullError
 from monarch.core._payload import _memory as memory
 
+from . import _write_gate as write_gate
 from ._executor import bulk_executor
 from ._plane import Loan, LoanDropped, LoanLost, Plane
 
@@ -52,9 +57,9 @@ class _IoVec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
 
 
-def _bind() -> Any:
+def _bind(name: str = "process_vm_readv") -> Any:
     try:
-        readv = ctypes.CDLL(None, use_errno=True).process_vm_readv
+        readv = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):  # not Linux/glibc
         return None
     readv.argtypes = [
@@ -70,6 +75,7 @@ def _bind() -> Any:
 
 
 _readv = _bind() if memory.available() else None
+_writev = _bind("process_vm_writev") if memory.available() else None
 
 
 def available() -> bool:
@@ -86,17 +92,31 @@ def read_range(pid: int, base: int, address: int, size: int) -> None:
     what memcpy does; two side by side, about half (ctypes lets go of the GIL for each).
     Pieces are taken from one iterator by every reader (its ``next`` is atomic): a reader
     that gets less CPU takes fewer of them, and the read ends when the last piece does."""
+    _copy(_read, pid, base, address, size)
+
+
+def write_range(pid: int, base: int, address: int, size: int) -> None:
+    """Write ``size`` bytes at ``base`` (ours) to ``address`` in process ``pid``, split
+    among threads as ``read_range``; ``PullError`` if that memory cannot be written. Only
+    under the loan's write gate (``_write_gate``): a write cannot be taken back."""
+    _copy(_write, pid, base, address, size)
+
+
+def _copy(
+    move: Callable[[int, int, int, int], None], pid: int, base: int, address: int, size: int
+) -> None:
+    """``move`` the range, split among threads when large (see ``read_range``)."""
     readers = _readers_for(size)
     if readers == 1:
-        _read(pid, base, address, size)
+        move(pid, base, address, size)
         return
     pieces = iter(_pieces(size))
 
-    def read_pieces() -> None:
+    def move_pieces() -> None:
         for start, length in pieces:
-            _read(pid, base + start, address + start, length)
+            move(pid, base + start, address + start, length)
 
-    errors = bulk_executor().spread(read_pieces, readers - 1)
+    errors = bulk_executor().spread(move_pieces, readers - 1)
     if errors:
         raise errors[0]
 
@@ -115,17 +135,25 @@ def _pieces(size: int) -> list[tuple[int, int]]:
 
 
 def _read(pid: int, local: int, remote: int, size: int) -> None:
-    if _readv is None:
-        raise PullError(errno.ENOSYS, "this system cannot read another process's memory")
+    _vm(_readv, "read", pid, local, remote, size)
+
+
+def _write(pid: int, local: int, remote: int, size: int) -> None:
+    _vm(_writev, "write", pid, local, remote, size)
+
+
+def _vm(call: Any, what: str, pid: int, local: int, remote: int, size: int) -> None:
+    if call is None:
+        raise PullError(errno.ENOSYS, f"this system cannot {what} another process's memory")
     done = 0
     while done < size:
-        into = _IoVec(local + done, size - done)
-        source = _IoVec(remote + done, size - done)
-        got = _readv(pid, ctypes.byref(into), 1, ctypes.byref(source), 1, 0)
+        here = _IoVec(local + done, size - done)
+        there = _IoVec(remote + done, size - done)
+        got = call(pid, ctypes.byref(here), 1, ctypes.byref(there), 1, 0)
         if got <= 0:
             code = ctypes.get_errno()
             why = os.strerror(code)
-            raise PullError(code, f"cannot read {size} bytes of process {pid}: {why}")
+            raise PullError(code, f"cannot {what} {size} bytes of process {pid}: {why}")
         done += got
 
 
@@ -196,6 +224,9 @@ class MemoryPlane(Plane):
     """How a writer asks a loan's owner to pull ``size`` bytes at ``source`` of ours
     (True once done; False: it cannot read us): the lender's wheel sets it."""
 
+    def writes_alone(self, loan: Loan) -> bool:
+        return _writes_direct(loan)
+
     def reaches(self, loan: Loan) -> bool:
         return enabled() and is_peer(loan.pid, loan.identity, identity_of(loan.token))
 
@@ -209,8 +240,29 @@ class MemoryPlane(Plane):
         check_live(loan)  # a drop during the copy: the bytes may be anyone's
 
     def write(self, loan: Loan, source: int, size: int, deadline: float) -> bool:
+        if _writes_direct(loan):
+            write_into(loan, source, size)
+            return True
         ask = type(self).ask_pull
         return ask is not None and ask(loan, source, size, deadline)
+
+
+def _writes_direct(loan: Loan) -> bool:
+    """Whether we write ``loan`` straight into its lender (it has a write gate)."""
+    return loan.gate >= 0 and _writev is not None and write_gate.available()
+
+
+def write_into(loan: Loan, source: int, size: int) -> None:
+    """Write ``size`` bytes at ``source`` (ours) to the start of ``loan``, straight into
+    its lender's memory: under the loan's write gate, once its cell says it is still lent
+    (a drop waits for the gate, so the memory stays the loan's until the write ends)."""
+    try:
+        with write_gate.holding(loan.pid, loan.gate, loan.token, loan.buffer_id):
+            check_live(loan)
+            write_range(loan.pid, source, loan.address, size)
+    except PullError:
+        check_live(loan)  # a death explains it better
+        raise
 
 
 def pull_into(target: int, pid: int, identity: int, token: int, address: int, size: int) -> bool:

@@ -76,6 +76,11 @@ class Loan(Protocol):
     def size(self) -> int: ...
     @property
     def writable(self) -> bool: ...
+    @property
+    def gate(self) -> int:
+        """The lender's write-gate file (``_write_gate``), -1 if none: a peer of its host
+        then writes by asking the lender to pull the bytes."""
+
     def reach(self, plane: str) -> tuple[Any, ...] | None:
         """What ``plane`` said a peer needs to reach the region (None: it did not lend it)."""
 
@@ -89,6 +94,10 @@ class Plane(abc.ABC):
     reads_alone: ClassVar[bool] = False
     """Whether a read is a copy this thread makes alone (no owner, no socket): made on
     the caller's thread, and copies of this kind are not run side by side."""
+
+    def writes_alone(self, loan: Loan) -> bool:
+        """Whether a write to ``loan`` is such a copy too (as ``reads_alone``)."""
+        return False
 
     def lend(self, buffer_id: int, address: int, size: int) -> tuple[Any, ...] | None:
         """Make ``size`` bytes at ``address`` reachable through this plane; what a peer
