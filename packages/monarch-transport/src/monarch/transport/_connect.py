@@ -18,7 +18,7 @@ import msgspec
 
 from ._address import Address
 from ._errors import ConnectError, ConnectionClosed, ProtocolError
-from ._socket import WANT_WRITE, wait_for
+from ._socket_io import WANT_WRITE, wait_for
 from ._wire import (
     GATEWAY_GREETING,
     GatewayOpen,

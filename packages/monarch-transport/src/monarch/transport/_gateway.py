@@ -44,7 +44,7 @@ from ._connect import (
 )
 from ._errors import AddressError, ConnectionClosed, TransportError
 from ._handshake import check_secret
-from ._socket import SocketListener, SocketTransport, accept_connection
+from ._socket_transport import SocketListener, SocketTransport, accept_connection
 from ._tcp import TcpTransport
 from ._wire import (
     GATEWAY_GREETING,

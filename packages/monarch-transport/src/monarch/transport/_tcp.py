@@ -10,7 +10,7 @@ from ._abc import TransportOptions
 from ._address import Address
 from ._connect import connect_tcp, connect_through
 from ._errors import AddressError
-from ._socket import SocketTransport
+from ._socket_transport import SocketTransport
 
 BACKLOG = 4096
 

@@ -20,7 +20,7 @@ from typing import Any
 from ._abc import ConnectionAttribute, TransportOptions
 from ._address import Address
 from ._errors import AddressError
-from ._socket import WANT_READ, WANT_WRITE, SocketIO, wait_for
+from ._socket_io import WANT_READ, WANT_WRITE, SocketIO, wait_for
 from ._tcp import TcpTransport
 
 TLS_CHUNK = 256 * 1024

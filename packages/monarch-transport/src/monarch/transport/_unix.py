@@ -19,7 +19,7 @@ from ._abc import ConnectionAttribute, TransportOptions
 from ._address import Address
 from ._connect import connect_socket
 from ._errors import AddressError
-from ._socket import SocketTransport
+from ._socket_transport import SocketTransport
 
 BACKLOG = 4096
 BUFFER_SIZE = 4 * 1024 * 1024

@@ -9,7 +9,9 @@ from ._abc import (
     PushReceiver,
     Transport,
 )
-from ._socket import SocketConnection, SocketIO, SocketListener, SocketTransport
+from ._socket import SocketConnection
+from ._socket_io import SocketIO
+from ._socket_transport import SocketListener, SocketTransport
 
 __all__ = [
     "Connection",
