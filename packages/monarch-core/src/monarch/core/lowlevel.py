@@ -18,8 +18,9 @@ As trio's ``trio.lowlevel``: a thin public face over the core's private modules.
 - the bulk-data wing (``_bulk``): ``Plane`` (what a plane offers: lend, reach, read,
   write, release), ``bulk_planes()`` (the planes, monarch-rdma's found through the
   ``monarch.bulk_planes`` entry points; one chosen per loan), ``MemoryPlane`` (the
-  same-host one, with its identity and liveness checks) and ``bulk_executor()`` (the one
-  executor of bulk-data threads).
+  same-host one, with its identity and liveness checks), ``Lender`` (the one book of
+  loans: lent through a plane, read by the borrower through it, given back by key) and
+  ``bulk_executor()`` (the one executor of bulk-data threads).
 - ``prestart_zygote`` / ``current_zygote``: this process's zygote, which forks its procs
   (and a ``ProcessJob``'s forker, ``fork_program``): started ahead of the first proc, and
   the one object a launcher or a test watches.
@@ -31,6 +32,7 @@ As trio's ``trio.lowlevel``: a thin public face over the core's private modules.
 from monarch.transport import MissingPlugin, PluginConflict, PluginGroup, load_plugin, plugin_group
 
 from ._bulk._executor import Executor, bulk_executor, streams
+from ._bulk._lending import Lender
 from ._bulk._memory_plane import IDENTITY_MAGIC, MemoryPlane, pull_into
 from ._bulk._plane import (
     ENTRY_POINT_GROUP as BULK_PLANES_GROUP,
@@ -72,6 +74,7 @@ __all__ = [
     "Envelope",
     "Executor",
     "Introspect",
+    "Lender",
     "Loan",
     "LoanDropped",
     "LoanLost",
