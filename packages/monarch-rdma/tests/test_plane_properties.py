@@ -8,6 +8,7 @@ sizes, where in a larger array the buffer and the destination sit, and the bytes
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -103,6 +104,24 @@ def test_monarch_rdma_registers_its_planes_through_the_entry_point() -> None:
     from monarch.core.lowlevel import bulk_planes
 
     planes = bulk_planes()
-    assert [p.name for p in planes.all()] == ["memory", "ibverbs", "tcp"]
+    assert [p.name for p in planes.all()] == ["memory", "pull", "ibverbs", "tcp"]
     names = planes.group.names()
     assert names["ibverbs"] == names["tcp"] == "monarch-rdma"
+
+
+def test_a_write_of_this_host_is_pulled_by_its_owner_through_the_pull_plane(
+    holder: tuple[str, Any],
+) -> None:
+    """The memory plane writes nothing itself: a write to an owner of this host comes to
+    this wheel's ``pull`` plane next (the owner reads it out of us), one elsewhere to TCP."""
+    from monarch.core import buffer_address
+    from monarch.core.lowlevel import MemoryPlane, bulk_planes
+
+    way, owner = holder
+    buf = owner.make.call_one(0, 4096, 0, 3).get(timeout=60)
+    data = bytearray(fill(4096, 4))
+    deadline = time.monotonic() + 60
+    assert not MemoryPlane().write(buf._handle, buffer_address(data), len(data), deadline)
+    wrote = bulk_planes().write(buf._handle, buffer_address(data), len(data), deadline)
+    assert wrote.name == ("pull" if way == "memory" else "tcp")
+    assert owner.whole_digest.call_one().get(timeout=60) == hashlib.sha256(data).hexdigest()

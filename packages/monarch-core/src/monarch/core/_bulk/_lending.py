@@ -13,6 +13,10 @@ it out (see ``_ring``): faster than reading it, and the read covers whatever the
 does not bring in time. The read is the same-host memory plane's (``_memory_plane``),
 the one that also moves ``RDMABuffer`` regions between processes of one machine.
 
+The ``Lender`` is the bulk wing's one book of loans: the same keys, given back the same
+way, hold a transport's frame parts lent through a plane of its connection (monarch-rdma's
+ibverbs transport), where the plane holds each part until its key comes back.
+
 Whether a peer can read us is tested once per connection (see ``Runtime``): our hello
 carries our pid and the address of our incarnation token; the peer reads it and says
 so in its answer. Only then do we lend to it.

@@ -18,8 +18,11 @@ Two checks say a copy may be trusted, the one implementation of each:
 
 A write goes the other way round: the writer asks the owner, and the owner reads the
 writer's memory into its region (``pull_into``), so a process's memory is only ever
-written by itself, which knows the region is lent while it writes. How the writer asks
-belongs to the lender's wheel (monarch-rdma's ``rdma`` service): it sets ``ask_pull``.
+written by itself, which knows the region is lent while it writes. This plane does not
+write: asking a proc is the runtime's, a wing above this one, and what a write asks (the
+region, by its id) the lender's wheel's. That wheel registers a plane of its own that
+writes so, through the entry points as every plane (monarch-rdma's ``pull``: this plane,
+its ``write`` asking the owner's ``rdma`` service); ``Planes.write`` asks it next.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ import ctypes
 import errno
 import os
 import struct
-from collections.abc import Callable
 from typing import Any, ClassVar, Final
 
 from monarch.core._config import current_config
@@ -192,9 +194,6 @@ class MemoryPlane(Plane):
     name: ClassVar[str] = "memory"
     order: ClassVar[int] = 10
     reads_alone: ClassVar[bool] = True
-    ask_pull: ClassVar[Callable[[Loan, int, int, float], bool] | None] = None
-    """How a writer asks a loan's owner to pull ``size`` bytes at ``source`` of ours
-    (True once done; False: it cannot read us): the lender's wheel sets it."""
 
     def reaches(self, loan: Loan) -> bool:
         return enabled() and is_peer(loan.pid, loan.identity, identity_of(loan.token))
@@ -209,8 +208,8 @@ class MemoryPlane(Plane):
         check_live(loan)  # a drop during the copy: the bytes may be anyone's
 
     def write(self, loan: Loan, source: int, size: int, deadline: float) -> bool:
-        ask = type(self).ask_pull
-        return ask is not None and ask(loan, source, size, deadline)
+        """Not here: the owner pulls a write, asked by its wheel's plane (see the module)."""
+        return False
 
 
 def pull_into(target: int, pid: int, identity: int, token: int, address: int, size: int) -> bool:

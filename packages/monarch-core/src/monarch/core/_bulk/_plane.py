@@ -33,7 +33,7 @@ from monarch.transport import MissingPlugin, plugin_group
 ENTRY_POINT_GROUP: Final = "monarch.bulk_planes"
 BUILTIN: Final = {"memory": "monarch.core._bulk._memory_plane:MemoryPlane"}
 """The core's planes: loaded without reading the entry points."""
-PROVIDERS: Final = {"tcp": "monarch-rdma", "ibverbs": "monarch-rdma"}
+PROVIDERS: Final = {"pull": "monarch-rdma", "tcp": "monarch-rdma", "ibverbs": "monarch-rdma"}
 """Planes other wheels provide, named in the error when one is missing."""
 CHOICES_MAX: Final = 1 << 16
 """Loans whose plane choice is remembered; beyond, the memory starts again."""
