@@ -10,7 +10,6 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pytest
@@ -22,7 +21,7 @@ from monarch.core._bulk import _lending, _memory_plane, _ring
 from monarch.core._bulk._lending import DESCRIPTOR_SIZE, LEND_MIN, Lender, borrow, is_descriptor
 from monarch.core._payload._memory import HUGE_PAGE
 from monarch.core._payload._serialize import dumps, loads
-from monarch.core.lowlevel import Loan, Plane
+from monarch.core.lowlevel import Lent, Loan, Plane
 
 pytestmark = pytest.mark.skipif(not _lending.available(), reason="needs process_vm_readv")
 
@@ -93,22 +92,6 @@ class SameProcessPlane(Plane):
         return False
 
 
-@dataclass(frozen=True)
-class Lent:
-    buffer_id: int
-    size: int
-    at: int
-    pid: int = 0
-    token: int = 0
-    identity: int = 0
-    cell: int = 0
-    address: int = 0
-    writable: bool = False
-
-    def reach(self, plane: str) -> tuple[Any, ...] | None:
-        return (self.at,) if plane == SameProcessPlane.name else None
-
-
 @settings(max_examples=40, deadline=None)
 @given(
     sizes=st.lists(st.integers(1, 4096), min_size=1, max_size=8),
@@ -134,7 +117,7 @@ def test_a_loan_through_a_plane_is_read_through_it_and_released_once(
         key, reach = lent
         assert reach is not None
         into = bytearray(len(data))
-        plane.read(Lent(key, len(data), reach[0]), buffer_address(into), 0.0)
+        plane.read(Lent(key, 0, len(data), ((plane.name, reach),)), buffer_address(into), 0.0)
         assert into == data
         lent_sizes[key] = len(data)
     assert sorted(plane.held) == sorted(lent_sizes) and len(lender) == len(lent_sizes)

@@ -25,7 +25,7 @@ from monarch.config import configure
 from monarch.core import buffer_address
 from monarch.rdma import RDMABuffer
 from monarch.rdma import _verbs as verbs
-from monarch.rdma._link import Part
+from monarch.rdma._link import lent_part
 from monarch.rdma._transport import IbverbsConnection, _decode_control
 from monarch.transport import Connection, TransportError, open_connection, open_listener
 
@@ -45,7 +45,9 @@ class Recorder(logging.Handler):
 
 def _read(conn: IbverbsConnection, local: bytearray, size: int, address: int, rkey: int) -> None:
     """Read through the connection's plane as the receiver does, whatever was lent."""
-    conn._plane.read(Part(0, address, size, rkey), buffer_address(local), time.monotonic() + 60)
+    conn._plane.read(
+        lent_part(0, address, size, rkey), buffer_address(local), time.monotonic() + 60
+    )
 
 
 async def _attempt(

@@ -37,7 +37,16 @@ from ._bulk._memory_plane import IDENTITY_MAGIC, MemoryPlane, pull_into
 from ._bulk._plane import (
     ENTRY_POINT_GROUP as BULK_PLANES_GROUP,
 )
-from ._bulk._plane import Loan, LoanDropped, LoanLost, Plane, PlaneError, Planes, bulk_planes
+from ._bulk._plane import (
+    Lent,
+    Loan,
+    LoanDropped,
+    LoanLost,
+    Plane,
+    PlaneError,
+    Planes,
+    bulk_planes,
+)
 from ._host._introspect import PROC_SERVICE, Introspect, ProcQuery, inspect_proc, snapshot_procs
 from ._host._pids import process_alive, process_start, process_state
 from ._host._zygote import Zygote, prestart_zygote, zygote
@@ -75,6 +84,7 @@ __all__ = [
     "Executor",
     "Introspect",
     "Lender",
+    "Lent",
     "Loan",
     "LoanDropped",
     "LoanLost",

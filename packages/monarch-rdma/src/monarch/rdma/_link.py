@@ -5,7 +5,7 @@ The ibverbs transport (``_transport``) lends a frame's large parts with monarch-
 ``Lender``, through this plane: ``lend`` registers the part's memory in the link's own
 protection domain, readable by RDMA READ only (so the peer reaches what was lent to it on
 this connection and nothing else: not other connections' parts, not ``RDMABuffer``
-regions), and says its ``rkey``; the receiver ``read``s each ``Part`` over its end of the
+regions), and says its ``rkey``; the receiver ``read``s each ``lent_part`` over its end of the
 link; the key given back, the ``Lender`` has this plane ``release`` the region. Not one of
 the registered planes (``_planes``): one is made per connection, by the transport.
 """
@@ -14,35 +14,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from monarch.core.lowlevel import Loan, Plane
+from monarch.core.lowlevel import Lent, Loan, Plane
 from monarch.transport import ConnectionClosed
 
 from . import _verbs as verbs
 from ._region import Region
-
-
-@dataclass(frozen=True, slots=True)
-class Part:
-    """A frame part lent over one connection (what an ``Offer`` names): a ``Loan`` only
-    its connection's ``LinkPlane`` reaches (no process of this host to read, no owner to
-    ask: the pid, token and cells are 0)."""
-
-    buffer_id: int
-    """The lender's key for it (given back in ``Done``)."""
-    address: int
-    size: int
-    rkey: int
-    writable: bool = False
-    pid: int = 0
-    token: int = 0
-    identity: int = 0
-    cell: int = 0
-
-    def reach(self, plane: str) -> tuple[Any, ...] | None:
-        return (self.rkey,) if plane == LinkPlane.name else None
 
 
 class LinkPlane(Plane):
@@ -128,3 +106,8 @@ class LinkPlane(Plane):
         for region in regions.values():
             region.close()
         verbs.close_link(self.link)
+
+
+def lent_part(key: int, address: int, size: int, rkey: int) -> Lent:
+    """The loan an ``Offer`` names: a part lent over one connection, reached by its plane."""
+    return Lent(key, address, size, ((LinkPlane.name, (rkey,)),))

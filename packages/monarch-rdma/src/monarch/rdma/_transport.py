@@ -70,7 +70,7 @@ from monarch.transport.lowlevel import TcpTransport, fresh_bytearray
 
 from . import _verbs as verbs
 from ._errors import RDMAOwnerDied
-from ._link import LinkPlane, Part
+from ._link import LinkPlane, lent_part
 
 log = logging.getLogger("monarch.rdma")
 
@@ -319,7 +319,9 @@ class IbverbsConnection(Connection, FrameQueue, PushReceiver):
         try:
             for index, key, address, rkey, length in read.offers:
                 buf = fresh_bytearray(length)
-                self._plane.read(Part(key, address, length, rkey), buffer_address(buf), deadline)
+                self._plane.read(
+                    lent_part(key, address, length, rkey), buffer_address(buf), deadline
+                )
                 read.parts[index] = memoryview(buf)
             _count(read_parts=len(read.offers), read_bytes=read.size)
         except BaseException as error:  # noqa: BLE001 - the connection fails with it

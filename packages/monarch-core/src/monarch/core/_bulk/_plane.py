@@ -25,6 +25,7 @@ from __future__ import annotations
 import abc
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Protocol
 
 from monarch.core._errors import PullError
@@ -78,6 +79,31 @@ class Loan(Protocol):
     def writable(self) -> bool: ...
     def reach(self, plane: str) -> tuple[Any, ...] | None:
         """What ``plane`` said a peer needs to reach the region (None: it did not lend it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lent:
+    """A ``Loan`` as a plain value: a transport's frame part lent over one connection
+    (monarch-rdma's ``_link``), a test's. No process of this host vouches for it (pid,
+    token and cells 0): only the plane it names reaches it."""
+
+    buffer_id: int
+    """The lender's key for it."""
+    address: int
+    size: int
+    planes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    """What each plane that lent it said the borrower needs, by the plane's name."""
+    writable: bool = False
+    pid: int = 0
+    token: int = 0
+    identity: int = 0
+    cell: int = 0
+
+    def reach(self, plane: str) -> tuple[Any, ...] | None:
+        for name, reach in self.planes:
+            if name == plane:
+                return reach
+        return None
 
 
 class Plane(abc.ABC):
@@ -228,6 +254,7 @@ def bulk_planes() -> Planes:
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "Lent",
     "Loan",
     "LoanDropped",
     "LoanLost",
