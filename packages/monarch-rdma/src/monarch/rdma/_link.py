@@ -52,6 +52,9 @@ class LinkPlane(Plane):
             verbs.log.debug("cannot register a %d-byte part (%s): sent inline", size, error)
             return None
         with self._lock:
+            if self.closed:  # closed meanwhile: its regions are gone already
+                region.close()
+                return None
             self._regions[buffer_id] = region
         return (int(region.rkey),)
 
