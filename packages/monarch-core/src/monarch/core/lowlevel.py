@@ -17,10 +17,11 @@ As trio's ``trio.lowlevel``: a thin public face over the core's private modules.
   every launcher and watcher makes.
 - the bulk-data wing (``_bulk``): ``Plane`` (what a plane offers: lend, reach, read,
   write, release), ``bulk_planes()`` (the planes, monarch-rdma's found through the
-  ``monarch.bulk_planes`` entry points; one chosen per loan), ``MemoryPlane`` (the
-  same-host one, with its identity and liveness checks), ``Lender`` (the one book of
-  loans: lent through a plane, read by the borrower through it, given back by key) and
-  ``bulk_executor()`` (the one executor of bulk-data threads).
+  ``monarch.bulk_planes`` entry points; one chosen per loan), ``Lent`` (a loan as a plain
+  value: a transport's frame part), ``MemoryPlane`` (the same-host one, with its identity
+  and liveness checks; it only reads), ``Lender`` (the one book of loans: lent through a
+  plane, read by the borrower through it, given back by key) and ``bulk_executor()`` (the
+  one executor of bulk-data threads).
 - ``prestart_zygote`` / ``current_zygote``: this process's zygote, which forks its procs
   (and a ``ProcessJob``'s forker, ``fork_program``): started ahead of the first proc, and
   the one object a launcher or a test watches.
