@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import subprocess
@@ -9,16 +10,18 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monarch.core import PullError
+from monarch.core import PullError, buffer_address
 from monarch.core._bulk import _lending, _memory_plane, _ring
 from monarch.core._bulk._lending import DESCRIPTOR_SIZE, LEND_MIN, Lender, borrow, is_descriptor
 from monarch.core._payload._memory import HUGE_PAGE
 from monarch.core._payload._serialize import dumps, loads
+from monarch.core.lowlevel import Lent, Loan, Plane
 
 pytestmark = pytest.mark.skipif(not _lending.available(), reason="needs process_vm_readv")
 
@@ -54,6 +57,78 @@ def test_a_dead_borrowers_loans_are_forgotten() -> None:
     lender.lend_parts([b"e", b"b", b"p", big, big], "unix://@b")
     lender.forget("unix://@b")
     assert len(lender) == 1
+
+
+class SameProcessPlane(Plane):
+    """A plane whose lender is this very process: ``lend`` records where a loan is, a
+    read copies it from there; what it holds is what the ``Lender`` has not released."""
+
+    name: ClassVar[str] = "same-process"
+    order: ClassVar[int] = 1
+
+    def __init__(self, refuse_from: int = 1 << 62) -> None:
+        self.held: dict[int, tuple[int, int]] = {}
+        self.refuse_from = refuse_from
+        """Loans of this size or more cannot be lent through it (as a pinned-memory limit)."""
+
+    def lend(self, buffer_id: int, address: int, size: int) -> tuple[Any, ...] | None:
+        if size >= self.refuse_from:
+            return None
+        assert buffer_id not in self.held
+        self.held[buffer_id] = (address, size)
+        return (address,)
+
+    def release(self, buffer_id: int) -> None:
+        del self.held[buffer_id]  # released once, never twice
+
+    def reaches(self, loan: Loan) -> bool:
+        return loan.reach(self.name) is not None
+
+    def read(self, loan: Loan, into: int, deadline: float) -> None:
+        address, size = self.held[loan.buffer_id]
+        ctypes.memmove(into, address, size)
+
+    def write(self, loan: Loan, source: int, size: int, deadline: float) -> bool:
+        return False
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 4096), min_size=1, max_size=8),
+    returned=st.lists(st.booleans(), min_size=8, max_size=8),
+    refuse_from=st.integers(1, 5000),
+)
+def test_a_loan_through_a_plane_is_read_through_it_and_released_once(
+    sizes: list[int], returned: list[bool], refuse_from: int
+) -> None:
+    """Lent through a plane: the borrower reads it through the plane, and the plane holds
+    exactly the loans not given back, until the borrower is forgotten; a loan the plane
+    cannot lend is not lent at all."""
+    plane = SameProcessPlane(refuse_from)
+    lender = Lender()
+    datas = [bytearray(os.urandom(size)) for size in sizes]
+    lent_sizes: dict[int, int] = {}
+    for data in datas:
+        lent = lender.lend(memoryview(data), "peer", plane)
+        if len(data) >= refuse_from:
+            assert lent is None
+            continue
+        assert lent is not None
+        key, reach = lent
+        assert reach is not None
+        into = bytearray(len(data))
+        plane.read(Lent(key, 0, len(data), ((plane.name, reach),)), buffer_address(into), 0.0)
+        assert into == data
+        lent_sizes[key] = len(data)
+    assert sorted(plane.held) == sorted(lent_sizes) and len(lender) == len(lent_sizes)
+    back = [key for key, give in zip(lent_sizes, returned, strict=False) if give]
+    lender.give_back(back)
+    lender.give_back(back)  # twice: the second finds nothing to release
+    kept = {key: size for key, size in lent_sizes.items() if key not in back}
+    assert sorted(plane.held) == sorted(kept)
+    assert lender.lent_to("peer") == sum(kept.values())
+    lender.forget("peer")
+    assert plane.held == {} and len(lender) == 0 and lender.lent_to("peer") == 0
 
 
 def test_descriptors_are_told_apart_from_payloads() -> None:

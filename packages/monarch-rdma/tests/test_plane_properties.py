@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +22,8 @@ from hypothesis import strategies as st
 
 from monarch.actor import Actor, endpoint, this_host
 from monarch.config import configured
-from monarch.core.lowlevel import MemoryPlane
+from monarch.core import buffer_address
+from monarch.core.lowlevel import MemoryPlane, bulk_planes
 from monarch.rdma import RDMABuffer
 from monarch.rdma._transfer import plane
 
@@ -111,7 +113,7 @@ def test_monarch_rdma_registers_its_planes_through_the_entry_point() -> None:
     from monarch.core.lowlevel import bulk_planes
 
     planes = bulk_planes()
-    assert [p.name for p in planes.all()] == ["memory", "ibverbs", "tcp"]
+    assert [p.name for p in planes.all()] == ["memory", "pull", "ibverbs", "tcp"]
     names = planes.group.names()
     assert names["ibverbs"] == names["tcp"] == "monarch-rdma"
 
@@ -129,28 +131,17 @@ def test_a_write_without_a_gate_is_pulled_by_the_owner_exactly(
     holder: tuple[str, Any], size: int, before: int, after: int, seed: int
 ) -> None:
     """An owner that lends no write gate (a system without open-file-description locks):
-    the writer asks it to pull the bytes, and the same bytes land, nothing around them."""
+    the memory plane writes nothing itself; a write to an owner of this host comes to this
+    wheel's ``pull`` plane next (the owner reads it out of us), one elsewhere to TCP; the
+    same bytes land, nothing around them."""
     way, actor = holder
-    if way != "memory":
-        pytest.skip("the pull is the memory plane's fallback")
     buf = actor.make.call_one(before, size, after, seed).get(timeout=60)
-    buf._handle = dataclasses.replace(buf._handle, gate=-1)
-    assert plane(buf._handle) == "memory"
-    data = fill(size, seed + 2)
-    real = MemoryPlane.ask_pull
-    assert real is not None
-    asked: list[int] = []
-
-    def ask_pull(loan: Any, source: int, size: int, deadline: float) -> bool:
-        asked.append(size)
-        return real(loan, source, size, deadline)
-
-    MemoryPlane.ask_pull = ask_pull
-    try:
-        buf.write_from(data).get(timeout=60)
-    finally:
-        MemoryPlane.ask_pull = real
-    assert asked == [size]  # pulled by the owner, not written by us
+    handle = dataclasses.replace(buf._handle, gate=-1)
+    data = bytearray(fill(size, seed + 2))
+    deadline = time.monotonic() + 60
+    assert not MemoryPlane().write(handle, buffer_address(data), size, deadline)
+    wrote = bulk_planes().write(handle, buffer_address(data), size, deadline)
+    assert wrote.name == ("pull" if way == "memory" else "tcp")
     owned = bytearray(fill(before + size + after, seed))
     owned[before : before + size] = data
     assert actor.whole_digest.call_one().get(timeout=60) == hashlib.sha256(owned).hexdigest()

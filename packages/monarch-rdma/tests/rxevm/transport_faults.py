@@ -1,8 +1,8 @@
 """Run in the soft-RoCE VM: the ibverbs transport's limits over real verbs.
 
-- the receiver's queue pair reaches what was offered to it and nothing else: a read past
-  the offered range, and a read of an ``RDMABuffer``'s region (another protection domain)
-  with its real rkey, are refused by the NIC;
+- the receiver's queue pair (the connection's plane, ``_link``) reaches what was lent to
+  it and nothing else: a read past the offered range, and a read of an ``RDMABuffer``'s
+  region (another protection domain) with its real rkey, are refused by the NIC;
 - a sender that died before its part was read fails the connection with a logged reason,
   not a hang;
 - an end with ``rdma_disable_ibverbs`` makes the connection plain TCP, data equal.
@@ -25,7 +25,7 @@ from monarch.config import configure
 from monarch.core import buffer_address
 from monarch.rdma import RDMABuffer
 from monarch.rdma import _verbs as verbs
-from monarch.rdma._region import Region
+from monarch.rdma._link import lent_part
 from monarch.rdma._transport import IbverbsConnection, _decode_control
 from monarch.transport import Connection, TransportError, open_connection, open_listener
 
@@ -44,9 +44,9 @@ class Recorder(logging.Handler):
 
 
 def _read(conn: IbverbsConnection, local: bytearray, size: int, address: int, rkey: int) -> None:
-    region = Region(buffer_address(local), len(local), True, local)
-    conn._nic.transfer(
-        conn._link, verbs.READ, region, size, address, rkey, time.monotonic() + 60, lambda: False
+    """Read through the connection's plane as the receiver does, whatever was lent."""
+    conn._plane.read(
+        lent_part(0, address, size, rkey), buffer_address(local), time.monotonic() + 60
     )
 
 

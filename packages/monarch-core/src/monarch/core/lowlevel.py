@@ -17,10 +17,12 @@ As trio's ``trio.lowlevel``: a thin public face over the core's private modules.
   every launcher and watcher makes.
 - the bulk-data wing (``_bulk``): ``Plane`` (what a plane offers: lend, reach, read,
   write, release), ``bulk_planes()`` (the planes, monarch-rdma's found through the
-  ``monarch.bulk_planes`` entry points; one chosen per loan), ``MemoryPlane`` (the
-  same-host one, with its identity and liveness checks), ``WriteGate`` (what lets its
-  peers write a loan straight into the lender's memory) and ``bulk_executor()`` (the one
-  executor of bulk-data threads).
+  ``monarch.bulk_planes`` entry points; one chosen per loan), ``Lent`` (a loan as a plain
+  value: a transport's frame part), ``MemoryPlane`` (the same-host one, with its identity
+  and liveness checks; it reads, and writes where the lender has a write gate),
+  ``WriteGate`` (what lets its peers write a loan straight into the lender's memory),
+  ``Lender`` (the one book of loans: lent through a plane, read by the borrower through
+  it, given back by key) and ``bulk_executor()`` (the one executor of bulk-data threads).
 - ``prestart_zygote`` / ``current_zygote``: this process's zygote, which forks its procs
   (and a ``ProcessJob``'s forker, ``fork_program``): started ahead of the first proc, and
   the one object a launcher or a test watches.
@@ -32,11 +34,21 @@ As trio's ``trio.lowlevel``: a thin public face over the core's private modules.
 from monarch.transport import MissingPlugin, PluginConflict, PluginGroup, load_plugin, plugin_group
 
 from ._bulk._executor import Executor, bulk_executor, streams
+from ._bulk._lending import Lender
 from ._bulk._memory_plane import IDENTITY_MAGIC, MemoryPlane, pull_into
 from ._bulk._plane import (
     ENTRY_POINT_GROUP as BULK_PLANES_GROUP,
 )
-from ._bulk._plane import Loan, LoanDropped, LoanLost, Plane, PlaneError, Planes, bulk_planes
+from ._bulk._plane import (
+    Lent,
+    Loan,
+    LoanDropped,
+    LoanLost,
+    Plane,
+    PlaneError,
+    Planes,
+    bulk_planes,
+)
 from ._bulk._write_gate import Gate as WriteGate
 from ._host._introspect import PROC_SERVICE, Introspect, ProcQuery, inspect_proc, snapshot_procs
 from ._host._pids import process_alive, process_start, process_state
@@ -74,6 +86,8 @@ __all__ = [
     "Envelope",
     "Executor",
     "Introspect",
+    "Lender",
+    "Lent",
     "Loan",
     "LoanDropped",
     "LoanLost",

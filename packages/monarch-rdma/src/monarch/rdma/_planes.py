@@ -2,6 +2,9 @@
 
 The core's plane (``memory``: processes of one host copy from each other) comes first; then
 
+- ``pull``: the memory plane, writing: the owner, asked through its ``rdma`` service,
+  reads the bytes out of the writer (``Pull``); reached where the memory plane is, so a
+  read is the memory plane's and a write comes here next (``Planes.write``);
 - ``ibverbs``: RDMA READ/WRITE between processes that both have an ibverbs device (the
   buffer is registered with ours when lent; its rkey travels in the handle);
 - ``tcp``: the owner's data server (``_tcp``), in chunks over several streams; reaches
@@ -13,17 +16,19 @@ an operation moves its bytes through the first that reaches the owner (``_transf
 
 from __future__ import annotations
 
+import os
+import time
 from typing import ClassVar
 
 from monarch.core import current_config
-from monarch.core.lowlevel import Loan, Plane
+from monarch.core.lowlevel import Loan, MemoryPlane, Plane
 
 from . import _tcp as tcp
 from . import _verbs as verbs
 from ._chunks import KIB, MIB, plan
 from ._errors import RDMAOwnerDied, RDMATransferError
 from ._handle import Handle
-from ._messages import Connect, Connected
+from ._messages import Connect, Connected, Pull, Pulled
 from ._process import local_process
 from ._region import Region
 from ._registry import registry
@@ -34,6 +39,35 @@ def _handle(loan: Loan) -> Handle:
     if not isinstance(loan, Handle):
         raise TypeError(f"monarch-rdma's planes move RDMABuffer handles, not {loan!r}")
     return loan
+
+
+class PullPlane(MemoryPlane):
+    """The memory plane, whose writes the owner pulls (see the module docstring)."""
+
+    name: ClassVar[str] = "pull"
+    order: ClassVar[int] = 15
+
+    def writes_alone(self, loan: Loan) -> bool:
+        return False  # a write asks the owner: off the caller's thread, as any ask
+
+    def write(self, loan: Loan, source: int, size: int, deadline: float) -> bool:
+        """Ask the owner to read ``size`` bytes at ``source`` of ours into the buffer
+        (False: it cannot read us, the next plane writes)."""
+        if not isinstance(loan, Handle):
+            return False  # not an RDMABuffer's: no owner's service to ask
+        handle = loan
+        expires = time.time() + (deadline - time.monotonic())  # one clock on one host
+        request = Pull(
+            handle.buffer_id,
+            expires,
+            os.getpid(),
+            registry.identity_address,
+            registry.token,
+            source,
+            size,
+        )
+        answer = ask_owner(handle, request, deadline)
+        return isinstance(answer, Pulled) and answer.done
 
 
 class TcpPlane(Plane):

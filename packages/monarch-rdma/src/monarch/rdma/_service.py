@@ -13,13 +13,12 @@ owner's refusals (``Refused``) become the asker's exceptions of the same kind.
 from __future__ import annotations
 
 import ctypes
-import os
 import time
 from concurrent.futures import Future
 from typing import Final
 
 from monarch.core import PeerLost, PullError
-from monarch.core.lowlevel import Loan, MemoryPlane, Service, ServiceError, ask, pull_into
+from monarch.core.lowlevel import Service, ServiceError, ask, pull_into
 
 from . import _verbs as verbs
 from ._errors import (
@@ -195,25 +194,3 @@ def ask_owner(handle: Handle, request: Request, deadline: float) -> Answer:
     if isinstance(answer, Refused):
         raise _RAISES[answer.why](answer.message)
     return answer
-
-
-def _ask_pull(loan: Loan, source: int, size: int, deadline: float) -> bool:
-    """The memory plane's write: ask the owner to read ``size`` bytes at ``source`` of
-    ours into the buffer (False: it cannot read us, the next plane writes)."""
-    if not isinstance(loan, Handle):
-        return False
-    expires = time.time() + (deadline - time.monotonic())  # one clock on one host
-    request = Pull(
-        loan.buffer_id,
-        expires,
-        os.getpid(),
-        registry.identity_address,
-        registry.token,
-        source,
-        size,
-    )
-    answer = ask_owner(loan, request, deadline)
-    return isinstance(answer, Pulled) and answer.done
-
-
-MemoryPlane.ask_pull = _ask_pull

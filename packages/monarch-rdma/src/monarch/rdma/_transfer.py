@@ -3,8 +3,9 @@
 - the owner's own process: a memmove;
 - else the first of monarch-core's bulk-data planes (``monarch.core.lowlevel.bulk_planes``)
   that reaches the owner, chosen on the handle's first operation: the core's ``memory``
-  plane (another process of this host that we may read: read straight from it; a write
-  is pulled by the owner from us), then this wheel's ``ibverbs`` and ``tcp`` (``_planes``).
+  plane (another process of this host that we may read: read straight from it), this
+  wheel's ``pull`` (there, a write: the owner pulls it from us), then its ``ibverbs`` and
+  ``tcp`` (``_planes``).
 
 A small read this process copies itself runs on the calling thread; every other operation
 on the core's bulk-data executor. What needs the owner (a write of this

@@ -11,15 +11,17 @@ connection *is* the TCP one, nothing added: the fallback is plain TCP.
 Where both have one, the two queue pairs are connected and every frame gets a leading
 control part: empty for a frame sent as it is, else an ``Offer`` naming its parts of
 ``PART_MIN`` bytes or more (the out-of-band buffers of a message), which travel as empty
-parts. For each, the sender registers the part's memory, readable by RDMA READ only, in the
-connection's own protection domain (so the peer reaches what was offered to it on this
-connection and nothing else, not other connections' parts nor ``RDMABuffer`` regions), and
-keeps the memory alive; the offer carries its address, ``rkey`` and length, inside the
-already-authenticated frame. The receiver reads each into a fresh buffer (on a thread: the
-loop goes on), hands the frame up with those buffers as its parts, in order with the frames
-around it, and sends back ``Done`` with the offer's keys: the sender then deregisters them
-(as it does all it has offered when the connection ends). A read that fails (the peer died:
-its queue pair stops answering; a region gone) fails the connection with a logged reason.
+parts. Those parts are lent as every bulk-data loan is, with monarch-core's ``Lender``
+(``monarch.core.lowlevel``) through a plane, here the connection's own (``_link``): it
+registers each part's memory, readable by RDMA READ only, in the connection's own
+protection domain, and the lender keeps the memory alive; the offer carries each loan's
+key, address, ``rkey`` and length, inside the already-authenticated frame. The receiver
+reads each through its end of that plane into a fresh buffer (on a thread: the loop goes
+on), hands the frame up with those buffers as its parts, in order with the frames around
+it, and sends back ``Done`` with the keys: the sender gives them back to its lender, which
+has the plane deregister them (as it does all still lent when the connection ends). A read
+that fails (the peer died: its queue pair stops answering; a region gone) fails the
+connection with a logged reason.
 
 As on TCP, a sender must not change a part's memory until it is done with: here that is
 until the receiver has read it, not merely until it was written to the socket. ``Done``
@@ -31,7 +33,6 @@ TCP connection's ``FrameQueue``), as monarch-core's receiving end sends everythi
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import select
 import threading
@@ -47,7 +48,7 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from monarch.core import buffer_address
-from monarch.core.lowlevel import bulk_executor
+from monarch.core.lowlevel import Lender, bulk_executor
 from monarch.transport import (
     Address,
     Buffer,
@@ -69,7 +70,7 @@ from monarch.transport.lowlevel import TcpTransport, fresh_bytearray
 
 from . import _verbs as verbs
 from ._errors import RDMAOwnerDied
-from ._region import Region
+from ._link import LinkPlane, lent_part
 
 log = logging.getLogger("monarch.rdma")
 
@@ -95,13 +96,13 @@ class Hello(msgspec.Struct, tag="hello", forbid_unknown_fields=True):
 
 
 class Offer(msgspec.Struct, tag="offer", forbid_unknown_fields=True):
-    """Parts of this frame to read: (index, key, address, rkey, length) each."""
+    """Parts of this frame lent to the receiver: (index, key, address, rkey, length) each."""
 
     parts: list[tuple[int, int, int, int, int]]
 
 
 class Done(msgspec.Struct, tag="done", forbid_unknown_fields=True):
-    """The receiver has read these offered parts: their memory is the sender's again."""
+    """The receiver has read these lent parts: the sender gives their keys back."""
 
     keys: list[int]
 
@@ -167,14 +168,9 @@ class IbverbsConnection(Connection, FrameQueue, PushReceiver):
             ConnectionAttribute.push_receiver: weakref.ref(self),
         }
         self._options = options
-        self._nic = nic
-        self._link = link
-        self._link_use = threading.Lock()
-        """Held by a read over the link and by its release: never both at once."""
-        self._released = False
-        self._offered: dict[int, tuple[Any, memoryview]] = {}
-        self._offer_lock = threading.Lock()
-        self._keys = itertools.count(1)
+        self._plane = LinkPlane(nic, link, self._hung_up)
+        self._lender = Lender()
+        """What we lent the peer over this connection (borrower ``""``: there is one)."""
         self._ready: deque[Frame | _Read] = deque()
         self._failure: TransportError | None = None
         self._on_frames: Callable[[], object] = _nothing
@@ -218,16 +214,12 @@ class IbverbsConnection(Connection, FrameQueue, PushReceiver):
             view = part if isinstance(part, memoryview) else memoryview(part)
             if not view.c_contiguous:
                 continue
-            address = buffer_address(view)
-            try:
-                mr = self._nic.offer(self._link, address, size)
-            except Exception as error:  # noqa: BLE001 - pinned-memory limit...: send it inline
-                log.debug("cannot register a %d-byte part (%s): sent inline", size, error)
+            lent = self._lender.lend(view, "", self._plane)
+            if lent is None:  # the plane could not register it: sent inline
                 continue
-            key = next(self._keys)
-            with self._offer_lock:
-                self._offered[key] = (mr, view)
-            offers.append((index, key, address, int(mr.rkey), size))
+            key, reach = lent
+            assert reach is not None
+            offers.append((index, key, buffer_address(view), reach[0], size))
             out[index + 1] = b""
         if offers:
             out[0] = _encode(Offer(offers))
@@ -239,14 +231,7 @@ class IbverbsConnection(Connection, FrameQueue, PushReceiver):
         if frame and frame[0]:
             offer = _decode_control(frame[0])
             if isinstance(offer, Offer):
-                self._take_back([o[1] for o in offer.parts])
-
-    def _take_back(self, keys: Sequence[int]) -> None:
-        with self._offer_lock:
-            taken = [self._offered.pop(key, None) for key in keys]
-        for entry in taken:
-            if entry is not None:
-                entry[0].close()
+                self._lender.give_back([o[1] for o in offer.parts])
 
     def send_nowait(self, parts: Sequence[Buffer]) -> None:
         frame = self._wrap(parts)
@@ -297,7 +282,7 @@ class IbverbsConnection(Connection, FrameQueue, PushReceiver):
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
             raise self._violation(ProtocolError(f"malformed control part: {error}")) from None
         if isinstance(message, Done):
-            self._take_back(message.keys)
+            self._lender.give_back(message.keys)
             return
         parts = frame[1:]
         self._check(message, parts)
@@ -328,27 +313,16 @@ class IbverbsConnection(Connection, FrameQueue, PushReceiver):
             )
 
     def _read(self, read: _Read) -> None:
-        """On a reader thread: RDMA READ each offered part into a fresh buffer."""
+        """On a reader thread: read each lent part into a fresh buffer, by RDMA READ over
+        the connection's plane."""
         deadline = time.monotonic() + READ_SECONDS + read.size / READ_PER_SECOND
-        gone = self._hung_up()
         try:
-            with self._link_use:
-                if self._released:
-                    raise ConnectionClosed("the connection was closed")
-                for index, _key, address, rkey, length in read.offers:
-                    buf = fresh_bytearray(length)
-                    region = Region(buffer_address(buf), length, True, buf)
-                    self._nic.transfer(
-                        self._link,
-                        verbs.READ,
-                        region,
-                        length,
-                        address,
-                        rkey,
-                        deadline,
-                        gone,
-                    )
-                    read.parts[index] = memoryview(buf)
+            for index, key, address, rkey, length in read.offers:
+                buf = fresh_bytearray(length)
+                self._plane.read(
+                    lent_part(key, address, length, rkey), buffer_address(buf), deadline
+                )
+                read.parts[index] = memoryview(buf)
             _count(read_parts=len(read.offers), read_bytes=read.size)
         except BaseException as error:  # noqa: BLE001 - the connection fails with it
             read.error = error
@@ -489,32 +463,10 @@ class IbverbsConnection(Connection, FrameQueue, PushReceiver):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
-        if self._released:
-            return
-        if self._link_use.acquire(blocking=False):  # no read in progress: at once
-            try:
-                self._release_now()
-            finally:
-                self._link_use.release()
-            return
-        with anyio.CancelScope(shield=True):  # a read ends soon: our connection is closed
-            await anyio.to_thread.run_sync(self._release)
-
-    def _release(self) -> None:
-        """Deregister what we offered, then the link: after any read over it has ended."""
-        with self._link_use:
-            self._release_now()
-
-    def _release_now(self) -> None:
-        """``_release`` with ``_link_use`` held."""
-        if not self._released:
-            self._released = True
-            self._link.broken = True
-            with self._offer_lock:
-                offered, self._offered = self._offered, {}
-            for mr, _ in offered.values():
-                mr.close()
-            _close_link(self._link)
+        if not self._plane.closed and not self._plane.close_now():
+            with anyio.CancelScope(shield=True):  # a read ends soon: our connection is closed
+                await anyio.to_thread.run_sync(self._plane.close)
+        self._lender.forget("")  # the plane has let go of every part: so do we
 
 
 async def _upgrade(conn: Connection, options: TransportOptions) -> Connection:
@@ -542,12 +494,12 @@ async def _upgrade(conn: Connection, options: TransportOptions) -> Connection:
             raise HandshakeError(f"malformed ibverbs hello: {error}") from None
         if nic is None or link is None or not theirs.qpn:
             if link is not None:
-                _close_link(link)
+                verbs.close_link(link)
             return conn
         nic.connect_link(link, theirs.qpn, theirs.gid)
     except BaseException as error:
         if link is not None:
-            _close_link(link)
+            verbs.close_link(link)
         await conn.aclose()
         if isinstance(error, TimeoutError):
             raise HandshakeError(f"no ibverbs hello within {options.handshake_timeout}s") from None
@@ -555,14 +507,6 @@ async def _upgrade(conn: Connection, options: TransportOptions) -> Connection:
             raise HandshakeError(f"connection lost in the ibverbs hello: {error}") from error
         raise
     return IbverbsConnection(conn, options, nic, link)
-
-
-def _close_link(link: verbs.Connection) -> None:
-    for item in (link.qp, link.cq, link.pd):
-        try:
-            item.close()
-        except Exception:  # noqa: BLE001 - closing what never carried anything
-            pass
 
 
 class IbverbsListener(Listener):

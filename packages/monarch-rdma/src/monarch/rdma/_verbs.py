@@ -80,6 +80,16 @@ class Connection:
     """Its own protection domain (the transport's links), or None: the device's."""
 
 
+def close_link(link: Connection) -> None:
+    """Close a link's queue pair, completion queue and protection domain (what fails to
+    close never carried anything)."""
+    for item in (link.qp, link.cq, link.pd):
+        try:
+            item.close()
+        except Exception:  # noqa: BLE001 - closing what never carried anything
+            pass
+
+
 class Device:
     """This process's ibverbs device: its protection domain, regions and connections."""
 

@@ -14,8 +14,9 @@ run, and the flush appends a seal that authenticates them all (``_framing``)::
     E(F)   = header | P(part_0) | ... | P(part_{n-1})
     P(p)   = p                  when the part is at most DIGEST_FROM (16 KiB) bytes
              SHA-256(p)         when it is larger, or, with FEATURE_POLY1305 agreed:
-             Poly1305[r_k,i](p) where i counts the run's large parts from 0 and
+             GMAC[r_k,i](p)     where i counts the run's large parts from 0 and
              r_k,i = BLAKE2b-256[key, person "monarch-poly1305"](le64(k) | le64(i))
+             (AES-256-GCM's tag over p as associated data, nothing encrypted)
 
 ``F_1 .. F_m`` are the frames after seal ``k-1`` (each side counts seals from 0) and
 ``header`` a frame's ``u32 n | u64 len_0 ... u64 len_{n-1}`` as sent. The receiver hands
@@ -37,9 +38,12 @@ SHA-256 where it lies (the sender's memory, the receiver's buffer as the bytes a
 and only its digest goes into the run; forging it would take a SHA-256 second preimage.
 The threshold is the encoder's: parts above it are sent in place, the others copied into
 its send buffer. Both hashes are in the standard library: no dependency. Where both
-peers have the optional ``cryptography`` (the handshake agrees on ``FEATURE_POLY1305``),
-large parts go through Poly1305 instead, about 3 times faster than SHA-256 with SHA-NI:
-a one-time MAC, under a key derived for that part alone (a fresh ``(k, i)`` each time).
+peers have the optional ``cryptography`` (the handshake agrees on ``FEATURE_POLY1305``,
+named for the MAC it first meant), large parts go through GMAC instead: a one-time MAC,
+under a key derived for that part alone (a fresh ``(k, i)`` each time, so GCM's fixed
+nonce is never reused under a key). GHASH runs on the CPU's carry-less multiply: about
+25 GB/s here, against Poly1305's ~10 and SHA-256's ~2 (monarch-rdma's TCP plane tags
+every byte it moves with this same seal, so its speed is the plane's).
 """
 
 from __future__ import annotations
@@ -75,29 +79,41 @@ def available_features() -> int:
     return FEATURE_POLY1305 if importlib.util.find_spec("cryptography") else 0
 
 
+_NONCE: Final = bytes(12)
+"""GCM's nonce: fixed, since every part's key is its own."""
+
+
 @cache
-def _poly1305() -> Any:
+def _gmac() -> Any:
+    """A maker of one-time GMACs (an AES-256-GCM encryptor fed associated data only)."""
     try:
-        from cryptography.hazmat.primitives.poly1305 import Poly1305
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
     except ImportError as exc:  # found by find_spec, yet broken
-        raise TransportError(f"cryptography cannot be imported for Poly1305: {exc}") from exc
-    return Poly1305
+        raise TransportError(f"cryptography cannot be imported for GMAC: {exc}") from exc
+    gcm = modes.GCM(_NONCE)
+    return lambda key: Cipher(algorithms.AES(key), gcm).encryptor()
 
 
 class PartMac:
-    """The MAC of one large part, fed as it arrives: SHA-256 or a one-time Poly1305."""
+    """The MAC of one large part, fed as it arrives: SHA-256 or a one-time GMAC."""
 
     __slots__ = ("finish", "update")
 
-    def __init__(self, poly1305_key: bytes | None) -> None:
-        if poly1305_key is None:
+    def __init__(self, one_time_key: bytes | None) -> None:
+        if one_time_key is None:
             digest = _sha256()
             self.update: Any = digest.update
             self.finish: Any = digest.digest
         else:
-            mac = _poly1305()(poly1305_key)
-            self.update = mac.update
-            self.finish = mac.finalize
+            gmac = _gmac()(one_time_key)
+            self.update = gmac.authenticate_additional_data
+
+            def finish() -> bytes:
+                gmac.finalize()
+                tag: bytes = gmac.tag
+                return tag
+
+            self.finish = finish
 
 
 class FrameMac:
@@ -201,6 +217,19 @@ class FrameMac:
         """Bytes of the open run as the receiver has them (headers, small parts, the
         digests of large ones)."""
         (self._run if self._run is not None else self._open()).update(data)
+
+    def seal_absorbed(self) -> bytes:
+        """The tag of the run absorbed so far (``absorb``, with the digests of its large
+        parts from ``next_part_mac``), counted: how a sender that hashes each message as
+        it sends it seals it (monarch-rdma's TCP plane, whose bytes are hashed slice by
+        slice while the kernel moves the slice before); the peer checks it with ``check``
+        or compares it with its own ``seal_absorbed``."""
+        run = self._run if self._run is not None else self._open()
+        self._run = None
+        self._large_count = 0
+        self.seq += 1
+        tag: bytes = run.digest()
+        return tag
 
     def check(self, tag: Any, last: Any = b"") -> None:
         """Check the seal just read against the open run, with ``last`` bytes of it not

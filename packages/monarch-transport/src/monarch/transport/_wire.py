@@ -86,7 +86,8 @@ class Reject(msgspec.Struct, array_like=True, tag=5, frozen=True, gc=False):
 HandshakeMessage = ClientHello | ServerHello | Proof | Accept | Reject
 
 FEATURE_POLY1305: Final = 1
-"""Large frame parts are MACed by Poly1305 rather than SHA-256 (``_mac``); needs the
+"""Large frame parts are MACed by a one-time GMAC rather than SHA-256 (``_mac``; the name is
+the MAC it first meant, Poly1305); needs the
 optional ``cryptography`` on both sides."""
 
 REJECT_AUTH: Final = 1

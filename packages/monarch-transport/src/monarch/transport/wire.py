@@ -3,7 +3,7 @@ sans I/O, for peers and plug-ins."""
 
 from ._framing import FrameDecoder, encode_frame, encode_frame_into, seal_into
 from ._handshake import MIN_SECRET_SIZE, FrameKeys, Handshake
-from ._mac import SEAL_SIZE, TAG_SIZE, FrameMac
+from ._mac import SEAL_SIZE, TAG_SIZE, FrameMac, PartMac
 from ._wire import (
     FEATURE_POLY1305,
     GATEWAY_GREETING,
@@ -56,6 +56,7 @@ __all__ = [
     "GatewayRequest",
     "Handshake",
     "HandshakeMessage",
+    "PartMac",
     "Proof",
     "Reject",
     "ServerHello",

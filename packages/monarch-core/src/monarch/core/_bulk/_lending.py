@@ -13,6 +13,10 @@ it out (see ``_ring``): faster than reading it, and the read covers whatever the
 does not bring in time. The read is the same-host memory plane's (``_memory_plane``),
 the one that also moves ``RDMABuffer`` regions between processes of one machine.
 
+The ``Lender`` is the bulk wing's one book of loans: the same keys, given back the same
+way, hold a transport's frame parts lent through a plane of its connection (monarch-rdma's
+ibverbs transport), where the plane holds each part until its key comes back.
+
 Whether a peer can read us is tested once per connection (see ``Runtime``): our hello
 carries our pid and the address of our incarnation token; the peer reads it and says
 so in its answer. Only then do we lend to it.
@@ -27,7 +31,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Any, Final
 
 from monarch.core._errors import PullError
 from monarch.core._payload import _memory as memory
@@ -36,6 +40,7 @@ from monarch.transport import Buffer
 
 from ._memory_plane import available as available
 from ._memory_plane import is_peer, read_range
+from ._plane import Plane
 from ._ring import RING_MIN, Ring, RingReader
 
 LEND_MIN: Final = 1024 * 1024
@@ -105,10 +110,18 @@ def is_descriptor(part: Buffer) -> bool:
 
 
 class Lender:
-    """This process's buffers on loan, by key: kept alive until given back."""
+    """This process's buffers on loan, by key: kept alive until given back (or their
+    borrower is declared dead), and, for a loan lent through a plane, held by that plane
+    until then.
+
+    The one book of loans of the bulk wing: the runtime lends the large parts of actor
+    messages to readers of this host (``lend_parts``: the memory plane, which holds
+    nothing), a transport the parts of its frames through a plane of its own connection
+    (``lend``: monarch-rdma's ibverbs transport registers each with its queue pair). The
+    borrower reads the loan through the plane, then gives its key back."""
 
     def __init__(self) -> None:
-        self._loans: dict[int, tuple[memoryview, str]] = {}
+        self._loans: dict[int, tuple[memoryview, str, Plane | None]] = {}
         self._lent: dict[str, int] = {}
         """Bytes on loan, by borrower: what a sender to it holds (see ``_runtime._flow``)."""
         self._keys = itertools.count(1)
@@ -121,6 +134,26 @@ class Lender:
     def lent_to(self, borrower: str) -> int:
         """Bytes ``borrower`` has not given back yet."""
         return self._lent.get(borrower, 0)
+
+    def lend(
+        self, view: memoryview, borrower: str, plane: Plane | None = None
+    ) -> tuple[int, tuple[Any, ...] | None] | None:
+        """Lend ``view`` to ``borrower`` (through ``plane``, if one): its key, and what
+        the plane said the borrower needs to reach it; None if the plane cannot lend it
+        (the caller sends the bytes another way)."""
+        key = next(self._keys)
+        reach = None
+        if plane is not None:
+            reach = plane.lend(key, memory.address_of(view), view.nbytes)
+            if reach is None:
+                return None
+        self._keep(key, view, borrower, plane)
+        return key, reach
+
+    def _keep(self, key: int, view: memoryview, borrower: str, plane: Plane | None) -> None:
+        with self._lock:
+            self._loans[key] = (view, borrower, plane)
+            self._lent[borrower] = self._lent.get(borrower, 0) + view.nbytes
 
     def lend_parts(
         self,
@@ -149,9 +182,7 @@ class Lender:
         kind = _BYTES if type(view.obj) is bytes and view.nbytes == len(view.obj) else _BUFFER
         filling = filling_of(view)
         key = next(self._keys)
-        with self._lock:
-            self._loans[key] = (view, borrower)
-            self._lent[borrower] = self._lent.get(borrower, 0) + view.nbytes
+        self._keep(key, view, borrower, None)
         address, size = memory.address_of(view), view.nbytes
         fd, ring_id, loan = -1, 0, 0
         pushed = ring() if ring is not None and size >= RING_MIN else None
@@ -165,18 +196,28 @@ class Lender:
         return _DESCRIPTOR.pack(MAGIC, key, self._pid, address, size, kind, fd, ring_id, loan)
 
     def give_back(self, keys: Sequence[int]) -> None:
+        """The borrower has read these loans: their planes let go of them, then we do."""
+        held: list[tuple[int, Plane]] = []
         with self._lock:
             for key in keys:
                 loan = self._loans.pop(key, None)
                 if loan is not None:
                     self._lent[loan[1]] -= loan[0].nbytes
+                    if loan[2] is not None:
+                        held.append((key, loan[2]))
+        for key, plane in held:
+            plane.release(key)
 
     def forget(self, borrower: str) -> None:
-        """The borrower is dead: what it had not given back is ours again."""
+        """The borrower is dead (or its connection gone): what it had not given back is
+        ours again."""
         with self._lock:
-            for key in [k for k, (_, b) in self._loans.items() if b == borrower]:
-                del self._loans[key]
+            keys = [k for k, (_, b, _) in self._loans.items() if b == borrower]
+            loans = [(key, self._loans.pop(key)) for key in keys]
             self._lent.pop(borrower, None)
+        for key, (_, _, plane) in loans:
+            if plane is not None:
+                plane.release(key)
 
 
 RingKey = tuple[int, int, int]

@@ -20,10 +20,14 @@ A write cannot be refused after the fact: bytes that land once the region was dr
 (and its memory perhaps reused) are damage. Where the lender has a *write gate*
 (``_write_gate``: a drop waits for the writers that hold it) the writer holds the loan's
 gate, checks its cell and writes straight into the lender's memory (``write_range``,
-``process_vm_writev``: exactly the bytes written, nothing around them). Without one, the
-writer asks the owner, and the owner reads the writer's memory into its region
-(``pull_into``): how it asks belongs to the lender's wheel (monarch-rdma's ``rdma``
-service), which sets ``ask_pull``.
+``process_vm_writev``: exactly the bytes written, nothing around them). Without one, this
+plane does not write (``write`` is False): the writer asks the owner, and the owner reads
+the writer's memory into its region (``pull_into``), so the owner's memory is only written
+by itself, which knows the region is lent while it writes. Asking a proc is the runtime's,
+a wing above this one, and what a write asks (the region, by its id) the lender's wheel's:
+that wheel registers a plane of its own that writes so, through the entry points as every
+plane (monarch-rdma's ``pull``: this plane, its ``write`` asking the owner's ``rdma``
+service); ``Planes.write`` asks it next.
 """
 
 from __future__ import annotations
@@ -220,9 +224,6 @@ class MemoryPlane(Plane):
     name: ClassVar[str] = "memory"
     order: ClassVar[int] = 10
     reads_alone: ClassVar[bool] = True
-    ask_pull: ClassVar[Callable[[Loan, int, int, float], bool] | None] = None
-    """How a writer asks a loan's owner to pull ``size`` bytes at ``source`` of ours
-    (True once done; False: it cannot read us): the lender's wheel sets it."""
 
     def writes_alone(self, loan: Loan) -> bool:
         return _writes_direct(loan)
@@ -243,8 +244,7 @@ class MemoryPlane(Plane):
         if _writes_direct(loan):
             write_into(loan, source, size)
             return True
-        ask = type(self).ask_pull
-        return ask is not None and ask(loan, source, size, deadline)
+        return False  # no write gate: the owner pulls, asked by its wheel's plane (above)
 
 
 def _writes_direct(loan: Loan) -> bool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import abc
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Protocol
 
 from monarch.core._errors import PullError
@@ -33,7 +34,7 @@ from monarch.transport import MissingPlugin, plugin_group
 ENTRY_POINT_GROUP: Final = "monarch.bulk_planes"
 BUILTIN: Final = {"memory": "monarch.core._bulk._memory_plane:MemoryPlane"}
 """The core's planes: loaded without reading the entry points."""
-PROVIDERS: Final = {"tcp": "monarch-rdma", "ibverbs": "monarch-rdma"}
+PROVIDERS: Final = {"pull": "monarch-rdma", "tcp": "monarch-rdma", "ibverbs": "monarch-rdma"}
 """Planes other wheels provide, named in the error when one is missing."""
 CHOICES_MAX: Final = 1 << 16
 """Loans whose plane choice is remembered; beyond, the memory starts again."""
@@ -83,6 +84,32 @@ class Loan(Protocol):
 
     def reach(self, plane: str) -> tuple[Any, ...] | None:
         """What ``plane`` said a peer needs to reach the region (None: it did not lend it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lent:
+    """A ``Loan`` as a plain value: a transport's frame part lent over one connection
+    (monarch-rdma's ``_link``), a test's. No process of this host vouches for it (pid,
+    token and cells 0, no write gate): only the plane it names reaches it."""
+
+    buffer_id: int
+    """The lender's key for it."""
+    address: int
+    size: int
+    planes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    """What each plane that lent it said the borrower needs, by the plane's name."""
+    writable: bool = False
+    pid: int = 0
+    token: int = 0
+    identity: int = 0
+    cell: int = 0
+    gate: int = -1
+
+    def reach(self, plane: str) -> tuple[Any, ...] | None:
+        for name, reach in self.planes:
+            if name == plane:
+                return reach
+        return None
 
 
 class Plane(abc.ABC):
@@ -237,6 +264,7 @@ def bulk_planes() -> Planes:
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "Lent",
     "Loan",
     "LoanDropped",
     "LoanLost",
