@@ -95,12 +95,14 @@ def test_the_32_host_run_is_read_beside_the_prediction(tmp_path: Path) -> None:
         "partition_client_s": 4.6,
     }
     # helper fanin34's run (the agents watch their procs): its first run that completed
-    assert doc["fanin34"]["source"] == "fanin34_32x8_after.json"
-    assert doc["fanin34"]["controller_busy_connections_idle"] == 8
-    assert doc["fanin34"]["controller_rx_per_s_idle"] == 9.0
+    fanin = doc["fanin34"]
+    assert isinstance(fanin, dict) and fanin["source"] == "fanin34_32x8_after.json"
+    assert fanin["controller_busy_connections_idle"] == 8
+    assert fanin["controller_rx_per_s_idle"] == 9.0
     text = doc_path.read_text()
     assert text.startswith("before\n<!-- model -->\n") and text.endswith("<!-- /model -->\nafter\n")
-    assert "stale table" not in text and "(measured: hosts34_32hosts.json, fanin34_32x8_after.json)" in text
+    assert "stale table" not in text
+    assert "(measured: hosts34_32hosts.json, fanin34_32x8_after.json)" in text
 
 
 @settings(max_examples=60, deadline=None)
