@@ -271,12 +271,13 @@ def check(m: dict[str, Any]) -> list[str]:
 
 def hosts34(results: Path) -> dict[str, Any] | None:
     """The 32-host run's figures (helper hosts34's JSON), when it has been written."""
-    return run_figures(sorted(results.glob("hosts34_*.json")))
+    return run_figures(sorted(results.glob("hosts34_*.json")), completed=True)
 
 
-def fanin34(results: Path) -> dict[str, Any] | None:
-    """The 32-host run with procs watched by their agents (helper fanin34's JSON)."""
-    return run_figures([results / "fanin34_32x8_after.json"], completed=True)
+def fanin34(results: Path, when: str = "after") -> dict[str, Any] | None:
+    """The 32-host run with procs watched by their agents (helper fanin34's JSON; ``when``
+    "before": the code before, run beside it on the same loaded machine)."""
+    return run_figures([results / f"fanin34_32x8_{when}.json"], completed=True)
 
 
 def run_figures(paths: Sequence[Path], completed: bool = False) -> dict[str, Any] | None:
@@ -377,7 +378,7 @@ def render(doc: dict[str, Any]) -> str:
         "<!-- hosts34: the 32-host run (benchmarks/results/hosts34_*.json) -->",
         "",
     ]
-    measured, after = doc.get("hosts34"), doc.get("fanin34")
+    runs = [doc.get("hosts34"), doc.get("fanin34_before"), doc.get("fanin34")]
     tree32 = small["replies"]["tree"]
     direct32 = small["replies"]["direct"]
     beats32 = small["heartbeat"]
@@ -387,60 +388,54 @@ def render(doc: dict[str, Any]) -> str:
                 "32 hosts x 8",
                 "model (direct / tree)",
                 "measured (hosts34)",
-                "measured (fanin34: agents watch procs)",
+                "fanin34: before",
+                "fanin34: agents watch procs",
             ],
             [
                 [
                     "gathered call, ms",
                     f"{fmt_num(direct32['latency_ms'])} / {fmt_num(tree32['latency_ms'])}",
-                    _shown(measured, "call_ms"),
-                    _shown(after, "call_ms"),
+                    *_each(runs, "call_ms"),
                 ],
                 [
                     "controller connections",
                     f"{direct32['controller_connections']} / {tree32['controller_connections']}",
-                    _shown(measured, "controller_connections"),
-                    _shown(after, "controller_connections"),
+                    *_each(runs, "controller_connections"),
                 ],
                 [
                     "of which carry traffic, idle",
                     f"{fmt_num(2 * small['hosts'])} (agents, both ways) / "
                     f"{fmt_num(2 * min(small['fanout'], small['hosts']))}",
-                    "-",
-                    _shown(after, "controller_busy_connections_idle"),
+                    *_each(runs, "controller_busy_connections_idle"),
                 ],
                 [
                     "controller beats received /s, idle (per proc / agents / tree)",
                     f"{fmt_num(beats32['per_proc_per_s'])} / "
                     f"{fmt_num(beats32['direct_per_s'])} / {fmt_num(beats32['tree_per_s'])}",
-                    "-",
-                    "-",
+                    *["-"] * len(runs),
                 ],
                 [
                     "controller packets received /s, idle (beats + ACKs)",
                     f"{fmt_num(2 * beats32['per_proc_per_s'])} / "
                     f"{fmt_num(2 * beats32['direct_per_s'])} / "
                     f"{fmt_num(2 * beats32['tree_per_s'])}",
-                    _shown(measured, "controller_rx_per_s_idle"),
-                    _shown(after, "controller_rx_per_s_idle"),
+                    *_each(runs, "controller_rx_per_s_idle"),
                 ],
                 [
                     "host killed: the client told, ms",
                     fmt_num(small["host_loss"]["killed_report_ms"]),
-                    _shown(measured, "killed_client_ms"),
-                    _shown(after, "killed_client_ms"),
+                    *_each(runs, "killed_client_ms"),
                 ],
                 [
                     "host partitioned: the client told, s",
                     f"{fmt_num(small['host_loss']['partition_detect_s_min'])}-"
                     f"{fmt_num(small['host_loss']['partition_report_s'])}",
-                    _shown(measured, "partition_client_s"),
-                    _shown(after, "partition_client_s"),
+                    *_each(runs, "partition_client_s"),
                 ],
             ],
         )
     )
-    sources = [m["source"] for m in (measured, after) if m is not None]
+    sources = [m["source"] for m in runs if m is not None]
     lines += ["", f"(measured: {', '.join(sources) or 'not yet'})"]
     return "\n".join(lines)
 
@@ -450,8 +445,9 @@ def level_row(lv: dict[str, Any]) -> list[str]:
     return [str(lv["level"]), *(f"{lv[key]:,}" for key in keys)]
 
 
-def _shown(measured: dict[str, Any] | None, key: str) -> str:
-    return "-" if measured is None else fmt_num(measured.get(key))
+def _each(runs: Sequence[dict[str, Any] | None], key: str) -> list[str]:
+    """``key`` of each measured run, "-" where there is none."""
+    return ["-" if run is None else fmt_num(run.get(key)) for run in runs]
 
 
 def build(results: Path, network_one_way_ms: float = NETWORK_ONE_WAY_MS) -> dict[str, Any]:
@@ -464,6 +460,7 @@ def build(results: Path, network_one_way_ms: float = NETWORK_ONE_WAY_MS) -> dict
         "problems": {name: check(m) for name, m in models.items()},
         "hosts34": hosts34(results),
         "fanin34": fanin34(results),
+        "fanin34_before": fanin34(results, "before"),
     }
 
 
