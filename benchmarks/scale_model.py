@@ -14,7 +14,8 @@ computed here from three sources, named in the JSON:
   netns hosts) next to the model's prediction for 32 hosts.
 
 Replies and supervision are modelled both ways: "direct" (each proc answers the caller
-itself, and each host's agent beats to the controller: the code as measured) and "tree"
+itself; each host's agent beats to the controller and watches its procs for it, helper
+fanin34's change; before it, "per proc": the controller beat every proc too) and "tree"
 (they fan in through the cast tree, ``max_cast_fanout`` per node). ``--doc`` rewrites the
 generated tables of ``docs/scale.md`` (between its ``<!-- model -->`` markers).
 """
@@ -195,7 +196,11 @@ def model(hosts: int, per_host: int, inputs: dict[str, Any]) -> dict[str, Any]:
             "latency_ms": down_ms + up_ms,
         },
     }
-    beats_direct = hosts / interval  # each host's agent beats to the controller
+    # Heartbeats the controller receives: "per proc" (before helper fanin34: it watched
+    # every proc and every agent itself), "direct" (the agents watch their procs for it:
+    # each host's agent beats to the controller; the code now), "tree" (through the tree).
+    beats_per_proc = (procs + hosts) / interval
+    beats_direct = hosts / interval
     beats_tree = min(fanout, hosts) / interval
     return {
         "hosts": hosts,
@@ -215,6 +220,7 @@ def model(hosts: int, per_host: int, inputs: dict[str, Any]) -> dict[str, Any]:
             "interval_s": interval,
             "timeout_s": timeout,
             "beat_bytes": beat,
+            "per_proc_per_s": beats_per_proc,
             "direct_per_s": beats_direct,
             "direct_bytes_per_s": beats_direct * beat,
             "direct_cpu_share": beats_direct * msg_cpu / 1e3,
@@ -265,20 +271,37 @@ def check(m: dict[str, Any]) -> list[str]:
 
 def hosts34(results: Path) -> dict[str, Any] | None:
     """The 32-host run's figures (helper hosts34's JSON), when it has been written."""
-    for path in sorted(results.glob("hosts34_*.json")):
-        doc = json.loads(path.read_text())
-        for run in (doc.get("runs") or {}).values():
-            if isinstance(run, dict) and run.get("hosts") == 32:
-                calls = (run.get("calls") or {}).get("call_ms") or []
-                idle = run.get("traffic_idle") or {}
-                return {
-                    "source": path.name,
-                    "call_ms": sorted(calls)[len(calls) // 2] if calls else None,
-                    "controller_connections": idle.get("connections"),
-                    "controller_rx_per_s_idle": idle.get("rx_pps"),
-                    "killed_client_ms": _ms((run.get("killed") or {}).get("client_s")),
-                    "partition_client_s": (run.get("partitioned") or {}).get("client_s"),
-                }
+    return run_figures(sorted(results.glob("hosts34_*.json")), completed=True)
+
+
+def fanin34(results: Path, when: str = "after") -> dict[str, Any] | None:
+    """The 32-host run with procs watched by their agents (helper fanin34's JSON; ``when``
+    "before": the code before, run beside it on the same loaded machine)."""
+    return run_figures([results / f"fanin34_32x8_{when}.json"], completed=True)
+
+
+def run_figures(paths: Sequence[Path], completed: bool = False) -> dict[str, Any] | None:
+    """The figures of the first 32-host run in ``paths`` (bench:hosts JSONs; ``completed``:
+    only a run that did not fail)."""
+    for path in paths:
+        if not path.exists():
+            continue
+        for run in (json.loads(path.read_text()).get("runs") or {}).values():
+            if not isinstance(run, dict) or run.get("hosts") != 32:
+                continue
+            if completed and "failed" in run:
+                continue
+            calls = (run.get("calls") or {}).get("call_ms") or []
+            idle = run.get("traffic_idle") or {}
+            return {
+                "source": path.name,
+                "call_ms": sorted(calls)[len(calls) // 2] if calls else None,
+                "controller_connections": idle.get("connections"),
+                "controller_busy_connections_idle": idle.get("busy_connections"),
+                "controller_rx_per_s_idle": idle.get("rx_pps"),
+                "killed_client_ms": _ms((run.get("killed") or {}).get("client_s")),
+                "partition_client_s": (run.get("partitioned") or {}).get("client_s"),
+            }
     return None
 
 
@@ -355,47 +378,65 @@ def render(doc: dict[str, Any]) -> str:
         "<!-- hosts34: the 32-host run (benchmarks/results/hosts34_*.json) -->",
         "",
     ]
-    measured = doc.get("hosts34")
+    runs = [doc.get("hosts34"), doc.get("fanin34_before"), doc.get("fanin34")]
     tree32 = small["replies"]["tree"]
     direct32 = small["replies"]["direct"]
+    beats32 = small["heartbeat"]
     lines.append(
         markdown_table(
-            ["32 hosts x 8", "model (direct / tree)", "measured (hosts34)"],
+            [
+                "32 hosts x 8",
+                "model (direct / tree)",
+                "measured (hosts34)",
+                "fanin34: before",
+                "fanin34: agents watch procs",
+            ],
             [
                 [
                     "gathered call, ms",
                     f"{fmt_num(direct32['latency_ms'])} / {fmt_num(tree32['latency_ms'])}",
-                    _shown(measured, "call_ms"),
+                    *_each(runs, "call_ms"),
                 ],
                 [
                     "controller connections",
                     f"{direct32['controller_connections']} / {tree32['controller_connections']}",
-                    _shown(measured, "controller_connections"),
+                    *_each(runs, "controller_connections"),
                 ],
                 [
-                    "controller messages /s, idle",
-                    f"{fmt_num(small['heartbeat']['direct_per_s'])} / "
-                    f"{fmt_num(small['heartbeat']['tree_per_s'])}",
-                    _shown(measured, "controller_rx_per_s_idle"),
+                    "of which carry traffic, idle",
+                    f"{fmt_num(2 * small['hosts'])} (agents, both ways) / "
+                    f"{fmt_num(2 * min(small['fanout'], small['hosts']))}",
+                    *_each(runs, "controller_busy_connections_idle"),
+                ],
+                [
+                    "controller beats received /s, idle (per proc / agents / tree)",
+                    f"{fmt_num(beats32['per_proc_per_s'])} / "
+                    f"{fmt_num(beats32['direct_per_s'])} / {fmt_num(beats32['tree_per_s'])}",
+                    *["-"] * len(runs),
+                ],
+                [
+                    "controller packets received /s, idle (beats + ACKs)",
+                    f"{fmt_num(2 * beats32['per_proc_per_s'])} / "
+                    f"{fmt_num(2 * beats32['direct_per_s'])} / "
+                    f"{fmt_num(2 * beats32['tree_per_s'])}",
+                    *_each(runs, "controller_rx_per_s_idle"),
                 ],
                 [
                     "host killed: the client told, ms",
                     fmt_num(small["host_loss"]["killed_report_ms"]),
-                    _shown(measured, "killed_client_ms"),
+                    *_each(runs, "killed_client_ms"),
                 ],
                 [
                     "host partitioned: the client told, s",
                     f"{fmt_num(small['host_loss']['partition_detect_s_min'])}-"
                     f"{fmt_num(small['host_loss']['partition_report_s'])}",
-                    _shown(measured, "partition_client_s"),
+                    *_each(runs, "partition_client_s"),
                 ],
             ],
         )
     )
-    if measured is None:
-        lines += ["", "(measured: not yet; hosts34's run writes it)"]
-    else:
-        lines += ["", f"(measured: {measured['source']})"]
+    sources = [m["source"] for m in runs if m is not None]
+    lines += ["", f"(measured: {', '.join(sources) or 'not yet'})"]
     return "\n".join(lines)
 
 
@@ -404,8 +445,9 @@ def level_row(lv: dict[str, Any]) -> list[str]:
     return [str(lv["level"]), *(f"{lv[key]:,}" for key in keys)]
 
 
-def _shown(measured: dict[str, Any] | None, key: str) -> str:
-    return "-" if measured is None else fmt_num(measured.get(key))
+def _each(runs: Sequence[dict[str, Any] | None], key: str) -> list[str]:
+    """``key`` of each measured run, "-" where there is none."""
+    return ["-" if run is None else fmt_num(run.get(key)) for run in runs]
 
 
 def build(results: Path, network_one_way_ms: float = NETWORK_ONE_WAY_MS) -> dict[str, Any]:
@@ -417,6 +459,8 @@ def build(results: Path, network_one_way_ms: float = NETWORK_ONE_WAY_MS) -> dict
         "models": models,
         "problems": {name: check(m) for name, m in models.items()},
         "hosts34": hosts34(results),
+        "fanin34": fanin34(results),
+        "fanin34_before": fanin34(results, "before"),
     }
 
 

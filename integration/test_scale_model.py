@@ -78,6 +78,10 @@ def test_the_32_host_run_is_read_beside_the_prediction(tmp_path: Path) -> None:
         "partitioned": {"client_s": 4.6},
     }
     (results / "hosts34_32hosts.json").write_text(json.dumps({"runs": {"32x8": run}}))
+    after = run | {"traffic_idle": {"connections": 40, "busy_connections": 8, "rx_pps": 9.0}}
+    failed = {"hosts": 32, "failed": "it said why"}
+    runs = {"runs": {"a": failed, "b": after}}
+    (results / "fanin34_32x8_after.json").write_text(json.dumps(runs))
     doc_path = tmp_path / "scale.md"
     doc_path.write_text("before\n<!-- model -->\nstale table\n<!-- /model -->\nafter\n")
     doc = run_model(results, tmp_path / "model.json", "--doc", str(doc_path))
@@ -85,13 +89,20 @@ def test_the_32_host_run_is_read_beside_the_prediction(tmp_path: Path) -> None:
         "source": "hosts34_32hosts.json",
         "call_ms": 20.0,
         "controller_connections": 40,
+        "controller_busy_connections_idle": None,
         "controller_rx_per_s_idle": 64.0,
         "killed_client_ms": 61.0,
         "partition_client_s": 4.6,
     }
+    # helper fanin34's run (the agents watch their procs): its first run that completed
+    fanin = doc["fanin34"]
+    assert isinstance(fanin, dict) and fanin["source"] == "fanin34_32x8_after.json"
+    assert fanin["controller_busy_connections_idle"] == 8
+    assert fanin["controller_rx_per_s_idle"] == 9.0
     text = doc_path.read_text()
     assert text.startswith("before\n<!-- model -->\n") and text.endswith("<!-- /model -->\nafter\n")
-    assert "stale table" not in text and "(measured: hosts34_32hosts.json)" in text
+    assert "stale table" not in text
+    assert "(measured: hosts34_32hosts.json, fanin34_32x8_after.json)" in text
 
 
 @settings(max_examples=60, deadline=None)

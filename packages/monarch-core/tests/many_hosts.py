@@ -6,9 +6,10 @@ Host ``{prefix}h1`` (10.0.0.1) runs the controller (``hosts_controller.py``); ho
 from ``monarch tls init`` / ``monarch tls issue`` and the job secret in a 0600 file; the
 controller gets the secret in its environment. ``scenario`` then drives, in order:
 
-attach and spawn; gathered calls; the controller's connections and packets per second
-(idle, and with casts flowing); host 1 killed (every process in its namespace, SIGKILL)
-during a gathered call; host 2 partitioned (iptables DROP both ways) during one, healed
+attach and spawn; gathered calls; the controller's connections, those that carry traffic
+and its packets per second (idle, and with casts flowing); host 1 killed (every process in
+its namespace, SIGKILL) during a gathered call; host 5's first proc killed (SIGKILL, its
+agent alive) during one; host 2 partitioned (iptables DROP both ways) during one, healed
 later; host 3's first proc frozen (SIGSTOP) past the heartbeat deadline, then resumed;
 host 4's worker frozen likewise, then resumed; and ``stop()``. Casts keep flowing to the
 hosts still in the job throughout. Every wait polls a condition against a deadline.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -44,7 +46,7 @@ from monarch.core.testing import Child, alive, wait_until
 
 CONTROLLER = Path(__file__).with_name("hosts_controller.py")
 PORT = 26600
-KILLED, PARTITIONED, FROZEN_PROC, FROZEN_WORKER = 1, 2, 3, 4
+KILLED, PARTITIONED, FROZEN_PROC, FROZEN_WORKER, ONE_KILLED = 1, 2, 3, 4, 5
 """The mesh's host that each fault hits (host 0 holds the owner actor: never hit)."""
 MIN_HOSTS = 6
 
@@ -85,6 +87,7 @@ def controller_traffic(ns: str, pid: int, seconds: float) -> dict[str, Any]:
         stats = json.loads(ip("-n", ns, "-s", "-j", "link", "show", "eth0"))[0]["stats64"]
         return int(stats["rx"]["packets"]), int(stats["tx"]["packets"])
 
+    segments0 = segments(ns, pid)
     rx0, tx0 = packets()
     start = time.monotonic()
     deadline = start + seconds
@@ -92,14 +95,27 @@ def controller_traffic(ns: str, pid: int, seconds: float) -> dict[str, Any]:
         time.sleep(min(0.2, max(deadline - time.monotonic(), 0)))
     rx1, tx1 = packets()
     took = time.monotonic() - start
-    argv = ["ip", "netns", "exec", ns, "ss", "-tnpH", "state", "established"]
-    ss = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-    conns = [line for line in ss.splitlines() if f"pid={pid}," in line]
+    segments1 = segments(ns, pid)
     return {
-        "connections": len(conns),
+        "connections": len(segments1),
+        "busy_connections": sum(segments1[c] != n for c, n in segments0.items() if c in segments1),
         "rx_pps": (rx1 - rx0) / took,
         "tx_pps": (tx1 - tx0) / took,
     }
+
+
+def segments(ns: str, pid: int) -> dict[tuple[str, str], int]:
+    """Segments in and out of each of ``pid``'s established TCP connections (``ss -ti``),
+    by its two ends: which connections carry traffic (heartbeats, when idle)."""
+    argv = ["ip", "netns", "exec", ns, "ss", "-tinpH", "state", "established"]
+    lines = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines()
+    out: dict[tuple[str, str], int] = {}
+    for head, info in zip(lines[::2], lines[1::2], strict=False):
+        if f"pid={pid}," in head:
+            ends = head.split()[2:4]
+            counts = re.findall(r"\bsegs_(?:in|out):(\d+)", info)
+            out[(ends[0], ends[1])] = sum(map(int, counts))
+    return out
 
 
 @dataclass
@@ -236,6 +252,14 @@ def scenario(c: Cluster, *, reps: int = 5, traffic_s: float = 3.0) -> dict[str, 
             os.kill(pid, signal.SIGKILL)
     killed = c.do("fault", host=KILLED, within=60)
     out["killed"] = fault_report(c, killed, fault_at, KILLED)
+
+    # One proc SIGKILLed during a gathered call, its host and agent alive: the agent,
+    # which watches it for the controller, and its closed connections report it.
+    c.do("pending", seconds=3.0)
+    fault_at = time.monotonic()
+    os.kill(c.pids(ONE_KILLED)[0], signal.SIGKILL)
+    one = c.do("fault", host=ONE_KILLED, within=60)
+    out["proc_killed"] = fault_report(c, one, fault_at, ONE_KILLED)
 
     # A host partitioned (packets dropped) while a gathered call is in flight.
     c.do("pending", seconds=3.0 + timeout)

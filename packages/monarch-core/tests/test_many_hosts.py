@@ -64,6 +64,26 @@ def test_a_host_killed_mid_call_reaches_call_client_and_owner(seen: dict[str, An
     assert killed["others_answered"], killed
 
 
+def test_the_controller_beats_host_agents_not_procs(seen: dict[str, Any]) -> None:
+    # Idle, only the connections with the host agents carry anything (their heartbeats,
+    # one connection each way): the agents watch their procs for the controller.
+    idle = seen["traffic_idle"]
+    assert 0 < idle["busy_connections"] <= 2 * HOSTS, idle
+
+
+def test_a_proc_killed_behind_its_agent_reaches_call_client_and_owner(
+    seen: dict[str, Any],
+) -> None:
+    one = seen["proc_killed"]
+    assert one["pending_error"] == "SupervisionError", one
+    said = one["pending_message"]
+    # Upstream's words for it, from the agent's exit report (``_reports.process_ended``).
+    assert said.endswith("the process this actor was running on failed: Killed(sig=9)"), one
+    for key in ("pending_s", "client_s", "owner_s"):
+        assert one[key] is not None and one[key] >= 0, (key, one)
+    assert one["others_answered"], one
+
+
 def test_a_partitioned_host_is_noticed_by_the_heartbeat(seen: dict[str, Any]) -> None:
     parted = seen["partitioned"]
     assert parted["pending_error"] == "SupervisionError", parted

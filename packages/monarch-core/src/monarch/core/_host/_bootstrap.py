@@ -84,6 +84,7 @@ from ._environ import (
 )
 from ._introspect import PROC_SERVICE  # noqa: F401 - every proc serves it
 from ._spawning import die_with_parent, handle_kill_procs, handle_spawn_procs, kill_children
+from ._watching import handle_proc_ready, vouch_for
 from ._zygote import Child, prestart_zygote, stop_zygote
 
 log = logging.getLogger("monarch.core")
@@ -104,6 +105,7 @@ def install_services(runtime: Runtime) -> None:
             GetController: handle_get_controller,
             ActorFailed: handle_actor_failed,
             KillProcs: handle_kill_procs,
+            ProcReady: handle_proc_ready,
             ProcsOf: handle_procs_of,
             HowEnded: handle_how_ended,
             SetLogLevel: handle_set_log_level,
@@ -200,6 +202,7 @@ async def serve_proc() -> None:
     gc.enable()  # off since the core's import in a proc started as a program (__init__)
     runtime.watch_peer(parent, lambda address, exc: runtime.stopped.set())
     ready = ProcReady(runtime.address, os.getpid(), int(os.environ[RANK_ENV]))
+    vouch_for(runtime, parent, ready_proc, ready)  # before we first write to the spawner
     runtime.send_to_port(PortRef(ready_proc, int(ready_port)), ready)
     await runtime.stopped.wait()
     release_actors(runtime)

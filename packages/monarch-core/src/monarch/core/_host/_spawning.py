@@ -29,6 +29,7 @@ from monarch.core._runtime._tls import current_identity, installed_identity
 from monarch.transport import Address, Buffer
 
 from ._environ import LISTEN_ENV, PARENT_ENV, PYTHON_ENV, RANK_ENV, READY_ENV, ROOT_ENV, SECRET_ENV
+from ._watching import started
 from ._zygote import Child, ForkedProc, fork_proc, prestart_zygote, zygote_started, zygote_usable
 
 log = logging.getLogger("monarch.core")
@@ -212,6 +213,7 @@ def _start_proc(
             runtime.send_to_port(body.events, SpawnFailed(rank, f"cannot start a proc: {exc}"))
             return None
     _children.append(child)
+    started(child, body.events)
     log.info("proc %d (rank %d) started%s", child.pid, rank, " (forked)" if forked else "")
     cpus = launch.bind.get("cpus") or launch.bind.get("physcpubind")
     if cpus:

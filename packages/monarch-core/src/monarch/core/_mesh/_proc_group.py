@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from monarch.core._config import KEYS, current_config, runtime_env
-from monarch.core._errors import MeshFailure, RemoteFailure, SupervisionError
+from monarch.core._errors import MeshFailure, PeerLost, RemoteFailure, SupervisionError
 from monarch.core._layout._shape import Point, Shape
 from monarch.core._payload._serialize import dumps, loads
 from monarch.core._runtime import Runtime
@@ -27,12 +27,14 @@ from monarch.core._runtime._messages import (
     LogLines,
     PortValue,
     ProcExited,
+    ProcLost,
     ProcReady,
     RunBootstrap,
     SpawnFailed,
     SpawnProcs,
     StopProc,
 )
+from monarch.core._runtime._peers import agent_watches
 from monarch.core._runtime._scope import Owner
 from monarch.transport import Buffer
 
@@ -85,6 +87,9 @@ class _ProcGroup:
             self.addresses[body.rank] = body.address
             self.pids[body.rank] = body.pid
             expect(body.address)  # its host agent will say how it ends
+            host = self.hosts[body.rank]
+            if host and agent_watches(self.runtime.address, host):
+                self.runtime.vouched[body.address] = host  # and whether it goes silent
             if self._ready_count == self.count and not self.ready.done():
                 self.ready.set_result(None)
 
@@ -94,6 +99,10 @@ class _ProcGroup:
                 self.logs.receive(body)
         elif isinstance(body, SpawnFailed):
             self._fail(RuntimeError(f"proc {body.rank}: {body.reason}"))
+        elif isinstance(body, ProcLost):
+            address = self.addresses[body.rank] if 0 <= body.rank < self.count else None
+            if address is not None and body.rank not in self.exited:
+                self.runtime.peer_lost(address, PeerLost(body.reason))  # fenced: proc_lost
         elif isinstance(body, ProcExited):
             self.exited[body.rank] = body.how
             address = self.addresses[body.rank] if 0 <= body.rank < self.count else None
@@ -107,6 +116,7 @@ class _ProcGroup:
                 )
             else:
                 ended(address, body.how)
+                self.runtime.vouched.pop(address, None)
                 self.runtime.peer_exited(address, f"(pid {body.pid}) {body.how}")
                 if self.logger is not None and not self.stopping:
                     self.logger.proc_died(body.rank, body.how, self.hosts_root_actors(address))
@@ -184,13 +194,18 @@ class _ProcGroup:
 
     def host_lost(self, address: str, exc: BaseException) -> None:
         """A host agent is lost: nobody will say how its procs end (a dead one's died with
-        it), so what waits for that word (``_exits``) waits no longer."""
+        it), so what waits for that word (``_exits``) waits no longer. The procs it watched
+        for us (``Runtime.vouched``) are lost with it, for the agent's reason: ours to them
+        carry no heartbeats (they stop themselves once they lose their agent)."""
         if not self.ready.done():
             self._fail(SupervisionError(f"host agent {address} failed while starting procs: {exc}"))
+        runtime = self.runtime
         for rank, host in enumerate(self.hosts):
             proc = self.addresses[rank]
             if host == address and proc is not None and rank not in self.exited:
                 unknown(proc)
+                if runtime.vouched.get(proc) == address and not self.stopping:
+                    runtime.peer_lost(proc, exc)
 
     def proc_lost(self, address: str, exc: BaseException) -> None:
         """Fencing: a proc declared failed without having exited (silent past the

@@ -166,7 +166,8 @@ class SpawnActor(msgspec.Struct, array_like=True, tag=10, frozen=True, gc=False)
 
 
 class ProcReady(msgspec.Struct, array_like=True, tag=12, frozen=True, gc=False):
-    """A new proc tells its parent where it listens."""
+    """A new proc tells its spawner where it listens; and its host agent too, when the
+    agent watches it for the spawner (see ``_host._watching``)."""
 
     address: str
     pid: int
@@ -227,6 +228,16 @@ class ProcExited(msgspec.Struct, array_like=True, tag=15, frozen=True, gc=False)
     tail: tuple[str, ...] = ()
     """The last lines the proc wrote to stderr (``tail_log_lines`` of them, read by its
     agent: upstream's ``stderr_tail``)."""
+
+
+class ProcLost(msgspec.Struct, array_like=True, tag=39, frozen=True, gc=False):
+    """A host agent's word to a proc's spawner: the proc, still running, went silent past
+    the heartbeat deadline (frozen); the spawner writes it off (``_host._watching``)."""
+
+    rank: int
+    pid: int
+    reason: str
+    """The agent's ``PeerLost`` ("ADDRESS sent no heartbeat for ...")."""
 
 
 class SpawnFailed(msgspec.Struct, array_like=True, tag=16, frozen=True, gc=False):
@@ -391,6 +402,7 @@ Body = (
     | StopProc
     | SpawnProcs
     | ProcExited
+    | ProcLost
     | SpawnFailed
     | RunBootstrap
     | GetController

@@ -66,6 +66,7 @@ class WriterOwner(Protocol):
     via: str | None
     hello: Hello
     incarnations: dict[str, str]
+    vouched: dict[str, str]
     lender: Lender
 
     def call_soon(self, *request: Any) -> None: ...
@@ -331,8 +332,10 @@ class PeerWriter:
     async def run(self) -> None:
         conn: Connection | None = None
         loop = self.runtime.loop
-        # A lane's peer is watched by the main connection's heartbeats.
-        settings = None if self.lane else heartbeat_settings(self.address)
+        # A lane's peer is watched by the main connection's heartbeats; a vouched one by
+        # its host agent, whose heartbeats stand for it.
+        watched = self.lane or self.address in self.runtime.vouched
+        settings = None if watched else heartbeat_settings(self.address)
         beat = None if settings is None else loop.create_task(self._heartbeat(*settings))
         try:
             conn = await self._connect()
@@ -503,3 +506,12 @@ def heartbeat_settings(address: str) -> tuple[float, float] | None:
     if config.heartbeat_interval <= 0 or config.heartbeat_timeout <= 0:
         return None
     return config.heartbeat_interval, config.heartbeat_timeout
+
+
+def agent_watches(spawner: str, agent: str) -> bool:
+    """Whether the procs that the host agent at ``agent`` started for ``spawner`` are
+    watched by that agent for it (``_host._watching``), with no heartbeats between them
+    and ``spawner``: when both are other processes that beat each other (network peers)."""
+    if spawner == agent:
+        return False
+    return heartbeat_settings(agent) is not None and heartbeat_settings(spawner) is not None

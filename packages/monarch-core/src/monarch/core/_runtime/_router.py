@@ -133,6 +133,9 @@ class Runtime:
         self._watchers: dict[str, dict[int, PeerWatcher]] = {}
         self._watch_ids = itertools.count(1)
         self.failed_peers: dict[str, BaseException] = {}
+        self.vouched: dict[str, str] = {}
+        """Peers a host agent watches for us (peer -> the agent, see ``_host._watching``): no
+        heartbeats either way on our connections with them; the agent says if one is lost."""
         self.undeliverable: Callable[[Runtime, Body, str], None] | None = None
         """Answers a message for a missing actor, so its sender does not wait forever."""
         self.control: dict[type, ControlHandler] = {}
@@ -646,6 +649,11 @@ class Runtime:
                 watcher(address, exc)
             except Exception:
                 log.exception("peer watcher failed")
+
+    def peer_lost(self, address: str, exc: BaseException) -> None:
+        """Declare a peer failed on another's word: its host agent's, which watches it for
+        us (``vouched``)."""
+        self._peer_failed(address, exc)
 
     def peer_exited(self, address: str, how: str) -> None:
         """A child process we spawned has exited (seen by its parent at once)."""
