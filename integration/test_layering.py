@@ -348,6 +348,7 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_mesh._gather _mesh._port _mesh._ask",  # replies on a port; user ports; ask a proc
         "_mesh._pending",  # procs still starting, as a value that can be sent
         "_mesh._mesh_state",  # an actor mesh's procs as its spawner knows them; proc exits
+        "_host._watching",  # a host agent watches its procs' heartbeats for their spawner
         "_mesh._actor_mesh",  # the caller side: actor meshes and adverbs
         "_mesh._spawn_hooks",  # upstream's proc mesh spawn callbacks and setup actor
         "_mesh._spawn_actors",  # spawning an actor mesh and supervising it
