@@ -21,6 +21,15 @@ if _gate:
 
 
 class Gated(Actor):
+    def __init__(self) -> None:
+        self.calls = 0
+
     @endpoint
     def ping(self) -> str:
         return "imported"
+
+    @endpoint
+    def number(self) -> int:
+        """How many calls of this endpoint came before this one: their order."""
+        self.calls += 1
+        return self.calls - 1

@@ -31,6 +31,7 @@ from monarch.actor import (
     this_host,
     this_proc,
 )
+from monarch.config import configure
 
 
 class Counter(Actor):
@@ -443,6 +444,48 @@ def test_an_actor_module_slow_to_import_holds_up_nothing_else_in_its_proc(
         opened = os.open(gate, os.O_RDWR)  # never blocks; the byte lets the import go on
         os.write(opened, b"x")
         assert gated.ping.call_one().get(timeout=60) == "imported"
+    finally:
+        if opened < 0:
+            opened = os.open(gate, os.O_RDWR)
+            os.write(opened, b"x")
+        procs.stop().get(timeout=30)
+        os.close(opened)
+
+
+EARLY_REFUSAL = 0.2
+"""A proc's ``message_delivery_timeout`` below: how long a message for an actor it does
+not have waits for the actor's spawn before it is refused."""
+
+
+def _gate_imports_and_refuse_early_at(path: str) -> None:
+    _gate_imports_at(path)
+    configure(message_delivery_timeout=f"{EARLY_REFUSAL * 1000:.0f}ms")
+
+
+def test_calls_that_reach_a_proc_while_it_reads_their_actors_spawn_wait_for_it(
+    tmp_path: Any,
+) -> None:
+    """The spawn came first but is still being read (the actor's module imports torch: tens
+    of seconds on a loaded machine, past ``message_delivery_timeout``): the calls that
+    follow it wait for the actor and reach it in order, instead of failing as calls for an
+    actor "never spawned or gone" (seen as ``bench:tensor``'s and the parameter server's
+    first call failing under load)."""
+    gate = str(tmp_path / "gate")
+    os.mkfifo(gate)
+    procs = this_host().spawn_procs(
+        per_host={"gpus": 1}, bootstrap=functools.partial(_gate_imports_and_refuse_early_at, gate)
+    )
+    opened = -1
+    try:
+        from gated_import import Gated  # here only: the procs import it when told to wait
+
+        gated = procs.spawn("gated", Gated)
+        calls = [gated.number.call_one() for _ in range(5)]
+        with pytest.raises(TimeoutError):  # not refused: waiting, 10 times the refusal's delay
+            calls[0].get(timeout=10 * EARLY_REFUSAL)
+        opened = os.open(gate, os.O_RDWR)  # never blocks; the byte lets the import go on
+        os.write(opened, b"x")
+        assert [call.get(timeout=60) for call in calls] == list(range(5))
     finally:
         if opened < 0:
             opened = os.open(gate, os.O_RDWR)

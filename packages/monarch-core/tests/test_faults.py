@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import secrets
 import shutil
 import signal
@@ -358,6 +359,13 @@ def check_pending(
     return latency
 
 
+def reported_silence(message: str) -> float:
+    """The seconds a peer was silent when it was declared lost, as the failure says."""
+    found = re.search(r"sent no heartbeat for ([0-9.]+)s", message)
+    assert found is not None, message
+    return float(found.group(1))
+
+
 def check_after(after: dict[str, Any]) -> None:
     """Later calls: the victim host's procs stay failed, the survivor lost nothing."""
     assert after["later"].get("error") == "SupervisionError", after["later"]
@@ -455,8 +463,11 @@ def test_a_frozen_host_is_declared_dead_and_not_readmitted(
     for pid in frozen:
         os.kill(pid, signal.SIGSTOP)
     result = ctl.json(30)
-    check_pending(result, fault_at, low=HEARTBEAT_TIMEOUT - 0.3, high=HEARTBEAT_TIMEOUT + 2.5)
-    assert "heartbeat" in result["pending"]["message"], result["pending"]
+    # Declared after the freeze, by silence: the controller's own count of it, not the time
+    # from the freeze, which is shorter by the age of the last heartbeat it read, unbounded
+    # on a loaded machine (a beat sent late before the freeze: this failed once at load 4).
+    check_pending(result, fault_at, high=HEARTBEAT_TIMEOUT + 2.5)
+    assert reported_silence(result["pending"]["message"]) >= HEARTBEAT_TIMEOUT, result["pending"]
     for pid in frozen:  # the host comes back: it stays failed
         os.kill(pid, signal.SIGCONT)
     wait_until(lambda: not any(map(stopped, frozen)), 10, "the host runs again")

@@ -73,9 +73,11 @@ def handle_spawn_actor(
     Their class and arguments are unpickled on a thread of their own: that may import
     the actor's module (torch, say: seconds, tens of them on a busy machine), and the
     loop must go on meanwhile (heartbeats, the other actors here, their calls). Calls
-    for this mesh that come first wait in the router (``Runtime.add_actor``).
+    for this mesh that come meanwhile wait in the router for the actors, in order,
+    however long the read takes (``Runtime.spawn_arrived``).
     """
     ranks = body.ranks or (body.rank,)
+    runtime.spawn_arrived(body.mesh)
 
     def read() -> None:
         reads = [read_spawn(payload) for _ in ranks]  # each actor its own arguments
@@ -85,10 +87,14 @@ def handle_spawn_actor(
             pass
 
     def start(reads: list[Read]) -> None:
-        runners = [
-            start_actor(runtime, msgspec.structs.replace(body, rank=rank, ranks=()), one)
-            for rank, one in zip(ranks, reads, strict=True)
-        ]
+        try:
+            runners = [
+                start_actor(runtime, msgspec.structs.replace(body, rank=rank, ranks=()), one)
+                for rank, one in zip(ranks, reads, strict=True)
+            ]
+        except BaseException:
+            runtime.spawn_abandoned(body.mesh)  # its calls are refused, not kept forever
+            raise
         for runner in runners:
             running[runner.info.actor_id] = runner
         runtime.add_actor(body.mesh, LocalMesh(runtime, runners).deliver)

@@ -128,6 +128,8 @@ class Runtime:
         self.posted = 0
         """Messages this process has sent: what casting through a tree keeps small."""
         self._early: dict[str, list[tuple[Body, Sequence[Buffer], str]]] = {}
+        self._spawning: set[str] = set()
+        """Actors whose spawn came here and is still being read (see ``spawn_arrived``)."""
         self._inbound: dict[str, dict[Connection, asyncio.Event]] = {}
         """Connections peers opened to us, by peer: closed if the peer is declared failed."""
         self._watchers: dict[str, dict[int, PeerWatcher]] = {}
@@ -529,22 +531,45 @@ class Runtime:
 
         A mesh passed in a message can be called by its receiver before the spawn
         (sent by another process) arrives; such calls wait here, in order, for up to
-        ``message_delivery_timeout``, then are refused as undeliverable.
+        ``message_delivery_timeout``, then are refused as undeliverable. Once the spawn
+        has arrived they wait for the actor however long reading it takes.
         """
         early = self._early.get(dest)
         if early is None:
             early = self._early[dest] = []
-            self.loop.call_later(current_config().message_delivery_timeout, self._expire, dest)
+            self._expire_later(dest, early)
         early.append((body, payload, sender))
 
-    def _expire(self, dest: str) -> None:
-        for body, _, sender in self._early.pop(dest, ()):
+    def _expire_later(self, dest: str, early: list[tuple[Body, Sequence[Buffer], str]]) -> None:
+        delay = current_config().message_delivery_timeout
+        self.loop.call_later(delay, self._expire, dest, early)
+
+    def _expire(self, dest: str, early: list[tuple[Body, Sequence[Buffer], str]]) -> None:
+        if self._early.get(dest) is not early:
+            return  # delivered meanwhile (a later hold for ``dest`` has its own timer)
+        if dest in self._spawning:
+            self._expire_later(dest, early)  # until the spawn is read or abandoned
+            return
+        del self._early[dest]
+        for body, _, sender in early:
             log.warning("message for unknown actor %s from %s", dest, sender)
             if self.undeliverable is not None:
                 self.undeliverable(self, body, dest)
 
+    def spawn_arrived(self, dest: str) -> None:
+        """The spawn of ``dest`` came and is being read (its module imported: seconds,
+        tens of them on a loaded machine): messages for it wait for ``add_actor``, not
+        just ``message_delivery_timeout``, so a call sent after a spawn is never
+        refused as one for an actor that does not exist."""
+        self._spawning.add(dest)
+
+    def spawn_abandoned(self, dest: str) -> None:
+        """The spawn of ``dest`` will not add it: its messages are refused when due."""
+        self._spawning.discard(dest)
+
     def add_actor(self, dest: str, sink: ActorSink) -> None:
         """Route messages for ``dest`` to ``sink``, starting with any that came early."""
+        self._spawning.discard(dest)
         self.actors[dest] = sink
         for body, payload, sender in self._early.pop(dest, ()):
             sink(body, payload, sender)
