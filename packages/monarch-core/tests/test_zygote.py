@@ -55,7 +55,8 @@ class ZygoteMaps(Actor):
 
 def test_the_zygote_imports_what_a_proc_imports_as_it_starts_serving() -> None:
     """Its procs find uvloop loaded (an extension module: in the zygote's memory map),
-    and nothing else imported between a fork and the proc's listening and dialing."""
+    the handshake's features looked up, and nothing else imported between a fork and the
+    proc's listening and dialing."""
     uvloop = importlib.util.find_spec("uvloop") is not None  # not a dependency: optional
     procs = this_host().spawn_procs(per_host={"gpus": 2})  # two at once: forks
     maps = procs.spawn("maps", ZygoteMaps).mapped.call().get(timeout=60).values()
@@ -63,7 +64,7 @@ def test_the_zygote_imports_what_a_proc_imports_as_it_starts_serving() -> None:
     assert all(("/uvloop/loop." in mapped) == uvloop for mapped in maps)
     done = subprocess.run([sys.executable, "-c", PROC_START], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == [str(uvloop), "[]"]
+    assert done.stdout.split() == [str(uvloop), "True", "[]"]
 
 
 PROC_START = """if True:
@@ -71,8 +72,10 @@ PROC_START = """if True:
     from monarch.core._host._bootstrap import import_proc_start
     from monarch.core._runtime import Runtime, new_event_loop
     from monarch.core._runtime._peers import dial
+    from monarch.transport._mac import available_features
 
     import_proc_start()
+    warmed = available_features.cache_info().currsize == 1  # no find_spec left to a fork
     before = set(sys.modules)
     loop = new_event_loop()
     runtime = Runtime(loop, os.urandom(32))
@@ -84,7 +87,7 @@ PROC_START = """if True:
         await runtime.aclose()
 
     loop.run_until_complete(serve())
-    print(type(loop).__module__ == "uvloop", sorted(set(sys.modules) - before))
+    print(type(loop).__module__ == "uvloop", warmed, sorted(set(sys.modules) - before))
 """
 
 

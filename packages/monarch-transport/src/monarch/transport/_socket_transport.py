@@ -31,6 +31,7 @@ from ._address import Address
 from ._admission import Admission
 from ._errors import ConnectError, HandshakeError, TransportError
 from ._handshake import FrameKeys, Handshake, Role, check_secret
+from ._mac import available_features
 from ._socket import SocketConnection
 from ._socket_io import SocketIO, send_all, wait_for
 
@@ -69,6 +70,12 @@ async def run_handshake(
 
 class SocketTransport(Transport):
     """A transport over stream sockets: subclasses open, bind and describe sockets."""
+
+    def __init__(self) -> None:
+        # What the handshake offers, looked up now (a ``find_spec``, ~0.5 ms): a process
+        # that forks others makes its transports first (monarch-core's zygote), and its
+        # forks then start their handshakes with it known.
+        available_features()
 
     @abstractmethod
     async def open_socket(self, address: Address, options: TransportOptions) -> socket.socket:

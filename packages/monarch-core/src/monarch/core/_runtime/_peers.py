@@ -13,7 +13,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
@@ -68,6 +68,7 @@ class WriterOwner(Protocol):
     incarnations: dict[str, str]
     vouched: dict[str, str]
     lender: Lender
+    dialed: Counter[str]
 
     def call_soon(self, *request: Any) -> None: ...
 
@@ -481,6 +482,7 @@ def peer_options(url: str, *, server: bool) -> dict[str, Any]:
 async def dial(runtime: WriterOwner, address: str) -> Connection:
     """Open an authenticated connection from ``runtime`` to ``address``: TLS where the
     address says so, through the runtime's gateway for a network address (see ``_attach``)."""
+    runtime.dialed[address] += 1
     options = peer_options(address, server=False)
     via = runtime.via
     if via is not None and address.startswith(NETWORK_SCHEMES):

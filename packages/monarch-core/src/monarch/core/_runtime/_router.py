@@ -16,7 +16,7 @@ import os
 import secrets
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, Final
 
@@ -127,6 +127,9 @@ class Runtime:
         """The incarnation last seen at each peer address."""
         self.posted = 0
         """Messages this process has sent: what casting through a tree keeps small."""
+        self.dialed: Counter[str] = Counter()
+        """Connections this runtime opened, by peer (``dial``): a handshake each, most of
+        what a proc spends starting after its fork, so tests hold it to one per peer."""
         self._early: dict[str, list[tuple[Body, Sequence[Buffer], str]]] = {}
         self._spawning: set[str] = set()
         """Actors whose spawn came here and is still being read (see ``spawn_arrived``)."""
