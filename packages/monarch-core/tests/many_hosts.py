@@ -81,24 +81,31 @@ def ticks_after(folder: Path, pids: list[int], since: float) -> list[float]:
 
 def controller_traffic(ns: str, pid: int, seconds: float) -> dict[str, Any]:
     """The controller's TCP connections (``ss``) and the packets per second its host sent
-    and received over ``seconds`` (it is the host's only process)."""
+    and received over ``seconds`` (it is the host's only process). ``busy_connections``:
+    those that still carried traffic after the first third of the time (heartbeats, when
+    idle; the last ACKs of calls just made land in the first third); ``active_connections``:
+    those that carried any."""
 
     def packets() -> tuple[int, int]:
         stats = json.loads(ip("-n", ns, "-s", "-j", "link", "show", "eth0"))[0]["stats64"]
         return int(stats["rx"]["packets"]), int(stats["tx"]["packets"])
 
-    segments0 = segments(ns, pid)
+    first = segments(ns, pid)
     rx0, tx0 = packets()
     start = time.monotonic()
-    deadline = start + seconds
-    while time.monotonic() < deadline:
-        time.sleep(min(0.2, max(deadline - time.monotonic(), 0)))
+    settled: dict[tuple[str, str], int] = {}
+    for until, snapshot in ((seconds / 3, True), (seconds, False)):
+        while time.monotonic() < start + until:
+            time.sleep(min(0.2, max(start + until - time.monotonic(), 0)))
+        if snapshot:
+            settled = segments(ns, pid)
     rx1, tx1 = packets()
     took = time.monotonic() - start
-    segments1 = segments(ns, pid)
+    last = segments(ns, pid)
     return {
-        "connections": len(segments1),
-        "busy_connections": sum(segments1[c] != n for c, n in segments0.items() if c in segments1),
+        "connections": len(last),
+        "busy_connections": sum(settled[c] != n for c, n in last.items() if c in settled),
+        "active_connections": sum(first[c] != n for c, n in last.items() if c in first),
         "rx_pps": (rx1 - rx0) / took,
         "tx_pps": (tx1 - tx0) / took,
     }
