@@ -2,7 +2,8 @@
 
 Commands are buffered and sent as one fire-and-forget broadcast per batch (the core keeps
 a sender's messages in order, so a later fetch, a gathered call on the same actor mesh,
-sees every command before it). Freed ids ride along with the next batch.
+sees every command before it). Freed ids ride along with the next batch (or ``_freeing``'s
+thread sends them).
 """
 
 from __future__ import annotations
