@@ -16,6 +16,7 @@ import torch
 import monarch
 import monarch.tensor
 from monarch.actor import ProcMesh
+from monarch.core.testing import wait_until
 from monarch.tensor import (
     RemoteException,
     Tensor,
@@ -278,26 +279,44 @@ def test_bad_input_is_a_clear_error(procs: ProcMesh) -> None:
         remote(programs.scaled)(torch.ones(1), 2.0)
 
 
-def test_dropped_tensors_are_freed_on_the_workers(procs: ProcMesh) -> None:
-    def live() -> set[int]:
-        client = client_for(procs)
-        client.flush()
-        counts = client.workers().live_ids.call().get(timeout=WAIT)
-        sets = [set(ids) for _, ids in counts.items()]
-        assert sets[0] == sets[1]
-        return sets[0]
+def live_ids(procs: ProcMesh) -> set[int]:
+    """The ids both workers hold (the same on each), after the batches sent so far."""
+    counts = client_for(procs).workers().live_ids.call().get(timeout=WAIT)
+    sets = [set(ids) for _, ids in counts.items()]
+    assert sets[0] == sets[1]
+    return sets[0]
 
+
+def test_dropped_tensors_are_freed_on_the_workers(procs: ProcMesh) -> None:
+    """Freed ids ride with the next batch; with none coming (here: nothing more is recorded),
+    they are sent alone a moment later."""
     with procs.activate():
         keep = torch.ones(2)
         temps = [keep + i for i in range(20)]
     ids = {t._ref for t in temps if isinstance(t, Tensor)}
     assert len(ids) == len(temps)
-    assert ids <= live()
+    assert ids <= live_ids(procs)
     del temps
     gc.collect()
-    left = live()
-    assert not ids & left
-    assert isinstance(keep, Tensor) and keep._ref in left
+    with procs.activate():
+        pass  # leaving sends nothing: no batch to carry the deletions
+    wait_until(lambda: not ids & live_ids(procs), WAIT, "the dropped tensors' deletion")
+    assert isinstance(keep, Tensor) and keep._ref in live_ids(procs)
+
+
+def test_freed_ids_never_overtake_the_commands_that_read_them(procs: ProcMesh) -> None:
+    """A deletion sent on its own (``_freeing``'s thread) while commands are buffered waits
+    for them: they may read the freed id."""
+    with procs.activate():
+        a = torch.arange(4.0)
+    inspect(a)
+    b = a * 2  # outside activate(): buffered until a fetch
+    gone = a._ref if isinstance(a, Tensor) else -1
+    del a
+    gc.collect()
+    client_for(procs).send_freed()  # as the thread would: the buffered op still reads it
+    assert gone in live_ids(procs)  # not deleted: the op is not sent yet
+    assert torch.equal(inspect(b, gpus=1), torch.arange(4.0) * 2)
 
 
 def test_top_level_names_are_upstreams() -> None:

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import monarch
-from monarch.actor import ProcMesh
+from monarch.actor import ProcMesh, as_endpoint
 from monarch.tensor import (
     Stream,
     Tensor,
@@ -213,3 +213,23 @@ def test_two_streams_give_what_one_does(procs: ProcMesh, steps: list[tuple[str, 
     fetched = fetch_shard(got, gpus=1).result(timeout=WAIT)
     for have, want in zip(fetched, expected, strict=True):
         assert torch.equal(have, want), (steps, fetched, expected)
+
+
+def test_a_call_lending_a_shard_waits_for_the_rref_calls_before_it(procs: ProcMesh) -> None:
+    """Once the workers route streams, a user's call that lends an actor a shard still
+    reaches the actor after the workers' ``rref`` calls to it: the actor, waiting for the
+    shard, would otherwise hold up the worker's call, which the shard is behind (both
+    waiting out ``LENT_WAIT``)."""
+    with procs.activate():
+        actors = procs.spawn("weighted_streams", programs.Weighted, torch.zeros(4))
+        with Stream("lend_after_rref").activate():
+            torch.ones(1) + 1  # from here on each worker routes its streams
+    for step in range(8):  # the race, run a few times
+        with procs.activate():
+            y = torch.arange(4.0) * (rank_tensor("gpus") + step)
+            r = as_endpoint(actors.scaled, propagate=lambda v: v.clone()).rref(y)
+            got = actors.forward.call(y).get(timeout=WAIT)
+        for gpu in (0, 1):
+            local = torch.arange(4.0) * (gpu + step)
+            assert torch.equal(got.item(gpus=gpu), local * 2)
+            assert torch.equal(inspect(r, gpus=gpu), local * 3)

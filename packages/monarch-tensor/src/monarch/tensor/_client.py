@@ -2,7 +2,8 @@
 
 Commands are buffered and sent as one fire-and-forget broadcast per batch (the core keeps
 a sender's messages in order, so a later fetch, a gathered call on the same actor mesh,
-sees every command before it). Freed ids ride along with the next batch.
+sees every command before it). Freed ids ride along with the next batch (or ``_freeing``'s
+thread sends them).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from monarch.core import ActorMesh, Future, ProcMesh, ValueMesh
 
 from ._commands import Command, Delete, UseStream
 from ._errors import RemoteException
+from ._freeing import later
 from ._host import reachable_host
 from ._stream import Stream, get_active_stream
 from ._worker import TensorInbox, TensorWorker
@@ -59,6 +61,8 @@ class MeshClient:
         self._commands: list[Command] = []
         self._freed: deque[int] = deque()
         self._lock = threading.Lock()
+        self._sending = threading.RLock()
+        """Held from taking a batch to sending it (``flush`` and ``_freeing``'s thread)."""
         self._workers: ActorMesh[TensorWorker] | None = None
         self._inbox: ActorMesh[TensorInbox] | None = None
         self._one: dict[int, ActorMesh[TensorWorker]] = {}
@@ -91,18 +95,42 @@ class MeshClient:
         """Called when a controller Tensor dies (any thread, GC included): never blocks."""
         self._freed.append(ref)
 
-    def flush(self, *, now: bool = False) -> None:
-        """Send what is buffered, as one message to every worker; inside ``coalescing()``
-        only when something waits for the workers (``now``: a fetch, a send to another
-        mesh, a shard lent to an actor), else at its end."""
+    def flush(self, *, now: bool = False, freed: bool = False) -> None:
+        """Send what is buffered, as one message to every worker, with the ids freed so far;
+        inside ``coalescing()`` only when something waits for the workers (``now``: a fetch,
+        a send to another mesh, a shard lent to an actor), else at its end. Freed ids alone
+        wait for the next batch, or ``_freeing``'s thread (``freed``: sent at once)."""
         if coalesced.depth and not now:
             coalesced.held[self] = None
             return
+        with self._sending:
+            with self._lock:
+                commands, self._commands = self._commands, []
+            if commands or freed:
+                self._send(commands)
+            elif self._freed:
+                later.schedule(self)
+
+    def send_freed(self) -> None:
+        """The freed ids alone (``_freeing``'s thread), unless commands are buffered: their
+        batch carries them once it is sent, after the commands that may still read them."""
+        with self._sending:
+            with self._lock:
+                if self._commands:
+                    return
+            workers = self._workers
+            if workers is None or workers._state.stopped is not None:
+                self._freed.clear()  # no worker holds them (the core's stopped mesh would
+                return  # log the dropped cast)
+            self._send([])
+
+    def _send(self, commands: list[Command]) -> None:
+        """One batch to every worker: ``commands``, then the deletion of the freed ids
+        (after every command that read them). The caller holds ``_sending``, so batches
+        leave in the order their commands were taken."""
         freed = []
         while self._freed:
             freed.append(self._freed.popleft())
-        with self._lock:
-            commands, self._commands = self._commands, []
         if freed:
             commands.append(Delete(tuple(freed)))
         if commands:

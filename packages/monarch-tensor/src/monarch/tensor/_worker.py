@@ -188,8 +188,10 @@ class TensorWorker(Actor):
     def fetch(self, ids: list[int], rank: int) -> object:
         """The values of ``ids`` here (the controller calls ``rank``'s worker alone), or the
         exception that one of them holds, returned (not raised) so the controller can raise
-        it as is. (Not ``_here()``: a sliced call's point is the slice's.)"""
-        self._settled(ids)
+        it as is. (Not ``_here()``: a sliced call's point is the slice's.) No ``ids`` waits
+        for every stream's commands so far (the controller's ``settle_actor_calls``: the
+        ``rref`` calls run on their stream's thread)."""
+        self._settled(ids or None)
         values = []
         for ref in ids:
             value = self.env.get(ref, _MISSING)
