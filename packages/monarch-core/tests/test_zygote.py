@@ -17,6 +17,7 @@ import pytest
 
 from monarch.actor import Actor, endpoint, this_host
 from monarch.config import configured
+from monarch.core._host import _watching
 from monarch.core._host._zygote import ForkedProc
 from monarch.core.testing import alive
 
@@ -411,7 +412,8 @@ class Pid(Actor):
 
 def test_a_mesh_of_64_forked_procs_stops_with_none_left_and_no_thread_per_proc() -> None:
     """The agent hears of each forked proc's exit from its zygote, with no thread per
-    proc waiting for it; every proc has exited when ``stop()`` returns."""
+    proc waiting for it; every proc has exited when ``stop()`` returns, and the agent
+    keeps nothing of them for their spawner (``_watching``)."""
     procs = this_host().spawn_procs(per_host={"gpus": 64})
     pids = list(procs.spawn("pid", Pid).pid.call().get(timeout=120).values())
     waiting = [t.name for t in threading.enumerate() if t.name.startswith("monarch-wait-")]
@@ -419,6 +421,7 @@ def test_a_mesh_of_64_forked_procs_stops_with_none_left_and_no_thread_per_proc()
     assert len(set(pids)) == 64
     assert waiting == []
     assert [pid for pid in pids if alive(pid)] == []
+    assert set(pids).isdisjoint(_watching._spawners)
 
 
 def test_a_forked_procs_exit_callbacks_run_once_and_a_failing_one_harms_no_other() -> None:

@@ -29,7 +29,7 @@ from monarch.core._runtime._tls import current_identity, installed_identity
 from monarch.transport import Address, Buffer
 
 from ._environ import LISTEN_ENV, PARENT_ENV, PYTHON_ENV, RANK_ENV, READY_ENV, ROOT_ENV, SECRET_ENV
-from ._watching import started
+from ._watching import proc_exited, started
 from ._zygote import Child, ForkedProc, fork_proc, prestart_zygote, zygote_started, zygote_usable
 
 log = logging.getLogger("monarch.core")
@@ -283,6 +283,7 @@ def _watch(
         report(child.wait())
 
     def report(code: int) -> None:
+        proc_exited(child.pid)
         drain(output)
         how = f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
         log.info("proc %d (rank %d) %s", child.pid, rank, how)

@@ -37,6 +37,12 @@ def started(child: Child, events: PortRef) -> None:
     _spawners[child.pid] = events
 
 
+def proc_exited(pid: int) -> None:
+    """The agent's proc ``pid`` exited: its spawner is no longer ours to tell of it (a proc
+    no agent watched, its spawner local, would otherwise stay here for the agent's life)."""
+    _spawners.pop(pid, None)
+
+
 def vouch_for(runtime: Runtime, parent: str, spawner: str, ready: ProcReady) -> None:
     """In a new proc: have its host agent (``parent``) watch it for its ``spawner``, when
     that is how the two watch it (``agent_watches``; the spawner decides alike)."""
