@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import pickle
@@ -10,7 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -423,33 +424,46 @@ def _gate_imports_at(path: str) -> None:
     os.environ["MONARCH_TEST_IMPORT_GATE"] = path
 
 
+@contextlib.contextmanager
+def gated_proc(
+    tmp_path: Any, bootstrap: Callable[[str], None] = _gate_imports_at
+) -> Iterator[tuple[ProcMesh, Callable[[], None]]]:
+    """One proc whose import of ``gated_import`` waits on a FIFO (``bootstrap`` names it
+    to the proc) until ``release()``; released and stopped at the end, whatever happened."""
+    gate = str(tmp_path / "gate")
+    os.mkfifo(gate)
+    bootstrap_here = functools.partial(bootstrap, gate)
+    procs = this_host().spawn_procs(per_host={"gpus": 1}, bootstrap=bootstrap_here)
+    opened = -1
+
+    def release() -> None:
+        nonlocal opened
+        if opened < 0:
+            opened = os.open(gate, os.O_RDWR)  # never blocks; the byte lets the import go on
+            os.write(opened, b"x")
+
+    try:
+        yield procs, release
+    finally:
+        release()
+        procs.stop().get(timeout=30)
+        os.close(opened)
+
+
 def test_an_actor_module_slow_to_import_holds_up_nothing_else_in_its_proc(
     tmp_path: Any,
 ) -> None:
     """Reading a spawn may import the actor's module (torch: seconds, tens on a busy
     machine): meanwhile the proc's loop serves its other actors (and, between machines,
     sends the heartbeats without which its peers would declare it dead)."""
-    gate = str(tmp_path / "gate")
-    os.mkfifo(gate)
-    procs = this_host().spawn_procs(
-        per_host={"gpus": 1}, bootstrap=functools.partial(_gate_imports_at, gate)
-    )
-    opened = -1
-    try:
+    with gated_proc(tmp_path) as (procs, release):
         from gated_import import Gated  # here only: the procs import it when told to wait
 
         gated = procs.spawn("gated", Gated)
         counter = procs.spawn("counter", Counter, 7)
         assert counter.get.call_one().get(timeout=60) == 7  # while Gated's import waits
-        opened = os.open(gate, os.O_RDWR)  # never blocks; the byte lets the import go on
-        os.write(opened, b"x")
+        release()
         assert gated.ping.call_one().get(timeout=60) == "imported"
-    finally:
-        if opened < 0:
-            opened = os.open(gate, os.O_RDWR)
-            os.write(opened, b"x")
-        procs.stop().get(timeout=30)
-        os.close(opened)
 
 
 EARLY_REFUSAL = 0.2
@@ -470,28 +484,15 @@ def test_calls_that_reach_a_proc_while_it_reads_their_actors_spawn_wait_for_it(
     follow it wait for the actor and reach it in order, instead of failing as calls for an
     actor "never spawned or gone" (seen as ``bench:tensor``'s and the parameter server's
     first call failing under load)."""
-    gate = str(tmp_path / "gate")
-    os.mkfifo(gate)
-    procs = this_host().spawn_procs(
-        per_host={"gpus": 1}, bootstrap=functools.partial(_gate_imports_and_refuse_early_at, gate)
-    )
-    opened = -1
-    try:
+    with gated_proc(tmp_path, _gate_imports_and_refuse_early_at) as (procs, release):
         from gated_import import Gated  # here only: the procs import it when told to wait
 
         gated = procs.spawn("gated", Gated)
         calls = [gated.number.call_one() for _ in range(5)]
         with pytest.raises(TimeoutError):  # not refused: waiting, 10 times the refusal's delay
             calls[0].get(timeout=10 * EARLY_REFUSAL)
-        opened = os.open(gate, os.O_RDWR)  # never blocks; the byte lets the import go on
-        os.write(opened, b"x")
+        release()
         assert [call.get(timeout=60) for call in calls] == list(range(5))
-    finally:
-        if opened < 0:
-            opened = os.open(gate, os.O_RDWR)
-            os.write(opened, b"x")
-        procs.stop().get(timeout=30)
-        os.close(opened)
 
 
 class Frame:
