@@ -37,9 +37,11 @@ except ImportError:  # pragma: no cover - the workloads need no torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _raw_peer import cpu_ticks
+from _rdma_workloads import Owner
 from rdma_bench import tcp_stream
 
-from monarch.actor import Actor, endpoint, this_host
+from monarch.actor import endpoint, this_host
 from monarch.config import configured
 from monarch.rdma import RDMABuffer
 
@@ -54,22 +56,11 @@ def cpu_here() -> float:
 
 
 def cpu_of(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return cpu_ticks([pid]) / TICK
 
 
-class Holder(Actor):
-    def __init__(self) -> None:
-        warnings.simplefilter("ignore")
-        self.keep: list[tuple[memoryview, RDMABuffer]] = []
-
-    @endpoint
-    def make(self, size: int) -> RDMABuffer:
-        memory = memoryview(bytearray(b"\x5a") * size)
-        buf = RDMABuffer(memory)
-        self.keep.append((memory, buf))
-        return buf
+class Holder(Owner):
+    """``rdma_bench``'s owner of buffers, which says its pid (its CPU is read)."""
 
     @endpoint
     def pid(self) -> int:
