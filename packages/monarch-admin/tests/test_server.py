@@ -381,3 +381,18 @@ def test_close_lets_the_request_being_answered_finish_and_refuses_later_ones() -
     early.request("GET", "/v1/root", headers=headers)
     refused = early.getresponse()
     assert (refused.status, json.loads(refused.read())) == (503, {"error": "admin server closed"})
+
+
+def test_every_new_token_passes_as_the_value_of_token() -> None:
+    """A token is pasted after ``--token``; one that argparse reads as an option made
+    ``monarch profile --token TOKEN`` fail one time in 64."""
+    import argparse
+
+    from monarch.admin._auth import new_token
+    from monarch.admin._client import add_server_options
+
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_server_options(parser)
+    for _ in range(2000):
+        token = new_token()
+        assert parser.parse_args(["--token", token, "--addr", "h:1"]).token == token

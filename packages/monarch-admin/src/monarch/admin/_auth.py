@@ -19,7 +19,9 @@ TOKEN_ENV: Final = "MONARCH_ADMIN_TOKEN"
 
 
 def new_token() -> str:
-    return secrets.token_urlsafe(24)
+    """192 random bits in hex: a urlsafe token starts with ``-`` one time in 64, and
+    ``--token -x...`` then reads as an option to argparse."""
+    return secrets.token_hex(24)
 
 
 def token_folder() -> Path:
