@@ -153,3 +153,27 @@ def test_retention_takes_a_snapshots_rows_with_it() -> None:
         kept = store.query(f"SELECT DISTINCT snapshot_id FROM {table}")["rows"]
         assert kept == [{"snapshot_id": "new"}], table
     assert {"snapshots", "actor_failures", "resolution_errors"} <= set(SNAPSHOT_SCHEMA)
+
+
+def test_every_thread_in_duckdb_is_stopped_before_the_interpreter_ends() -> None:
+    """A daemon thread still inside DuckDB when the interpreter ends aborts the process
+    ("terminate called after throwing an instance of ''"): the exit hook stops the store's
+    writer and the snapshot thread, and waits for both."""
+    script = (
+        "import atexit, threading\n"
+        "from monarch.telemetry._sql import TelemetryConfig, TelemetryStore\n"
+        "from monarch.telemetry._snapshots import Snapshots\n"
+        "store = TelemetryStore(TelemetryConfig())\n"
+        "Snapshots(store, 0.001)\n"
+        "names = {'monarch-snapshots', 'monarch-telemetry-store'}\n"
+        "print(sorted(t.name for t in threading.enumerate() if t.name in names))\n"
+        "atexit._run_exitfuncs()\n"
+        "print(sorted(t.name for t in threading.enumerate() if t.name in names))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=ENV, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    before, after = done.stdout.splitlines()[-2:]
+    assert before == "['monarch-snapshots', 'monarch-telemetry-store']"
+    assert after == "[]"

@@ -34,7 +34,7 @@ from monarch.core import (
 )
 
 from ._observed import sample_rows
-from ._sql import Row, TelemetryStore, now_us, split_actor_id
+from ._sql import Row, TelemetryStore, now_us, split_actor_id, stop_at_exit
 
 ANSWER_TIMEOUT: Final = 2.0
 """Seconds a snapshot waits for the procs' answers, all together."""
@@ -77,6 +77,7 @@ class Snapshots:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="monarch-snapshots", daemon=True)
         self._thread.start()
+        stop_at_exit(self._thread, self.stop)
 
     def stop(self) -> None:
         self._stop.set()
@@ -100,6 +101,8 @@ class Snapshots:
         procs = [me, *(p for p in spawned_procs() if p.address is not None)]
         answers = self._ask(procs)
         _forget_lost({p.address for p in procs if p.address})
+        if self._stop.is_set():
+            return None  # the process ends: DuckDB is not to be entered again
         return self._write(stamp, procs, answers)
 
     def _ask(self, procs: list[SpawnedProc]) -> dict[str, ProcSnapshot | BaseException]:

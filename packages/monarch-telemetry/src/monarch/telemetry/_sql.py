@@ -330,7 +330,7 @@ class TelemetryStore:
         )
         writer.daemon = True
         writer.start()
-        _writers.append(writer)
+        stop_at_exit(writer, lambda: None)
 
     def add(self, rows: Sequence[Row]) -> None:
         """Queue ``rows`` (the client's own, on every call it makes: a list append; an
@@ -426,17 +426,24 @@ class TelemetryStore:
         return {"rows": [dict(zip(columns, row, strict=True)) for row in rows]}
 
 
-_writers: list[threading.Thread] = []
+_db_threads: list[tuple[threading.Thread, Callable[[], object]]] = []
 _exiting = threading.Event()
 
 
+def stop_at_exit(thread: threading.Thread, stop: Callable[[], object]) -> None:
+    """``thread`` (a daemon) uses DuckDB: before the interpreter ends, ``stop()`` is called
+    and the thread waited for. One killed inside DuckDB at exit aborts the process
+    ("terminate called after throwing an instance of ''")."""
+    _db_threads.append((thread, stop))
+
+
 @atexit.register
-def _stop_writers() -> None:
-    """Stop the stores' writers before the interpreter ends: one killed inside DuckDB (a
-    daemon thread at exit) aborts the process."""
+def _stop_db_threads() -> None:
     _exiting.set()
-    for writer in _writers:
-        writer.join(timeout=10)
+    for _, stop in _db_threads:
+        stop()
+    for thread, _ in _db_threads:
+        thread.join(timeout=10)
 
 
 def _write_while_kept(store: weakref.ref[TelemetryStore]) -> None:
