@@ -29,6 +29,7 @@ import queue
 import signal
 import socket
 import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from typing import IO, Final
@@ -334,12 +335,19 @@ def fork_program(
     zygote.fork(env, False, started, main, outputs)
 
 
+def _cuda_initialized() -> bool:
+    """Whether this process holds a CUDA context (the script used a GPU before importing
+    monarch): a fork of it could never use CUDA, nor could the procs forked from that."""
+    cuda = sys.modules.get("torch.cuda")
+    return cuda is not None and bool(cuda.is_initialized())
+
+
 def fork_zygote() -> socket.socket | None:
     """Fork this process's zygote now: in the child, its end of the socket pair (the child
     is to serve as the zygote, ``_zygote_proc.serve_forked``); None in this process, or
     where it cannot fork one (a thread runs already: a fork copies only the caller's; the
     zygote then starts as a program when first needed)."""
-    if threading.active_count() != 1:
+    if threading.active_count() != 1 or _cuda_initialized():
         return None
     with zygote.lock:
         if zygote.sock is not None or zygote.failed:

@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import types
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Final
 
@@ -187,11 +186,24 @@ def owe(room: Room) -> None:
     owed.owed = room
 
 
-@types.coroutine
-def suspend_owed(coro: Coroutine[Any, Any, Any]) -> Generator[Any, Any, Any]:
+class _Passed:
+    """What the wrapped coroutine gave up the loop for (a future, or None for a bare
+    yield), given up in turn: the task's answer comes back as the ``await``'s value."""
+
+    __slots__ = ("waits_on",)
+
+    def __init__(self, waits_on: Any) -> None:
+        self.waits_on = waits_on
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        return (yield self.waits_on)
+
+
+async def suspend_owed(coro: Coroutine[Any, Any, Any]) -> Any:
     """Run ``coro`` as it is, except that at each point where it gives up the loop, the
     room its sends owe (``owe``) is waited for first, ``STALL`` seconds at most: what an
-    actor loop's task factory wraps every task's coroutine in."""
+    actor loop's task factory wraps every task's coroutine in. (A native coroutine: from
+    Python 3.12 a task refuses a generator-based one.)"""
     send, throw = coro.send, coro.throw
     value: Any = None
     error: BaseException | None = None
@@ -208,14 +220,14 @@ def suspend_owed(coro: Coroutine[Any, Any, Any]) -> Generator[Any, Any, Any]:
         if room is not None:
             owed.owed = None
             try:
-                yield from room.wait_async(STALL).__await__()
+                await room.wait_async(STALL)
             except BaseException as exc:  # noqa: BLE001 - cancelled while it waits for the room
                 if isinstance(waits_on, asyncio.Future):
                     waits_on.cancel()
                 error, value = exc, None
                 continue
         try:
-            value = yield waits_on
+            value = await _Passed(waits_on)
         except BaseException as exc:  # noqa: BLE001 - the task's cancellation, passed on
             error, value = exc, None
 
