@@ -15,7 +15,6 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from torch._C._distributed_c10d import TCPStore
 
 from monarch.core import ActorMesh, Future, ProcMesh, ValueMesh
@@ -56,7 +55,6 @@ class MeshClient:
         extent = proc_mesh.extent
         self.labels: list[str] = list(extent.labels)
         self.sizes: list[int] = list(extent.sizes)
-        self.device = torch.device("cpu")
         self._ids = itertools.count()
         self._commands: list[Command] = []
         self._freed: deque[int] = deque()

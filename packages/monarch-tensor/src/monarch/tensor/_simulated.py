@@ -10,12 +10,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
-from torch.utils._device import DeviceContext, _device_constructors
+from torch.overrides import TorchFunctionMode
+from torch.utils._device import _device_constructors
 
 from monarch.core import ProcMesh
 
 from ._mesh import activate_engine
+from ._placement import default_is_cuda
 
 
 def _on_cpu(device: Any) -> Any:
@@ -25,15 +26,6 @@ def _on_cpu(device: Any) -> Any:
     if isinstance(device, int):  # a CUDA ordinal, as in ``t.to(0)``
         return torch.device("cpu")
     return device
-
-
-def _default_is_cuda() -> bool:
-    """Whether ``torch.set_default_device`` made CUDA the default (its mode says so;
-    ``torch.get_default_device()`` would initialize CUDA, and fail without it)."""
-    return any(
-        isinstance(mode, DeviceContext) and torch.device(mode.device).type == "cuda"
-        for mode in _get_current_function_mode_stack()  # type: ignore[no-untyped-call]
-    )
 
 
 class CpuForCuda(TorchFunctionMode):
@@ -46,7 +38,7 @@ class CpuForCuda(TorchFunctionMode):
         if "device" in kwargs:
             kwargs["device"] = _on_cpu(kwargs["device"])
         made = func in _device_constructors() and kwargs.get("device") is None
-        if made and _default_is_cuda():
+        if made and default_is_cuda():
             kwargs["device"] = torch.device("cpu")  # what set_default_device("cuda") adds
         if func is torch.Tensor.cuda:
             return args[0]

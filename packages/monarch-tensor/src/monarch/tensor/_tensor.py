@@ -28,6 +28,7 @@ from ._group import RemoteProcessGroup
 from ._inplace import check_inplace
 from ._metacache import key_of, lookup, store
 from ._metakernels import spare_dynamo
+from ._placement import CPU, NOT_A_QUERY, as_move, placed, query
 from ._stream import StorageAliases, Stream, check_inputs, get_active_stream, mutated_input
 from ._to_mesh import MeshSliceTensor, select
 from ._worker import LENT_WAIT, lent
@@ -64,10 +65,15 @@ class Tensor(torch.Tensor):
     _client: MeshClient
     _stream: Stream
     _aliases: StorageAliases
+    _device: torch.device
+    """Where the shards are on the workers (``_placement``)."""
 
     @staticmethod
     def _wrap(
-        meta: torch.Tensor, client: MeshClient, aliases: StorageAliases | None = None
+        meta: torch.Tensor,
+        client: MeshClient,
+        aliases: StorageAliases | None = None,
+        device: torch.device = CPU,
     ) -> Tensor:
         tensor: Tensor = torch.Tensor._make_wrapper_subclass(
             Tensor,
@@ -75,9 +81,10 @@ class Tensor(torch.Tensor):
             strides=meta.stride(),
             storage_offset=meta.storage_offset(),
             dtype=meta.dtype,
-            device=client.device,
+            device=device,
         )
         tensor._meta = meta
+        tensor._device = device
         tensor._ref = client.new_id()
         tensor._client = client
         tensor._stream = get_active_stream()
@@ -146,7 +153,7 @@ class Tensor(torch.Tensor):
         with pushed(None):
             fresh = torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device="meta")
         with stream.activate():
-            r = Tensor._wrap(fresh, self._client, aliases)
+            r = Tensor._wrap(fresh, self._client, aliases, self._device)
         # On the borrowing stream: it waits there for the lender's commands so far.
         self._client.record(Borrowed(r._ref, self._ref), stream)
         return r
@@ -193,6 +200,15 @@ def dispatch(
     if client is None:
         raise RuntimeError("no active mesh: use `with proc_mesh.activate():`")
     tensors = [x for x in flat if isinstance(x, Tensor)]
+    if tensors and _pure(func):
+        known = query(func, tensors[0]._device)
+        if known is not NOT_A_QUERY:
+            return known
+    move = as_move(func, args, kwargs, tensors[0]._device) if tensors else None
+    if move is not None:
+        func, args, kwargs = move
+        flat, spec = flatten_call(args, kwargs)
+    device = placed(kwargs, [x._device for x in tensors])
     if not _pure(func):  # metadata (t.shape) is the controller's: any stream may read it
         written = mutated_input(func, args, kwargs)
         check_inputs(func, tensors, written if isinstance(written, Tensor) else None)
@@ -234,11 +250,11 @@ def dispatch(
                 if id(leaf) in inputs:
                     leaf = leaf.view_as(leaf)  # its own metadata, the input's storage
                 roots = {id(_root(x._meta)): x._aliases for x in tensors}
-                tensor = Tensor._wrap(leaf, client, roots.get(id(_root(leaf))))
+                tensor = Tensor._wrap(leaf, client, roots.get(id(_root(leaf))), device)
             out.append(tensor)
             ids.append(tensor._ref)
         elif isinstance(leaf, torch.device) and leaf.type == "meta":
-            out.append(client.device)
+            out.append(device)
         else:
             out.append(leaf)
     if ids or not _pure(func):
@@ -342,7 +358,7 @@ def _reduce(tensor: Tensor, dims: Any, reduction: str, scatter: bool, inplace: b
             result = torch.empty(
                 (meta.shape[0] // size, *meta.shape[1:]), dtype=meta.dtype, device="meta"
             )
-    out = tensor if inplace else Tensor._wrap(result, client)
+    out = tensor if inplace else Tensor._wrap(result, client, device=tensor._device)
     client.record(Reduce(out._ref, tensor._ref, axes, reduction, scatter, client.store()))
     return out
 

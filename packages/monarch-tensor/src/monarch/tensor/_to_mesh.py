@@ -38,7 +38,10 @@ class Movable(StreamTensor, Protocol):
     @property
     def _meta(self) -> torch.Tensor: ...
 
-    def _wrap(self: T, meta: torch.Tensor, client: MeshClient) -> T: ...
+    @property
+    def _device(self) -> torch.device: ...
+
+    def _wrap(self: T, meta: torch.Tensor, client: MeshClient, *, device: torch.device) -> T: ...
 
 
 class MeshSliceTensor(Generic[T]):
@@ -90,7 +93,7 @@ class MeshSliceTensor(Generic[T]):
             plan.setdefault(source.rank_of(point), []).append(at)
         with pushed(None):
             result = torch.empty(meta.shape, dtype=meta.dtype, device="meta")
-        out = self.tensor._wrap(result, destination)
+        out = self.tensor._wrap(result, destination, device=self.tensor._device)
         key = destination.transfer_key()
         source.record(Send(self.tensor._ref, key, plan, destination.inbox()))
         source.flush(now=True)  # no destination may wait on a send still held here

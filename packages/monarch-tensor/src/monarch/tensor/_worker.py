@@ -30,6 +30,7 @@ from monarch.core import Actor, Point, begin_operation, context, endpoint, instr
 
 from ._collective import Group, Groups
 from ._commands import Command, Delete, GroupRef, Pickled, Ref, Shaped, UseStream, Wait, decode
+from ._devices import take_device
 from ._errors import Failed, Poison, RemoteException
 from ._flat import flatten, flatten_call, unflatten
 from ._inbox import deliver, take
@@ -46,6 +47,8 @@ class TensorWorker(Actor):
     the ids' values (``env``), the streams and the gloo groups."""
 
     def __init__(self) -> None:
+        me = context().actor_instance
+        take_device(me.rank, me.proc_id)
         self.env: dict[int, object] = {}
         """Each id's local shard (a remote function's result, for a ``Call``) or ``Poison``."""
         self._point: Point | None = None
@@ -388,14 +391,17 @@ register_pytree_node(
 
 
 def _portable(value: Any) -> Any:
-    """A shard (or a remote function's result) as it should travel: tensors without autograd
-    history, and without storage beyond their own."""
+    """A shard (or a remote function's result) as it should travel: tensors on the CPU (as
+    upstream's fetch gives them: the controller may have no GPU), without autograd history,
+    and without storage beyond their own."""
     if not isinstance(value, torch.Tensor):
         leaves, spec = flatten(value)
         if any(isinstance(leaf, torch.Tensor) for leaf in leaves):
             return unflatten([_portable(leaf) for leaf in leaves], spec)
         return value
     value = value.detach()
+    if value.device.type != "cpu":
+        return value.cpu()
     if value.untyped_storage().nbytes() != value.numel() * value.element_size():
         value = value.clone()
     return value
