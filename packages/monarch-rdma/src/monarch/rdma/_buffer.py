@@ -15,8 +15,9 @@ from ._backend import get_rdma_backend
 from ._errors import RDMATcpFallbackWarning
 from ._handle import Handle
 from ._process import local_process
-from ._region import region_of
+from ._region import Region, region_of
 from ._registry import registry
+from ._staging import is_gpu_tensor, staging
 
 if TYPE_CHECKING:
     import torch
@@ -33,13 +34,40 @@ FALLBACK = (
 )
 
 
+def _lend(region: Region, owner: str, inbox: Handle | None = None) -> Handle:
+    """Register ``region`` and lend it through every plane (each says what a peer needs
+    to reach it): the handle that reaches it."""
+    buffer_id, cell = registry.register(region)
+    try:
+        planes = bulk_planes().lend(buffer_id, region.address, region.size)
+    except BaseException:
+        registry.drop(buffer_id)
+        raise
+    return Handle(
+        buffer_id=buffer_id,
+        size=region.size,
+        writable=region.writable,
+        owner=owner,
+        proc=local_process().runtime.address,
+        pid=os.getpid(),
+        token=registry.token,
+        identity=registry.identity_address,
+        cell=cell,
+        address=region.address,
+        gate=registry.gate.fd,
+        planes=planes,
+        inbox=inbox,
+    )
+
+
 class RDMABuffer:
     """Memory registered for one-sided reads and writes by other processes.
 
-    ``data`` is a 1-D contiguous CPU tensor (``tensor.view(torch.uint8).flatten()`` for
-    any other shape) or a contiguous buffer (memoryview, bytearray). Registering copies
-    nothing: readers and writers reach this very memory until ``drop()``; until then the
-    buffer keeps ``data`` alive. The object is a small handle: pickle it, send it to any
+    ``data`` is a 1-D contiguous CPU or CUDA tensor (``tensor.view(torch.uint8).flatten()``
+    for any other shape) or a contiguous buffer (memoryview, bytearray). Registering copies
+    nothing: readers and writers reach this very memory until ``drop()`` (a GPU's through
+    host copies the owner makes at each transfer: ``_staging``); until then the buffer
+    keeps ``data`` alive. The object is a small handle: pickle it, send it to any
     actor or the client, and call its methods there.
     """
 
@@ -56,31 +84,23 @@ class RDMABuffer:
             )
         if backend == "tcp":
             warnings.warn(FALLBACK, RDMATcpFallbackWarning, stacklevel=2)
-        region = region_of(data)
+        if is_gpu_tensor(data):
+            device, region, inbox = staging.host_copies(data)
+        else:
+            device, region, inbox = None, region_of(data), None
         if region.size == 0:
             raise ValueError("Cannot create RDMABuffer with size 0.")
-        proc = local_process()
         owner = context().actor_instance.actor_id
-        buffer_id, cell = registry.register(region)
-        try:  # every plane lends it: each says what a peer needs to reach it
-            planes = bulk_planes().lend(buffer_id, region.address, region.size)
+        if inbox is None:
+            self._handle = _lend(region, owner)
+            return
+        writers = _lend(inbox, owner)
+        try:
+            self._handle = _lend(region, owner, writers)
         except BaseException:
-            registry.drop(buffer_id)
+            registry.drop(writers.buffer_id)
             raise
-        self._handle = Handle(
-            buffer_id=buffer_id,
-            size=region.size,
-            writable=region.writable,
-            owner=owner,
-            proc=proc.runtime.address,
-            pid=os.getpid(),
-            token=registry.token,
-            identity=registry.identity_address,
-            cell=cell,
-            address=region.address,
-            gate=registry.gate.fd,
-            planes=planes,
-        )
+        staging.add(self._handle.buffer_id, device, region, inbox, writers.buffer_id)
 
     @classmethod
     def _of(cls, handle: Handle) -> RDMABuffer:

@@ -36,6 +36,10 @@ class Handle:
     planes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     """What each plane that lent the buffer said a peer needs, by the plane's name (the
     TCP plane: the owner's data server; the ibverbs plane: the region's rkey)."""
+    inbox: Handle | None = None
+    """For a GPU buffer (``_staging``): the host buffer that writers write, the owner
+    staging its bytes to the GPU after each write and from it before each read. This
+    handle's own memory is then the host copy that readers read."""
 
     def reach(self, plane: str) -> tuple[Any, ...] | None:
         """What ``plane`` said a peer needs to reach the buffer (None: it did not lend it)."""

@@ -59,7 +59,16 @@ class Connect(msgspec.Struct, tag="connect", array_like=True, frozen=True):
     gid: str
 
 
-Request = Pull | Drop | Atomic | Connect
+class Stage(msgspec.Struct, tag="stage", array_like=True, frozen=True):
+    """For a GPU buffer: copy its first ``size`` bytes to the host copy that readers read
+    (``out``, before a read), or from the one that writers wrote (``in``, after a write)."""
+
+    buffer_id: UInt64
+    way: Literal["out", "in"]
+    size: UInt64
+
+
+Request = Pull | Drop | Atomic | Connect | Stage
 """Every request a buffer's owner serves."""
 
 
@@ -98,5 +107,9 @@ class Refused(msgspec.Struct, tag="refused", array_like=True, frozen=True):
     message: str
 
 
-Answer = Pulled | Dropped | Old | Connected | Refused
+class Copied(msgspec.Struct, tag="copied", array_like=True, frozen=True):
+    """The owner made the copy a ``Stage`` asked for."""
+
+
+Answer = Pulled | Dropped | Old | Connected | Copied | Refused
 """Every answer of a buffer's owner."""

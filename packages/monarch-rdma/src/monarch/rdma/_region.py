@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from monarch.core import buffer_address
 
@@ -36,23 +37,33 @@ def _torch_tensor(data: object) -> bool:
     return torch is not None and isinstance(data, torch.Tensor)
 
 
+def check_flat(tensor: Any, what: str) -> None:
+    """ValueError unless ``tensor`` is 1-D and contiguous (what a buffer or a transfer's
+    local memory must be)."""
+    if tensor.dim() != 1 or not tensor.is_contiguous():
+        raise ValueError(
+            f"{what}: the tensor must be 1-D and contiguous "
+            f"(got shape {tuple(tensor.shape)}); use tensor.view(torch.uint8).flatten()"
+        )
+
+
+def tensor_region(tensor: Any, what: str) -> Region:
+    """The memory of a 1-D contiguous tensor (on the CPU: see ``_staging`` for a GPU's)."""
+    check_flat(tensor, what)
+    size = tensor.numel() * tensor.element_size()
+    return Region(tensor.data_ptr(), size, True, tensor)
+
+
 def region_of(data: object, what: str = "data") -> Region:
     """The memory of a 1-D contiguous CPU tensor or a contiguous buffer (memoryview,
     bytearray, bytes, anything with the buffer protocol); ValueError/TypeError otherwise."""
     if _torch_tensor(data):
-        tensor = data
-        if tensor.device.type != "cpu":  # type: ignore[attr-defined]
+        tensor: Any = data
+        if tensor.device.type != "cpu":
             raise ValueError(
-                f"{what}: only CPU tensors are supported without an ibverbs device "
-                f"(got a tensor on {tensor.device})"  # type: ignore[attr-defined]
+                f"{what}: only CPU and CUDA tensors are supported (got a tensor on {tensor.device})"
             )
-        if tensor.dim() != 1 or not tensor.is_contiguous():  # type: ignore[attr-defined]
-            raise ValueError(
-                f"{what}: the tensor must be 1-D and contiguous "
-                f"(got shape {tuple(tensor.shape)}); use tensor.view(torch.uint8).flatten()"  # type: ignore[attr-defined]
-            )
-        size = tensor.numel() * tensor.element_size()  # type: ignore[attr-defined]
-        return Region(tensor.data_ptr(), size, True, tensor)  # type: ignore[attr-defined]
+        return tensor_region(tensor, what)
     try:
         view = memoryview(data)  # type: ignore[arg-type]
     except TypeError:

@@ -34,6 +34,7 @@ from ._messages import (
     Answer,
     Atomic,
     Connected,
+    Copied,
     Drop,
     Dropped,
     Failure,
@@ -42,10 +43,12 @@ from ._messages import (
     Pulled,
     Refused,
     Request,
+    Stage,
 )
 from ._process import local_process
 from ._region import Region
 from ._registry import registry
+from ._staging import staging
 
 ATOMIC_SIZE: Final = 8
 """fetch_add and compare_and_swap act on the buffer's first 8 bytes (an unsigned 64-bit
@@ -83,15 +86,21 @@ def writable(buffer_id: int, size: int) -> Region:
 
 
 def serve_atomic(buffer_id: int, kind: str, first: int, second: int) -> int:
-    """On the owner: the atomic, under this process's lock; returns the old value."""
+    """On the owner: the atomic, under this process's lock; returns the old value (on a
+    GPU buffer's first 8 bytes: through its host copies, ``_staging``)."""
     region = writable(buffer_id, ATOMIC_SIZE)
+    gpu = staging.get(buffer_id)
     word = ctypes.c_uint64.from_address(region.address)
     with registry.atomics:
+        if gpu is not None:
+            staging.stage(buffer_id, "out", ATOMIC_SIZE)
         old = int(word.value)
-        if kind == "fetch_add":
-            word.value = (old + first) & U64
-        elif old == first:
-            word.value = second
+        new = (old + first) & U64 if kind == "fetch_add" else second if old == first else old
+        if gpu is not None:
+            ctypes.c_uint64.from_address(gpu.inbox.data_ptr()).value = new
+            staging.stage(buffer_id, "in", ATOMIC_SIZE)
+        else:
+            word.value = new
     return old
 
 
@@ -139,6 +148,19 @@ def _pull_later(request: Pull) -> Future[Answer]:
     return local_process().threads.submit(run)
 
 
+def _stage_later(request: Stage) -> Future[Answer]:
+    """A GPU buffer's copy, on a bulk-data thread (CUDA copies block their caller)."""
+
+    def run() -> Answer:
+        try:
+            staging.stage(request.buffer_id, request.way, request.size)
+        except Exception as error:  # noqa: BLE001 - the asker gets it
+            return _refused(error)
+        return Copied()
+
+    return local_process().threads.submit(run)
+
+
 def _drop_later(buffer_id: int) -> Future[Answer]:
     """A drop that waits for the writers in its buffer's gate, on a bulk-data thread."""
 
@@ -165,6 +187,9 @@ def _serve(request: Request) -> Answer | Future[Answer]:
             return Dropped(registry.drop(request.buffer_id))
         if isinstance(request, Atomic):
             return Old(serve_atomic(request.buffer_id, request.kind, request.first, request.second))
+        if isinstance(request, Stage):
+            writable(request.buffer_id, request.size)  # registered, and the size fits
+            return _stage_later(request)
         nic = verbs.device()
         if nic is None:
             raise RDMATransferError("the owner has no ibverbs device")

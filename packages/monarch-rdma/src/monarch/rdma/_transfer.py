@@ -30,12 +30,13 @@ from monarch.core.lowlevel import LoanDropped, LoanLost, Plane, bulk_planes
 
 from ._errors import RDMABufferDropped, RDMAError, RDMAOwnerDied, RDMATransferError
 from ._handle import Handle
-from ._messages import U64, Atomic, Drop, Old
+from ._messages import U64, Atomic, Copied, Drop, Old, Stage
 from ._overlap import Access
 from ._process import local_process
 from ._region import Region, region_of
 from ._registry import registry
 from ._service import ATOMIC_SIZE, INLINE_MAX, ask_owner, registered, serve_atomic, writable
+from ._staging import bounce, is_gpu_tensor, staging
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,8 @@ class Op:
     local: Region
     size: int
     args: tuple[int, ...] = ()
+    land: Callable[[], None] | None = None
+    """After a read into a GPU tensor: copies the host bytes read to it (``_staging``)."""
 
     def accesses(self) -> tuple[Access, Access]:
         """(local, remote) memory this operation touches (see ``_overlap``)."""
@@ -95,27 +98,42 @@ def _rdma_error(handle: Handle, error: PullError) -> RDMAError:
     return RDMATransferError(f"reading the buffer of {handle.owner} failed: {error}")
 
 
+def _stage(handle: Handle, way: Literal["out", "in"], size: int, deadline: float) -> None:
+    """A GPU buffer's copy to (``out``) or from (``in``) its host copies, by its owner."""
+    if handle.token == registry.token:
+        staging.stage(handle.buffer_id, way, size)
+    elif not isinstance(ask_owner(handle, Stage(handle.buffer_id, way, size), deadline), Copied):
+        raise RDMATransferError(f"the owner of {handle.owner} did not stage the buffer")
+
+
 def _read(op: Op, deadline: float) -> None:
     handle = op.handle
+    if handle.inbox is not None:
+        _stage(handle, "out", handle.size, deadline)
     way = _chosen(handle)
     if way is None:
         ctypes.memmove(op.local.address, registered(handle.buffer_id).address, handle.size)
-        return
-    try:
-        way.read(handle, op.local.address, deadline)
-    except PullError as error:
-        raise _rdma_error(handle, error) from None
+    else:
+        try:
+            way.read(handle, op.local.address, deadline)
+        except PullError as error:
+            raise _rdma_error(handle, error) from None
+    if op.land is not None:
+        op.land()
 
 
 def _write(op: Op, deadline: float) -> None:
     handle = op.handle
-    if _chosen(handle) is None:
-        ctypes.memmove(writable(handle.buffer_id, op.size).address, op.local.address, op.size)
-        return
-    try:
-        bulk_planes().write(handle, op.local.address, op.size, deadline)
-    except PullError as error:
-        raise _rdma_error(handle, error) from None
+    target = handle.inbox or handle
+    if _chosen(target) is None:
+        ctypes.memmove(writable(target.buffer_id, op.size).address, op.local.address, op.size)
+    else:
+        try:
+            bulk_planes().write(target, op.local.address, op.size, deadline)
+        except PullError as error:
+            raise _rdma_error(target, error) from None
+    if handle.inbox is not None:
+        _stage(handle, "in", op.size, deadline)
 
 
 def _atomic(op: Op, deadline: float) -> None:
@@ -137,6 +155,8 @@ def _atomic(op: Op, deadline: float) -> None:
 def drop(handle: Handle, deadline: float) -> None:
     """Unregister the buffer at its owner; done if the owner is gone (its memory is)."""
     bulk_planes().forget(handle)  # its plane is not needed again
+    if handle.inbox is not None:
+        bulk_planes().forget(handle.inbox)
     if handle.token == registry.token:
         registry.drop(handle.buffer_id, deadline)
         return
@@ -156,6 +176,8 @@ registry.on_drop.append(_released)
 
 def _copies_here(op: Op) -> bool:
     """Whether this thread copies the bytes itself (no owner, no socket involved)."""
+    if op.handle.inbox is not None and op.handle.token != registry.token:
+        return False  # a GPU buffer's owner stages it
     way = _chosen(op.handle)
     if way is None:
         return True
@@ -236,19 +258,21 @@ def submit_call(run: Callable[[float], None], timeout: int) -> Future[None]:
 
 def read_op(dst: object, handle: Handle) -> Op:
     """A read of the whole buffer into the start of ``dst``; ValueError if it cannot be."""
-    local = region_of(dst, "dst")
+    local, land = (
+        bounce(dst, "dst", fill=False) if is_gpu_tensor(dst) else (region_of(dst, "dst"), None)
+    )
     if not local.writable:
         raise ValueError("dst is read-only: it cannot be read into")
     if local.size < handle.size:
         raise ValueError(
             f"dst ({local.size} bytes) is smaller than the RDMA buffer ({handle.size} bytes)"
         )
-    return Op("read", handle, local, handle.size)
+    return Op("read", handle, local, handle.size, land=land)
 
 
 def write_op(handle: Handle, src: object) -> Op:
     """A write of all of ``src`` to the start of the buffer; ValueError if it cannot be."""
-    local = region_of(src, "src")
+    local = bounce(src, "src", fill=True)[0] if is_gpu_tensor(src) else region_of(src, "src")
     if local.size > handle.size:
         raise ValueError(
             f"src ({local.size} bytes) is larger than the RDMA buffer ({handle.size} bytes)"
