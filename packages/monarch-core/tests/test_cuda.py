@@ -1,7 +1,7 @@
 """CUDA tensors in actor messages, and a script that used its GPU before importing monarch.
 
 These need a GPU (they are skipped without one): the project's CI has none; they are run on
-a lent GPU machine (see the core README, "GPUs").
+a lent GPU machine (the core README, "GPUs", says how).
 """
 
 from __future__ import annotations
