@@ -60,6 +60,23 @@ def _lend(region: Region, owner: str, inbox: Handle | None = None) -> Handle:
     )
 
 
+def lend_staged(tensor: Any) -> Handle:
+    """Register a tensor through two host copies (``_staging``: a GPU's; a CPU tensor
+    here only in the tests that check the staging without a GPU)."""
+    device, region, inbox = staging.host_copies(tensor)
+    if region.size == 0:
+        raise ValueError("Cannot create RDMABuffer with size 0.")
+    owner = context().actor_instance.actor_id
+    writers = _lend(inbox, owner)
+    try:
+        handle = _lend(region, owner, writers)
+    except BaseException:
+        registry.drop(writers.buffer_id)
+        raise
+    staging.add(handle.buffer_id, device, region, inbox, writers.buffer_id)
+    return handle
+
+
 class RDMABuffer:
     """Memory registered for one-sided reads and writes by other processes.
 
@@ -85,22 +102,12 @@ class RDMABuffer:
         if backend == "tcp":
             warnings.warn(FALLBACK, RDMATcpFallbackWarning, stacklevel=2)
         if is_gpu_tensor(data):
-            device, region, inbox = staging.host_copies(data)
-        else:
-            device, region, inbox = None, region_of(data), None
+            self._handle = lend_staged(data)
+            return
+        region = region_of(data)
         if region.size == 0:
             raise ValueError("Cannot create RDMABuffer with size 0.")
-        owner = context().actor_instance.actor_id
-        if inbox is None:
-            self._handle = _lend(region, owner)
-            return
-        writers = _lend(inbox, owner)
-        try:
-            self._handle = _lend(region, owner, writers)
-        except BaseException:
-            registry.drop(writers.buffer_id)
-            raise
-        staging.add(self._handle.buffer_id, device, region, inbox, writers.buffer_id)
+        self._handle = _lend(region, context().actor_instance.actor_id)
 
     @classmethod
     def _of(cls, handle: Handle) -> RDMABuffer:

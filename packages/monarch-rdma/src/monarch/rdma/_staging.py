@@ -18,6 +18,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -85,12 +86,14 @@ class Staging:
             raise RDMABufferDropped("the buffer was dropped (or is not a GPU buffer)")
         import torch
 
-        with staged.lock, torch.cuda.device(staged.device.device):
+        gpu = staged.device.device.type == "cuda"
+        with staged.lock, torch.cuda.device(staged.device.device) if gpu else nullcontext():
             if way == "out":
                 staged.out[:size].copy_(staged.device[:size])
             else:
                 staged.device[:size].copy_(staged.inbox[:size])
-            torch.cuda.current_stream().synchronize()
+            if gpu:  # the copy is queued on the device's stream: wait for it
+                torch.cuda.current_stream().synchronize()
 
 
 staging = Staging()
