@@ -23,6 +23,7 @@ from monarch.rdma._messages import (
     Atomic,
     Connect,
     Connected,
+    Copied,
     Drop,
     Dropped,
     Old,
@@ -30,6 +31,7 @@ from monarch.rdma._messages import (
     Pulled,
     Refused,
     Request,
+    Stage,
 )
 from monarch.rdma._service import SERVICE, ask_owner
 
@@ -50,11 +52,13 @@ requests = st.one_of(
     st.builds(Drop, u64),
     st.builds(Atomic, u64, st.sampled_from(["fetch_add", "compare_and_swap"]), u64, u64),
     st.builds(Connect, u64, st.integers(0, (1 << 24) - 1), st.text()),
+    st.builds(Stage, u64, st.sampled_from(["out", "in"]), u64),
 )
 answers = st.one_of(
     st.builds(Pulled, st.booleans()),
     st.builds(Dropped, st.booleans()),
     st.builds(Old, u64),
+    st.builds(Copied),
     st.builds(Connected, st.integers(0, (1 << 24) - 1), st.text()),
     st.builds(Refused, st.sampled_from(["dropped", "timeout", "transfer", "error"]), st.text()),
 )
@@ -112,6 +116,10 @@ def test_the_owners_refusals_keep_their_kind() -> None:
             ask_owner(handle, Atomic(handle.buffer_id + 1000, "fetch_add", 1), deadline)
         with pytest.raises(RDMAError, match="expired"):
             ask_owner(handle, Pull(handle.buffer_id, time.time() - 1, 1, 0, 0, 0, 8), deadline)
+        with pytest.raises(RDMAError, match="not staged"):  # not a GPU's
+            ask_owner(handle, Stage(handle.buffer_id, "out", 8), deadline)
+        with pytest.raises(RDMAError, match="do not fit"):
+            ask_owner(handle, Stage(handle.buffer_id, "in", 65), deadline)
         assert ask_owner(handle, Drop(handle.buffer_id), deadline) == Dropped(True)
         assert ask_owner(handle, Drop(handle.buffer_id), deadline) == Dropped(False)
         with pytest.raises(RDMABufferDropped):

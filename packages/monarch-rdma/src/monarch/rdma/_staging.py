@@ -22,7 +22,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._errors import RDMABufferDropped
+from ._errors import RDMABufferDropped, RDMAError
 from ._region import Region, check_flat, tensor_region
 from ._registry import registry
 
@@ -83,7 +83,9 @@ class Staging:
         write), and wait for the copy (a reader reads *out* as soon as this returns)."""
         staged = self._buffers.get(buffer_id)
         if staged is None:
-            raise RDMABufferDropped("the buffer was dropped (or is not a GPU buffer)")
+            if registry.get(buffer_id) is None:
+                raise RDMABufferDropped("the buffer was dropped")
+            raise RDMAError("the buffer is not staged through host copies (not a GPU's)")
         import torch
 
         gpu = staged.device.device.type == "cuda"
