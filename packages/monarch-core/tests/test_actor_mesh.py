@@ -550,3 +550,12 @@ def test_actors_spawned_on_a_slice_stop_with_the_mesh(
     with pytest.raises(SupervisionError, match="stopped by client"):
         counters.get.call().get(timeout=30)
     assert not [f for f in unhandled_failures if "on_a_slice" in str(f)]
+
+
+def test_mesh_stopped_says_why_once_stopped(procs: ProcMesh) -> None:
+    from monarch.core import mesh_stopped
+
+    counters = procs.spawn("stopped_check", Counter)
+    assert mesh_stopped(counters) is None
+    counters.stop().get(timeout=30)
+    assert mesh_stopped(counters) == "ActorMeshController received explicit stop request"

@@ -61,7 +61,7 @@ from ._host._introspect import inspect_proc, snapshot_procs
 from ._host._zygote import ForkedProc, fork_program
 from ._layout._shape import Extent, NDSlice, Point, Shape
 from ._layout._value_mesh import ValueMesh
-from ._mesh._actor_mesh import ActorMesh, proc_addresses
+from ._mesh._actor_mesh import ActorMesh, mesh_stopped, proc_addresses
 from ._mesh._endpoint import Actor, endpoint
 from ._mesh._exits import workers_stopping
 from ._mesh._future import Future, Outcome, run_on, submit_into, wait_outcome
@@ -184,6 +184,7 @@ __all__ = [
     "lending_available",
     "listen_address",
     "loads",
+    "mesh_stopped",
     "proc_addresses",
     "push_directories",
     "read_process_memory",

@@ -17,7 +17,7 @@ from typing import Any
 
 from torch._C._distributed_c10d import TCPStore
 
-from monarch.core import ActorMesh, Future, ProcMesh, ValueMesh
+from monarch.core import ActorMesh, Future, ProcMesh, ValueMesh, mesh_stopped
 
 from ._commands import Command, Delete, UseStream
 from ._errors import RemoteException
@@ -117,7 +117,7 @@ class MeshClient:
                 if self._commands:
                     return
             workers = self._workers
-            if workers is None or workers._state.stopped is not None:
+            if workers is None or mesh_stopped(workers) is not None:
                 self._freed.clear()  # no worker holds them (the core's stopped mesh would
                 return  # log the dropped cast)
             self._send([])

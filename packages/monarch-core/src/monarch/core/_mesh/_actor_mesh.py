@@ -379,6 +379,14 @@ def proc_addresses(mesh: ActorMesh[Any]) -> frozenset[str] | None:
     return frozenset(addresses[rank] for rank in mesh._shape.ndslice if rank < len(addresses))
 
 
+def mesh_stopped(mesh: ActorMesh[Any]) -> str | None:
+    """The status ``mesh`` stopped with (what later calls are told), None while its actors
+    run. A
+    function, not an attribute: an attribute of the mesh would hide an endpoint of the
+    same name."""
+    return mesh._state.stopped
+
+
 class ActorMesh(ShapedMesh, Generic[R]):
     """The actors of one spawn, one per proc of a ProcMesh; endpoints are attributes."""
 
