@@ -69,6 +69,9 @@ def test_cuda_ops_and_a_reduce_give_local_values_fetched_to_the_cpu(
         y = (x @ w).relu()
         total = y.reduce("procs", "sum")
         on_cpu = total.cpu() + 1
+        back = on_cpu.to(x.device) * 2  # to the GPU again, by a tensor's device
+    assert x.device == total.device == back.device == torch.device("cuda", 0)
+    assert on_cpu.device == torch.device("cpu")
     shards = [torch.arange(16.0) * (r + 1) @ torch.ones(16, 8) for r in (0, 1)]
     expected = shards[0].relu() + shards[1].relu()
     for rank in (0, 1):
@@ -76,6 +79,7 @@ def test_cuda_ops_and_a_reduce_give_local_values_fetched_to_the_cpu(
         assert fetched.device.type == "cpu"
         torch.testing.assert_close(fetched, expected)
         torch.testing.assert_close(inspect(on_cpu, procs=rank), expected + 1)
+        torch.testing.assert_close(inspect(back, procs=rank), (expected + 1) * 2)
 
 
 def test_random_state_reads_and_restores_the_cuda_generator(shared_gpu: ProcMesh) -> None:
