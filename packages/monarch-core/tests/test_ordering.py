@@ -123,3 +123,45 @@ def test_each_senders_messages_arrive_in_order(
             # Actor senders' messages may still be in flight, but never out of order.
             assert seqs == expected[name][: len(seqs)]
     logs.stop().get(timeout=30)
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(plan=st.lists(st.tuples(adverbs, st.booleans()), min_size=1, max_size=4))
+def test_fifo_holds_through_sends_together(
+    procs: ProcMesh, plan: list[tuple[list[str], bool]]
+) -> None:
+    """Casts held by ``sends_together`` (some blocks nested) leave as the block ends, in
+    the order they were made, with those made outside the blocks."""
+    from monarch.core.lowlevel import sends_together
+
+    logs = procs.spawn("together", Log)
+    seq = 0
+    for adverbs_of_block, nested in plan:
+        with sends_together():
+            for adverb in adverbs_of_block:
+                if nested:
+                    with sends_together():
+                        _issue(logs, adverb, "client", seq)
+                else:
+                    _issue(logs, adverb, "client", seq)
+                seq += 1
+        _issue(logs, "broadcast", "client", seq)  # one outside any block
+        seq += 1
+    for entries in logs.take.call().get(timeout=30).values():
+        assert [s for _, s in entries] == list(range(seq))
+    logs.stop().get(timeout=30)
+
+
+def test_a_call_made_in_sends_together_leaves_as_the_block_ends(procs: ProcMesh) -> None:
+    from monarch.core.lowlevel import sends_together
+
+    logs = procs.spawn("held", Log)
+    logs.take.call().get(timeout=30)  # its actors are up
+    with sends_together():
+        held = logs.take.call()
+        with pytest.raises(TimeoutError):
+            held.get(timeout=0.3)  # not sent yet: no answer can come
+    assert list(held.get(timeout=30).values()) == [[]] * procs.size()
+    logs.stop().get(timeout=30)

@@ -12,7 +12,7 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from monarch.actor import ProcMesh
+from monarch.actor import this_host
 from monarch.core import Extent, Point
 from monarch.tensor import inspect, remote
 from monarch.tensor._devices import VISIBLE, worker_env
@@ -26,11 +26,20 @@ def _env() -> torch.Tensor:
     return torch.tensor([int(os.environ[VISIBLE])] + [int(os.environ[n]) for n in _NAMES])
 
 
-def test_every_worker_of_a_gpus_mesh_gets_its_local_rank(procs: ProcMesh) -> None:
-    with procs.activate():
-        seen = remote(_env, propagate=lambda: torch.empty(5, dtype=torch.int64))()
-    for rank in (0, 1):
-        assert inspect(seen, gpus=rank).tolist() == [rank, rank, rank, 2, 2]
+def test_every_worker_of_a_gpus_mesh_gets_its_local_rank() -> None:
+    """The first engine on a proc sets it; a slice's engine, started later, keeps it."""
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    try:
+        where = remote(_env, propagate=lambda: torch.empty(5, dtype=torch.int64))
+        with procs.activate():
+            seen = where()
+        with procs.slice(gpus=1).activate():
+            again = where()
+        for rank in (0, 1):
+            assert inspect(seen, gpus=rank).tolist() == [rank, rank, rank, 2, 2]
+        assert inspect(again).tolist() == [1, 1, 1, 2, 2]
+    finally:
+        procs.stop().get(timeout=60)
 
 
 @given(

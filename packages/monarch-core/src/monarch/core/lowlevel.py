@@ -26,6 +26,8 @@ As trio's ``trio.lowlevel``: a thin public face over the core's private modules.
 - ``prestart_zygote`` / ``current_zygote``: this process's zygote, which forks its procs
   (and a ``ProcessJob``'s forker, ``fork_program``): started ahead of the first proc, and
   the one object a launcher or a test watches.
+- ``sends_together()``: the casts and calls a thread makes in the block leave as it ends,
+  one system call per peer (monarch-tensor's batch of commands and the fetch behind it).
 - the core's wire messages (``Envelope``, ``Call``, ``PortValue``, ``Beat``...,
   ``encode_message``), its payload pickler (``dumps``) and the cast tree's split
   (``split_cast``): for tools that size what the core sends (``benchmarks/scale_model``).
@@ -67,6 +69,7 @@ from ._runtime._messages import (
     ShapeSpec,
 )
 from ._runtime._messages import encode as encode_message
+from ._runtime._router import sends_together
 
 
 def current_zygote() -> Zygote:
@@ -121,6 +124,7 @@ __all__ = [
     "process_start",
     "process_state",
     "pull_into",
+    "sends_together",
     "snapshot_procs",
     "split_cast",
     "streams",

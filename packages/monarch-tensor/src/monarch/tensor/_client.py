@@ -18,6 +18,7 @@ from typing import Any
 from torch._C._distributed_c10d import TCPStore
 
 from monarch.core import ActorMesh, Future, ProcMesh, ValueMesh, mesh_stopped
+from monarch.core.lowlevel import sends_together
 
 from ._commands import Command, Delete, UseStream
 from ._errors import RemoteException
@@ -170,8 +171,8 @@ class MeshClient:
 
     def fetch(self, ids: list[int], rank: int) -> Future[list[Any]]:
         """The values of ``ids`` on ``rank``: a call to that rank's worker alone, which the
-        core delivers after every batch sent before it (one sender, one actor: in order)."""
-        self.flush(now=True)
+        core delivers after every batch sent before it (one sender, one actor: in order).
+        The batch and the fetch leave together: the fetched worker reads both at once."""
 
         def pick(value: Any) -> list[Any]:
             if isinstance(value, RemoteException):
@@ -179,7 +180,9 @@ class MeshClient:
             assert isinstance(value, list)
             return value
 
-        future: Future[list[Any]] = self.worker(rank).fetch.call_one(ids, rank).then(pick)
+        with sends_together():
+            self.flush(now=True)
+            future: Future[list[Any]] = self.worker(rank).fetch.call_one(ids, rank).then(pick)
         return future
 
     def fetch_all(self, ids: list[int]) -> Future[ValueMesh[list[Any]]]:

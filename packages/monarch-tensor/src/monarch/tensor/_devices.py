@@ -66,9 +66,18 @@ def worker_env(point: Point, proc_id: str) -> dict[str, str]:
     }
 
 
+_taken: list[str] = []
+"""The proc's device, once its first tensor engine took it."""
+
+
 def take_device(point: Point, proc_id: str) -> None:
-    """Give this proc the worker's environment and the checking ``set_device``."""
+    """Give this proc the worker's environment and the checking ``set_device``, once: the
+    engine of a slice of its mesh, started later on the same proc, keeps the device the
+    first engine took (its point in the slice is not the proc's place on its host)."""
+    if _taken:
+        return
     env = worker_env(point, proc_id)
+    _taken.append(env[VISIBLE])
     cuda = sys.modules.get("torch.cuda")
     if cuda is not None and cuda.is_initialized() and os.environ.get(VISIBLE) != env[VISIBLE]:
         logger.warning(

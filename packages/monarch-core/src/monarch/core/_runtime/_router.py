@@ -17,7 +17,8 @@ import secrets
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Final
 
 import msgspec
@@ -78,6 +79,34 @@ BEAT: Final = encode(Beat())
 """A heartbeat: a ``Beat`` that says nothing more."""
 BURST: Final = 50e-6
 """Casts from a thread closer together than this (seconds) are written together."""
+
+
+class _Held(threading.local):
+    batch: list[Any] | None = None
+    """The writes this thread holds (``sends_together``), if it holds them."""
+
+
+_held = _Held()
+
+
+@contextmanager
+def sends_together() -> Iterator[None]:
+    """Hold the casts and calls this thread makes (off a runtime's loop) and write them as
+    the block ends: what goes to one peer leaves in one system call and is read there at
+    once (a batch of commands and the fetch behind it), with no hand-off to the loop's
+    writer that casts in a burst would get. Nested blocks write at the outermost's end."""
+    if _held.batch is not None:
+        yield
+        return
+    batch: list[Any] = []
+    _held.batch = batch
+    try:
+        yield
+    finally:
+        _held.batch = None
+        while batch:
+            batch.pop().flush(on_loop=False)
+
 
 PortHandler = Callable[[Body, Sequence[Buffer]], None]
 ActorSink = Callable[[Body, Sequence[Buffer], str], None]
@@ -436,7 +465,10 @@ class Runtime:
         batch: list[Any] | None = None
         burst = False
         on_loop = self.on_loop()
-        if not on_loop:
+        held = None if on_loop else _held.batch
+        if held is not None:
+            batch, burst = held, True  # written as ``sends_together`` ends
+        elif not on_loop:
             now = time.monotonic()
             burst = now - self._last_cast < BURST
             self._last_cast = now
