@@ -183,7 +183,7 @@ def test_a_local_job_runs_its_client_script_in_the_background(
     assert seen["batch"] == "1" and seen["args"] == [str(out)]
     assert seen["session"] == seen["pid"] == job.process.pid  # a session of its own
     assert seen["proc"] != seen["pid"]
-    assert Path(job.log_dir or "").parent == Path(".monarch/logs")
+    assert Path(job.log_dir or "").parent == tmp_path.resolve() / ".monarch/logs"
 
     # One that runs on: kill() ends it.
     waiting = LocalJob()

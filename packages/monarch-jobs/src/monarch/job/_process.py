@@ -78,7 +78,9 @@ class LocalJob(JobTrait):
         if client_script is None:
             return  # this machine exists already
         Path(".monarch/logs").mkdir(parents=True, exist_ok=True)
-        self.log_dir = tempfile.mkdtemp(prefix="job_", dir=".monarch/logs")
+        # Absolute on every Python (3.12's mkdtemp makes it so; 3.11's kept it relative,
+        # wrong once the script changes its directory).
+        self.log_dir = os.path.abspath(tempfile.mkdtemp(prefix="job_", dir=".monarch/logs"))
         env = {**os.environ, BATCH_ENV: "1"}
         with (
             open(os.path.join(self.log_dir, "stdout.log"), "wb") as out,
