@@ -210,7 +210,10 @@ def _certificate(
     validity: datetime.timedelta = VALIDITY,
 ) -> tuple[Any, bytes]:
     """A certificate of ``key`` signed by ``signer``; one that is not a CA's names this
-    machine (``names``: host names and IP addresses, default its own name and loopback)."""
+    machine (``names``: host names and IP addresses, default its own name and loopback).
+    With the key identifiers and usages RFC 5280 asks for: a client with
+    ``VERIFY_X509_STRICT`` (Python 3.13's default context) refuses a chain without them
+    ("Missing Authority Key Identifier")."""
     x509, hashes, serialization, _, name_oid = _cryptography()
     now = datetime.datetime.now(datetime.UTC)
     builder = (
@@ -222,8 +225,28 @@ def _certificate(
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), False
+        )
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=not ca,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=ca,
+                crl_sign=ca,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
     )
     if not ca:
+        usages = [x509.ExtendedKeyUsageOID.SERVER_AUTH, x509.ExtendedKeyUsageOID.CLIENT_AUTH]
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         given = names if names is not None else [socket.gethostname(), "localhost", "127.0.0.1"]
         sans = [_san(x509, name) for name in given]
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
