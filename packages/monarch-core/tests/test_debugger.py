@@ -46,6 +46,8 @@ from monarch.core._debugger._commands import (
 from monarch.core._debugger._console import console
 
 DEADLINE = 60.0
+STOPS_ON_ITS_LINE = sys.version_info >= (3, 13)
+"""Python 3.13's ``breakpoint()`` stops on its own line; earlier ones on the next."""
 
 
 class Debugee(Actor):
@@ -175,6 +177,9 @@ def test_two_ranks_stop_attach_step_cast_and_continue(home: Path) -> None:
     terminal.expect(r"\(Pdb\) ")
     terminal.send("p y")
     assert "20" in terminal.expect(r"\(Pdb\) ")
+    if STOPS_ON_ITS_LINE:
+        terminal.send("n")
+        terminal.expect(r"z = y \+ 1\n\(Pdb\) ")
     terminal.send("n")
     terminal.expect(r"return z\n\(Pdb\) ")
     terminal.send("p z")
@@ -237,7 +242,8 @@ def test_code_of_a_notebook_cell_is_listed_and_a_cast_prints_each_ranks_answer(
     terminal.send("l")
     listing = terminal.expect(r"\(Pdb\) ")
     assert "y = x * 2  # a line only the client can read" in listing, listing
-    assert "->\t        return y + 1" in listing, listing  # where it stopped, in the cell
+    here = "breakpoint()" if STOPS_ON_ITS_LINE else "return y + 1"
+    assert f"->\t        {here}" in listing, listing  # where it stopped, in the cell
     terminal.send("detach")
     terminal.expect("monarch_dbg> ")
     terminal.send("continue")
