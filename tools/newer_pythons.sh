@@ -6,7 +6,14 @@
 # downloads one; where it can do neither, that version is skipped, saying so.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-python=$(command -v python3)  # hatch's own interpreter, before PATH changes
+python=""  # an interpreter that has hatch (inside `hatch run`, python3 is the env's: it has not)
+for candidate in $(type -ap python3) /usr/local/bin/python3 /usr/bin/python3; do
+    if "$candidate" -m hatch --version >/dev/null 2>&1; then python=$candidate; break; fi
+done
+if [[ -z "$python" ]]; then
+    echo "tools/newer_pythons.sh: no python3 with hatch found: the 3.12/3.13 subset is skipped" >&2
+    exit 0
+fi
 root=$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")
 for dir in "$root"/versions/3.1[2-9]*/bin; do
     [[ -x "$dir/python3" ]] && PATH="$dir:$PATH"
