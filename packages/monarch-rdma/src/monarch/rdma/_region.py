@@ -32,7 +32,8 @@ class Region:
         return memoryview((ctypes.c_char * length).from_address(self.address + offset)).cast("B")
 
 
-def _torch_tensor(data: object) -> bool:
+def is_tensor(data: object) -> bool:
+    """Whether ``data`` is a torch tensor (torch is never imported here)."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(data, torch.Tensor)
 
@@ -57,11 +58,12 @@ def tensor_region(tensor: Any, what: str) -> Region:
 def region_of(data: object, what: str = "data") -> Region:
     """The memory of a 1-D contiguous CPU tensor or a contiguous buffer (memoryview,
     bytearray, bytes, anything with the buffer protocol); ValueError/TypeError otherwise."""
-    if _torch_tensor(data):
+    if is_tensor(data):
         tensor: Any = data
         if tensor.device.type != "cpu":
             raise ValueError(
-                f"{what}: only CPU and CUDA tensors are supported (got a tensor on {tensor.device})"
+                f"{what}: a tensor on {tensor.device} is not supported here (CPU tensors "
+                "are; CUDA ones too as a buffer, and in read_into and write_from)"
             )
         return tensor_region(tensor, what)
     try:

@@ -15,7 +15,6 @@ read ends, or from it when the write is asked for (as upstream's pickled tensors
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -23,13 +22,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ._errors import RDMABufferDropped, RDMAError
-from ._region import Region, check_flat, tensor_region
+from ._region import Region, check_flat, is_tensor, tensor_region
 from ._registry import registry
 
 
 def is_gpu_tensor(data: object) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(data, torch.Tensor) and data.device.type == "cuda"
+    return is_tensor(data) and data.device.type == "cuda"  # type: ignore[attr-defined]
 
 
 def _bytes_of(tensor: Any) -> Any:

@@ -68,8 +68,8 @@ def as_move(
 ) -> tuple[Any, tuple[Any, ...], dict[str, Any]] | None:
     """``(func, args, kwargs)`` of a device move of a tensor on ``here``, rewritten as
     ``Tensor.to`` with keywords alone (a new tensor where the device changes); None if
-    ``func`` is not a move. ``device_of_tensor`` gives another monarch Tensor's device
-    (``x.to(y)``)."""
+    ``func`` is not a move. ``x.to(y)`` moves to ``y``'s device (its ``_device`` where
+    ``y`` is a monarch Tensor) and dtype."""
     if func not in _MOVES or not args:
         return None
     self, rest = args[0], list(args[1:])

@@ -381,9 +381,8 @@ def proc_addresses(mesh: ActorMesh[Any]) -> frozenset[str] | None:
 
 def mesh_stopped(mesh: ActorMesh[Any]) -> str | None:
     """The status ``mesh`` stopped with (what later calls are told), None while its actors
-    run. A
-    function, not an attribute: an attribute of the mesh would hide an endpoint of the
-    same name."""
+    run. A function, not an attribute: an attribute of the mesh would hide an endpoint of
+    the same name."""
     return mesh._state.stopped
 
 
