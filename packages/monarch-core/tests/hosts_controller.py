@@ -27,6 +27,7 @@ import monarch.actor
 from monarch.actor import Actor, MeshFailure, ValueMesh, endpoint
 from monarch.config import configure
 from monarch.core._host._attach import attach_to_workers
+from monarch.core._runtime import current_runtime
 
 FLOW_PERIOD = 0.05
 """Seconds between two casts of the background flow."""
@@ -210,6 +211,53 @@ class Job:
             except Exception as exc:  # noqa: BLE001 - reported to the driver
                 self.flow_errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
 
+    def counters(self) -> dict[str, Any]:
+        """The controller's own books: messages sent and received so far, and the
+        connections it has open, by direction (``received`` is 0 where the runtime does
+        not count it: an older checkout, in an A/B run)."""
+        runtime = current_runtime()
+        return {
+            "posted": runtime.posted,
+            "received": getattr(runtime, "received", 0),
+            "outbound": len(runtime._writers) + len(runtime._lanes),
+            "inbound": sum(len(conns) for conns in runtime._inbound.values()),
+            "dialed": sum(runtime.dialed.values()),
+            "now": time.monotonic(),
+        }
+
+    def latency(self, reps: int) -> dict[str, Any]:
+        """Round trips to one actor (each host's first, in turn; the first call to each is
+        timed apart, as it may open the connection) and gathered calls to all: ms, and the
+        controller's messages per gathered call."""
+        firsts = [self.members.slice(hosts=h, gpus=0) for h in self.live]
+        first_ms = []
+        for one in firsts:
+            start = time.perf_counter()
+            one.echo.call_one(0).get(timeout=60)
+            first_ms.append((time.perf_counter() - start) * 1000)
+        one_ms = []
+        for i in range(reps):
+            one = firsts[i % len(firsts)]
+            start = time.perf_counter()
+            one.echo.call_one(i).get(timeout=60)
+            one_ms.append((time.perf_counter() - start) * 1000)
+        whole = self.members.slice(hosts=slice(min(self.live), max(self.live) + 1))
+        whole.echo.call(0).get(timeout=60)
+        before = self.counters()
+        cast_ms = []
+        for i in range(reps):
+            start = time.perf_counter()
+            whole.echo.call(i).get(timeout=60)
+            cast_ms.append((time.perf_counter() - start) * 1000)
+        after = self.counters()
+        return {
+            "first_call_ms": first_ms,
+            "one_ms": one_ms,
+            "cast_ms": cast_ms,
+            "sent_per_cast": (after["posted"] - before["posted"]) / reps,
+            "received_per_cast": (after["received"] - before["received"]) / reps,
+        }
+
     def status(self) -> dict[str, Any]:
         return {"client_failures": self.failures, "now": time.monotonic()}
 
@@ -247,6 +295,8 @@ def main(ca: str, key: str, per_host: str, ticks: str, *addrs: str) -> None:
         "leave": job.leave,
         "flow": job.flow,
         "status": job.status,
+        "counters": job.counters,
+        "latency": job.latency,
         "stop": job.stop,
     }
     for line in sys.stdin:

@@ -111,6 +111,59 @@ def controller_traffic(ns: str, pid: int, seconds: float) -> dict[str, Any]:
     }
 
 
+def connection_states(ns: str) -> dict[str, int]:
+    """TCP sockets in namespace ``ns`` (the controller's: its only process) by state,
+    listeners left out."""
+    argv = ["ip", "netns", "exec", ns, "ss", "-tanH"]
+    lines = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines()
+    states: dict[str, int] = {}
+    for line in lines:
+        state = line.split()[0]
+        if state != "LISTEN":
+            states[state] = states.get(state, 0) + 1
+    return states
+
+
+def link_bytes(ns: str) -> int:
+    """Bytes in and out of ``ns``'s interface so far."""
+    stats = json.loads(ip("-n", ns, "-s", "-j", "link", "show", "eth0"))[0]["stats64"]
+    return int(stats["rx"]["bytes"]) + int(stats["tx"]["bytes"])
+
+
+def footprint(c: Cluster, *, reps: int = 20, idle_s: float = 5.0) -> dict[str, Any]:
+    """The controller's footprint after attach and spawn (issue 34): its connections (by
+    state, and its own books), packets, bytes and messages per second idle and with casts
+    flowing, its messages per gathered call, and the latency of a round trip to one actor
+    and of a gathered call; then ``stop()``. No faults."""
+    timeout = seconds_setting(c.env, "MONARCH_HEARTBEAT_TIMEOUT")
+    out: dict[str, Any] = {"hosts": c.hosts, "per_host": c.per_host, "procs": c.hosts * c.per_host}
+    ready = c.launch(timeout=max(300, timeout))
+    out["attach_s"], out["spawn_s"] = ready["attach_s"], ready["spawn_s"]
+    ctl_pid, ns = int(ready["controller_pid"]), c.namespaces[0]
+    out["calls"] = c.do("calls", reps=3)
+    out["after_spawn"] = {"states": connection_states(ns), "books": c.do("counters")}
+    out["latency"] = c.do("latency", reps=reps)
+    for key, flowing in (("idle", False), ("flowing", True)):
+        c.do("flow", on=flowing)
+        before, bytes0 = c.do("counters"), link_bytes(ns)
+        traffic = controller_traffic(ns, ctl_pid, idle_s)
+        after, bytes1 = c.do("counters"), link_bytes(ns)
+        took = after["now"] - before["now"]
+        traffic["bytes_ps"] = (bytes1 - bytes0) / took
+        traffic["sent_ps"] = (after["posted"] - before["posted"]) / took
+        traffic["received_ps"] = (after["received"] - before["received"]) / took
+        traffic["states"] = connection_states(ns)
+        traffic["books"] = after
+        out[key] = traffic
+    out["flow"] = c.do("flow", on=False)
+    out["stop"] = c.do("stop", timeout=150, within=120)
+    everyone = [pid for host in range(c.hosts) for pid in c.pids(host)]
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: not any(map(alive, everyone)), 10, "every proc gone")
+    out["left_after"] = sorted(p for p in everyone if alive(p))
+    return out
+
+
 def segments(ns: str, pid: int) -> dict[tuple[str, str], int]:
     """Segments in and out of each of ``pid``'s established TCP connections (``ss -ti``),
     by its two ends: which connections carry traffic (heartbeats, when idle)."""

@@ -62,6 +62,7 @@ from monarch.core._runtime._messages import (
     PortRef,
     ProcReady,
     ProcsOf,
+    Relay,
     RunBootstrap,
     SetLogLevel,
     SpawnActor,
@@ -84,7 +85,7 @@ from ._environ import (
 )
 from ._introspect import PROC_SERVICE  # noqa: F401 - every proc serves it
 from ._spawning import die_with_parent, handle_kill_procs, handle_spawn_procs, kill_children
-from ._watching import handle_proc_ready, vouch_for
+from ._watching import handle_proc_ready, handle_relay, vouch_for
 from ._zygote import Child, prestart_zygote, stop_zygote
 
 log = logging.getLogger("monarch.core")
@@ -106,6 +107,7 @@ def install_services(runtime: Runtime) -> None:
             ActorFailed: handle_actor_failed,
             KillProcs: handle_kill_procs,
             ProcReady: handle_proc_ready,
+            Relay: handle_relay,
             ProcsOf: handle_procs_of,
             HowEnded: handle_how_ended,
             SetLogLevel: handle_set_log_level,
@@ -202,8 +204,10 @@ async def serve_proc() -> None:
     gc.enable()  # off since the core's import in a proc started as a program (__init__)
     runtime.watch_peer(parent, lambda address, exc: runtime.stopped.set())
     ready = ProcReady(runtime.address, os.getpid(), int(os.environ[RANK_ENV]))
-    vouch_for(runtime, parent, ready_proc, ready)  # before we first write to the spawner
-    runtime.send_to_port(PortRef(ready_proc, int(ready_port)), ready)
+    # Before we first write to the spawner; where the agent watches us for it, the agent
+    # tells it we are ready (no connection of ours to the spawner: see ``_watching``).
+    if not vouch_for(runtime, parent, ready_proc, ready):
+        runtime.send_to_port(PortRef(ready_proc, int(ready_port)), ready)
     await runtime.stopped.wait()
     release_actors(runtime)
     await asyncio.sleep(0)  # let what the release scheduled run before the loop closes

@@ -213,7 +213,7 @@ def _start_proc(
             runtime.send_to_port(body.events, SpawnFailed(rank, f"cannot start a proc: {exc}"))
             return None
     _children.append(child)
-    started(child, body.events)
+    started(runtime, child, body.events, body.ready)
     log.info("proc %d (rank %d) started%s", child.pid, rank, " (forked)" if forked else "")
     cpus = launch.bind.get("cpus") or launch.bind.get("physcpubind")
     if cpus:

@@ -14,56 +14,115 @@ on their host, and the spawner and its procs leave each other unbeaten
 - the agent lost (killed, partitioned, frozen): the spawner writes off the agent's procs
   (``_ProcGroup.host_lost``); the procs, which watch their agent, stop; a worker agent
   kills its procs when it loses their spawner (``_spawn_procs_for_owner``).
+
+Nor does the spawner need a connection to each such proc, or they to it: a proc tells its
+agent it is ready and the agent tells the spawner (``ProcReady``), and the spawner sends a
+spawn or a stop for the procs of a host to their agent, which passes it on (``Relay``,
+``_mesh._relay``) and gathers the actors' answers into one message up. What is left between
+a spawner and its procs is what it casts (to the heads of its cast tree) and its calls to
+one actor: a job's controller holds O(hosts + fan-out) connections, not O(procs).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
+
 from monarch.core._mesh._mesh_state import connection_lost
 from monarch.core._runtime import Runtime
-from monarch.core._runtime._messages import TO_PROC, PortRef, ProcLost, ProcReady
+from monarch.core._runtime._combine import Combine
+from monarch.core._runtime._messages import (
+    TO_PROC,
+    PortRef,
+    ProcLost,
+    ProcReady,
+    Relay,
+    SpawnActor,
+)
 from monarch.core._runtime._peers import agent_watches
 from monarch.transport import Buffer
 
 from ._zygote import Child
 
-_spawners: dict[int, PortRef] = {}
-"""The spawner's ``events`` port of each running proc this agent started, by pid."""
+_spawners: dict[int, tuple[PortRef, PortRef]] = {}
+"""The spawner's ``events`` and ``ready`` ports of each running proc this agent started,
+by pid."""
+_early: dict[int, ProcReady] = {}
+"""Procs that said they are ready before the agent learned it started them (a fork by the
+zygote answered after the new proc's first message), by pid."""
 
 
-def started(child: Child, events: PortRef) -> None:
-    """The agent started ``child`` for the spawner whose events go to ``events``."""
-    _spawners[child.pid] = events
+def started(runtime: Runtime, child: Child, events: PortRef, ready: PortRef) -> None:
+    """The agent started ``child`` for the spawner whose events go to ``events`` (and whose
+    procs report ready to ``ready``)."""
+    _spawners[child.pid] = (events, ready)
+    early = _early.pop(child.pid, None)
+    if early is not None:
+        _watch_for_spawner(runtime, early)
 
 
 def proc_exited(pid: int) -> None:
     """The agent's proc ``pid`` exited: its spawner is no longer ours to tell of it (a proc
     no agent watched, its spawner local, would otherwise stay here for the agent's life)."""
     _spawners.pop(pid, None)
+    _early.pop(pid, None)
 
 
-def vouch_for(runtime: Runtime, parent: str, spawner: str, ready: ProcReady) -> None:
+def vouch_for(runtime: Runtime, parent: str, spawner: str, ready: ProcReady) -> bool:
     """In a new proc: have its host agent (``parent``) watch it for its ``spawner``, when
-    that is how the two watch it (``agent_watches``; the spawner decides alike)."""
+    that is how the two watch it (``agent_watches``; the spawner decides alike). Returns
+    whether the agent does: it then tells the spawner that the proc is ready."""
     if agent_watches(spawner, parent):
         runtime.vouched[spawner] = parent
         runtime.post(parent, TO_PROC, "", ready)
+        return True
+    return False
 
 
 def handle_proc_ready(
     runtime: Runtime, body: ProcReady, payload: Sequence[Buffer], sender: str
 ) -> None:
-    """A proc of ours asks to be watched for its spawner (``vouch_for``): watch it by
-    heartbeat; if it goes silent while it runs, tell the spawner (which fences it)."""
-    events = _spawners.get(body.pid)
-    if events is None or sender != body.address:
-        return  # not a proc this agent started, or not the proc itself speaking
+    """A proc of ours asks to be watched for its spawner (``vouch_for``): tell the spawner
+    it is ready, and watch it by heartbeat; if it goes silent while it runs, tell the
+    spawner (which fences it)."""
+    if sender != body.address:
+        return  # not the proc itself speaking
+    if body.pid not in _spawners:
+        _early[body.pid] = body  # told once the agent knows it started it (``started``)
+        return
+    _watch_for_spawner(runtime, body)
+
+
+def _watch_for_spawner(runtime: Runtime, body: ProcReady) -> None:
+    events, ready = _spawners[body.pid]
+    runtime.send_to_port(ready, body)
 
     def lost(address: str, exc: BaseException) -> None:
         _spawners.pop(body.pid, None)
+        _early.pop(body.pid, None)
         if connection_lost(exc):
             return  # it ended: its exit is reported as every exit is (ProcExited)
         runtime.send_to_port(events, ProcLost(body.rank, body.pid, str(exc)))
 
     runtime.watch_peer(body.address, lost)
+
+
+def handle_relay(runtime: Runtime, body: Relay, payload: Sequence[Buffer], sender: str) -> None:
+    """A spawner's message for procs of this host (``_mesh._relay``): passed on to each, over
+    the connections the agent has with its procs. A spawn's ``__init__`` outcomes come back
+    here (``SpawnActor.ack``) and go up as one ``PortBatch``, at once on an error or on a
+    proc's loss, as the spawner's own gather would end (``Combine``)."""
+    message = body.body
+    if not isinstance(message, SpawnActor):
+        for proc in body.procs:
+            runtime.post(proc, TO_PROC, "", message)
+        return
+    if len(body.ranks) != len(body.procs) or not all(body.ranks):
+        return  # malformed: nothing to pass on (the spawner's gather watches the procs)
+    count = sum(len(ranks) for ranks in body.ranks)
+    combine = Combine(runtime, message.reply, count, fail_fast=True, watch=body.procs)
+    for proc, ranks in zip(body.procs, body.ranks, strict=True):
+        several = ranks if len(ranks) > 1 else ()
+        each = msgspec.structs.replace(message, rank=ranks[0], ranks=several, ack=combine.port)
+        runtime.post(proc, TO_PROC, "", each, payload)

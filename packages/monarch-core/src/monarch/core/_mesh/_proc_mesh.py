@@ -21,7 +21,14 @@ from monarch.core._layout._shape import NDSlice, Point, Region, Shape, ShapedMes
 from monarch.core._layout._table import gpus_per_host, mesh_table
 from monarch.core._runtime import Runtime, current_runtime
 from monarch.core._runtime._instrument import instrumented, procs_spawned
-from monarch.core._runtime._messages import TO_PROC, KillProcs, Launch, SetLogLevel, StopProc
+from monarch.core._runtime._messages import (
+    TO_PROC,
+    KillProcs,
+    Launch,
+    Relay,
+    SetLogLevel,
+    StopProc,
+)
 from monarch.core._runtime._scope import current_owner
 
 from ._actor_mesh import ActorMesh, tensor_engine_entry
@@ -32,6 +39,7 @@ from ._logs import LogSink
 from ._mesh_state import Procs, resolve
 from ._pending import ProcsRef
 from ._proc_group import _LoggerMesh, _ProcGroup, _remember, _start_procs
+from ._relay import by_agent
 from ._spawn_actors import new_mesh_id, spawn_actor_mesh
 from ._spawn_hooks import Setup, SetupActor, spawned
 
@@ -231,9 +239,13 @@ class ProcMesh(ShapedMesh):
         started = group.started()
         failed = self._runtime.failed_peers
         timeout = current_config().process_exit_timeout
-        for address in started.values():
+        direct, relayed = by_agent(self._runtime, started.values())
+        for address in direct:
             if address not in failed:
                 self._runtime.post(address, TO_PROC, "", StopProc(reason))
+        for agent, procs in relayed.items():  # one message per host (see ``_relay``)
+            live = tuple(proc for proc in procs if proc not in failed)
+            self._runtime.post(agent, TO_PROC, "", Relay(live, StopProc(reason)))
         # One declared lost (frozen past the heartbeat, cut off) may still run: its parent
         # kills it at once, and each exit is reported as any exit is.
         lost = [rank for rank, address in started.items() if address in failed]

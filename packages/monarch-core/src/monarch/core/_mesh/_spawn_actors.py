@@ -12,7 +12,7 @@ from monarch.core._layout._shape import Shape
 from monarch.core._payload._serialize import dumps_spawn
 from monarch.core._runtime import Runtime
 from monarch.core._runtime._instrument import instrumented, spawned, supervision
-from monarch.core._runtime._messages import TO_PROC, ActorFailed, SpawnActor, shape_spec
+from monarch.core._runtime._messages import TO_PROC, ActorFailed, Relay, SpawnActor, shape_spec
 from monarch.core._runtime._scope import Owner, current_owner
 from monarch.transport import Buffer
 
@@ -29,6 +29,7 @@ from ._mesh_state import (
     when_proc_ended,
 )
 from ._mocks import current_mocks, mocked_class
+from ._relay import by_agent
 from ._reports import ROOT, failed_event, failed_report, mesh_uid, process_ended
 from ._supervision import call_fault_hook, log_failure
 
@@ -195,10 +196,17 @@ def spawn_actor_mesh(
             hosted.setdefault(addresses[rank], []).append(rank)
         gather = Gather(runtime, len(shape.ndslice), hosted)
         spec = shape_spec(shape)
-        for address, ranks in hosted.items():
+        direct, relayed = by_agent(runtime, hosted)
+        for address in direct:
+            ranks = hosted[address]
             several = tuple(ranks) if len(ranks) > 1 else ()
             spawn = SpawnActor(mesh_id, name, ranks[0], spec, gather.port, several, owner_name)
             runtime.post(address, TO_PROC, "", spawn, payload)
+        for agent, theirs in relayed.items():  # one message per host (see ``_relay``)
+            first = hosted[theirs[0]][0]
+            spawn = SpawnActor(mesh_id, name, first, spec, gather.port, (), owner_name)
+            each = tuple(tuple(hosted[proc]) for proc in theirs)
+            runtime.post(agent, TO_PROC, "", Relay(tuple(theirs), spawn, each), payload)
         return gather
 
     state = _MeshState(

@@ -103,11 +103,11 @@ class AsyncRunner(ActorRunner):
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - any failure in __init__ fails the actor
-            self._reply(spawn.reply, exc, error=True, method="__init__")
+            self._reply(spawn.ack or spawn.reply, exc, error=True, method="__init__")
             self._fail(exc, aborted_by(exc))
         else:
             status(spawn.mesh, self.rank.rank, "Running")
-            self._reply(spawn.reply, None)
+            self._reply(spawn.ack or spawn.reply, None)
         while True:
             kind, message, parts = await self.queue.get()
             if kind == EXIT:

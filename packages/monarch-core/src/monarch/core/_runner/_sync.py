@@ -129,11 +129,11 @@ class SyncRunner(ActorRunner):
         try:
             self.instance = cls(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - any failure in __init__ fails the actor
-            self._reply(self.spawn.reply, exc, error=True, method="__init__")
+            self._reply(self.spawn.ack or self.spawn.reply, exc, error=True, method="__init__")
             self._fail(exc, aborted_by(exc))
         else:
             status(self.spawn.mesh, self.rank.rank, "Running")
-            self._reply(self.spawn.reply, None)
+            self._reply(self.spawn.ack or self.spawn.reply, None)
 
     def _serve_sync(
         self, kind: str, message: Any, parts: Sequence[Buffer], held: list[Any]

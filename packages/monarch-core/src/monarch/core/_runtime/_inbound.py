@@ -45,6 +45,7 @@ class Receiver(Protocol):
 
     loop: asyncio.AbstractEventLoop
     beats: Beats
+    received: int
     delivering: Flow | None
     _batching: int
     _held: set[Inbound]
@@ -169,6 +170,7 @@ class Inbound:
                 self.paused = False
                 push.resume_receiving()
         finally:
+            runtime.received += messages
             runtime.delivering = None
             runtime._end_batch()
 

@@ -163,6 +163,9 @@ class SpawnActor(msgspec.Struct, array_like=True, tag=10, frozen=True, gc=False)
     """All the ranks of the mesh this process hosts (procs sharing a process), if several."""
     owner: str = "<root>"
     """The spawning actor's name in supervision texts (see ``_reports``)."""
+    ack: PortRef | None = None
+    """Where the actors' ``__init__`` outcomes go when not to ``reply``: the port of the
+    host agent that relayed the spawn (``Relay``), which sends them on together."""
 
 
 class ProcReady(msgspec.Struct, array_like=True, tag=12, frozen=True, gc=False):
@@ -238,6 +241,18 @@ class ProcLost(msgspec.Struct, array_like=True, tag=39, frozen=True, gc=False):
     pid: int
     reason: str
     """The agent's ``PeerLost`` ("ADDRESS sent no heartbeat for ...")."""
+
+
+class Relay(msgspec.Struct, array_like=True, tag=40, frozen=True, gc=False):
+    """Ask a host agent to pass ``body`` on to its procs at ``procs`` (``_host._watching``):
+    a spawner that has the agent watch those procs sends one message per host, not one per
+    proc, and needs no connection to each of them (issue 34). For a ``SpawnActor``,
+    ``ranks`` holds each proc's ranks, and the agent gathers their ``__init__`` outcomes
+    and sends them on to ``body.reply`` as one ``PortBatch``."""
+
+    procs: tuple[str, ...]
+    body: SpawnActor | StopProc
+    ranks: tuple[tuple[int, ...], ...] = ()
 
 
 class SpawnFailed(msgspec.Struct, array_like=True, tag=16, frozen=True, gc=False):
@@ -403,6 +418,7 @@ Body = (
     | SpawnProcs
     | ProcExited
     | ProcLost
+    | Relay
     | SpawnFailed
     | RunBootstrap
     | GetController

@@ -156,6 +156,8 @@ class Runtime:
         """The incarnation last seen at each peer address."""
         self.posted = 0
         """Messages this process has sent: what casting through a tree keeps small."""
+        self.received = 0
+        """Messages peers' connections brought in (each of a ``Batch`` counted)."""
         self.dialed: Counter[str] = Counter()
         """Connections this runtime opened, by peer (``dial``): a handshake each, most of
         what a proc spends starting after its fork, so tests hold it to one per peer."""
@@ -650,8 +652,12 @@ class Runtime:
         on_loop = self.on_loop()
         if address not in self.failed_peers:
             self._watchers.setdefault(address, {})[key] = watcher
-            if address != self.address:
-                self._writer(address, on_loop)  # connect now: a death is noticed at once
+            # Connect now, so a death is noticed at once; unless a host agent watches the
+            # peer for us (``vouched``): its word on the peer comes over our connection
+            # with the agent, and a connection to each such peer is what a job's
+            # controller must not hold (issue 34).
+            if address != self.address and address not in self.vouched:
+                self._writer(address, on_loop)
         # Checked after registering: a failure declared meanwhile is not missed.
         failure = self.failed_peers.get(address)
         if failure is not None:
