@@ -120,6 +120,7 @@ class Job:
         """Hosts still in the job: what the flow and ``calls`` cast to."""
         self.halt = threading.Event()
         self.halt.set()
+        self.flowing: threading.Thread | None = None
         self.flow_errors: list[str] = []
         self.flow_casts = 0
         emit(
@@ -194,9 +195,12 @@ class Job:
         """Start or stop casting ``tick`` to the live hosts every ``FLOW_PERIOD`` s."""
         if on and self.halt.is_set():
             self.halt.clear()
-            threading.Thread(target=self._flow, daemon=True).start()
+            self.flowing = threading.Thread(target=self._flow, daemon=True)
+            self.flowing.start()
         elif not on:
             self.halt.set()
+            if self.flowing is not None:
+                self.flowing.join(60)  # its cast in flight ends first
         return {"casts": self.flow_casts, "errors": self.flow_errors[-5:]}
 
     def _flow(self) -> None:

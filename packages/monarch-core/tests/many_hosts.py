@@ -7,7 +7,8 @@ from ``monarch tls init`` / ``monarch tls issue`` and the job secret in a 0600 f
 controller gets the secret in its environment. ``scenario`` then drives, in order:
 
 attach and spawn; gathered calls; the controller's connections, those that carry traffic
-and its packets per second (idle, and with casts flowing); host 1 killed (every process in
+and its packets per second (idle, and with casts flowing); its messages per gathered call,
+and round trips to one actor; host 1 killed (every process in
 its namespace, SIGKILL) during a gathered call; host 5's first proc killed (SIGKILL, its
 agent alive) during one; host 2 partitioned (iptables DROP both ways) during one, healed
 later; host 3's first proc frozen (SIGSTOP) past the heartbeat deadline, then resumed;
@@ -302,6 +303,11 @@ def scenario(c: Cluster, *, reps: int = 5, traffic_s: float = 3.0) -> dict[str, 
     out["traffic_idle"] = controller_traffic(c.namespaces[0], ctl_pid, traffic_s)
     c.do("flow", on=True)
     out["traffic_flowing"] = controller_traffic(c.namespaces[0], ctl_pid, traffic_s)
+    # After the counts above: it calls one actor per host (a connection each way to each);
+    # the flow paused, so that only its own calls are counted.
+    c.do("flow", on=False)
+    out["latency"] = c.do("latency", reps=reps)
+    c.do("flow", on=True)
 
     # A host killed while a gathered call is in flight.
     c.do("pending", seconds=3.0)

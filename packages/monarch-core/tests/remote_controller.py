@@ -14,6 +14,7 @@ test puts the controller on its own "host". Each step prints one JSON line to st
     python remote_controller.py root-far ADDR
     python remote_controller.py frozen ADDR WORKER_PID during|after
     python remote_controller.py spawn ADDR
+    python remote_controller.py connections ADDR0 ADDR1
     python remote_controller.py flood ADDR COUNT   (no controller: silent connections to ADDR;
                                                   each line on stdin: how many were closed)
 """
@@ -35,6 +36,7 @@ from controller_report import emit, outcome
 import monarch.actor
 from monarch.actor import Actor, endpoint
 from monarch.config import configure
+from monarch.core import current_runtime
 from monarch.core._host._attach import attach_to_workers
 from monarch.core._runtime._netaddr import _interface_ipv4
 
@@ -257,6 +259,26 @@ def flood(addr: str, count: str) -> None:
         emit(closed=closed)
 
 
+def connections(addr0: str, addr1: str) -> None:
+    """Spawn 3 procs on each of two workers and an actor on each proc, make a gathered
+    call (a cast tree of fan-out 2), and say which peers this controller is connected to,
+    each way, and who its procs are; then stop them."""
+    configure(max_cast_fanout=2)
+    hosts = attach_to_workers(workers=[addr0, addr1], ca="trust_all_connections")
+    procs = hosts.spawn_procs(per_host={"gpus": 3})
+    actors = procs.spawn("where", Where)
+    addresses = actors.runtime_address.call().get(timeout=60)
+    runtime = current_runtime()
+    emit(
+        procs=sorted(addresses.values()),
+        pids=[v["pid"] for v in actors.where.call().get(timeout=60).values()],
+        outbound=sorted(runtime._writers),
+        inbound=sorted(runtime._inbound),
+        dialed=dict(runtime.dialed),
+    )
+    emit(stop=outcome(procs.stop(), 60))
+
+
 SCENARIOS: dict[str, Callable[..., None]] = {
     "gateway": gateway,
     "busy": busy,
@@ -269,6 +291,7 @@ SCENARIOS: dict[str, Callable[..., None]] = {
     "frozen": frozen,
     "spawn": spawn,
     "flood": flood,
+    "connections": connections,
 }
 
 

@@ -22,7 +22,15 @@ from many_hosts import cluster, scenario
 from monarch.core._mesh._exits import GRACE
 
 HOSTS, PER_HOST = 8, 2
-HEARTBEAT = {"MONARCH_HEARTBEAT_INTERVAL": "500ms", "MONARCH_HEARTBEAT_TIMEOUT": "3s"}
+FANOUT = 2
+"""``max_cast_fanout``: below the procs per cast, so that a controller holding a connection
+per proc (O(procs)) is told from one holding a connection per host agent and per head of
+its cast tree (O(hosts + fan-out))."""
+HEARTBEAT = {
+    "MONARCH_HEARTBEAT_INTERVAL": "500ms",
+    "MONARCH_HEARTBEAT_TIMEOUT": "3s",
+    "HYPERACTOR_MESH_MAX_CAST_FANOUT": str(FANOUT),
+}
 """Longer than test_faults' 1.5 s: 25 processes dial the controller at once on a loaded
 2-core machine, and a dial that takes longer than the deadline is a lost controller."""
 HEARTBEAT_TIMEOUT = 3.0
@@ -62,6 +70,25 @@ def test_a_host_killed_mid_call_reaches_call_client_and_owner(seen: dict[str, An
     for key in ("pending_s", "client_s", "owner_s"):
         assert killed[key] is not None and 0 <= killed[key] < NOTICED_LIMIT, (key, killed)
     assert killed["others_answered"], killed
+
+
+def test_the_controller_holds_connections_by_host_not_by_proc(seen: dict[str, Any]) -> None:
+    # A connection each way with each host agent (spawns, stops and ready reports go
+    # through it), with each head of the cast tree (casts down, gathered replies up) and
+    # with the owner's proc (called directly); none with the other procs. Holding one per
+    # proc, as a controller that spawned each proc itself did, is 2 x (procs + hosts + 1).
+    idle = seen["traffic_idle"]
+    bound = 2 * (HOSTS + FANOUT + 1)
+    assert 0 < idle["connections"] <= bound < 2 * HOSTS * PER_HOST, idle
+    assert seen["traffic_flowing"]["connections"] <= bound, seen["traffic_flowing"]
+
+
+def test_a_gathered_call_costs_the_controller_one_message_per_subtree(
+    seen: dict[str, Any],
+) -> None:
+    latency = seen["latency"]
+    assert latency["sent_per_cast"] == FANOUT, latency
+    assert 0 < latency["received_per_cast"] <= FANOUT, latency
 
 
 def test_the_controller_beats_host_agents_not_procs(seen: dict[str, Any]) -> None:

@@ -283,6 +283,29 @@ def test_attach_spawn_call_and_survive_a_dead_host(
     assert w1.popen.poll() is None  # and goes on serving
 
 
+def test_the_controller_reaches_remote_procs_through_their_host_agents(
+    start: Callable[..., Child], env: dict[str, str]
+) -> None:
+    # Spawns, stops and ready reports of procs a host agent watches go through that agent
+    # (``_host._watching``): the controller is connected to the agents and, for casts, to
+    # the heads of its cast tree (fan-out 2), not to each of the 6 procs (issue 34).
+    w0, a0 = start_worker(start, env, "tcp://127.0.0.1:0")
+    w1, a1 = start_worker(start, env, "tcp://127.0.0.1:0")
+    controller = start([sys.executable, str(CONTROLLER), "connections", a0, a1], env)
+    seen = controller.json(90)
+    procs = set(seen["procs"])
+    assert len(procs) == 6, seen
+    assert {a0, a1} <= set(seen["outbound"]) and {a0, a1} <= set(seen["inbound"]), seen
+    assert len(procs & set(seen["outbound"])) == 2, seen  # the cast tree's two heads
+    assert len(procs & set(seen["inbound"])) == 2, seen  # their gathered replies
+    assert sum(n for peer, n in seen["dialed"].items() if peer in procs) == 2, seen
+    stopped = controller.json(90)["stop"]
+    assert "error" not in stopped, stopped
+    pids = seen["pids"]
+    wait_until(lambda: not any(map(alive, pids)), 10, f"procs {pids} exit after stop()")
+    assert w0.popen.poll() is None and w1.popen.poll() is None
+
+
 def test_host_mesh_shutdown_stops_the_workers_and_their_procs(
     start: Callable[..., Child], env: dict[str, str]
 ) -> None:

@@ -33,8 +33,11 @@ from monarch.core._runtime._messages import (
     Packed,
     PortRef,
     PortValue,
+    Relay,
     ReturnLoans,
     ShapeSpec,
+    SpawnActor,
+    StopProc,
     decode_beat,
     decode_body,
     decode_envelope,
@@ -45,28 +48,42 @@ from monarch.transport import Connection, ConnectionClosed, open_connection, ope
 
 names = st.text(max_size=20)
 seqs = st.lists(st.integers(0, 2**63 - 1), max_size=4).map(tuple)
+shapes = st.builds(
+    ShapeSpec,
+    st.lists(names, max_size=2).map(tuple),
+    st.integers(0, 9),
+    st.just(()),
+    st.just(()),
+)
+ports = st.builds(PortRef, names, st.integers(0, 2**32))
+ranks = st.lists(st.integers(0, 2**31), min_size=1, max_size=3).map(tuple)
 calls = st.builds(
     Call,
     names,
     names,
-    st.builds(
-        ShapeSpec,
-        st.lists(names, max_size=2).map(tuple),
-        st.integers(0, 9),
-        st.just(()),
-        st.just(()),
-    ),
-    st.none() | st.builds(PortRef, names, st.integers(0, 2**32)),
+    shapes,
+    st.none() | ports,
     st.booleans(),
     names,
     seqs,
     st.lists(names, max_size=3).map(tuple),
     st.booleans(),
 )
+spawns = st.builds(
+    SpawnActor, names, names, st.integers(0, 2**31), shapes, ports, ranks, names, st.none() | ports
+)
+relays = st.builds(  # a host agent's spawn or stop for its procs (``_host._watching``)
+    Relay,
+    st.lists(names, max_size=3).map(tuple),
+    spawns | st.builds(StopProc, names),
+    st.lists(ranks, max_size=3).map(tuple),
+)
 bodies = (
     calls
     | st.builds(PortValue, st.integers(0, 2**31), st.booleans())
     | st.builds(ReturnLoans, seqs)
+    | spawns
+    | relays
 )
 envelopes = st.builds(Envelope, st.integers(0, 9), names, names)
 
