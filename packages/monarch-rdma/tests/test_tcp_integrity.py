@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import pytest
 from hypothesis import given, settings
@@ -21,6 +21,7 @@ from monarch.rdma import RDMABufferDropped, RDMAError
 from monarch.rdma import _tcp as tcp
 from monarch.rdma._chunks import plan
 from monarch.rdma._region import Region, region_of
+from monarch.rdma._seal import SLICE
 from monarch.transport.lowlevel import Handshake
 
 SECRET = os.urandom(32)
@@ -47,6 +48,14 @@ Mutate = Callable[[str, int, bytes], bytes]
 """(direction "up" (to the server) or "down", offset of the chunk in its stream, chunk)."""
 
 
+class Cut(Exception):
+    """Raised by a ``Mutate``: the relay forwards ``last`` and dies (both ways shut)."""
+
+    def __init__(self, last: bytes) -> None:
+        super().__init__("the relay died")
+        self.last = last
+
+
 @contextmanager
 def relay(target: tuple[str, int], mutate: Mutate) -> Iterator[tuple[str, int]]:
     listener = socket.create_server(("127.0.0.1", 0))
@@ -58,6 +67,9 @@ def relay(target: tuple[str, int], mutate: Mutate) -> Iterator[tuple[str, int]]:
             while data := src.recv(65536):
                 dst.sendall(mutate(direction, offset, data))
                 offset += len(data)
+        except Cut as cut:
+            with suppress(OSError):
+                dst.sendall(cut.last)
         except OSError:
             pass
         finally:
@@ -94,7 +106,11 @@ def server() -> Iterator[tuple[tcp.DataServer, dict[int, Region]]]:
 
 
 def move(
-    address: tuple[str, int], op: int, local: bytearray, size: int, integrity: bool = True
+    address: tuple[str, int],
+    op: int,
+    local: bytearray | memoryview,
+    size: int,
+    integrity: bool = True,
 ) -> None:
     streams = tcp.Streams(address[0], address[1], SECRET, integrity)
     try:
@@ -174,6 +190,82 @@ def test_any_changed_byte_fails_the_transfer(
         move(address, tcp.WRITE if writes else tcp.READ, local, SIZE)
     if writes and up and position < REQUEST:
         assert remote != sent  # a forged request is never acted on: nothing was written
+
+
+BIG = 2 * SLICE + 4099
+"""Several slices: their tags are taken on a bulk thread, one behind the copy."""
+GUARD = 4096
+
+
+def _guarded(size: int) -> tuple[bytearray, memoryview]:
+    """A buffer with ``GUARD`` random bytes each side of a ``size``-byte middle."""
+    whole = bytearray(os.urandom(GUARD + size + GUARD))
+    return whole, memoryview(whole)[GUARD : GUARD + size]
+
+
+def _span(writes: bool, up: bool) -> int:
+    """Bytes one way after the handshake of a transfer of ``BIG`` bytes."""
+    if up:
+        return REQUEST + (BIG + 16 if writes else 0)  # a read's request has no bytes
+    return ANSWER + (BIG if not writes else 0) + 16
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    writes=st.booleans(),
+    up=st.booleans(),
+    position=st.integers(0, REQUEST + BIG + 16 - 1),
+)
+def test_any_changed_byte_of_a_transfer_of_several_slices_fails_it(
+    server: Served, writes: bool, up: bool, position: int
+) -> None:
+    served, regions = server
+    remote, remote_middle = _guarded(BIG)
+    regions[1] = region_of(remote_middle)
+    local, local_middle = _guarded(BIG)
+    before_remote, before_local = bytes(remote), bytes(local)
+    position %= _span(writes, up)
+    with (
+        relay((served.host, served.port), flip_at("up" if up else "down", position)) as address,
+        pytest.raises(RDMAError, match=r"authenticate|cut|closed|refused|owner"),
+    ):
+        move(address, tcp.WRITE if writes else tcp.READ, local_middle, BIG)
+    # nothing outside the ranges moved, whichever way the bytes went
+    assert remote[:GUARD] == before_remote[:GUARD] and remote[-GUARD:] == before_remote[-GUARD:]
+    assert local[:GUARD] == before_local[:GUARD] and local[-GUARD:] == before_local[-GUARD:]
+    if writes:
+        assert local == before_local  # a write's source is only read
+
+
+@settings(max_examples=10, deadline=None)
+@given(writes=st.booleans(), up=st.booleans(), cut=st.integers(0, 1 << 30))
+def test_a_peer_gone_mid_transfer_fails_it_and_writes_nothing_outside_the_range(
+    server: Served, writes: bool, up: bool, cut: int
+) -> None:
+    """The relay dies after ``cut`` bytes one way (a peer gone mid-transfer, between or
+    inside slices): the transfer fails with a clear error, and the bytes around both
+    ranges stay as they were."""
+    served, regions = server
+    remote, remote_middle = _guarded(BIG)
+    regions[1] = region_of(remote_middle)
+    local, local_middle = _guarded(BIG)
+    before_remote, before_local = bytes(remote), bytes(local)
+    direction = "up" if up else "down"
+    cut %= _span(writes, up)  # before the last byte that matters
+
+    def die(way: str, offset: int, data: bytes) -> bytes:
+        end = HANDSHAKE[direction] + cut - offset
+        if way == direction and end < len(data):
+            raise Cut(data[: max(end, 0)])  # the bytes before ``cut`` go on, then nothing
+        return data
+
+    with (
+        relay((served.host, served.port), die) as address,
+        pytest.raises(RDMAError, match=r"cut|closed|owner|authenticate"),
+    ):
+        move(address, tcp.WRITE if writes else tcp.READ, local_middle, BIG)
+    assert remote[:GUARD] == before_remote[:GUARD] and remote[-GUARD:] == before_remote[-GUARD:]
+    assert local[:GUARD] == before_local[:GUARD] and local[-GUARD:] == before_local[-GUARD:]
 
 
 def test_a_replayed_request_is_refused(server: Served) -> None:

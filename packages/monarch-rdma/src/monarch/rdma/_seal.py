@@ -30,8 +30,10 @@ monarch connection's, so the two uses of the construction never share a key.
 from __future__ import annotations
 
 import hmac
+from concurrent.futures import Future
 from typing import Final
 
+from monarch.core.lowlevel import bulk_executor
 from monarch.transport.wire import FrameMac, PartMac
 
 TAG_SIZE: Final = 16
@@ -67,6 +69,40 @@ class Tagger:
         if has_data and self._part is not None:
             self._mac.absorb(self._part.finish())
         return self._mac.seal_absorbed()
+
+
+class Behind:
+    """A message's tagger fed one slice behind its copy, on a bulk thread: the tag of
+    slice i runs while the socket copies slice i+1 (a receiver) or slice i itself (a
+    sender), instead of after it on the copying thread (GMAC and socket I/O both let go
+    of the GIL, so the two overlap on two cores). At most one slice is in flight, so the
+    slices are tagged in order; ``wait`` before the digest, and before the copying
+    thread leaves (a ``finally``), so no tag outlives its transfer. A slice whose thread
+    has not started is taken back and tagged here: never waits behind other bulk work.
+    """
+
+    __slots__ = ("_pending", "_tagger")
+
+    def __init__(self, tagger: Tagger) -> None:
+        self._tagger = tagger
+        self._pending: tuple[Future[None], memoryview] | None = None
+
+    def update(self, piece: memoryview) -> None:
+        """Tag ``piece`` after those before it, off this thread."""
+        self.wait()
+        future = bulk_executor().submit_urgent(self._tagger.update, piece)
+        self._pending = (future, piece)
+
+    def wait(self) -> None:
+        """Until every slice given is tagged (re-raises a tagging error)."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        future, piece = pending
+        if future.cancel():
+            self._tagger.update(piece)
+        else:
+            future.result()
 
 
 class Seal:

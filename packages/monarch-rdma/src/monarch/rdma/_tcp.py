@@ -42,7 +42,7 @@ from ._errors import (
     RDMATransferError,
 )
 from ._region import Region
-from ._seal import SLICE, TAG_SIZE, Seal, Tagger
+from ._seal import SLICE, TAG_SIZE, Behind, Seal, Tagger
 
 if TYPE_CHECKING:
     from monarch.core.lowlevel import Executor
@@ -339,20 +339,36 @@ def _send_tagged(sock: socket.socket, data: memoryview, tagger: Tagger) -> None:
     if not tagger.covers_data:
         _send(sock, data)  # in one call: no slices to hash between
         return
-    for start in range(0, data.nbytes, SLICE):
-        piece = data[start : start + SLICE]
-        tagger.update(piece)
-        _send(sock, piece)
+    if data.nbytes <= SLICE:
+        tagger.update(data)
+        _send(sock, data)
+        return
+    behind = Behind(tagger)
+    try:
+        for start in range(0, data.nbytes, SLICE):
+            piece = data[start : start + SLICE]
+            behind.update(piece)  # tagged while the kernel takes it
+            _send(sock, piece)
+    finally:
+        behind.wait()
 
 
 def _recv_tagged(sock: socket.socket, into: memoryview, tagger: Tagger) -> None:
     if not tagger.covers_data:
         _recv_exact(sock, into)
         return
-    for start in range(0, into.nbytes, SLICE):
-        piece = into[start : start + SLICE]
-        _recv_exact(sock, piece)
-        tagger.update(piece)
+    if into.nbytes <= SLICE:
+        _recv_exact(sock, into)
+        tagger.update(into)
+        return
+    behind = Behind(tagger)
+    try:
+        for start in range(0, into.nbytes, SLICE):
+            piece = into[start : start + SLICE]
+            _recv_exact(sock, piece)
+            behind.update(piece)  # tagged while the next slice comes in
+    finally:
+        behind.wait()
 
 
 class Streams:
