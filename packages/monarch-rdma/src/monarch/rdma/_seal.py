@@ -90,7 +90,11 @@ class Behind:
     def update(self, piece: memoryview) -> None:
         """Tag ``piece`` after those before it, off this thread."""
         self.wait()
-        future = bulk_executor().submit_urgent(self._tagger.update, piece)
+        try:
+            future = bulk_executor().submit_urgent(self._tagger.update, piece)
+        except RuntimeError:  # the executor is shut down (the process is exiting)
+            self._tagger.update(piece)
+            return
         self._pending = (future, piece)
 
     def wait(self) -> None:
