@@ -495,6 +495,30 @@ def test_calls_that_reach_a_proc_while_it_reads_their_actors_spawn_wait_for_it(
         assert [call.get(timeout=60) for call in calls] == list(range(5))
 
 
+def _exit_at_import() -> None:
+    os.environ["MONARCH_TEST_EXIT_AT_IMPORT"] = "1"
+
+
+def test_an_actor_module_that_exits_at_import_fails_the_actor_instead_of_hanging(
+    unhandled_failures: list[MeshFailure],
+) -> None:
+    """``sys.exit()`` in the actor's module, run as the proc reads the spawn: upstream fails
+    the actor with the ``SystemExit`` (its calls raise ``SupervisionError``). The thread
+    reading the spawn ended silently on it, and the mesh's calls waited for the actor
+    forever (a ``SystemExit`` is no ``Exception``)."""
+    procs = this_host().spawn_procs(per_host={"gpus": 1}, bootstrap=_exit_at_import)
+    try:
+        from exiting_import import Quits  # here only: the procs exit when they import it
+
+        quits = procs.spawn("quits", Quits)
+        for _ in range(2):  # the call at once, and one after the failure is known
+            with pytest.raises(SupervisionError, match="SystemExit: 3"):
+                quits.ping.call_one().get(timeout=30)
+        assert [f for f in unhandled_failures if "quits" in str(f)]
+    finally:
+        procs.stop().get(timeout=30)
+
+
 class Frame:
     """A value whose pickle hands its (writable) memory out of band, as an array's does."""
 

@@ -148,3 +148,24 @@ async def test_inspect_proc_is_awaited_on_either_backend(counters: Any) -> None:
     [proc] = [p for p in mine() if p.rank == 1]
     snap = await inspect_proc(proc.address)
     assert "counters" in [a.mesh for a in snap.actors]
+
+
+def test_an_agent_holds_only_the_procs_that_still_run() -> None:
+    """A host agent outlives many meshes (a worker serves job after job; here the client
+    is this host's agent): each proc's exit lets go of it (``ProcSnapshot.children``).
+    The agent kept every proc it ever started, one more per proc, for its whole life."""
+    client = current_runtime().address
+
+    def children() -> int:
+        return inspect_proc(client).get(timeout=30).children
+
+    before = children()
+    for round_ in range(3):
+        procs = this_host().spawn_procs(per_host={"gpus": 2}, name=f"held{round_}")
+        procs.initialized.get(timeout=60)
+        assert children() == before + 2
+        procs.stop().get(timeout=30)
+        deadline = time.monotonic() + 30
+        while children() != before and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert children() == before

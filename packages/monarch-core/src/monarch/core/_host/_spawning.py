@@ -55,7 +55,15 @@ def prctl(option: int, value: int) -> None:
         pass
 
 
-_children: list[Child] = []
+_children: dict[int, Child] = {}
+"""The procs this process started that have not exited, by pid: an agent that outlives
+many jobs keeps only its running procs (a list of every proc it ever started grew by one
+per proc, forever: issue 34)."""
+
+
+def running_children() -> int:
+    """How many procs this process started are still running (``ProcSnapshot.children``)."""
+    return len(_children)
 
 
 def child_listen_address(agent: str) -> str:
@@ -212,7 +220,7 @@ def _start_proc(
         except (OSError, ValueError) as exc:
             runtime.send_to_port(body.events, SpawnFailed(rank, f"cannot start a proc: {exc}"))
             return None
-    _children.append(child)
+    _children[child.pid] = child
     started(runtime, child, body.events, body.ready)
     log.info("proc %d (rank %d) started%s", child.pid, rank, " (forked)" if forked else "")
     cpus = launch.bind.get("cpus") or launch.bind.get("physcpubind")
@@ -283,6 +291,8 @@ def _watch(
         report(child.wait())
 
     def report(code: int) -> None:
+        if _children.get(child.pid) is child:  # not a later proc given its reused pid
+            del _children[child.pid]
         proc_exited(child.pid)
         drain(output)
         how = f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
@@ -302,14 +312,15 @@ def handle_kill_procs(
 ) -> None:
     """Kill the procs named that this process started (no other process: a pid may be
     anyone's); their exits are reported by their watchers as any exit is."""
-    for child in _children:
-        if child.pid in body.pids and child.poll() is None:
+    for pid in body.pids:
+        child = _children.get(pid)
+        if child is not None and child.poll() is None:
             log.warning("killing proc (pid %d): %s", child.pid, body.reason)
             child.kill()  # SIGKILL ends a stopped (SIGSTOP) process too
 
 
 def kill_children() -> None:
     """Kill the procs this process started that are still running."""
-    for child in _children:
+    for child in list(_children.values()):  # a watcher thread may remove one meanwhile
         if child.poll() is None:
             child.kill()

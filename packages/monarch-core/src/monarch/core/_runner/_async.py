@@ -50,7 +50,7 @@ class AsyncRunner(ActorRunner):
         self,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        unpickling: Exception | None = None,
+        unpickling: BaseException | None = None,
     ) -> None:
         """``unpickling``: why the class could not be read (the actor fails at once)."""
         self.thread = threading.Thread(
@@ -62,7 +62,7 @@ class AsyncRunner(ActorRunner):
         self.thread.start()
 
     def _run_thread(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], unpickling: Exception | None
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], unpickling: BaseException | None
     ) -> None:
         self.thread_id = threading.get_ident()
         loop = self.loop
@@ -92,7 +92,7 @@ class AsyncRunner(ActorRunner):
         return self.queue.qsize()
 
     async def _run_async(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], unpickling: Exception | None
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], unpickling: BaseException | None
     ) -> None:
         spawn, cls = self.spawn, self.cls
         try:

@@ -36,9 +36,10 @@ from ._actor_runner import ActorRunner
 from ._async import AsyncRunner
 from ._sync import SyncRunner
 
-Read = tuple[Any, bool, tuple[Any, ...], dict[str, Any]] | Exception
+Read = tuple[Any, bool, tuple[Any, ...], dict[str, Any]] | BaseException
 """A spawn's payload unpickled: the class, whether it is async, its arguments; or why
-it could not be."""
+it could not be (also a ``SystemExit`` from the actor's module: upstream fails the actor
+with it)."""
 
 
 def read_spawn(payload: Sequence[Buffer]) -> Read:
@@ -47,15 +48,15 @@ def read_spawn(payload: Sequence[Buffer]) -> Read:
         if mocks is not None:
             mocks.install()  # patch_actor / patch_tensor_engine of the spawner
         is_async = actor_is_async(cls)  # a non-class fails here, as the spawn's failure
-    except Exception as exc:  # noqa: BLE001 - reported as the spawn's failure
-        return exc
+    except BaseException as exc:  # noqa: BLE001 - reported as the spawn's failure
+        return exc  # a module's sys.exit() too: the thread reading it would end silently
     return cls, is_async, args, kwargs
 
 
 def start_actor(runtime: Runtime, spawn: SpawnActor, read: Read) -> ActorRunner:
     """The runner of one actor of a spawn, its ``__init__`` started (sync or async by
     its endpoints); a class that cannot be read fails the actor at once."""
-    if isinstance(read, Exception):
+    if isinstance(read, BaseException):
         failed = AsyncRunner(runtime, spawn, None)
         failed.start((), {}, read)
         return failed

@@ -406,6 +406,8 @@ class ProcSnapshot(msgspec.Struct, array_like=True, tag=41, frozen=True, gc=Fals
     stacks: list[ThreadStack] = msgspec.field(default_factory=list)
     uptime: float = 0.0
     """Seconds since the process started."""
+    children: int = 0
+    """Procs this process started (as a host agent) that still run."""
 
 
 Body = (
