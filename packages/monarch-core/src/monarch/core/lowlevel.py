@@ -25,7 +25,9 @@ As trio's ``trio.lowlevel``: a thin public face over the core's private modules.
   it, given back by key) and ``bulk_executor()`` (the one executor of bulk-data threads).
 - ``prestart_zygote`` / ``current_zygote``: this process's zygote, which forks its procs
   (and a ``ProcessJob``'s forker, ``fork_program``): started ahead of the first proc, and
-  the one object a launcher or a test watches.
+  the one object a launcher or a test watches; ``cuda_initialized()``: whether this
+  process holds a CUDA context (no zygote is forked from it; monarch-tensor's worker keeps
+  the device CUDA chose).
 - ``sends_together()``: the casts and calls a thread makes in the block leave as it ends,
   one system call per peer (monarch-tensor's batch of commands and the fetch behind it).
 - the core's wire messages (``Envelope``, ``Call``, ``PortValue``, ``Beat``...,
@@ -54,7 +56,7 @@ from ._bulk._plane import (
 from ._bulk._write_gate import Gate as WriteGate
 from ._host._introspect import PROC_SERVICE, Introspect, ProcQuery, inspect_proc, snapshot_procs
 from ._host._pids import process_alive, process_start, process_state
-from ._host._zygote import Zygote, prestart_zygote, zygote
+from ._host._zygote import Zygote, cuda_initialized, prestart_zygote, zygote
 from ._mesh._ask import ASK_TIMEOUT, Service, ServiceError, ask, ask_body
 from ._payload._serialize import dumps
 from ._runtime._cast import split as split_cast
@@ -113,6 +115,7 @@ __all__ = [
     "ask_body",
     "bulk_executor",
     "bulk_planes",
+    "cuda_initialized",
     "current_zygote",
     "dumps",
     "encode_message",

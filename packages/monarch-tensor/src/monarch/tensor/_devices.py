@@ -14,11 +14,11 @@ from __future__ import annotations
 import logging
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Any, Final
 
 from monarch.core import Point
+from monarch.core.lowlevel import cuda_initialized
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +78,7 @@ def take_device(point: Point, proc_id: str) -> None:
         return
     env = worker_env(point, proc_id)
     _taken.append(env[VISIBLE])
-    cuda = sys.modules.get("torch.cuda")
-    if cuda is not None and cuda.is_initialized() and os.environ.get(VISIBLE) != env[VISIBLE]:
+    if cuda_initialized() and os.environ.get(VISIBLE) != env[VISIBLE]:
         logger.warning(
             "CUDA was initialized in this proc before its tensor engine started: it keeps "
             "the device CUDA chose (CUDA_VISIBLE_DEVICES %r -> %r is ignored)",

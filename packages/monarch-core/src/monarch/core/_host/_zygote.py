@@ -335,7 +335,7 @@ def fork_program(
     zygote.fork(env, False, started, main, outputs)
 
 
-def _cuda_initialized() -> bool:
+def cuda_initialized() -> bool:
     """Whether this process holds a CUDA context (the script used a GPU before importing
     monarch): a fork of it could never use CUDA, nor could the procs forked from that."""
     cuda = sys.modules.get("torch.cuda")
@@ -347,7 +347,7 @@ def fork_zygote() -> socket.socket | None:
     is to serve as the zygote, ``_zygote_proc.serve_forked``); None in this process, or
     where it cannot fork one (a thread runs already: a fork copies only the caller's; the
     zygote then starts as a program when first needed)."""
-    if threading.active_count() != 1 or _cuda_initialized():
+    if threading.active_count() != 1 or cuda_initialized():
         return None
     with zygote.lock:
         if zygote.sock is not None or zygote.failed:
