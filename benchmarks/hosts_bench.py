@@ -28,10 +28,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "packages" / "monarch-core" / "tests"))
+sys.path.insert(0, str(HERE.parent / "packages" / "monarch-core" / "tests"))  # the scenario
 
-# The scenario lives with monarch-core's tests (mypy checks that folder on its own).
 import many_hosts  # type: ignore[import-not-found]  # noqa: E402
+from _hosts_cli import add_beat_args, beats_env  # noqa: E402
 from _results import RESULTS_DIR, machine_info, package_versions, write_json  # noqa: E402
 from hostkit import netns_unavailable  # type: ignore[import-not-found]  # noqa: E402
 
@@ -43,8 +43,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--small", type=int, default=8, help="hosts of the reference run (0: none)")
     parser.add_argument("--small-per-host", type=int, default=8)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--heartbeat-interval", default="1s", help="the library's default")
-    parser.add_argument("--heartbeat-timeout", default="5s", help="the library's default")
+    add_beat_args(parser)
     parser.add_argument(
         "--handshake-timeout", default="10s", help="transport_handshake_timeout (the default)"
     )
@@ -67,11 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped: {reason}", file=sys.stderr)
         return 2
     runs: dict[str, Any] = {}
-    beats = {
-        "MONARCH_HEARTBEAT_INTERVAL": args.heartbeat_interval,
-        "MONARCH_HEARTBEAT_TIMEOUT": args.heartbeat_timeout,
-        "MONARCH_TRANSPORT_HANDSHAKE_TIMEOUT": args.handshake_timeout,
-    }
+    beats = {**beats_env(args), "MONARCH_TRANSPORT_HANDSHAKE_TIMEOUT": args.handshake_timeout}
     sizes = [(args.small, args.small_per_host)] if args.small else []
     for hosts, per_host in [*sizes, (args.hosts, args.per_host)]:
         print(f"{hosts} hosts x {per_host} procs ...", file=sys.stderr, flush=True)

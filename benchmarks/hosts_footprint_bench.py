@@ -25,9 +25,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "packages" / "monarch-core" / "tests"))
+sys.path.insert(0, str(HERE.parent / "packages" / "monarch-core" / "tests"))  # the scenario
 
 import many_hosts  # type: ignore[import-not-found]  # noqa: E402
+from _hosts_cli import add_beat_args, beats_env  # noqa: E402
 from _results import RESULTS_DIR, machine_info, package_versions, write_json  # noqa: E402
 from hostkit import netns_unavailable  # type: ignore[import-not-found]  # noqa: E402
 
@@ -40,8 +41,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--idle-s", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--base", type=Path, help="a checkout to run first in each round (A)")
-    parser.add_argument("--heartbeat-interval", default="1s", help="the library's default")
-    parser.add_argument("--heartbeat-timeout", default="5s", help="the library's default")
+    add_beat_args(parser)
     parser.add_argument("--max-cast-fanout", default="", help="max_cast_fanout ('' = default)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "ctl34_footprint.json")
     return parser.parse_args(argv)
@@ -85,10 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None:
         print(f"skipped: {reason}", file=sys.stderr)
         return 2
-    env = {
-        "MONARCH_HEARTBEAT_INTERVAL": args.heartbeat_interval,
-        "MONARCH_HEARTBEAT_TIMEOUT": args.heartbeat_timeout,
-    }
+    env = beats_env(args)
     if args.max_cast_fanout:
         env["HYPERACTOR_MESH_MAX_CAST_FANOUT"] = args.max_cast_fanout
     sides = [("base", args.base), ("this", None)] if args.base else [("this", None)]
