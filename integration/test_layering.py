@@ -346,7 +346,8 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_runtime",  # the per-process runtime (spin, loop, flow, peers, router)
         "_mesh._future _mesh._logs",  # Future/Outcome; procs' output read by their agent
         "_mesh._gather _mesh._port _mesh._ask",  # replies on a port; user ports; ask a proc
-        "_mesh._pending",  # procs still starting, as a value that can be sent
+        "_mesh._pending _mesh._relay",  # procs still starting, as a value that can be sent;
+        # messages to a host's procs through its agent
         "_mesh._mesh_state",  # an actor mesh's procs as its spawner knows them; proc exits
         "_host._watching",  # a host agent watches its procs' heartbeats for their spawner
         "_mesh._actor_mesh",  # the caller side: actor meshes and adverbs
@@ -356,8 +357,9 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_mesh._proc_mesh _mesh._controller",  # proc and host meshes; get_or_spawn_controller
         "_runner._context _debugger _host._code_sync",  # context(); breakpoints; sync_workspace
         "_runner",  # the callee side: actor runners, sync and async apart
-        "_host._introspect _host._spawning",  # what a proc says of itself when asked (actors,
-        # process, stacks); how a host agent starts, watches and kills its procs
+        "_host._spawning",  # how a host agent starts, watches and kills its procs
+        "_host._introspect",  # what a proc says of itself when asked (actors, process,
+        # stacks, the procs it started)
         "_host._bootstrap _host._tls_cli",  # starts runtimes (controller, proc, worker); owns
         # MONARCH_* names; monarch tls
         "_host._zygote_proc",  # the zygote's loop (a program, or forked by monarch worker)
