@@ -15,6 +15,8 @@ import pytest
 from monarch.actor import Actor, ProcMesh, endpoint, this_host
 from monarch.config import configured
 from monarch.core import Future, current_runtime, run_on
+from monarch.core._config import current_config
+from monarch.core._host import _spawning
 from monarch.core._runtime import USABLE_CPUS as _CPUS
 from monarch.core._runtime import _spin
 from monarch.core.testing import wait_until
@@ -147,3 +149,43 @@ def test_a_yield_that_gives_the_cpu_to_another_process_stops_every_waiter_yieldi
         os.kill(pid, 9)
         os.waitpid(pid, 0)
     wait_until(lambda: _spin.spin_seconds() > 0, 30, "waiters to yield again")
+
+
+class Spin(Actor):
+    @endpoint
+    def spin(self) -> float:
+        """How long this proc's waiters spin, contention aside (see ``_spin``)."""
+        return current_config().wait_spin
+
+
+CROWD = _spawning.CROWDED_PER_CPU * _CPUS + 1
+"""Procs that crowd this host's CPUs (17 on CI's 2)."""
+
+
+@pytest.mark.skipif(CROWD > 64, reason=f"crowding this machine takes {CROWD} procs")
+def test_procs_that_crowd_the_cpus_do_not_spin_nor_does_their_agent() -> None:
+    """More procs on a host than ``CROWDED_PER_CPU`` per CPU: each yield of a spinning waiter
+    returns at once and takes the CPU from a proc with work (a gathered call to 256 procs on
+    2 CPUs: 52 -> 40 ms without the spins). Their waiters do not spin, nor do the agent's
+    (here, the client's); once they are gone, the agent spins again. A proc mesh that
+    leaves a CPU to spare spins as before, and so does one whose spawner set ``wait_spin``."""
+    default = current_config().wait_spin
+    assert default > 0 and "MONARCH_WAIT_SPIN" not in os.environ
+    few = this_host().spawn_procs(per_host={"gpus": 2})
+    try:
+        assert set(few.spawn("few", Spin).spin.call().get(60).values()) == {default}
+    finally:
+        few.stop().get(60)
+    many = this_host().spawn_procs(per_host={"gpus": CROWD})
+    try:
+        assert set(many.spawn("many", Spin).spin.call().get(120).values()) == {0.0}
+        assert _spin._crowded and _spin.spin_seconds() == 0.0  # the agent's own waiters
+    finally:
+        many.stop().get(120)
+    wait_until(lambda: not _spin._crowded, 30, "the agent to spin once its procs are gone")
+    with configured(wait_spin="200us"):  # the spawner's word wins
+        many = this_host().spawn_procs(per_host={"gpus": CROWD})
+        try:
+            assert set(many.spawn("told", Spin).spin.call().get(120).values()) == {0.0002}
+        finally:
+            many.stop().get(120)

@@ -324,7 +324,9 @@ class Config:
             "calls that come sooner skip a wake-up. A process's event loop after it handled "
             "messages, an idle thread of the sync actors' pool (one per process), and a "
             "thread blocking on a Future when fewer processes must answer than there are "
-            "CPUs (else it would take a CPU they need). 0 to sleep at once."
+            "CPUs (else it would take a CPU they need). 0 to sleep at once. Unless set, a "
+            "host agent that runs more than 8 procs per CPU turns it off in them and in "
+            "itself (their spins would take CPUs the others need)."
         ),
         ours=True,
     )

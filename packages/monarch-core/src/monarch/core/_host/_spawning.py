@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from monarch.core._config import KEYS, current_config
 from monarch.core._mesh._logs import OutputPlan, ProcOutput, drain, forward_output
-from monarch.core._runtime import Runtime
+from monarch.core._runtime import USABLE_CPUS, Runtime, set_crowded
 from monarch.core._runtime._messages import (
     KillProcs,
     Launch,
@@ -96,6 +96,7 @@ def handle_spawn_procs(
     }
     if body.python:
         ours[PYTHON_ENV] = body.python
+    ours.update(crowded(body))
     identity = installed_identity()
     if identity is not None or ours[LISTEN_ENV].startswith("tls:"):
         ours.update((identity or current_identity()).environment())  # certificates, as the secret
@@ -124,6 +125,30 @@ def handle_spawn_procs(
             _started(start(), on_child)
     if alone:  # once the proc has started (both at once contend for the CPUs it needs)
         runtime.loop.call_later(ZYGOTE_AFTER, prestart_zygote)
+
+
+SPIN_ENV: Final = KEYS["wait_spin"].env[0]
+
+CROWDED_PER_CPU: Final = 8
+"""Procs per CPU on a host beyond which its procs do not spin (``crowded``)."""
+
+
+def crowded(body: SpawnProcs) -> dict[str, str]:
+    """``wait_spin`` off in the procs of a spawn that leaves this host with more than
+    ``CROWDED_PER_CPU`` procs per CPU, unless the spawner or this agent set it.
+
+    A proc's loop yields the CPU a while after its messages, to skip the wake-up for the
+    next one: that pays while a CPU is free. Where procs outnumber CPUs many times over,
+    each yield returns at once and the spin takes the CPU from a proc that has work. A
+    gathered call on 2 CPUs, spin off against on (median, 2 runs each): 4 procs 443-503
+    against 352-429 us, 16 the same, 32 3.3-3.9 against 4.1 ms, 64 6.4-7.2 against
+    9.5-10.3 ms, 256 39-41 against 52-53 ms."""
+    if SPIN_ENV in body.env or SPIN_ENV in os.environ:
+        return {}
+    if len(_children) + body.count <= CROWDED_PER_CPU * USABLE_CPUS:
+        return {}
+    set_crowded(True)  # this process's own waiters too (a spawner is its host's agent)
+    return {SPIN_ENV: "0"}
 
 
 ZYGOTE_AFTER: Final = 0.5
@@ -293,6 +318,8 @@ def _watch(
     def report(code: int) -> None:
         if _children.get(child.pid) is child:  # not a later proc given its reused pid
             del _children[child.pid]
+            if len(_children) <= CROWDED_PER_CPU * USABLE_CPUS:
+                set_crowded(False)
         proc_exited(child.pid)
         drain(output)
         how = f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
