@@ -325,8 +325,8 @@ class Config:
             "messages, an idle thread of the sync actors' pool (one per process), and a "
             "thread blocking on a Future when fewer processes must answer than there are "
             "CPUs (else it would take a CPU they need). 0 to sleep at once. Unless set, a "
-            "host agent that runs more than 8 procs per CPU turns it off in them and in "
-            "itself (their spins would take CPUs the others need)."
+            "host agent that runs more than 8 procs per CPU starts them with it off (their "
+            "spins would take CPUs the others need)."
         ),
         ours=True,
     )

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from monarch.core._config import KEYS, current_config
 from monarch.core._mesh._logs import OutputPlan, ProcOutput, drain, forward_output
-from monarch.core._runtime import USABLE_CPUS, Runtime, set_crowded
+from monarch.core._runtime import USABLE_CPUS, Runtime
 from monarch.core._runtime._messages import (
     KillProcs,
     Launch,
@@ -139,15 +139,16 @@ def crowded(body: SpawnProcs) -> dict[str, str]:
 
     A proc's loop yields the CPU a while after its messages, to skip the wake-up for the
     next one: that pays while a CPU is free. Where procs outnumber CPUs many times over,
-    each yield returns at once and the spin takes the CPU from a proc that has work. A
-    gathered call on 2 CPUs, spin off against on (median, 2 runs each): 4 procs 443-503
-    against 352-429 us, 16 the same, 32 3.3-3.9 against 4.1 ms, 64 6.4-7.2 against
-    9.5-10.3 ms, 256 39-41 against 52-53 ms."""
+    each yield returns at once and the spin keeps a proc with work off the CPU. A gathered
+    call on 2 CPUs, no spin against spin (medians): 4 procs 443-503 against 352-429 us
+    (the spin helps), 16 the same, 32 3.3-3.9 against 4.1 ms, 64 6.4-7.2 against 9.5-10.3
+    ms, 256 39-43 against 48-53 ms. The agent itself (the spawner, here) keeps its spin:
+    it takes the flood of its procs' answers at a spawn (1,024 procs: up 15% slower
+    without it)."""
     if SPIN_ENV in body.env or SPIN_ENV in os.environ:
         return {}
     if len(_children) + body.count <= CROWDED_PER_CPU * USABLE_CPUS:
         return {}
-    set_crowded(True)  # this process's own waiters too (a spawner is its host's agent)
     return {SPIN_ENV: "0"}
 
 
@@ -318,8 +319,6 @@ def _watch(
     def report(code: int) -> None:
         if _children.get(child.pid) is child:  # not a later proc given its reused pid
             del _children[child.pid]
-            if len(_children) <= CROWDED_PER_CPU * USABLE_CPUS:
-                set_crowded(False)
         proc_exited(child.pid)
         drain(output)
         how = f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"

@@ -43,7 +43,7 @@ from ._flow import CONSUMER_TURN, MESSAGE_COST, Flow, suspend_senders
 from ._loop import new_event_loop
 from ._peers import DEFER, PeerWriter, dial
 from ._router import ActorSink, ControlHandler, PeerWatcher, PortHandler, Runtime, Service
-from ._spin import USABLE_CPUS, set_crowded, spin, spin_seconds
+from ._spin import USABLE_CPUS, spin, spin_seconds
 
 __all__ = [
     "CONSUMER_TURN",
@@ -64,7 +64,6 @@ __all__ = [
     "new_event_loop",
     "on_loop_thread",
     "running_runtime",
-    "set_crowded",
     "set_starter",
     "spin",
     "spin_seconds",

@@ -31,23 +31,11 @@ _contended_until = 0.0
 """Until when (``perf_counter``) waiters do not spin (see ``yield_cpu``)."""
 
 
-_crowded = False
-"""This process started more procs on its host than spinning pays for (``set_crowded``)."""
-
-
-def set_crowded(crowded: bool) -> None:
-    """Told by this process's host-agent part (``_host._spawning``) whether the procs it
-    runs crowd its CPUs: its waiters do not spin then (the procs are told alike)."""
-    global _crowded
-    _crowded = crowded
-
-
 def spin_seconds() -> float:
     """How long a waiter yields before it sleeps: the ``wait_spin`` key, in seconds, or 0
-    while the machine has shown it has no CPU to spare (see ``yield_cpu``) or this
-    process's procs crowd its CPUs (``set_crowded``)."""
+    while the machine has shown it has no CPU to spare (see ``yield_cpu``)."""
     spin: float = current_config().wait_spin
-    if spin > 0 and (_crowded or (_contended_until and time.perf_counter() < _contended_until)):
+    if spin > 0 and _contended_until and time.perf_counter() < _contended_until:
         return 0.0
     return spin
 
