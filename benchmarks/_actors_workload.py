@@ -17,12 +17,10 @@ proc. Standard library only besides monarch (and torch, when importable).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 try:  # a user's script has imported torch; upstream's monarch imports it in any case
@@ -30,7 +28,7 @@ try:  # a user's script has imported torch; upstream's monarch imports it in any
 except ImportError:
     pass
 
-from _scale_workload import memory_kib, stop_counting, threads
+from _scale_workload import memory_kib, stop_counting, threads, write_result
 
 from monarch.actor import Actor, endpoint, this_host
 
@@ -134,13 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--json", required=True)
     args = p.parse_args(argv)
-    doc: dict[str, Any] = {"python": sys.version.split()[0], "torch": "torch" in sys.modules}
-    try:
-        doc.update(run(args.procs, args.meshes, args.calls, args.timeout))
-    except Exception as exc:  # noqa: BLE001 - reported to scale_bench
-        doc["error"] = repr(exc)
-    Path(args.json).write_text(json.dumps(doc) + "\n")
-    return 0
+    return write_result(args.json, lambda: run(args.procs, args.meshes, args.calls, args.timeout))
 
 
 if __name__ == "__main__":

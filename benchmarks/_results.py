@@ -80,6 +80,26 @@ def summarize(reps: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def figures_of(
+    runs: Sequence[dict[str, Any]],
+    groups: Sequence[tuple[str, int]],
+    table: dict[str, tuple[str, str]],
+) -> list[dict[str, Any]]:
+    """One figure per (side, procs) group and per key of ``table`` (its unit and label)
+    that the group's runs measured: their values, summarized."""
+    figures = []
+    for side, procs in groups:
+        done = [r for r in runs if r["side"] == side and r["procs"] == procs]
+        for key, (unit, label) in table.items():
+            reps = [r[key] for r in done if r.get(key) is not None]
+            if reps:
+                figures.append(
+                    {"side": side, "procs": procs, "name": key, "unit": unit}
+                    | {"label": label, **summarize(reps)}
+                )
+    return figures
+
+
 def memcpy_bandwidth(size: int, reps: int) -> dict[str, Any]:
     """An in-process copy of ``size`` bytes (a bytearray into another), in MiB/s: the
     baseline that large transfers are compared with (one untimed warm-up copy)."""

@@ -25,12 +25,12 @@ from typing import Any
 
 from _results import (
     RESULTS_DIR,
+    figures_of,
     fmt_num,
     machine_info,
     markdown_table,
     package_versions,
     run_workload,
-    summarize,
     write_json,
 )
 from baselines import default_python
@@ -105,16 +105,7 @@ def main(args: argparse.Namespace) -> int:
             )
             elapsed = time.perf_counter() - started
             print(f"[{elapsed:6.1f}s] {name} {procs}: {brief}", file=sys.stderr, flush=True)
-    figures = []
-    for name, procs in sorted({(s[0], s[3]) for s in sides}):
-        done = [r for r in runs if r["side"] == name and r["procs"] == procs]
-        for key, (unit, label) in FIGURES.items():
-            reps = [r[key] for r in done if r.get(key) is not None]
-            if reps:
-                figures.append(
-                    {"side": name, "procs": procs, "name": key, "unit": unit}
-                    | {"label": label, **summarize(reps)}
-                )
+    figures = figures_of(runs, sorted({(s[0], s[3]) for s in sides}), FIGURES)
     doc = {
         "benchmark": "scale-actors",
         "machine": machine_info(),

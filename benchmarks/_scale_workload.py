@@ -22,6 +22,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +168,19 @@ def stop_counting(procs: Any, pids: list[int], timeout: float) -> dict[str, Any]
     return out
 
 
+def write_result(path: str, work: Callable[[], dict[str, Any]]) -> int:
+    """Run ``work`` and write what it measured, or the error that stopped it, to ``path``
+    as one JSON line with the Python and whether this client imported torch (what
+    ``scale_bench`` reads back from each workload)."""
+    doc: dict[str, Any] = {"python": sys.version.split()[0], "torch": "torch" in sys.modules}
+    try:
+        doc.update(work())
+    except Exception as exc:  # noqa: BLE001 - reported to scale_bench
+        doc["error"] = repr(exc)
+    Path(path).write_text(json.dumps(doc) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--procs", type=int, required=True)
@@ -175,13 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--json", required=True)
     args = p.parse_args(argv)
-    doc: dict[str, Any] = {"python": sys.version.split()[0], "torch": "torch" in sys.modules}
-    try:
-        doc.update(run(args.procs, args.calls, args.reps, args.timeout))
-    except Exception as exc:  # noqa: BLE001 - reported to scale_bench
-        doc["error"] = repr(exc)
-    Path(args.json).write_text(json.dumps(doc) + "\n")
-    return 0
+    return write_result(args.json, lambda: run(args.procs, args.calls, args.reps, args.timeout))
 
 
 if __name__ == "__main__":

@@ -32,12 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _scale_actors
 from _results import (
     RESULTS_DIR,
+    figures_of,
     fmt_num,
     machine_info,
     markdown_table,
     package_versions,
     run_workload,
-    summarize,
     write_json,
 )
 from baselines import default_python
@@ -124,17 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 elapsed = time.perf_counter() - started
                 print(f"[{elapsed:6.1f}s] {name} {procs}: {brief}", file=sys.stderr, flush=True)
-    figures = []
-    for name, _, _ in sides:
-        for procs in sizes:
-            done = [r for r in runs if r["side"] == name and r["procs"] == procs]
-            for key, (unit, label) in FIGURES.items():
-                reps = [r[key] for r in done if r.get(key) is not None]
-                if reps:
-                    figures.append(
-                        {"side": name, "procs": procs, "name": key, "unit": unit}
-                        | {"label": label, **summarize(reps)}
-                    )
+    figures = figures_of(runs, [(name, n) for name, _, _ in sides for n in sizes], FIGURES)
     doc = {
         "benchmark": "scale",
         "machine": machine_info(),
