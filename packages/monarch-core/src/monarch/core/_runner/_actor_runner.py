@@ -278,6 +278,19 @@ class ActorRunner:
         elif not handled:
             self._fail_unhandled(failure)
 
+    def _constructed(self, failure: BaseException | None) -> None:
+        """``__init__`` ended (raising ``failure``, if not None): tell whoever waits for the
+        spawn (the spawner, or the host agent that relayed it: ``SpawnActor.ack``); a
+        failure fails the actor."""
+        spawn = self.spawn
+        reply = spawn.ack or spawn.reply
+        if failure is not None:
+            self._reply(reply, failure, error=True, method="__init__")
+            self._fail(failure, aborted_by(failure))
+        else:
+            status(spawn.mesh, self.rank.rank, "Running")
+            self._reply(reply, None)
+
     def _fail(self, exc: BaseException, reason: str) -> None:
         """The actor has failed (from any thread) for ``reason`` (see ``_reports``)."""
         name = self.actor_name

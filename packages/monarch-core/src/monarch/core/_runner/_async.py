@@ -23,11 +23,9 @@ from typing import Any
 from monarch.core._config import current_config
 from monarch.core._errors import MeshFailure
 from monarch.core._layout._shape import Point
-from monarch.core._mesh._reports import aborted_by
 from monarch.core._payload._serialize import loads
 from monarch.core._runner._context import Context
 from monarch.core._runtime import Runtime, new_event_loop, suspend_senders
-from monarch.core._runtime._instrument import status
 from monarch.core._runtime._messages import Call, SpawnActor
 from monarch.core._runtime._scope import current_context, current_owner
 from monarch.transport import Buffer
@@ -94,7 +92,7 @@ class AsyncRunner(ActorRunner):
     async def _run_async(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], unpickling: BaseException | None
     ) -> None:
-        spawn, cls = self.spawn, self.cls
+        cls = self.cls
         try:
             if unpickling is not None:
                 raise unpickling
@@ -103,11 +101,9 @@ class AsyncRunner(ActorRunner):
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - any failure in __init__ fails the actor
-            self._reply(spawn.ack or spawn.reply, exc, error=True, method="__init__")
-            self._fail(exc, aborted_by(exc))
+            self._constructed(exc)
         else:
-            status(spawn.mesh, self.rank.rank, "Running")
-            self._reply(spawn.ack or spawn.reply, None)
+            self._constructed(None)
         while True:
             kind, message, parts = await self.queue.get()
             if kind == EXIT:

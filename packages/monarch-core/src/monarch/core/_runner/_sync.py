@@ -21,11 +21,9 @@ from typing import Any
 from monarch.core._config import current_config
 from monarch.core._errors import MeshFailure
 from monarch.core._mesh._future import run_on
-from monarch.core._mesh._reports import aborted_by
 from monarch.core._payload._serialize import loads, loads_arguments
 from monarch.core._runner._context import Context
 from monarch.core._runtime import Runtime
-from monarch.core._runtime._instrument import status
 from monarch.core._runtime._messages import Call, SpawnActor
 from monarch.core._runtime._scope import current_context, current_owner
 from monarch.transport import Buffer
@@ -129,11 +127,9 @@ class SyncRunner(ActorRunner):
         try:
             self.instance = cls(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - any failure in __init__ fails the actor
-            self._reply(self.spawn.ack or self.spawn.reply, exc, error=True, method="__init__")
-            self._fail(exc, aborted_by(exc))
+            self._constructed(exc)
         else:
-            status(self.spawn.mesh, self.rank.rank, "Running")
-            self._reply(self.spawn.ack or self.spawn.reply, None)
+            self._constructed(None)
 
     def _serve_sync(
         self, kind: str, message: Any, parts: Sequence[Buffer], held: list[Any]
