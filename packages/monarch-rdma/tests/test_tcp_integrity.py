@@ -164,6 +164,13 @@ def test_an_untouched_relay_moves_the_bytes(server: Served) -> None:
     assert local == remote
 
 
+def _span(size: int, writes: bool, up: bool) -> int:
+    """Bytes one way after the handshake of a transfer of ``size`` bytes."""
+    if up:
+        return REQUEST + (size + 16 if writes else 0)  # a read's request has no bytes
+    return ANSWER + (size if not writes else 0) + 16
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     writes=st.booleans(),
@@ -178,11 +185,7 @@ def test_any_changed_byte_fails_the_transfer(
     regions[1] = region_of(remote)
     local = bytearray(os.urandom(SIZE))
     sent = bytes(local)
-    if up:
-        span = REQUEST + (SIZE + 16 if writes else 0)  # a read's request has no bytes
-    else:
-        span = ANSWER + (SIZE if not writes else 0) + 16
-    position %= span
+    position %= _span(SIZE, writes, up)
     with (
         relay((served.host, served.port), flip_at("up" if up else "down", position)) as address,
         pytest.raises(RDMAError, match=r"authenticate|cut|closed|refused|owner"),
@@ -203,13 +206,6 @@ def _guarded(size: int) -> tuple[bytearray, memoryview]:
     return whole, memoryview(whole)[GUARD : GUARD + size]
 
 
-def _span(writes: bool, up: bool) -> int:
-    """Bytes one way after the handshake of a transfer of ``BIG`` bytes."""
-    if up:
-        return REQUEST + (BIG + 16 if writes else 0)  # a read's request has no bytes
-    return ANSWER + (BIG if not writes else 0) + 16
-
-
 @settings(max_examples=12, deadline=None)
 @given(
     writes=st.booleans(),
@@ -224,7 +220,7 @@ def test_any_changed_byte_of_a_transfer_of_several_slices_fails_it(
     regions[1] = region_of(remote_middle)
     local, local_middle = _guarded(BIG)
     before_remote, before_local = bytes(remote), bytes(local)
-    position %= _span(writes, up)
+    position %= _span(BIG, writes, up)
     with (
         relay((served.host, served.port), flip_at("up" if up else "down", position)) as address,
         pytest.raises(RDMAError, match=r"authenticate|cut|closed|refused|owner"),
@@ -251,7 +247,7 @@ def test_a_peer_gone_mid_transfer_fails_it_and_writes_nothing_outside_the_range(
     local, local_middle = _guarded(BIG)
     before_remote, before_local = bytes(remote), bytes(local)
     direction = "up" if up else "down"
-    cut %= _span(writes, up)  # before the last byte that matters
+    cut %= _span(BIG, writes, up)  # before the last byte that matters
 
     def die(way: str, offset: int, data: bytes) -> bytes:
         end = HANDSHAKE[direction] + cut - offset
