@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from monarch.actor import Actor, ProcMesh, endpoint, this_host
 from monarch.core import PeerLost, current_runtime, inspect_proc, spawned_procs
+from monarch.core.testing import wait_until
 
 pytestmark = pytest.mark.ours_only
 
@@ -165,7 +166,4 @@ def test_an_agent_holds_only_the_procs_that_still_run() -> None:
         procs.initialized.get(timeout=60)
         assert children() == before + 2
         procs.stop().get(timeout=30)
-        deadline = time.monotonic() + 30
-        while children() != before and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert children() == before
+        wait_until(lambda: children() == before, 30, f"the agent to let go of held{round_}")
