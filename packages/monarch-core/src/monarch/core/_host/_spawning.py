@@ -140,11 +140,11 @@ def crowded(body: SpawnProcs) -> dict[str, str]:
     A proc's loop yields the CPU a while after its messages, to skip the wake-up for the
     next one: that pays while a CPU is free. Where procs outnumber CPUs many times over,
     each yield returns at once and the spin keeps a proc with work off the CPU. A gathered
-    call on 2 CPUs, no spin against spin (medians): 4 procs 443-503 against 352-429 us
-    (the spin helps), 16 the same, 32 3.3-3.9 against 4.1 ms, 64 6.4-7.2 against 9.5-10.3
-    ms, 256 39-43 against 48-53 ms. The agent itself (the spawner, here) keeps its spin:
-    it takes the flood of its procs' answers at a spawn (1,024 procs: up 15% slower
-    without it)."""
+    call on 2 CPUs with every spin off against on (medians): 4 procs 443-503 against
+    352-429 us (the spin helps), 16 the same, 32 3.3-3.9 against 4.1 ms, 64 6.4-7.2
+    against 9.5-10.3 ms, 256 39-41 against 52-53 ms; with only the procs' off, 256 procs
+    40-50 ms. The agent itself (the spawner, here) keeps its spin: it takes the flood of
+    its procs' answers at a spawn (1,024 procs: ~15% slower without it)."""
     if SPIN_ENV in body.env or SPIN_ENV in os.environ:
         return {}
     if len(_children) + body.count <= CROWDED_PER_CPU * USABLE_CPUS:
