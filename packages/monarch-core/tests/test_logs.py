@@ -7,19 +7,31 @@ print. The grouping of similar lines is checked against a plain Levenshtein (hyp
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import re
 import secrets
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 from hostkit import SECRET_ENV, children, start_worker
 from hypothesis import given
 from hypothesis import strategies as st
 
-from monarch.core._mesh._logs import SIMILARITY, _Window, similar
+from monarch.core._mesh._logs import (
+    SIMILARITY,
+    OutputPlan,
+    _Window,
+    drain,
+    forward_output,
+    similar,
+)
+from monarch.core._runtime import Runtime
+from monarch.core._runtime._messages import PortRef
 
 CLIENT = Path(__file__).with_name("log_client.py")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -112,6 +124,37 @@ def test_file_capture_and_the_tail_of_a_proc_that_failed_to_start(tmp_path: Path
         "before it was ready; the last lines of its stderr:\\n    boot line 7\\n"
         "    boot line 8\\n    boot line 9')"
     ), tail[1]
+
+
+def test_a_procs_pipes_are_closed_once_not_again_when_its_object_is_collected() -> None:
+    # The agent's readers closed the pipes' numbers and left the child's file objects to
+    # close them again when collected: by then the numbers of a later proc's pipes, whose
+    # output was lost (a tail that missed lines, seen under load).
+    script = "import sys; print('out'); print('last words', file=sys.stderr)"
+    child = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert child.stdout is not None and child.stderr is not None
+    numbers = {child.stdout.fileno(), child.stderr.fileno()}
+    plan = OutputPlan(forward=False, capture=False, tail=3)
+    output = forward_output(cast(Runtime, None), child, 0, cast(PortRef, None), plan)
+    child.wait()
+    drain(output)
+    assert output.tail() == ("last words",)
+    assert all(not thread.is_alive() for thread in output.threads)
+    later: list[int] = []  # files opened since, until they hold the freed numbers
+    try:
+        while not numbers <= set(later) and len(later) < 256:
+            later.append(os.open(os.devnull, os.O_RDONLY))
+        assert numbers <= set(later)
+        del child
+        gc.collect()
+        for fd in later:
+            os.fstat(fd)  # EBADF where a collected object closed it
+    finally:
+        for fd in later:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 @pytest.fixture

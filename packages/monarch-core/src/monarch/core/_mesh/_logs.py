@@ -121,7 +121,7 @@ def forward_output(
         assert pipe is not None
         thread = threading.Thread(
             target=_pump,
-            args=(runtime, pipe.fileno(), stream, rank, events, plan, output, files),
+            args=(runtime, pipe, stream, rank, events, plan, output, files),
             name=f"monarch-output-{child.pid}-{stream}",
             daemon=True,
         )
@@ -132,7 +132,7 @@ def forward_output(
 
 def _pump(
     runtime: Runtime,
-    fd: int,
+    pipe: IO[bytes],
     stream: int,
     rank: int,
     events: PortRef,
@@ -153,6 +153,7 @@ def _pump(
             with contextlib.suppress(RuntimeError):  # the agent's loop is closed: exiting
                 runtime.send_to_port(events, LogLines(rank, stream, text, _HOST))
 
+    fd = pipe.fileno()
     try:
         while data := os.read(fd, READ_SIZE):
             pending += data
@@ -171,8 +172,11 @@ def _pump(
         if pending:
             _pass_on(stream, pending, events, plan)
             send(pending)
+        # Closed by its file object, which the child holds too: an ``os.close`` would
+        # leave that object to close the number again when collected, by then perhaps a
+        # later proc's pipe (whose output was lost).
         with contextlib.suppress(OSError):
-            os.close(fd)
+            pipe.close()
 
 
 class HostFiles:
