@@ -421,7 +421,7 @@ def test_a_mesh_of_64_forked_procs_stops_with_none_left_and_no_thread_per_proc()
     assert len(set(pids)) == 64
     assert waiting == []
     assert [pid for pid in pids if alive(pid)] == []
-    assert set(pids).isdisjoint(_watching._spawners)
+    assert {child.pid for child in _watching.running_children()}.isdisjoint(pids)
 
 
 def test_a_forked_procs_exit_callbacks_run_once_and_a_failing_one_harms_no_other() -> None:

@@ -34,7 +34,7 @@ from monarch.core._runner._context import running
 from monarch.core._runtime import Runtime, current_runtime
 from monarch.core._runtime._messages import ActorState, ProcSnapshot, StackFrame, ThreadStack
 
-from ._spawning import running_children
+from ._watching import running_children
 
 _STARTED: Final = time.monotonic()
 """About when this process started (the core is among the first things a proc imports)."""
@@ -123,7 +123,7 @@ def snapshot(runtime: Runtime, stacks: bool = False) -> ProcSnapshot:
         actors=actors,
         stacks=thread_stacks() if stacks else [],
         uptime=now - _STARTED,
-        children=running_children(),
+        children=len(running_children()),
     )
 
 

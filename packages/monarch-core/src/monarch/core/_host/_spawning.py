@@ -29,7 +29,7 @@ from monarch.core._runtime._tls import current_identity, installed_identity
 from monarch.transport import Address, Buffer
 
 from ._environ import LISTEN_ENV, PARENT_ENV, PYTHON_ENV, RANK_ENV, READY_ENV, ROOT_ENV, SECRET_ENV
-from ._watching import proc_exited, started
+from ._watching import proc_exited, running_child, running_children, started
 from ._zygote import Child, ForkedProc, fork_proc, prestart_zygote, zygote_started, zygote_usable
 
 log = logging.getLogger("monarch.core")
@@ -53,17 +53,6 @@ def prctl(option: int, value: int) -> None:
         libc.prctl(option, value)
     except (OSError, AttributeError):
         pass
-
-
-_children: dict[int, Child] = {}
-"""The procs this process started that have not exited, by pid: an agent that outlives
-many jobs keeps only its running procs (a list of every proc it ever started grew by one
-per proc, forever: issue 34)."""
-
-
-def running_children() -> int:
-    """How many procs this process started are still running (``ProcSnapshot.children``)."""
-    return len(_children)
 
 
 def child_listen_address(agent: str) -> str:
@@ -147,7 +136,7 @@ def crowded(body: SpawnProcs) -> dict[str, str]:
     its procs' answers at a spawn (1,024 procs: ~15% slower without it)."""
     if SPIN_ENV in body.env or SPIN_ENV in os.environ:
         return {}
-    if len(_children) + body.count <= CROWDED_PER_CPU * USABLE_CPUS:
+    if len(running_children()) + body.count <= CROWDED_PER_CPU * USABLE_CPUS:
         return {}
     return {SPIN_ENV: "0"}
 
@@ -246,7 +235,6 @@ def _start_proc(
         except (OSError, ValueError) as exc:
             runtime.send_to_port(body.events, SpawnFailed(rank, f"cannot start a proc: {exc}"))
             return None
-    _children[child.pid] = child
     started(runtime, child, body.events, body.ready)
     log.info("proc %d (rank %d) started%s", child.pid, rank, " (forked)" if forked else "")
     cpus = launch.bind.get("cpus") or launch.bind.get("physcpubind")
@@ -317,9 +305,7 @@ def _watch(
         report(child.wait())
 
     def report(code: int) -> None:
-        if _children.get(child.pid) is child:  # not a later proc given its reused pid
-            del _children[child.pid]
-        proc_exited(child.pid)
+        proc_exited(child)
         drain(output)
         how = f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
         log.info("proc %d (rank %d) %s", child.pid, rank, how)
@@ -339,7 +325,7 @@ def handle_kill_procs(
     """Kill the procs named that this process started (no other process: a pid may be
     anyone's); their exits are reported by their watchers as any exit is."""
     for pid in body.pids:
-        child = _children.get(pid)
+        child = running_child(pid)
         if child is not None and child.poll() is None:
             log.warning("killing proc (pid %d): %s", child.pid, body.reason)
             child.kill()  # SIGKILL ends a stopped (SIGSTOP) process too
@@ -347,6 +333,6 @@ def handle_kill_procs(
 
 def kill_children() -> None:
     """Kill the procs this process started that are still running."""
-    for child in list(_children.values()):  # a watcher thread may remove one meanwhile
+    for child in running_children():
         if child.poll() is None:
             child.kill()

@@ -26,6 +26,7 @@ one actor: a job's controller holds O(hosts + fan-out) connections, not O(procs)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import msgspec
 
@@ -45,9 +46,21 @@ from monarch.transport import Buffer
 
 from ._zygote import Child
 
-_spawners: dict[int, tuple[PortRef, PortRef]] = {}
-"""The spawner's ``events`` and ``ready`` ports of each running proc this agent started,
-by pid."""
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A proc this agent started, until it exits, and the spawner's ports it tells of it:
+    ``events`` (its exit, its loss) and ``ready``."""
+
+    child: Child
+    events: PortRef
+    ready: PortRef
+
+
+_running: dict[int, Running] = {}
+"""The procs this agent started that have not exited, by pid: an agent that outlives many
+jobs keeps only its running procs (a list of every proc it ever started grew by one per
+proc, forever: issue 34)."""
 _early: dict[int, ProcReady] = {}
 """Procs that said they are ready before the agent learned it started them (a fork by the
 zygote answered after the new proc's first message), by pid."""
@@ -56,17 +69,31 @@ zygote answered after the new proc's first message), by pid."""
 def started(runtime: Runtime, child: Child, events: PortRef, ready: PortRef) -> None:
     """The agent started ``child`` for the spawner whose events go to ``events`` (and whose
     procs report ready to ``ready``)."""
-    _spawners[child.pid] = (events, ready)
+    _running[child.pid] = Running(child, events, ready)
     early = _early.pop(child.pid, None)
     if early is not None:
         _watch_for_spawner(runtime, early)
 
 
-def proc_exited(pid: int) -> None:
-    """The agent's proc ``pid`` exited: its spawner is no longer ours to tell of it (a proc
-    no agent watched, its spawner local, would otherwise stay here for the agent's life)."""
-    _spawners.pop(pid, None)
-    _early.pop(pid, None)
+def proc_exited(child: Child) -> None:
+    """The agent's proc ``child`` exited: nothing of it is kept (not the record of a later
+    proc given its reused pid)."""
+    running = _running.get(child.pid)
+    if running is not None and running.child is child:
+        del _running[child.pid]
+    _early.pop(child.pid, None)
+
+
+def running_child(pid: int) -> Child | None:
+    """The running proc ``pid`` that this agent started, if it is one."""
+    running = _running.get(pid)
+    return running.child if running is not None else None
+
+
+def running_children() -> list[Child]:
+    """The procs this agent started that are still running (``ProcSnapshot.children``
+    counts them)."""
+    return [running.child for running in list(_running.values())]  # watchers remove some
 
 
 def vouch_for(runtime: Runtime, parent: str, spawner: str, ready: ProcReady) -> bool:
@@ -88,19 +115,17 @@ def handle_proc_ready(
     spawner (which fences it)."""
     if sender != body.address:
         return  # not the proc itself speaking
-    if body.pid not in _spawners:
+    if body.pid not in _running:
         _early[body.pid] = body  # told once the agent knows it started it (``started``)
         return
     _watch_for_spawner(runtime, body)
 
 
 def _watch_for_spawner(runtime: Runtime, body: ProcReady) -> None:
-    events, ready = _spawners[body.pid]
-    runtime.send_to_port(ready, body)
+    events = _running[body.pid].events
+    runtime.send_to_port(_running[body.pid].ready, body)
 
     def lost(address: str, exc: BaseException) -> None:
-        _spawners.pop(body.pid, None)
-        _early.pop(body.pid, None)
         if connection_lost(exc):
             return  # it ended: its exit is reported as every exit is (ProcExited)
         runtime.send_to_port(events, ProcLost(body.rank, body.pid, str(exc)))
