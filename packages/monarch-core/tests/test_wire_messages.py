@@ -88,6 +88,25 @@ bodies = (
 envelopes = st.builds(Envelope, st.integers(0, 9), names, names)
 
 
+@given(spawns, ranks, st.none() | ports)
+def test_a_spawn_for_a_process_names_its_first_rank_and_all_of_them_if_several(
+    spawn: SpawnActor, hosted: tuple[int, ...], ack: PortRef | None
+) -> None:
+    # One rule for the spawner's own spawns and its host agents' (``Relay``).
+    each = spawn.for_ranks(list(hosted), ack)
+    assert each.rank == hosted[0]
+    assert (each.ranks or (each.rank,)) == hosted
+    assert each.ack == (ack or spawn.ack)
+    assert (each.mesh, each.name, each.shape, each.reply, each.owner) == (
+        spawn.mesh,
+        spawn.name,
+        spawn.shape,
+        spawn.reply,
+        spawn.owner,
+    )
+    assert decode_body(encode(each)) == each
+
+
 @given(envelopes, bodies, st.lists(st.binary(max_size=PACK_MAX), max_size=1).map(tuple))
 def test_packed_round_trips(envelope: Envelope, body: object, payload: tuple[bytes, ...]) -> None:
     packed = Packed(envelope, body, payload)  # type: ignore[arg-type]

@@ -28,8 +28,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import msgspec
-
 from monarch.core._mesh._mesh_state import connection_lost
 from monarch.core._runtime import Runtime
 from monarch.core._runtime._combine import Combine
@@ -148,6 +146,4 @@ def handle_relay(runtime: Runtime, body: Relay, payload: Sequence[Buffer], sende
     count = sum(len(ranks) for ranks in body.ranks)
     combine = Combine(runtime, message.reply, count, fail_fast=True, watch=body.procs)
     for proc, ranks in zip(body.procs, body.ranks, strict=True):
-        several = ranks if len(ranks) > 1 else ()
-        each = msgspec.structs.replace(message, rank=ranks[0], ranks=several, ack=combine.port)
-        runtime.post(proc, TO_PROC, "", each, payload)
+        runtime.post(proc, TO_PROC, "", message.for_ranks(ranks, combine.port), payload)

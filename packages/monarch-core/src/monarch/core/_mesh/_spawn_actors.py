@@ -196,15 +196,11 @@ def spawn_actor_mesh(
             hosted.setdefault(addresses[rank], []).append(rank)
         gather = Gather(runtime, len(shape.ndslice), hosted)
         spec = shape_spec(shape)
+        spawn = SpawnActor(mesh_id, name, 0, spec, gather.port, (), owner_name)
         direct, relayed = by_agent(runtime, hosted)
         for address in direct:
-            ranks = hosted[address]
-            several = tuple(ranks) if len(ranks) > 1 else ()
-            spawn = SpawnActor(mesh_id, name, ranks[0], spec, gather.port, several, owner_name)
-            runtime.post(address, TO_PROC, "", spawn, payload)
+            runtime.post(address, TO_PROC, "", spawn.for_ranks(hosted[address]), payload)
         for agent, theirs in relayed.items():  # one message per host (see ``_relay``)
-            first = hosted[theirs[0]][0]
-            spawn = SpawnActor(mesh_id, name, first, spec, gather.port, (), owner_name)
             each = tuple(tuple(hosted[proc]) for proc in theirs)
             runtime.post(agent, TO_PROC, "", Relay(tuple(theirs), spawn, each), payload)
         return gather

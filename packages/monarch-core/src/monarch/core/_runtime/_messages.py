@@ -15,6 +15,7 @@ be part of a reference cycle).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 import msgspec
@@ -166,6 +167,12 @@ class SpawnActor(msgspec.Struct, array_like=True, tag=10, frozen=True, gc=False)
     ack: PortRef | None = None
     """Where the actors' ``__init__`` outcomes go when not to ``reply``: the port of the
     host agent that relayed the spawn (``Relay``), which sends them on together."""
+
+    def for_ranks(self, ranks: Sequence[int], ack: PortRef | None = None) -> SpawnActor:
+        """This spawn for the process that hosts ``ranks`` of the mesh (sent by the spawner
+        itself, or by the procs' agent with its ``ack``)."""
+        several = tuple(ranks) if len(ranks) > 1 else ()
+        return msgspec.structs.replace(self, rank=ranks[0], ranks=several, ack=ack or self.ack)
 
 
 class ProcReady(msgspec.Struct, array_like=True, tag=12, frozen=True, gc=False):
