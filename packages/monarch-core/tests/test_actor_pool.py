@@ -12,6 +12,8 @@ actors answering each.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -301,3 +303,66 @@ def crowded() -> list[str]:
     """The addresses of the procs of the 200-actor test, by rank."""
     procs = sorted((p for p in spawned_procs() if p.mesh == "crowded"), key=lambda p: p.rank)
     return [p.address for p in procs if p.address is not None]
+
+
+# -- a process at its limit of threads -----------------------------------------------------
+
+
+def _pids_cgroup() -> Path | None:
+    """A new pids cgroup (v1, or v2 where the root delegates the controller), or None."""
+    name = f"monarch-test-{os.getpid()}-{time.monotonic_ns()}"
+    v2 = Path("/sys/fs/cgroup")
+    for parent in (v2 / "pids", v2):
+        if parent == v2 and "pids" not in _read(v2 / "cgroup.subtree_control").split():
+            continue
+        try:
+            (parent / name).mkdir()
+        except OSError:
+            continue
+        if (parent / name / "pids.max").exists():
+            return parent / name
+        (parent / name).rmdir()
+    return None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def test_actors_of_a_proc_at_its_limit_of_threads_fail_with_why_never_hang() -> None:
+    """At each limit of tasks from one that stops the procs' start to one that lets all
+    run, the call answers or fails with why, in time; never waits for its timeout (a
+    pool thread that could not start left the actor unmade and its calls unanswered),
+    nor reports the actor's proc as having "exited cleanly" (the spawn's reader thread
+    failed, and took the proc's connection with it)."""
+    outputs: dict[int, str] = {}
+    for extra in range(4, 11):
+        cgroup = _pids_cgroup()
+        if cgroup is None:
+            pytest.skip("no pids cgroup can be made here (root and cgroup v1 or v2 pids)")
+        client = Path(__file__).with_name("thread_limit_client.py")
+        try:
+            done = subprocess.run(
+                [sys.executable, str(client), str(cgroup), str(extra)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        finally:
+            left = cgroup / "cgroup.procs"
+            wait_until(lambda: not _read(left).strip(), 30, f"{left} empty")  # noqa: B023
+            cgroup.rmdir()
+        outputs[extra] = done.stdout
+        assert done.returncode == 0, (extra, done.stdout, done.stderr[-3000:])
+        assert "STOPPED" in done.stdout, (extra, done.stdout)
+        out = done.stdout
+        assert "ANSWER 2" in out or (
+            "FAILED" in out
+            and ("can't start new thread" in out or "Resource temporarily unavailable" in out)
+        ), (extra, out, done.stderr[-3000:])
+        assert "TimeoutError" not in out and "exited cleanly" not in out, (extra, out)
+    assert any("can't start new thread" in out for out in outputs.values()), outputs
+    assert "ANSWER 2" in outputs[10], outputs

@@ -38,7 +38,7 @@ from monarch.core._mesh._reports import (
 )
 from monarch.core._payload._filling import any_pending as any_pending_fills
 from monarch.core._payload._filling import deferred_fills
-from monarch.core._payload._serialize import dumps, loads_arguments, size_of
+from monarch.core._payload._serialize import dumps, loads, loads_arguments, size_of
 from monarch.core._runner._context import Context, Instance
 from monarch.core._runtime import Runtime
 from monarch.core._runtime._actor_logs import install_actor_log_prefix
@@ -410,3 +410,21 @@ class _DropPort:
 
     def exception(self, exc: BaseException) -> None:
         pass
+
+
+class Unstarted(ActorRunner):
+    """An actor whose code cannot run at all, nor its failure be told from a thread of its
+    own: none could be started (the process is at its limit of threads). It fails at once,
+    from the loop, and answers every call there with that failure."""
+
+    def fail(self, failure: BaseException) -> None:
+        self._constructed(failure)
+
+    def _put(self, item: Item) -> None:
+        kind, message, parts = item
+        if kind == STOP:
+            if self.stopped is None:
+                self.stopped = str(loads(parts))
+            self._reply_stopped(message)
+        elif kind == CALL:
+            self._refuse(message)

@@ -57,7 +57,11 @@ class AsyncRunner(ActorRunner):
             name=f"actor-{self.spawn.name}",
             daemon=True,
         )
-        self.thread.start()
+        try:
+            self.thread.start()
+        except RuntimeError:  # no thread: its loop will never run (``Unstarted``)
+            self.loop.close()
+            raise
 
     def _run_thread(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], unpickling: BaseException | None

@@ -32,7 +32,7 @@ from monarch.core._runtime._messages import (
 )
 from monarch.transport import Buffer
 
-from ._actor_runner import ActorRunner
+from ._actor_runner import ActorRunner, Unstarted
 from ._async import AsyncRunner
 from ._sync import SyncRunner
 
@@ -88,19 +88,29 @@ def handle_spawn_actor(
             pass
 
     def start(reads: list[Read]) -> None:
-        try:
-            runners = [
-                start_actor(runtime, msgspec.structs.replace(body, rank=rank, ranks=()), one)
-                for rank, one in zip(ranks, reads, strict=True)
-            ]
-        except BaseException:
-            runtime.spawn_abandoned(body.mesh)  # its calls are refused, not kept forever
-            raise
+        runners: list[ActorRunner] = []
+        for rank, one in zip(ranks, reads, strict=True):
+            spawn = msgspec.structs.replace(body, rank=rank, ranks=())
+            try:
+                runners.append(start_actor(runtime, spawn, one))
+            except Exception as exc:  # noqa: BLE001 - no thread to run it: it fails here
+                if isinstance(one, BaseException):  # why, rather than the failed runner's
+                    unstarted, why = Unstarted(runtime, spawn, None), one
+                else:
+                    unstarted, why = Unstarted(runtime, spawn, one[0]), exc
+                unstarted.fail(why)
+                runners.append(unstarted)
         for runner in runners:
             running[runner.info.actor_id] = runner
         runtime.add_actor(body.mesh, LocalMesh(runtime, runners).deliver)
 
-    threading.Thread(target=read, name=f"spawn {body.mesh}", daemon=True).start()
+    try:
+        threading.Thread(target=read, name=f"spawn {body.mesh}", daemon=True).start()
+    except RuntimeError as exc:  # the process is at its limit of threads: the actors fail
+        failure = exc
+    else:
+        return
+    start([failure] * len(ranks))
 
 
 RELEASE_WAIT = 1.0

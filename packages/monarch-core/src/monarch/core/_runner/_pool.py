@@ -100,7 +100,14 @@ class ActorPool:
                 self._wake.notify()
             else:
                 self.threads += 1
-                threading.Thread(target=self._work, name=self.name, daemon=True).start()
+                try:
+                    threading.Thread(target=self._work, name=self.name, daemon=True).start()
+                except RuntimeError:  # the process is at its limit of threads
+                    self.threads -= 1
+                    self.coming -= 1
+                    if self.threads:  # those it has serve the queue, one after another
+                        return
+                    raise  # nothing would: the caller's actor cannot run
 
     # -- a Future's waiter (see _spin.set_blocking_listener) ---------------------------
 

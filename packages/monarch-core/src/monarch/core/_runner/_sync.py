@@ -67,7 +67,15 @@ class SyncRunner(ActorRunner):
         with pool.lock:
             self.calls.append(item)
             if not self.scheduled:
-                pool.schedule(self)
+                try:
+                    pool.schedule(self)
+                except RuntimeError:  # no thread could start to run it: never to be run
+                    pool.ready.remove(self)
+                    self.scheduled = False
+                    self.calls.clear()
+                    self.exited.set()
+                    self._give_thread_back()
+                    raise
 
     def queued(self) -> int:
         return len(self.calls)
