@@ -325,7 +325,7 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_config _payload._memory _runtime._netaddr _payload._per_process _command._cli"
         " _command._debug_client _runtime._tls _layout._table _runtime._instrument"
         " _runtime._internal_logs _mesh._workspace _host._reload _payload._filling _mesh._mocks"
-        " _mesh._client_end _layout._ids _layout._shape_bytes _host._pids"
+        " _mesh._client_end _layout._ids _layout._shape_bytes _host._pids _runtime._open_files"
         " _payload _bulk _layout _mesh _host _command",
         # + the internal log; files by checksum; reloads; a call's tensor copies made while
         # they travel; mocked actors; how an unhandled failure ends the client; upstream's

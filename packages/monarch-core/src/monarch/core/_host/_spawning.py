@@ -103,13 +103,16 @@ def handle_spawn_procs(
             argv, program = proc_command(launch, body.python)
             env = proc_environment(launch, {**ours, RANK_ENV: str(rank)})
         except (OSError, ValueError) as exc:
-            runtime.send_to_port(body.events, SpawnFailed(rank, f"cannot start a proc: {exc}"))
+            _cannot_start(runtime, body, rank, exc)
             continue
         start = functools.partial(
             _start_proc, runtime, body, plan, rank, launch, argv, program, env
         )
         if forking and forkable(launch, argv, body.python):
-            fork_proc(env, plan.piped, functools.partial(_forked, start, on_child))
+            try:
+                fork_proc(env, plan.piped, functools.partial(_forked, start, on_child))
+            except OSError as exc:  # out of descriptors: as a Popen that fails to start
+                _cannot_start(runtime, body, rank, exc)
         else:
             _started(start(), on_child)
     if alone:  # once the proc has started (both at once contend for the CPUs it needs)
@@ -233,7 +236,7 @@ def _start_proc(
                 process_group=0,
             )
         except (OSError, ValueError) as exc:
-            runtime.send_to_port(body.events, SpawnFailed(rank, f"cannot start a proc: {exc}"))
+            _cannot_start(runtime, body, rank, exc)
             return None
     started(runtime, child, body.events, body.ready)
     log.info("proc %d (rank %d) started%s", child.pid, rank, " (forked)" if forked else "")
@@ -246,6 +249,11 @@ def _start_proc(
     output = forward_output(runtime, child, rank, body.events, plan) if plan.piped else None
     _watch(runtime, child, rank, body.events, output)
     return child
+
+
+def _cannot_start(runtime: Runtime, body: SpawnProcs, rank: int, exc: Exception) -> None:
+    """The spawner hears that proc ``rank`` could not be started, and why."""
+    runtime.send_to_port(body.events, SpawnFailed(rank, f"cannot start a proc: {exc}"))
 
 
 def proc_command(launch: Launch, python: str) -> tuple[list[str], str | None]:

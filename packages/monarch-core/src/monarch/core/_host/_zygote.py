@@ -155,14 +155,26 @@ class Zygote:
         loop, which a spawn of 1,024 procs would otherwise block for as long as the zygote
         takes to fork them, while the procs forked first time out dialing it."""
         readers: tuple[IO[bytes] | None, IO[bytes] | None] = (None, None)
+        opened: list[int] = []  # closed again if the process runs out of descriptors
+        try:
+            if piped:
+                out_r, out_w = os.pipe()
+                opened += (out_r, out_w)
+                err_r, err_w = os.pipe()
+                opened += (err_r, err_w)
+                streams = [out_w, err_w]
+            else:  # duplicates: the caller may close ``outputs`` before ``_send`` sends them
+                streams = []
+                for fd in outputs or (1, 2):
+                    streams.append(os.dup(fd))
+                    opened.append(streams[-1])
+            devnull = os.open(os.devnull, os.O_RDONLY)
+        except OSError:  # EMFILE: the caller reports that this proc cannot start
+            for fd in opened:
+                os.close(fd)
+            raise
         if piped:
-            out_r, out_w = os.pipe()
-            err_r, err_w = os.pipe()
-            streams = [out_w, err_w]
             readers = (os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0))
-        else:  # duplicates: the caller may close ``outputs`` before ``_send`` sends them
-            streams = [os.dup(fd) for fd in outputs or (1, 2)]
-        devnull = os.open(os.devnull, os.O_RDONLY)
         try:
             with self.lock:
                 self._started()
@@ -319,7 +331,8 @@ zygote: Final = Zygote()
 
 
 def fork_proc(env: dict[str, str], piped: bool, started: Started) -> None:
-    """Start a proc through this process's zygote (see the module docstring)."""
+    """Start a proc through this process's zygote (see the module docstring); OSError
+    where this process cannot open the descriptors the proc needs (its pipes)."""
     zygote.fork(env, piped, started)
 
 

@@ -51,6 +51,7 @@ from monarch.core._runtime._messages import (
     encode_body,
 )
 from monarch.core._runtime._netaddr import advertised, bind_url
+from monarch.core._runtime._open_files import raise_open_files_limit
 from monarch.transport import (
     Buffer,
     Connection,
@@ -283,6 +284,7 @@ class Runtime:
         machine's reachable addresses (see ``_netaddr``).
         """
         self.loop_thread_id = threading.get_ident()
+        raise_open_files_limit()  # a connection per proc: more than a desktop's default
         self.listener = await open_listener(
             bind_url(listen), secret=self.secret, **peer_options(listen, server=True)
         )
