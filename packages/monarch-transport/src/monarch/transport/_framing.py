@@ -219,7 +219,10 @@ class FrameDecoder:
         self.max_frame_size = max_frame_size
         self.max_parts = max_parts
         self._mac = mac
-        self._buf = bytearray(buffer_size)
+        # Not zeroed: pages of it that no read reached cost no memory, and a connection
+        # that carries small messages reads into its first pages only (a controller holds
+        # a connection per proc; zeroed, 256 KiB each were most of its memory).
+        self._buf = fresh_bytearray(buffer_size)
         self._start = 0
         self._end = 0
         self._need = 0  # bytes from _start the pending frame needs buffered
@@ -330,7 +333,7 @@ class FrameDecoder:
         if self._start and len(self._buf) - held >= want:
             self._buf[0:held] = self._buf[self._start : self._end]
         else:
-            grown = bytearray(max(2 * len(self._buf), held + want))
+            grown = fresh_bytearray(max(2 * len(self._buf), held + want))
             grown[0:held] = self._buf[self._start : self._end]
             self._buf = grown
         self._start, self._end = 0, held
