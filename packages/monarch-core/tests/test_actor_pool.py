@@ -332,12 +332,17 @@ def _read(path: Path) -> str:
         return ""
 
 
-def test_actors_of_a_proc_at_its_limit_of_threads_fail_with_why_never_hang() -> None:
+@pytest.mark.parametrize("forward", [False, True], ids=["inherited_output", "forwarded"])
+def test_actors_of_a_proc_at_its_limit_of_threads_fail_with_why_never_hang(
+    forward: bool,
+) -> None:
     """At each limit of tasks from one that stops the procs' start to one that lets all
     run, the call answers or fails with why, in time; never waits for its timeout (a
     pool thread that could not start left the actor unmade and its calls unanswered),
     nor reports the actor's proc as having "exited cleanly" (the spawn's reader thread
-    failed, and took the proc's connection with it)."""
+    failed, and took the proc's connection with it). With the procs' output read by the
+    agent, it also reads them all from one thread, which either starts or fails the
+    spawn (a thread per pipe left procs unwatched, and ``stop()`` timed out)."""
     outputs: dict[int, str] = {}
     for extra in range(4, 11):
         cgroup = _pids_cgroup()
@@ -346,7 +351,8 @@ def test_actors_of_a_proc_at_its_limit_of_threads_fail_with_why_never_hang() -> 
         client = Path(__file__).with_name("thread_limit_client.py")
         try:
             done = subprocess.run(
-                [sys.executable, str(client), str(cgroup), str(extra)],
+                [sys.executable, str(client), str(cgroup), str(extra)]
+                + (["forward"] if forward else []),
                 capture_output=True,
                 text=True,
                 timeout=120,

@@ -1,10 +1,11 @@
 """A client whose procs reach their limit of threads (a pids cgroup, Linux).
 
-    python thread_limit_client.py CGROUP EXTRA
+    python thread_limit_client.py CGROUP EXTRA [forward]
 
 Joins CGROUP (a pids cgroup of its own) before Monarch starts anything, so that the
 zygote and the procs are in it too; limits it to EXTRA tasks more than it holds; spawns 2
-procs with a sync actor each and calls them. Prints ``ANSWER`` and the values, or
+procs with a sync actor each (with ``forward``, their output forwarded: read by the
+agent) and calls them. Prints ``ANSWER`` and the values, or
 ``FAILED`` and the error; then lifts the limit, stops the procs and prints ``STOPPED``.
 """
 
@@ -19,8 +20,10 @@ with open(os.path.join(cgroup, "cgroup.procs"), "w") as joined:
 
 import monarch.actor  # noqa: E402 - in the cgroup first
 from monarch.actor import Actor, endpoint, this_host  # noqa: E402
+from monarch.config import configure  # noqa: E402
 
 monarch.actor.unhandled_fault_hook = lambda failure: None  # the call's error says it
+configure(enable_log_forwarding=sys.argv[3:] == ["forward"])
 
 
 class Counted(Actor):

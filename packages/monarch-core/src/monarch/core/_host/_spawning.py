@@ -15,8 +15,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from monarch.core._config import KEYS, current_config
-from monarch.core._mesh._logs import OutputPlan, ProcOutput, drain, forward_output
+from monarch.core._mesh._logs import OutputPlan, ProcOutput, forward_output
 from monarch.core._runtime import USABLE_CPUS, Runtime
+from monarch.core._runtime._fd_watch import fd_watch
 from monarch.core._runtime._messages import (
     KillProcs,
     Launch,
@@ -246,8 +247,16 @@ def _start_proc(
             os.sched_setaffinity(child.pid, cpu_list(cpus))  # before its threads start
         except (OSError, ValueError) as exc:
             log.warning("proc_bind %r for proc %d: %s", cpus, rank, exc)
-    output = forward_output(runtime, child, rank, body.events, plan) if plan.piped else None
-    _watch(runtime, child, rank, body.events, output)
+    try:
+        output = forward_output(runtime, child, rank, body.events, plan) if plan.piped else None
+        _watch(runtime, child, rank, body.events, output)
+    except RuntimeError as exc:  # no thread could start to watch it: it must not run unwatched
+        child.kill()
+        if not isinstance(child, ForkedProc):  # the zygote reaps its own (and this may be
+            child.wait()  # the thread that hears it: waiting here would never end)
+        proc_exited(child)
+        _cannot_start(runtime, body, rank, exc)
+        return None
     return child
 
 
@@ -306,25 +315,53 @@ def _watch(
     output: ProcOutput | None,
 ) -> None:
     """Report the child's exit the moment it happens, after the last of its output
-    (``output``: the threads reading it, see ``_logs``): a thread blocked in wait, or for
-    a forked proc whose output is not piped, the zygote's word that it exited."""
-
-    def wait() -> None:
-        report(child.wait())
+    (``output``, see ``_logs``): for a forked proc, the zygote's word that it exited; for
+    another, its pidfd readable (``_when_exited``). No thread per proc. ``RuntimeError``
+    where no thread can start to watch it."""
 
     def report(code: int) -> None:
         proc_exited(child)
-        drain(output)
         how = f"exited with code {code}" if code >= 0 else f"was killed by signal {-code}"
         log.info("proc %d (rank %d) %s", child.pid, rank, how)
-        exited = ProcExited(rank, child.pid, how, output.tail() if output is not None else ())
-        if not runtime.loop.is_closed():
-            runtime.send_to_port(events, exited)
 
-    if isinstance(child, ForkedProc) and output is None:
+        def send() -> None:
+            tail = output.tail() if output is not None else ()
+            if not runtime.loop.is_closed():
+                runtime.send_to_port(events, ProcExited(rank, child.pid, how, tail))
+
+        if output is None:
+            send()
+        else:
+            output.after_end(send)
+
+    if isinstance(child, ForkedProc):
         child.when_exited(report)
     else:
-        threading.Thread(target=wait, name=f"monarch-wait-{child.pid}", daemon=True).start()
+        _when_exited(child, report)
+
+
+def _when_exited(child: subprocess.Popen[bytes], report: Callable[[int], None]) -> None:
+    """Call ``report`` with ``child``'s exit status once it exits: from the process's one
+    thread that waits on descriptors (``fd_watch``), on the child's pidfd; where there are
+    no pidfds (not Linux 5.3+), from a thread of its own blocked in ``wait``."""
+    try:
+        pidfd = os.pidfd_open(child.pid)
+    except (AttributeError, OSError):
+        threading.Thread(
+            target=lambda: report(child.wait()), name=f"monarch-wait-{child.pid}", daemon=True
+        ).start()
+        return
+
+    def exited() -> bool:
+        os.close(pidfd)
+        report(child.wait())  # at once: it has exited
+        return False
+
+    try:
+        fd_watch.add(pidfd, exited)
+    except RuntimeError:
+        os.close(pidfd)
+        raise
 
 
 def handle_kill_procs(

@@ -5,7 +5,8 @@ reads each proc's stdout and stderr from pipes (as the parent, it reads to the e
 last lines of a proc that crashed, its traceback included, are not lost), passes the bytes
 on to its own stdout and stderr (on the client's host these are the client's, as without
 forwarding), and sends whole lines to the spawner (``LogLines``), before it reports the
-proc's exit. The spawner's ``LogSink`` of that proc mesh drops them until
+proc's exit. It reads every proc's pipes on one thread (``_runtime._fd_watch``, which also
+hears the exits), not a thread per pipe: a mesh of 1,024 would hold 2,048 of them. The spawner's ``LogSink`` of that proc mesh drops them until
 ``logging_option(stream_to_client=True)``; then prints each line with where it came from,
 or, with an ``aggregate_window_sec``, once per window, similar lines of all ranks together
 as one line with their count (a 64-rank mesh printing one line gives one line).
@@ -44,6 +45,7 @@ from typing import IO, Final, Protocol, TextIO
 
 from monarch.core._payload._per_process import PerProcess
 from monarch.core._runtime import Runtime
+from monarch.core._runtime._fd_watch import fd_watch
 from monarch.core._runtime._internal_logs import log_dir
 from monarch.core._runtime._messages import LogLines, PortRef, SetLogLevel
 from monarch.transport import Buffer
@@ -96,11 +98,16 @@ class OutputPlan:
 
 
 class ProcOutput:
-    """The threads reading one proc's pipes, and the tail of its stderr."""
+    """One proc's pipes as its agent reads them (on the process's ``fd_watch`` thread), the
+    tail of its stderr, and the report of its exit, made once they are read to their end."""
 
     def __init__(self, tail: int) -> None:
-        self.threads: list[threading.Thread] = []
         self._tail: deque[str] = deque(maxlen=max(tail, 0))
+        self._lock = threading.Lock()
+        self._open = 2
+        """Pipes not yet read to their end."""
+        self._report: Callable[[], None] | None = None
+        """What ``after_end`` waits to run."""
 
     def keep(self, text: str) -> None:
         """Lines of stderr (blank ones are not kept, as upstream's tail)."""
@@ -110,73 +117,121 @@ class ProcOutput:
     def tail(self) -> tuple[str, ...]:
         return tuple(self._tail)
 
+    def after_end(self, report: Callable[[], None]) -> None:
+        """The proc exited: run ``report`` once both pipes are read to their end (its last
+        lines before its exit), or ``DRAIN_AFTER_EXIT`` s from now if they are not (a child
+        of the proc may hold them open; they are still read after)."""
+        with self._lock:
+            if self._open:
+                self._report = report
+                fd_watch.call_later(DRAIN_AFTER_EXIT, self._due)
+                return
+        report()
+
+    def _ended(self) -> None:
+        """A pipe is read to its end."""
+        with self._lock:
+            self._open -= 1
+            report = self._report if not self._open else None
+            if report is not None:
+                self._report = None
+        if report is not None:
+            report()
+
+    def _due(self) -> None:
+        with self._lock:
+            report, self._report = self._report, None
+        if report is not None:
+            report()
+
 
 def forward_output(
     runtime: Runtime, child: Piped, rank: int, events: PortRef, plan: OutputPlan
 ) -> ProcOutput:
-    """Start reading ``child``'s stdout and stderr pipes (see the module docstring)."""
+    """Read ``child``'s stdout and stderr pipes from now on (see the module docstring), on
+    the process's one thread that waits on descriptors (no thread per pipe). Raises
+    ``RuntimeError`` where that thread cannot start."""
     output = ProcOutput(plan.tail)
     files = host_files() if plan.capture else None
     for stream, pipe in ((1, child.stdout), (2, child.stderr)):
         assert pipe is not None
-        thread = threading.Thread(
-            target=_pump,
-            args=(runtime, pipe, stream, rank, events, plan, output, files),
-            name=f"monarch-output-{child.pid}-{stream}",
-            daemon=True,
-        )
-        thread.start()
-        output.threads.append(thread)
+        reader = _Pipe(runtime, pipe, stream, rank, events, plan, output, files)
+        fd_watch.add(pipe.fileno(), reader.readable)
     return output
 
 
-def _pump(
-    runtime: Runtime,
-    pipe: IO[bytes],
-    stream: int,
-    rank: int,
-    events: PortRef,
-    plan: OutputPlan,
-    output: ProcOutput,
-    files: HostFiles | None,
-) -> None:
-    pending = b""
-    prefix = f"[{rank}] " if plan.prefix else ""
+class _Pipe:
+    """One of a proc's pipes: whole lines passed on and sent as they come."""
 
-    def send(data: bytes) -> None:
-        text = data.decode(errors="replace")
-        if stream == 2:
-            output.keep(text)
-        if files is not None:
-            files.write(stream, "".join(f"{prefix}{line}\n" for line in text.split("\n")))
-        if plan.forward:
-            with contextlib.suppress(RuntimeError):  # the agent's loop is closed: exiting
-                runtime.send_to_port(events, LogLines(rank, stream, text, _HOST))
+    def __init__(
+        self,
+        runtime: Runtime,
+        pipe: IO[bytes],
+        stream: int,
+        rank: int,
+        events: PortRef,
+        plan: OutputPlan,
+        output: ProcOutput,
+        files: HostFiles | None,
+    ) -> None:
+        self.runtime = runtime
+        self.pipe = pipe
+        self.fd = pipe.fileno()
+        os.set_blocking(self.fd, False)
+        self.stream = stream
+        self.rank = rank
+        self.events = events
+        self.plan = plan
+        self.output = output
+        self.files = files
+        self.prefix = f"[{rank}] " if plan.prefix else ""
+        self.pending = b""
 
-    fd = pipe.fileno()
-    try:
-        while data := os.read(fd, READ_SIZE):
-            pending += data
-            end = pending.rfind(b"\n")
-            if end >= 0:  # whole lines, passed on and sent as one write each
-                whole, pending = pending[: end + 1], pending[end + 1 :]
-                _pass_on(stream, whole, events, plan)
-                send(whole[:-1])
-            elif len(pending) >= LONGEST_LINE:
-                _pass_on(stream, pending, events, plan)
-                send(pending)
-                pending = b""
-    except OSError:
-        pass
-    finally:
-        if pending:
-            _pass_on(stream, pending, events, plan)
-            send(pending)
+    def readable(self) -> bool:
+        """Read what is there; at the end, what is left goes out and the pipe closes."""
+        try:
+            data = os.read(self.fd, READ_SIZE)
+        except BlockingIOError:
+            return True
+        except OSError:
+            data = b""
+        if not data:
+            self._end()
+            return False
+        pending = self.pending + data
+        end = pending.rfind(b"\n")
+        if end >= 0:  # whole lines, passed on and sent as one write each
+            whole, pending = pending[: end + 1], pending[end + 1 :]
+            self._send(whole)
+        elif len(pending) >= LONGEST_LINE:
+            self._send(pending)
+            pending = b""
+        self.pending = pending
+        return True
+
+    def _end(self) -> None:
+        if self.pending:
+            self._send(self.pending)
+            self.pending = b""
         # Closed by its file object, which the child holds too: an ``os.close`` would
         # leave that object to close the number again when collected, by then perhaps a
         # later proc's pipe (whose output was lost).
         with contextlib.suppress(OSError):
-            pipe.close()
+            self.pipe.close()
+        self.output._ended()
+
+    def _send(self, data: bytes) -> None:
+        stream, plan = self.stream, self.plan
+        _pass_on(stream, data, self.events, plan)
+        text = (data[:-1] if data.endswith(b"\n") else data).decode(errors="replace")
+        if stream == 2:
+            self.output.keep(text)
+        if self.files is not None:
+            lines = text.split("\n")
+            self.files.write(stream, "".join(f"{self.prefix}{line}\n" for line in lines))
+        if plan.forward:
+            with contextlib.suppress(RuntimeError):  # the agent's loop is closed: exiting
+                self.runtime.send_to_port(self.events, LogLines(self.rank, stream, text, _HOST))
 
 
 class HostFiles:
@@ -223,7 +278,8 @@ def _pass_on(stream: int, data: bytes, events: PortRef, plan: OutputPlan) -> Non
     raw and then again with where they came from (as upstream does)."""
     sink = _local_sinks.get(events) if plan.forward else None
     if sink is None or not sink.stream:
-        _write_all(stream, data)
+        _print(stream, data)  # by the printer: a stream nobody drains must not stall the
+        # thread that reads every proc's pipes and hears their exits
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -241,16 +297,6 @@ def handle_set_log_level(
 ) -> None:
     """``logging_option(level=...)``: the level of this proc's root Python logger."""
     logging.getLogger().setLevel(body.level)
-
-
-def drain(output: ProcOutput | None) -> None:
-    """Wait (a little) for a proc's pipes to be read to their end: its exit is reported
-    after its last lines."""
-    if output is None:
-        return
-    deadline = time.monotonic() + DRAIN_AFTER_EXIT
-    for thread in output.threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 # -- the spawner: printing it ----------------------------------------------------------------
@@ -386,17 +432,24 @@ def similar(a: str, b: str) -> bool:
 _sinks: weakref.WeakSet[LogSink] = weakref.WeakSet()
 _local_sinks: weakref.WeakValueDictionary[PortRef, LogSink] = weakref.WeakValueDictionary()
 """This process's sinks by the port their lines come to."""
-_queue: queue.SimpleQueue[tuple[int, str] | None] = queue.SimpleQueue()
+_queue: queue.SimpleQueue[tuple[int, str | bytes] | None] = queue.SimpleQueue()
 _printer: list[threading.Thread] = []
 _printer_lock = threading.Lock()
 
 
-def _print(stream: int, text: str) -> None:
+def _print(stream: int, text: str | bytes) -> None:
+    """Print ``text`` on ``stream`` (1 or 2) of this process by its printer thread: a
+    ``str`` through ``sys.stdout``/``sys.stderr``, ``bytes`` (a proc's output passed on)
+    to the descriptor itself. Where no thread can start, printed here."""
     if not _printer:
         with _printer_lock:
             if not _printer:
                 thread = threading.Thread(target=_run_printer, name="monarch-logs", daemon=True)
-                thread.start()
+                try:
+                    thread.start()
+                except RuntimeError:  # the process is at its limit of threads
+                    _print_now(stream, text)
+                    return
                 _printer.append(thread)
                 atexit.register(_finish_printing)
     _queue.put((stream, text))
@@ -412,11 +465,17 @@ def _is_tty(stream: int) -> bool:
 
 def _run_printer() -> None:
     while (item := _queue.get()) is not None:
-        stream, text = item
-        out: TextIO = sys.stdout if stream == 1 else sys.stderr
-        with contextlib.suppress(Exception):  # a closed or broken stream: nothing to do
-            out.write(text)
-            out.flush()
+        _print_now(*item)
+
+
+def _print_now(stream: int, text: str | bytes) -> None:
+    if isinstance(text, bytes):
+        _write_all(stream, text)
+        return
+    out: TextIO = sys.stdout if stream == 1 else sys.stderr
+    with contextlib.suppress(Exception):  # a closed or broken stream: nothing to do
+        out.write(text)
+        out.flush()
 
 
 def _finish_printing() -> None:
