@@ -353,8 +353,11 @@ def _when_exited(child: subprocess.Popen[bytes], report: Callable[[int], None]) 
         return
 
     def exited() -> bool:
+        code = child.poll()  # reaps it: readable, it has exited
+        if code is None:
+            return True
         os.close(pidfd)
-        report(child.wait())  # at once: it has exited
+        report(code)
         return False
 
     try:

@@ -6,13 +6,16 @@ last lines of a proc that crashed, its traceback included, are not lost), passes
 on to its own stdout and stderr (on the client's host these are the client's, as without
 forwarding), and sends whole lines to the spawner (``LogLines``), before it reports the
 proc's exit. It reads every proc's pipes on one thread (``_runtime._fd_watch``, which also
-hears the exits), not a thread per pipe: a mesh of 1,024 would hold 2,048 of them. The spawner's ``LogSink`` of that proc mesh drops them until
+hears the exits), not a thread per pipe: a mesh of 1,024 would hold 2,048 of them. The
+spawner's ``LogSink`` of that proc mesh drops them until
 ``logging_option(stream_to_client=True)``; then prints each line with where it came from,
 or, with an ``aggregate_window_sec``, once per window, similar lines of all ranks together
 as one line with their count (a 64-rank mesh printing one line gives one line).
 
-Printing is done by a thread of its own: a client whose stdout is a pipe nobody drains
-must not stall the runtime's loop. The agent passes output on whole lines at a time (a
+Printing is done by a thread of its own, the agent's passing on too: a client whose stdout
+is a pipe nobody drains must not stall the runtime's loop, nor the thread that reads the
+pipes and hears the exits (an exit is reported once its proc's lines are printed, or
+``PRINT_GRACE`` s after). The agent passes output on whole lines at a time (a
 partial line waits for its end), as the spawner prints: on a client that is its own agent
 both write to one stream, and a line of one must not land inside a line of the other (a
 crash's traceback comes in pieces).
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import logging
 import os
 import queue
@@ -56,6 +60,9 @@ LONGEST_LINE: Final = 65536
 DRAIN_AFTER_EXIT: Final = 2.0
 """Seconds an agent reads a proc's pipes after it exited (a child of the proc may hold
 them open)."""
+PRINT_GRACE: Final = 1.0
+"""Seconds a proc's exit report waits for the agent's printer to have passed its last
+lines on (a stream nobody drains may hold the printer)."""
 SIMILARITY: Final = 0.15
 """Lines differing in at most this fraction of their length (edits) are similar."""
 MOST_GROUPS: Final = 256
@@ -119,8 +126,9 @@ class ProcOutput:
 
     def after_end(self, report: Callable[[], None]) -> None:
         """The proc exited: run ``report`` once both pipes are read to their end (its last
-        lines before its exit), or ``DRAIN_AFTER_EXIT`` s from now if they are not (a child
-        of the proc may hold them open; they are still read after)."""
+        lines before its exit) and passed on, or ``DRAIN_AFTER_EXIT`` s from now if they
+        are not (a child of the proc may hold them open; they are still read after)."""
+        report = functools.partial(_after_printed, report)
         with self._lock:
             if self._open:
                 self._report = report
@@ -432,7 +440,7 @@ def similar(a: str, b: str) -> bool:
 _sinks: weakref.WeakSet[LogSink] = weakref.WeakSet()
 _local_sinks: weakref.WeakValueDictionary[PortRef, LogSink] = weakref.WeakValueDictionary()
 """This process's sinks by the port their lines come to."""
-_queue: queue.SimpleQueue[tuple[int, str | bytes] | None] = queue.SimpleQueue()
+_queue: queue.SimpleQueue[tuple[int, str | bytes] | _Once | None] = queue.SimpleQueue()
 _printer: list[threading.Thread] = []
 _printer_lock = threading.Lock()
 
@@ -463,9 +471,42 @@ def _is_tty(stream: int) -> bool:
         return False
 
 
+class _Once:
+    """A callback that runs at most once, whichever of its callers comes first."""
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self._callback: Callable[[], None] | None = callback
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self._lock:
+            callback, self._callback = self._callback, None
+        if callback is not None:
+            callback()
+
+
+def _after_printed(callback: Callable[[], None]) -> None:
+    """Run ``callback`` once what this process queued for printing so far is written (a
+    proc's exit is reported after its last lines are on the agent's streams), or
+    ``PRINT_GRACE`` s from now, whichever comes first."""
+    if not _printer:  # nothing was ever queued
+        callback()
+        return
+    once = _Once(callback)
+    _queue.put(once)
+    with contextlib.suppress(RuntimeError):  # no thread for the timer: the printer runs it
+        fd_watch.call_later(PRINT_GRACE, once)
+
+
 def _run_printer() -> None:
     while (item := _queue.get()) is not None:
-        _print_now(*item)
+        if isinstance(item, _Once):
+            try:
+                item()
+            except Exception:
+                logging.getLogger("monarch.core").exception("reporting a proc's exit failed")
+        else:
+            _print_now(*item)
 
 
 def _print_now(stream: int, text: str | bytes) -> None:

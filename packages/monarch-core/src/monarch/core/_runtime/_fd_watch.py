@@ -85,7 +85,11 @@ class FdWatch:
                 added, self._added = self._added, []
                 timeout = self._timers[0][0] - time.monotonic() if self._timers else None
             for fd, ready in added:
-                selector.register(fd, selectors.EVENT_READ, ready)
+                try:
+                    selector.register(fd, selectors.EVENT_READ, ready)
+                except (OSError, ValueError, KeyError) as exc:  # closed, or watched already
+                    log.warning("cannot watch descriptor %d: %s", fd, exc)
+                    _call(ready)  # it reads the error, and ends what it watched
             if added:
                 timeout = 0  # look at them at once: they may be readable already
             for key, _ in selector.select(None if timeout is None else max(timeout, 0.0)):
