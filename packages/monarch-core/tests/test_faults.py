@@ -13,6 +13,7 @@ asserted here only loosely.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -469,7 +470,10 @@ def test_a_frozen_host_is_declared_dead_and_not_readmitted(
     check_pending(result, fault_at, high=HEARTBEAT_TIMEOUT + 2.5)
     assert reported_silence(result["pending"]["message"]) >= HEARTBEAT_TIMEOUT, result["pending"]
     for pid in frozen:  # the host comes back: it stays failed
-        os.kill(pid, signal.SIGCONT)
+        # Its agent, continued first, may kill its procs (it lost its controller) before the
+        # loop continues them: fenced, as they should be (seen once under CI's load).
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
     wait_until(lambda: not any(map(stopped, frozen)), 10, "the host runs again")
     ctl.send_line("go")
     check_after(ctl.json(60))
