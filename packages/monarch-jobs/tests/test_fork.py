@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import secrets
 import socket
 import subprocess
@@ -29,6 +30,23 @@ def test_a_forker_that_cannot_start_is_a_job_error_with_what_it_said(tmp_path: P
         JobError, match=r"(?s)forked 0 of 1 and exited with 1: .*no monarch in this"
     ):
         forker.wait_pids(60)
+
+
+def test_a_forker_is_read_whatever_its_pipe_is_numbered(tmp_path: Path) -> None:
+    # A client of many procs holds over 1,024 descriptors: select() refused the forker's
+    # pipe there (ValueError); poll() takes any.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the hard limit of open files here is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held: list[int] = []
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        test_a_forker_that_cannot_start_is_a_job_error_with_what_it_said(tmp_path)
+    finally:
+        for fd in held:
+            os.close(fd)
 
 
 def test_a_forked_worker_that_cannot_listen_says_why_in_its_log(tmp_path: Path) -> None:

@@ -119,7 +119,9 @@ class Child:
         deadline = time.monotonic() + timeout
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            poller = select.poll()  # any descriptor (select refuses those from 1024 up)
+            poller.register(fd, select.POLLIN)
+            if left <= 0 or not poller.poll(left * 1000):
                 raise AssertionError(self._explain(f"no line within {timeout}s"))
             chunk = os.read(fd, 65536)
             if not chunk:

@@ -150,7 +150,7 @@ class Forker:
         out = self._out
         while len(self.pids) < self.count and not out.closed:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([out], [], [], left)[0]:
+            if left <= 0 or not _readable(out.fileno(), left):
                 return
             data = os.read(out.fileno(), 4096)
             if not data:
@@ -223,3 +223,11 @@ def _become_worker_process(log: str) -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` has input (or its end) within ``timeout`` s: ``poll``, which takes any
+    descriptor (``select`` refuses one numbered 1024 or more, as a client of many procs has)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(timeout * 1000))
