@@ -28,6 +28,8 @@ from monarch.config import configured
 from monarch.core._mesh._logs import (
     SIMILARITY,
     OutputPlan,
+    _count,
+    _far_apart,
     _Window,
     forward_output,
     similar,
@@ -218,6 +220,15 @@ def test_similar_is_a_bounded_edit_distance(a: str, b: str) -> None:
     expected = levenshtein(a, b) <= int(SIMILARITY * max(len(a), len(b)))
     assert similar(a, b) is expected
     assert similar(b, a) is expected
+
+
+@given(a=lines, b=lines, most=st.integers(0, 12))
+def test_lines_counted_far_apart_are_more_edits_apart_than_the_bound(
+    a: str, b: str, most: int
+) -> None:
+    # The filter before the edit distance only ever skips lines it would not group.
+    if _far_apart(_count(a), _count(b), most):
+        assert levenshtein(a, b) > most
 
 
 @given(st.lists(st.tuples(st.integers(0, 7), lines), max_size=60))
