@@ -57,8 +57,12 @@ def test_a_mesh_of_more_procs_than_the_soft_limit_spawns() -> None:
     assert f"ANSWER {PROCS}" in out, out
 
 
-def test_procs_beyond_the_hard_limit_fail_the_spawn_at_once_with_why() -> None:
+def test_procs_beyond_the_hard_limit_fail_the_spawn_at_once() -> None:
     # Before: the zygote's pipes failed outside any handler, and the spawn waited for
-    # host_spawn_ready_timeout (a TimeoutError that said nothing of descriptors).
+    # host_spawn_ready_timeout (a TimeoutError that said nothing of descriptors). Where the
+    # agent runs out first, the spawn says so; where it can no longer accept a proc's
+    # connection, that proc ends before it was ready (seen under CI's load) and the spawn
+    # fails at once too.
     out = run_with_limits(PROCS, PROCS)
-    assert "FAILED RuntimeError" in out and "Too many open files" in out, out
+    assert "FAILED RuntimeError" in out, out
+    assert "Too many open files" in out or "before it was ready" in out, out
