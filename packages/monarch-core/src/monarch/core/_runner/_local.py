@@ -90,7 +90,7 @@ def handle_spawn_actor(
     def start(reads: list[Read]) -> None:
         runners: list[ActorRunner] = []
         for rank, one in zip(ranks, reads, strict=True):
-            spawn = msgspec.structs.replace(body, rank=rank, ranks=())
+            spawn = body.for_ranks((rank,))
             try:
                 runners.append(start_actor(runtime, spawn, one))
             except Exception as exc:  # noqa: BLE001 - no thread to run it: it fails here
