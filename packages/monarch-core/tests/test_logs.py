@@ -15,6 +15,7 @@ import secrets
 import subprocess
 import sys
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import cast
 
@@ -28,7 +29,6 @@ from monarch.config import configured
 from monarch.core._mesh._logs import (
     SIMILARITY,
     OutputPlan,
-    _count,
     _far_apart,
     _Window,
     forward_output,
@@ -220,6 +220,7 @@ def test_similar_is_a_bounded_edit_distance(a: str, b: str) -> None:
     expected = levenshtein(a, b) <= int(SIMILARITY * max(len(a), len(b)))
     assert similar(a, b) is expected
     assert similar(b, a) is expected
+    assert similar(a, b, counts=(Counter(a), Counter(b))) is expected  # as a window asks
 
 
 @given(a=lines, b=lines, most=st.integers(0, 12))
@@ -227,7 +228,7 @@ def test_lines_counted_far_apart_are_more_edits_apart_than_the_bound(
     a: str, b: str, most: int
 ) -> None:
     # The filter before the edit distance only ever skips lines it would not group.
-    if _far_apart(_count(a), _count(b), most):
+    if _far_apart(Counter(a), Counter(b), most):
         assert levenshtein(a, b) > most
 
 

@@ -41,8 +41,8 @@ import sys
 import threading
 import time
 import weakref
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final, Protocol, TextIO
@@ -378,7 +378,7 @@ class _Group:
 
     __slots__ = ("chars", "count", "pattern", "rank", "text")
 
-    def __init__(self, text: str, rank: int, chars: dict[str, int]) -> None:
+    def __init__(self, text: str, rank: int, chars: Mapping[str, int]) -> None:
         self.text, self.rank, self.count, self.chars = text, rank, 1, chars
         self.pattern = _Pattern(text)
 
@@ -391,12 +391,9 @@ class _Window:
         self.groups: list[_Group] = []
 
     def add(self, rank: int, line: str) -> None:
-        chars = _count(line)
+        chars = Counter(line)
         for group in self.groups[:MOST_GROUPS]:
-            most = int(SIMILARITY * max(len(group.text), len(line)))
-            if not _far_apart(group.chars, chars, most) and similar(
-                group.text, line, group.pattern
-            ):
+            if similar(group.text, line, group.pattern, (group.chars, chars)):
                 group.count += 1
                 return
         self.groups.append(_Group(line, rank, chars))
@@ -422,14 +419,7 @@ class _Window:
         return "".join(lines)
 
 
-def _count(line: str) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for char in line:
-        counts[char] = counts.get(char, 0) + 1
-    return counts
-
-
-def _far_apart(a: dict[str, int], b: dict[str, int], most: int) -> bool:
+def _far_apart(a: Mapping[str, int], b: Mapping[str, int], most: int) -> bool:
     """Whether two lines with these characters counted are more than ``most`` edits apart,
     by a bound that needs no alignment: an edit changes the counts by at most 2 (a
     substitution; an insertion or a deletion by 1), so ``sum |a - b| > 2 * most`` is."""
@@ -447,13 +437,21 @@ def _far_apart(a: dict[str, int], b: dict[str, int], most: int) -> bool:
     return False
 
 
-def similar(a: str, b: str, pattern: _Pattern | None = None) -> bool:
+def similar(
+    a: str,
+    b: str,
+    pattern: _Pattern | None = None,
+    counts: tuple[Mapping[str, int], Mapping[str, int]] | None = None,
+) -> bool:
     """Whether ``b`` is ``a`` with at most ``SIMILARITY`` of its length edited (Levenshtein;
-    ``pattern``: ``a``'s, made once for a group compared with many lines)."""
+    ``pattern``: ``a``'s, and ``counts``: both lines' characters counted, made once for a
+    group compared with many lines: most pairs are then told apart without the distance)."""
     if a == b:
         return True
     limit = int(SIMILARITY * max(len(a), len(b)))
     if limit == 0 or abs(len(a) - len(b)) > limit:
+        return False
+    if counts is not None and _far_apart(*counts, limit):
         return False
     return (pattern or _Pattern(a)).distance(b) <= limit
 
