@@ -38,11 +38,18 @@ from monarch.core._runtime._messages import (
     ShapeSpec,
     SpawnActor,
     StopProc,
+    ZygoteExited,
+    ZygoteFork,
+    ZygoteForked,
+    ZygotePreload,
+    ZygoteReady,
     decode_beat,
     decode_body,
     decode_envelope,
     decode_single,
+    decode_zygote,
     encode,
+    encode_body,
 )
 from monarch.transport import Connection, ConnectionClosed, open_connection, open_listener
 
@@ -248,6 +255,26 @@ hellos = st.builds(
     st.integers(0, 2**63 - 1),
     names,
 )
+
+
+zygote_messages = (  # an agent and its zygote, a zygote and its successor (``_zygote_proc``)
+    st.builds(
+        ZygoteFork,
+        st.integers(0, 2**63 - 1),
+        st.dictionaries(names, names, max_size=4),
+        names,
+        st.lists(names, max_size=3).map(tuple),
+    )
+    | st.builds(ZygoteForked, st.integers(0, 2**63 - 1), st.integers(0, 2**31), names)
+    | st.builds(ZygoteExited, st.integers(0, 2**31), st.integers(-64, 255))
+    | st.builds(ZygoteReady, names)
+    | st.builds(ZygotePreload, st.lists(names, max_size=4).map(tuple))
+)
+
+
+@given(zygote_messages)
+def test_a_zygotes_messages_round_trip(message: object) -> None:
+    assert decode_zygote(encode_body(message)) == message
 
 
 @given(hellos)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from monarch._zygote_start import preloaded
 from monarch.actor import Actor, endpoint, this_host
 from monarch.config import configured
 from monarch.core._host import _watching
@@ -154,6 +155,80 @@ def test_procs_of_a_spawner_that_imported_torch_answer_before_it_and_get_it() ->
     assert steps["tensor"] == [[2.0, 2.0], True]
     later = steps["later"]
     assert later["found"] and later["parent"] != steps["first"][0]["parent"]
+
+
+PRELOAD_AT_IMPORT = """if True:
+    import os, sys, time
+    from pathlib import Path
+    from monarch import _zygote_start
+    from monarch.actor import Actor, endpoint, this_host
+    from monarch.config import configured
+
+    class Probe(Actor):
+        @endpoint
+        def probe(self) -> tuple[int, object, bool]:
+            module = sys.modules.get("zygote_gate_probe")
+            return os.getppid(), getattr(module, "IMPORTED_BY", None), "wave" in sys.modules
+
+    def children(pid: int) -> list[int]:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+    def probe() -> tuple[int, object, bool]:
+        procs = this_host().spawn_procs(per_host={"gpus": 1})
+        found = procs.spawn("p", Probe).probe.call_one().get(timeout=60)
+        procs.stop().get(timeout=60)
+        return found
+
+    zygote = _zygote_start._started[0][1][0].pid
+    deadline = time.monotonic() + 120
+    while not children(zygote):  # before any spawn: the successor, preloading
+        assert time.monotonic() < deadline, "no successor"
+        time.sleep(0.02)
+    (successor,) = children(zygote)
+    print(successor != zygote)
+    with configured(proc_preload="zygote_gate_probe,wave"):
+        # Forked at once by the zygote, without either; the successor, still importing
+        # (the gate is shut), is asked to import wave as well before it is ready.
+        parent, imported_by, wave = probe()
+        print(parent == zygote and imported_by is None and not wave)
+        Path(os.environ["ZYGOTE_GATE"]).touch()
+        while parent != successor:  # procs forked once it is ready are its forks
+            assert time.monotonic() < deadline, "no proc of the successor"
+            parent, imported_by, wave = probe()
+    print(imported_by == successor and wave)
+"""
+
+
+def test_a_scripts_zygote_preloads_what_the_script_imported_before_monarch_at_once(
+    tmp_path: Path,
+) -> None:
+    """What procs should find imported (``proc_preload``: torch, where a script imported it
+    before ``monarch.actor``) the zygote started at import begins importing at once, in its
+    successor, not at the first spawn: the time a script spends before it spawns is that
+    import's. What a spawn asks for beyond that while the successor imports, it imports
+    too before it forks: its procs have both."""
+    done = subprocess.run(
+        [sys.executable, "-c", PRELOAD_AT_IMPORT],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(HERE),
+            "MONARCH_PROC_PRELOAD": "zygote_gate_probe",
+            "ZYGOTE_GATE": str(tmp_path / "gate"),
+        },
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "True", "True"]
+
+
+def test_auto_preload_names_what_the_spawner_imported_of_torch_and_the_tensor_engine() -> None:
+    assert preloaded("auto", {"torch", "numpy"}) == "torch"
+    assert preloaded(" auto ", {"monarch.tensor", "torch"}) == "torch,monarch.tensor"
+    assert preloaded("auto", {"numpy"}) == ""
+    assert preloaded("numpy,torch", set()) == "numpy,torch"
+    assert preloaded("", {"torch"}) == ""
 
 
 LONE = """if True:

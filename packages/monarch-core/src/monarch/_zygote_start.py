@@ -24,10 +24,19 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterable
 from typing import Final
 
 FD_ENV: Final = "MONARCH_ZYGOTE_FD"
 """The zygote's end of its socket pair."""
+
+PRELOAD_ENV: Final = "MONARCH_ZYGOTE_PRELOAD"
+"""What the zygote imports for its procs from its start (comma-separated; see ``preloaded``)."""
+
+AUTO_PRELOAD: Final = ("torch", "monarch.tensor")
+"""What ``proc_preload="auto"`` preloads where the spawner has imported it: a proc that
+imports torch itself spends seconds of CPU on it, each proc of a host at once; the tensor
+engine's worker module another 0.1-0.4 s, at the first tensor command of a fresh mesh."""
 
 COMMAND: Final = ("-m", "monarch.core._host._zygote_proc")
 """How a zygote is started, after the interpreter."""
@@ -40,12 +49,15 @@ OFF: Final = frozenset({"0", "false", "f", "no", "n", "off"})
 Launched = tuple["subprocess.Popen[bytes]", socket.socket]
 
 
-def launch() -> Launched:
-    """Start a zygote as a new Python; our end of its socket pair. OSError if it cannot."""
+def launch(preload: str = "") -> Launched:
+    """Start a zygote as a new Python; our end of its socket pair. OSError if it cannot.
+    ``preload``: what it imports for its procs from its start (see ``preloaded``)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     env = dict(os.environ)  # the job's secret is not there: read, it left (job_secret)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     env[FD_ENV] = str(theirs.fileno())
+    if preload:
+        env[PRELOAD_ENV] = preload
     try:
         process = subprocess.Popen(
             [sys.executable, *COMMAND],
@@ -79,13 +91,30 @@ def wanted() -> bool:
     )
 
 
+def preloaded(chosen: str, imported: Iterable[str]) -> str:
+    """What procs should find imported (the ``proc_preload`` key's value ``chosen``):
+    ``auto``, those of ``AUTO_PRELOAD`` the spawner has ``imported``; else as chosen."""
+    chosen = chosen.strip()
+    if chosen == "auto":
+        return ",".join(name for name in AUTO_PRELOAD if name in imported)
+    return chosen
+
+
 def prestart() -> None:
     """Start this script's zygote now, once, where wanted; quietly not where it cannot be
-    started (the first proc then starts as it would have)."""
+    started (the first proc then starts as it would have).
+
+    What the script has imported by now that its procs should find imported (torch: a
+    PyTorch script imports it first) the zygote starts importing for them at once (in a
+    successor, ``_zygote_proc``), rather than at the first spawn: a proc that finds torch
+    missing imports it at its first tensor (~1.5 s of CPU; 0.12 s to the first fetched
+    value where it is there), and the time a script spends before it spawns is time
+    that import has had."""
     if _started or not wanted():
         return
+    chosen = os.environ.get("MONARCH_PROC_PRELOAD", "auto")
     try:
-        _started.append((os.getpid(), launch()))
+        _started.append((os.getpid(), launch(preloaded(chosen, sys.modules))))
     except OSError:
         pass
 

@@ -303,7 +303,9 @@ class Config:
             "has them without importing them itself (comma-separated; empty: none). "
             "'auto': torch and monarch.tensor, those the spawner has imported. Procs "
             "asked for while the zygote imports them are forked without them (they "
-            "import them when they need them)."
+            "import them when they need them). A script's zygote, started as it imports "
+            "monarch.actor, starts on those the script imported before at once (read from "
+            "the environment then)."
         ),
         ours=True,
     )

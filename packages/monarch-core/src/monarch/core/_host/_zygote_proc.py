@@ -31,16 +31,19 @@ import select
 import signal
 import socket
 import sys
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 import msgspec
 
 from monarch._zygote_start import FD_ENV
+from monarch._zygote_start import PRELOAD_ENV as PRELOAD_AT_START_ENV
 from monarch.core._config import KEYS, reload_from_environment
 from monarch.core._runtime._messages import (
     ZygoteExited,
     ZygoteFork,
     ZygoteForked,
+    ZygotePreload,
     ZygoteReady,
     decode_zygote,
     encode_body,
@@ -70,10 +73,13 @@ class State:
     """What one zygote serves: its requester (the agent, or the zygote that forked it as
     its successor), the modules it has imported or handed to a successor, its procs."""
 
-    def __init__(self, up: socket.socket, tried: set[str]) -> None:
+    def __init__(self, up: socket.socket, tried: set[str], first: Sequence[str] = ()) -> None:
         self.up = up
         self.tried = tried
         """Preloads imported here or handed to the successor (each is tried once)."""
+        self.first = list(first)
+        """Preloads a successor starts on before any request asks for them (its starter's
+        imports, ``monarch._zygote_start``)."""
         self.successor: Successor | None = None
         self.procs: set[int] = set()
         """Procs whose exit this zygote reports: its own, and its successor's (which it
@@ -86,6 +92,9 @@ def serve(state: State, woken: int, wake: int) -> None:
     os.set_blocking(wake, False)
     signal.set_wakeup_fd(wake)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    if state.first:
+        first, state.first = state.first, []
+        start_successor(state, first)
     while True:
         successor = state.successor
         watched = [state.up.fileno(), woken]
@@ -121,6 +130,9 @@ def serve(state: State, woken: int, wake: int) -> None:
 def answer(state: State, data: bytes, fds: list[int]) -> None:
     try:
         request = decode_zygote(data)
+        if isinstance(request, ZygotePreload) and not fds:  # came once this one was ready
+            want_preloaded(state, request.names)
+            return
         if not isinstance(request, ZygoteFork) or len(fds) != 3:
             raise ValueError(f"a fork request with 3 descriptors, not {type(request).__name__}")
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
@@ -147,10 +159,38 @@ def answer(state: State, data: bytes, fds: list[int]) -> None:
     state.up.send(encode_body(ZygoteForked(request.token, pid)))
     # This proc runs without what it asked preloaded (it imports it if it needs it); a
     # successor imports it meanwhile, for the procs asked for once it is done.
-    wanted = preload_names(request.env.get(PRELOAD_ENV, "")) if not request.main else []
-    missing = [name for name in wanted if name not in state.tried and name not in sys.modules]
-    if missing and state.successor is None:
+    if not request.main:
+        want_preloaded(state, preload_names(request.env.get(PRELOAD_ENV, "")))
+
+
+def want_preloaded(state: State, names: Iterable[str]) -> None:
+    """Have ``names`` imported for the procs to come: by a successor started for them, or
+    by the one importing already (which adds them before it says it is ready)."""
+    missing = [name for name in names if name not in state.tried and name not in sys.modules]
+    if not missing:
+        return
+    successor = state.successor
+    if successor is None:
         start_successor(state, missing)
+    elif not successor.ready:  # (a ready one is relayed the requests that ask for them)
+        state.tried.update(missing)
+        with contextlib.suppress(OSError):  # it died: its exit comes through relay()
+            successor.sock.send(encode_body(ZygotePreload(tuple(missing))))
+
+
+def asked_meanwhile(state: State) -> list[str]:
+    """What the zygote asked this successor to preload as well while it was importing
+    (``ZygotePreload``: no other request comes before it says it is ready)."""
+    names: list[str] = []
+    while True:
+        try:
+            data = state.up.recv(MAX_MESSAGE, socket.MSG_DONTWAIT)
+        except OSError:  # none waiting (BlockingIOError), or the zygote is gone
+            return names
+        message = decode_zygote(data) if data else None
+        if not isinstance(message, ZygotePreload):
+            return names
+        names.extend(message.names)
 
 
 def relayed(successor: Successor, request: ZygoteFork, data: bytes, fds: list[int]) -> bool:
@@ -398,7 +438,7 @@ def serve_zygote(sock: socket.socket) -> None:
     count_imported()
     gc.freeze()  # what the zygote imported: never scanned again, here or in its procs
     gc.enable()  # off since the core's import (see __init__)
-    state = State(sock, set())
+    state = State(sock, set(), preload_names(os.environ.pop(PRELOAD_AT_START_ENV, "")))
     while True:
         # The procs a successor forked are reaped (and their exits reported) here if
         # that successor dies first.
@@ -423,6 +463,8 @@ def serve_zygote(sock: socket.socket) -> None:
         if os.getppid() != parent:
             os._exit(0)
         unsafe = preload(names)
+        while not unsafe and (more := asked_meanwhile(state)):
+            unsafe = preload(more)
         try:
             state.up.send(encode_body(ZygoteReady(unsafe)))
         except OSError:

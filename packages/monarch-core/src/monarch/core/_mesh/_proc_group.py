@@ -11,8 +11,9 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
+from monarch._zygote_start import preloaded
 from monarch.core._config import KEYS, current_config, runtime_env
 from monarch.core._errors import MeshFailure, PeerLost, RemoteFailure, SupervisionError
 from monarch.core._layout._shape import Point, Shape
@@ -287,18 +288,9 @@ class _LoggerMesh:
             log.log(logging.INFO if quiet else logging.WARNING, "at exit: %s", failure.report())
 
 
-AUTO_PRELOAD: Final = ("torch", "monarch.tensor")
-"""What ``proc_preload="auto"`` preloads where the spawner has imported it: a proc that
-imports torch itself spends seconds of CPU on it, each proc of a host at once; the tensor
-engine's worker module another 0.1-0.4 s, at the first tensor command of a fresh mesh."""
-
-
 def preload_list() -> str:
     """The modules procs of this spawn should find imported (``proc_preload``)."""
-    chosen = current_config().proc_preload.strip()
-    if chosen == "auto":
-        return ",".join(name for name in AUTO_PRELOAD if name in sys.modules)
-    return chosen
+    return preloaded(current_config().proc_preload, sys.modules)
 
 
 async def _start_procs(

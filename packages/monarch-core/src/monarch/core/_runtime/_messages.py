@@ -581,5 +581,12 @@ class ZygoteReady(msgspec.Struct, array_like=True, tag=73, frozen=True, gc=False
     error: str = ""
 
 
-ZygoteMessage = ZygoteFork | ZygoteForked | ZygoteExited | ZygoteReady
+class ZygotePreload(msgspec.Struct, array_like=True, tag=74, frozen=True, gc=False):
+    """From a zygote to its successor that is still preloading: import these too before
+    you say you are ready (requests asked for more than it was started for)."""
+
+    names: tuple[str, ...]
+
+
+ZygoteMessage = ZygoteFork | ZygoteForked | ZygoteExited | ZygoteReady | ZygotePreload
 decode_zygote: Final = msgspec.msgpack.Decoder(ZygoteMessage).decode
