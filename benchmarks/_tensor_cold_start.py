@@ -4,6 +4,11 @@ A PyTorch user's script: ``import torch`` and ``monarch``, ``spawn_procs(gpus=2)
 for ``initialized``, then the first value: a tensor made on the mesh and fetched back
 (upstream's API only, so that upstream 0.7.0's interpreter runs it too). Prints one JSON
 line of ``time.monotonic`` readings.
+
+    python _tensor_cold_start.py [--work SECONDS]
+
+``--work``: the script's own work between its imports and the spawn (a model built, data
+loaded: here torch matrix products on the client for that long), as most scripts have.
 """
 
 import time
@@ -11,6 +16,7 @@ import time
 t_main = time.monotonic()
 
 import json  # noqa: E402 - timed from the very top
+import sys  # noqa: E402
 import warnings  # noqa: E402
 
 import torch  # noqa: E402
@@ -21,7 +27,17 @@ from monarch.actor import this_host  # noqa: E402
 warnings.simplefilter("ignore")
 
 
+def work(seconds: float) -> None:
+    """The script's own work: torch on the client, for ``seconds``."""
+    a = torch.rand(256, 256)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        a = torch.tanh(a @ a)
+
+
 def main() -> None:
+    if "--work" in sys.argv:
+        work(float(sys.argv[sys.argv.index("--work") + 1]))
     t_spawn = time.monotonic()
     procs = this_host().spawn_procs(per_host={"gpus": 2})
     procs.initialized.get(timeout=120)

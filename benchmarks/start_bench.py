@@ -15,7 +15,9 @@ With torch imported by the client first, as a PyTorch user's script does (issue 
 ``cold_start_torch`` (1 proc) and ``cold_start_torch4`` (4 procs), spawn call to first
 reply; ``tensor_start`` (``_tensor_cold_start.py``: ``spawn_procs(gpus=2).initialized``,
 then the first value fetched from the mesh); ``local_job_torch`` (``LocalJob().state()``
-to the first reply) and ``fresh_job_torch`` (``ProcessJob({"hosts": 2})``, as fresh job).
+to the first reply) and ``fresh_job_torch`` (``ProcessJob({"hosts": 2})``, as fresh job);
+``tensor_start_after_work``: ``tensor_start`` where the script works (torch on the client)
+for ``WORK_S`` between its imports and the spawn, as most scripts do before they spawn.
 
 Implementations: ``monarch`` (this checkout, as installed), ``baseline`` (with
 ``--baseline DIR``: the same interpreter with DIR's ``packages/*/src`` first on
@@ -59,6 +61,7 @@ FIGURES = {
     "cold_start_torch4_spawn_s": "cold start, torch first, 4 procs: spawn to first reply",
     "tensor_initialized_s": "tensor engine, torch first: spawn_procs(2) to initialized",
     "tensor_first_value_s": "tensor engine: initialized to the first fetched value",
+    "tensor_first_value_after_work_s": "the same, the script having worked 2 s before it spawned",
     "local_job_torch_s": "LocalJob, torch first: state() to first reply",
     "jobs_fresh_from_state_s": "fresh ProcessJob (2 hosts): state() to first replies",
     "jobs_fresh_from_process_start_s": "fresh ProcessJob (2 hosts): process start to replies",
@@ -70,10 +73,14 @@ TARGETS = {
     "cold_start_torch_spawn_s": 0.5,
     "cold_start_torch4_spawn_s": 0.5,
     "tensor_initialized_s": 0.5,
+    "tensor_first_value_after_work_s": 0.25,
     "local_job_torch_s": 0.5,
     "jobs_fresh_torch_s": 0.5,
 }
 """Ours / upstream 0.7.0 (issues 19, 16 and 29)."""
+
+WORK_S = 2.0
+"""Seconds the script works before it spawns in ``tensor_start_after_work``."""
 
 
 class Impl:
@@ -125,6 +132,10 @@ class Impl:
             "tensor_initialized_s": doc["t_initialized"] - doc["t_spawn"],
             "tensor_first_value_s": doc["t_value"] - doc["t_initialized"],
         }
+
+    def tensor_start_after_work(self) -> dict[str, float]:
+        doc = self.run([str(HERE / "_tensor_cold_start.py"), "--work", str(WORK_S)])
+        return {"tensor_first_value_after_work_s": doc["t_value"] - doc["t_initialized"]}
 
     def _job(self, *words: str) -> dict[str, Any]:
         client = str(HERE / "_jobs_client.py")
@@ -192,7 +203,7 @@ def main() -> None:
     parser.add_argument(
         "--workloads",
         default="cold_start,fresh_job,cold_start_torch,cold_start_torch4,tensor_start,"
-        "local_job_torch,fresh_job_torch",
+        "tensor_start_after_work,local_job_torch,fresh_job_torch",
     )
     parser.add_argument("--out", default=str(RESULTS_DIR / "start.json"))
     args = parser.parse_args()
