@@ -464,6 +464,7 @@ def serve_zygote(sock: socket.socket) -> None:
             os._exit(0)
         unsafe = preload(names)
         while not unsafe and (more := asked_meanwhile(state)):
+            state.tried.update(more)  # each tried once, here too (one that fails stays out)
             unsafe = preload(more)
         try:
             state.up.send(encode_body(ZygoteReady(unsafe)))
