@@ -80,11 +80,22 @@ _started: list[tuple[int, Launched]] = []
 the script has none: it is its parent's)."""
 
 
+_in_zygote: list[bool] = []
+"""Set in a zygote (see ``in_zygote``)."""
+
+
+def in_zygote() -> None:
+    """This process is a zygote: it starts none at an import of ``monarch.actor`` (its
+    successor imports monarch.actor when it preloads monarch.tensor), nor do its forks."""
+    _in_zygote[:] = [True]
+
+
 def wanted() -> bool:
     """Whether this process starts its zygote at import (see the module docstring)."""
     env = os.environ
     return (
         sys.platform == "linux"
+        and not _in_zygote
         and PROC_ENV not in env
         and env.get("MONARCH_FORK_PROCS", "1").strip().lower() not in OFF
         and env.get("MONARCH_PRESTART_ZYGOTE", "1").strip().lower() not in OFF

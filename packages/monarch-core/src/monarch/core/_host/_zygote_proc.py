@@ -36,7 +36,7 @@ from typing import Final
 
 import msgspec
 
-from monarch._zygote_start import FD_ENV
+from monarch._zygote_start import FD_ENV, in_zygote
 from monarch._zygote_start import PRELOAD_ENV as PRELOAD_AT_START_ENV
 from monarch.core._config import KEYS, reload_from_environment
 from monarch.core._runtime._messages import (
@@ -433,6 +433,7 @@ def serve_zygote(sock: socket.socket) -> None:
     die_with_parent()
     if os.getppid() == 1:
         sys.exit("monarch zygote: its agent is already gone")
+    in_zygote()  # a preload that imports monarch.actor starts no zygote here (a chain)
     import_proc_start()  # once here, not in every proc
     compact()
     count_imported()
