@@ -18,15 +18,18 @@ from monarch.core._runtime._internal_logs import log_path
 
 SCRIPT = textwrap.dedent(
     """
-    import logging, sys
+    import logging, os, sys
     from monarch.actor import Actor, endpoint, this_host
 
     if sys.argv[1] == "configured":
         logging.basicConfig(level=logging.WARNING, format="USER %(name)s %(message)s")
+    if sys.argv[1] == "errors-only":  # after the import: the zygote started without it
+        os.environ["MONARCH_FILE_LOG"] = "ERROR"
 
     class Hello(Actor):
         @endpoint
         def hi(self) -> int:
+            logging.getLogger("monarch.core").error("an error in proc %d", os.getpid())
             return 1
 
     procs = this_host().spawn_procs(per_host={"gpus": 2})
@@ -92,6 +95,23 @@ def test_levels_from_the_environment(tmp_path: Path) -> None:
     assert "a runtime info line" in done.stderr  # printed from INFO now
     done, text = run(tmp_path, MONARCH_FILE_LOG="loud")
     assert "MONARCH_FILE_LOG='loud' is not a log level" in done.stderr
+
+
+def test_procs_write_under_their_own_names_at_the_levels_they_were_given(
+    tmp_path: Path,
+) -> None:
+    """A proc takes its zygote's handler and file (the zygote installs them before it
+    forks) only when it would choose the same: levels set after the zygote started (by
+    the script, after its import) are the procs', which install their own."""
+    (tmp_path / "same").mkdir()
+    (tmp_path / "late").mkdir()
+    _, text = run(tmp_path / "same")
+    assert re.search(r" proc 1\]E.* an error in proc \d+", text), text
+    _, text = run(tmp_path / "late", "errors-only")
+    lines = text.splitlines()
+    for rank in (0, 1):
+        assert any(f" proc {rank}]E" in line and "an error in proc" in line for line in lines)
+        assert not any(f" proc {rank}]I" in line for line in lines), text  # the zygote's INFO
 
 
 def test_off_writes_no_file_and_no_banner(tmp_path: Path) -> None:

@@ -3,6 +3,8 @@ procs started as new Pythons do, and a dead zygote takes its procs, not the agen
 
 from __future__ import annotations
 
+import asyncio
+import dis
 import importlib.util
 import json
 import os
@@ -526,3 +528,48 @@ def test_a_forked_procs_exit_callbacks_run_once_and_a_failing_one_harms_no_other
     proc.when_exited(lambda code: heard.append(("after", code)))
     assert heard == [("before", 3), ("after", 3)]
     assert proc.poll() == 3 and proc.wait(0) == 3
+
+
+class Warmth(Actor):
+    @endpoint
+    def warmth(self) -> tuple[int, bool]:
+        """The rounds its zygote had rehearsed when it forked this proc, and whether the
+        server's step of the handshake (run twice per connection this proc accepted: 3.11
+        specializes at the eighth call) is specialized."""
+        from monarch.core._host._rehearsal import rounds_done
+        from monarch.transport._handshake import Handshake
+
+        code = dis.get_instructions(Handshake._server_step, adaptive=True)
+        return rounds_done[0], any(op.opname not in dis.opmap for op in code)
+
+
+def test_the_zygote_rehearses_a_procs_start_while_idle_and_its_procs_start_warm() -> None:
+    """Once the zygote has had no request for a few moments (a round each), its procs
+    are forked with the messaging code already run and specialized (``_rehearsal``)."""
+    from monarch.core._host._rehearsal import ROUNDS
+
+    deadline = time.monotonic() + 60
+    while True:
+        procs = this_host().spawn_procs(per_host={"gpus": 1})
+        done, specialized = procs.spawn("warmth", Warmth).warmth.call_one().get(timeout=60)
+        procs.stop().get(timeout=60)
+        if done == ROUNDS:
+            break
+        assert 0 <= done < ROUNDS
+        assert time.monotonic() < deadline, f"the zygote rehearsed {done} of {ROUNDS} rounds"
+    assert specialized
+
+
+def test_a_rehearsal_round_leaves_no_loop_thread_or_descriptor_for_a_fork_to_copy() -> None:
+    from monarch.core._host._rehearsal import rehearse_round, rounds_done
+
+    assert rehearse_round()  # the first: libuv's process-wide signal pipe, made once
+    threads = set(threading.enumerate())
+    fds = set(os.listdir("/proc/self/fd"))
+    before = rounds_done[0]
+    assert rehearse_round()
+    assert rounds_done[0] == before + 1
+    assert set(threading.enumerate()) == threads
+    assert set(os.listdir("/proc/self/fd")) == fds
+    with pytest.raises(RuntimeError):
+        asyncio.get_running_loop()

@@ -39,6 +39,7 @@ import msgspec
 from monarch._zygote_start import FD_ENV, in_zygote
 from monarch._zygote_start import PRELOAD_ENV as PRELOAD_AT_START_ENV
 from monarch.core._config import KEYS, reload_from_environment
+from monarch.core._runtime._internal_logs import install_internal_logs
 from monarch.core._runtime._messages import (
     ZygoteExited,
     ZygoteFork,
@@ -50,6 +51,7 @@ from monarch.core._runtime._messages import (
 )
 
 from ._bootstrap import import_proc_start, run_proc
+from ._rehearsal import ROUNDS, rehearse_round
 from ._spawning import die_with_parent, reap_orphans
 from ._zygote import MAX_MESSAGE
 
@@ -73,7 +75,9 @@ class State:
     """What one zygote serves: its requester (the agent, or the zygote that forked it as
     its successor), the modules it has imported or handed to a successor, its procs."""
 
-    def __init__(self, up: socket.socket, tried: set[str], first: Sequence[str] = ()) -> None:
+    def __init__(
+        self, up: socket.socket, tried: set[str], first: Sequence[str] = (), rehearsals: int = 0
+    ) -> None:
         self.up = up
         self.tried = tried
         """Preloads imported here or handed to the successor (each is tried once)."""
@@ -84,6 +88,8 @@ class State:
         self.procs: set[int] = set()
         """Procs whose exit this zygote reports: its own, and its successor's (which it
         reaps itself if the successor dies first: this zygote is their subreaper)."""
+        self.rehearsals = rehearsals
+        """Rounds of a proc's start still to rehearse while idle (``_rehearsal``)."""
 
 
 def serve(state: State, woken: int, wake: int) -> None:
@@ -100,9 +106,12 @@ def serve(state: State, woken: int, wake: int) -> None:
         watched = [state.up.fileno(), woken]
         if successor is not None:
             watched.append(successor.sock.fileno())
-        try:
-            ready, _, _ = select.select(watched, [], [])
+        try:  # while rounds are left to rehearse, only a look at what is waiting
+            ready, _, _ = select.select(watched, [], [], 0 if state.rehearsals else None)
         except InterruptedError:
+            continue
+        if not ready:
+            rehearse(state)
             continue
         if successor is not None and successor.sock.fileno() in ready:
             # First: a proc the successor forked is known here before this zygote may
@@ -125,6 +134,16 @@ def serve(state: State, woken: int, wake: int) -> None:
             if not data:
                 return  # the requester is gone (its procs die with us)
             answer(state, data, fds)
+
+
+def rehearse(state: State) -> None:
+    """One round of a proc's start (``_rehearsal``); after the last, what the rounds left
+    is freed and frozen as the zygote's imports were (``compact``)."""
+    state.rehearsals = state.rehearsals - 1 if rehearse_round() else 0
+    reap(state)  # a child's SIGCHLD during the round may have woken the round's loop instead
+    if not state.rehearsals:
+        compact()
+        gc.freeze()
 
 
 def answer(state: State, data: bytes, fds: list[int]) -> None:
@@ -219,7 +238,10 @@ def start_successor(state: State, names: list[str]) -> None:
         return
     if pid == 0:
         ours.close()
-        raise BecomeSuccessor(State(theirs, set(state.tried)), names, parent)
+        # What rounds are left it rehearses too (it has what the rounds so far warmed).
+        raise BecomeSuccessor(
+            State(theirs, set(state.tried), rehearsals=state.rehearsals), names, parent
+        )
     theirs.close()
     state.successor = Successor(pid, ours)
 
@@ -434,12 +456,14 @@ def serve_zygote(sock: socket.socket) -> None:
     if os.getppid() == 1:
         sys.exit("monarch zygote: its agent is already gone")
     in_zygote()  # a preload that imports monarch.actor starts no zygote here (a chain)
+    install_internal_logs("zygote")  # its procs take the handler and file (see there)
     import_proc_start()  # once here, not in every proc
     compact()
     count_imported()
     gc.freeze()  # what the zygote imported: never scanned again, here or in its procs
     gc.enable()  # off since the core's import (see __init__)
-    state = State(sock, set(), preload_names(os.environ.pop(PRELOAD_AT_START_ENV, "")))
+    first = preload_names(os.environ.pop(PRELOAD_AT_START_ENV, ""))
+    state = State(sock, set(), first, rehearsals=ROUNDS)
     while True:
         # The procs a successor forked are reaped (and their exits reported) here if
         # that successor dies first.

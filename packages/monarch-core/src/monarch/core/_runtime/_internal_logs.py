@@ -160,9 +160,15 @@ class _Handler(logging.Handler):
 
     def __init__(self, role: str, path: Path | None, file_level: int, stderr_level: int) -> None:
         super().__init__()
+        self.path = path
         self.file_level = file_level
         self.stderr_level = stderr_level
-        self.formatter = _Format(role)
+        self.lines = _Format(role)
+        self.formatter = self.lines
+        self.pid = os.getpid()
+        """The process that installed it (a fork finds its parent's: see ``adopt``)."""
+        self.prior: tuple[int, bool] = (logging.NOTSET, True)
+        """The ``monarch`` logger's level and propagation before it was installed."""
         self.file = None
         if path is not None:
             with contextlib.suppress(OSError):  # an unwritable /tmp costs the file only
@@ -194,14 +200,38 @@ _installed: list[_Handler] = []
 
 def install_internal_logs(role: str, *, banner: bool = False) -> Path | None:
     """Send this process's ``monarch.*`` records to the job's file (once per process);
-    ``banner``: say where on stderr (the client)."""
-    if _installed:
-        return log_path()
+    ``banner``: say where on stderr (the client).
+
+    A fork of a process that installed them (a proc of a zygote, which installs them
+    before it forks) takes that handler and its open file under its own name when the
+    file and levels it would choose are the same: setting the ``monarch`` logger's level
+    clears every logger's cache, and a new handler and file take ~200 more objects, each
+    written where the fork shares its zygote's pages (~300-450 page copies a proc)."""
     path = log_path()
+    if _installed and _installed[0].pid == os.getpid():
+        return path
     file_level = level_of(FILE_LEVEL_ENV, logging.INFO)
     stderr_level = level_of(STDERR_LEVEL_ENV, logging.WARNING)
-    handler = _Handler(f"{execution_id()} {role}", path, file_level, stderr_level)
     logger = logging.getLogger("monarch")
+    if _installed:
+        inherited = _installed.pop()
+        if (inherited.path, inherited.file_level, inherited.stderr_level) == (
+            path,
+            file_level,
+            stderr_level,
+        ):
+            inherited.lines.role = f"{execution_id()} {role}"
+            inherited.pid = os.getpid()
+            _installed.append(inherited)
+            return path if inherited.file is not None else None
+        logger.removeHandler(inherited)  # its parent's choice: this process's instead
+        logger.setLevel(inherited.prior[0])
+        logger.propagate = inherited.prior[1]
+        if inherited.file is not None:
+            with contextlib.suppress(OSError, ValueError):
+                inherited.file.close()  # this process's descriptor of it only
+    handler = _Handler(f"{execution_id()} {role}", path, file_level, stderr_level)
+    handler.prior = (logger.level, logger.propagate)
     _Handler.user_level = logger.level
     wanted = [stderr_level, file_level if handler.file else stderr_level]
     if logger.level:
