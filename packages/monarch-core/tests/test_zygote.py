@@ -560,6 +560,46 @@ def test_the_zygote_rehearses_a_procs_start_while_idle_and_its_procs_start_warm(
     assert specialized
 
 
+BURST = """if True:
+    import json
+
+    from monarch.actor import Actor, endpoint, this_host
+
+    class Warmth(Actor):
+        @endpoint
+        def rounds(self) -> int:
+            from monarch.core._host._rehearsal import rounds_done
+
+            return rounds_done[0]
+
+    procs = this_host().spawn_procs(per_host={"gpus": 40})  # at once: the zygote is busy
+    done = list(procs.spawn("w", Warmth).rounds.call().get(timeout=120).values())
+    print(json.dumps(done))
+    procs.stop().get(timeout=60)
+"""
+
+
+def test_a_large_spawn_right_after_the_import_gets_its_later_procs_forked_warm() -> None:
+    """A script that spawns many procs at once gives its zygote no idle moment: past
+    ``REHEARSE_IN_BURST`` forks the zygote rehearses between them, so the rest start warm."""
+    done = subprocess.run(  # the zygote started by the spawn: its requests wait already
+        [sys.executable, "-c", BURST],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "MONARCH_PRESTART_ZYGOTE": "0"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    from monarch.core._host._rehearsal import ROUNDS
+    from monarch.core._host._zygote_proc import REHEARSE_IN_BURST as BURST_AT
+
+    # The rounds each proc's zygote had done when it forked it, in rank order (the order
+    # of the forks): once it has forked BURST_AT, one round after each fork.
+    rounds = json.loads(done.stdout.splitlines()[-1])
+    assert rounds == sorted(rounds) and rounds[-1] == ROUNDS, rounds
+    assert rounds[BURST_AT] == rounds[BURST_AT - 1] + 1, rounds
+
+
 def test_a_rehearsal_round_leaves_no_loop_thread_or_descriptor_for_a_fork_to_copy() -> None:
     from monarch.core._host._rehearsal import rehearse_round, rounds_done
 
