@@ -613,3 +613,58 @@ def test_a_rehearsal_round_leaves_no_loop_thread_or_descriptor_for_a_fork_to_cop
     assert set(os.listdir("/proc/self/fd")) == fds
     with pytest.raises(RuntimeError):
         asyncio.get_running_loop()
+
+
+FINALIZERS = """if True:
+    import os, sys, time
+    from monarch.actor import Actor, endpoint, this_host
+
+    class Arm(Actor):
+        @endpoint
+        def arm(self, path: str) -> tuple[int, bool]:
+            import weakref
+
+            found = "zygote_finalizer_probe" in sys.modules  # its zygote's preload
+            import zygote_finalizer_probe as probe
+
+            class Own:
+                pass
+
+            self.own = Own()
+            weakref.finalize(self.own, probe.write, path, "own")
+            probe.PATH[0] = path
+            return os.getpid(), found
+
+    deadline = time.monotonic() + 120
+    while True:  # until a proc is the fork of the successor that preloaded the probe
+        procs = this_host().spawn_procs(per_host={"gpus": 1})
+        pid, found = procs.spawn("arm", Arm).arm.call_one(sys.argv[1]).get(timeout=60)
+        procs.stop().get(timeout=60)
+        if found:
+            break
+        assert time.monotonic() < deadline, "no proc forked by the preloading successor"
+    print(pid)
+"""
+
+
+def test_a_proc_runs_its_own_finalizers_at_exit_not_those_its_zygote_registered(
+    tmp_path: Path,
+) -> None:
+    """``weakref.finalize`` callbacks registered by what the zygote imported (torch's: one
+    per operator library, ~26 ms of CPU a proc) are left to the exit, as the zygote's
+    objects are; the proc's own still run."""
+    done = subprocess.run(
+        [sys.executable, "-c", FINALIZERS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(HERE),
+            "MONARCH_PROC_PRELOAD": "zygote_finalizer_probe",
+        },
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    pid = int(done.stdout.split()[-1])
+    assert (tmp_path / f"own.{pid}").exists(), sorted(p.name for p in tmp_path.iterdir())
+    assert not (tmp_path / f"zygote.{pid}").exists()
