@@ -112,6 +112,20 @@ def preload_client(mode: str, module: str) -> dict[str, Any]:
     return steps
 
 
+def run_script(script: str, *args: str, **env: str) -> str:
+    """Run ``script`` (``python -c``) with the tests' folder on its path and ``env``
+    added; its output, once it has exited 0."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "PYTHONPATH": str(HERE), **env},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
 def test_the_first_procs_answer_without_the_preload_and_later_ones_have_it() -> None:
     """A proc is forked at once, without what ``proc_preload`` asks (its zygote would take
     seconds to import torch first); a successor zygote imports it meanwhile, and the procs
@@ -223,20 +237,12 @@ def test_a_scripts_zygote_preloads_what_the_script_imported_before_monarch_at_on
     too before it forks: its procs have both (and a module that fails to import is tried
     once, not again by a new successor at each later request). A preload that imports
     monarch.actor starts no zygote in the successor."""
-    done = subprocess.run(
-        [sys.executable, "-c", PRELOAD_AT_IMPORT],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={
-            **os.environ,
-            "PYTHONPATH": str(HERE),
-            "MONARCH_PROC_PRELOAD": "zygote_gate_probe",
-            "ZYGOTE_GATE": str(tmp_path / "gate"),
-        },
+    out = run_script(
+        PRELOAD_AT_IMPORT,
+        MONARCH_PROC_PRELOAD="zygote_gate_probe",
+        ZYGOTE_GATE=str(tmp_path / "gate"),
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["True"] * 5
+    assert out.split() == ["True"] * 5
 
 
 def test_auto_preload_names_what_the_spawner_imported_of_torch_and_the_tensor_engine() -> None:
@@ -582,20 +588,13 @@ BURST = """if True:
 def test_a_large_spawn_right_after_the_import_gets_its_later_procs_forked_warm() -> None:
     """A script that spawns many procs at once gives its zygote no idle moment: past
     ``REHEARSE_IN_BURST`` forks the zygote rehearses between them, so the rest start warm."""
-    done = subprocess.run(  # the zygote started by the spawn: its requests wait already
-        [sys.executable, "-c", BURST],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**os.environ, "MONARCH_PRESTART_ZYGOTE": "0"},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    out = run_script(BURST, MONARCH_PRESTART_ZYGOTE="0")  # the zygote started by the spawn
     from monarch.core._host._rehearsal import ROUNDS
     from monarch.core._host._zygote_proc import REHEARSE_IN_BURST as BURST_AT
 
     # The rounds each proc's zygote had done when it forked it, in rank order (the order
     # of the forks): once it has forked BURST_AT, one round after each fork.
-    rounds = json.loads(done.stdout.splitlines()[-1])
+    rounds = json.loads(out.splitlines()[-1])
     assert rounds == sorted(rounds) and rounds[-1] == ROUNDS, rounds
     assert rounds[BURST_AT] == rounds[BURST_AT - 1] + 1, rounds
 
@@ -653,18 +652,7 @@ def test_a_proc_runs_its_own_finalizers_at_exit_not_those_its_zygote_registered(
     """``weakref.finalize`` callbacks registered by what the zygote imported (torch's: one
     per operator library, ~26 ms of CPU a proc) are left to the exit, as the zygote's
     objects are; the proc's own still run."""
-    done = subprocess.run(
-        [sys.executable, "-c", FINALIZERS, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={
-            **os.environ,
-            "PYTHONPATH": str(HERE),
-            "MONARCH_PROC_PRELOAD": "zygote_finalizer_probe",
-        },
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    pid = int(done.stdout.split()[-1])
+    out = run_script(FINALIZERS, str(tmp_path), MONARCH_PROC_PRELOAD="zygote_finalizer_probe")
+    pid = int(out.split()[-1])
     assert (tmp_path / f"own.{pid}").exists(), sorted(p.name for p in tmp_path.iterdir())
     assert not (tmp_path / f"zygote.{pid}").exists()
