@@ -357,7 +357,8 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         "_mesh._proc_mesh _mesh._controller",  # proc and host meshes; get_or_spawn_controller
         "_runner._context _debugger _host._code_sync",  # context(); breakpoints; sync_workspace
         "_runner",  # the callee side: actor runners, sync and async apart
-        "_host._spawning",  # how a host agent starts, watches and kills its procs
+        "_host._spawning _host._rehearsal",  # how a host agent starts, watches and kills its
+        # procs; a proc's start run by its zygote before it forks
         "_host._introspect",  # what a proc says of itself when asked (actors, process,
         # stacks, the procs it started)
         "_host._bootstrap _host._tls_cli",  # starts runtimes (controller, proc, worker); owns

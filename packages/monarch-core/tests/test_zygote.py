@@ -543,7 +543,7 @@ class Warmth(Actor):
         server's step of the handshake (run twice per connection this proc accepted: 3.11
         specializes at the eighth call) is specialized."""
         from monarch.core._host._rehearsal import rounds_done
-        from monarch.transport._handshake import Handshake
+        from monarch.transport.wire import Handshake
 
         code = dis.get_instructions(Handshake._server_step, adaptive=True)
         return rounds_done[0], any(op.opname not in dis.opmap for op in code)
@@ -602,7 +602,7 @@ def test_a_large_spawn_right_after_the_import_gets_its_later_procs_forked_warm()
 def test_a_rehearsal_round_leaves_no_loop_thread_or_descriptor_for_a_fork_to_copy() -> None:
     from monarch.core._host._rehearsal import rehearse_round, rounds_done
 
-    assert rehearse_round()  # the first: libuv's process-wide signal pipe, made once
+    assert rehearse_round()  # the first: what the process imports or caches once
     threads = set(threading.enumerate())
     fds = set(os.listdir("/proc/self/fd"))
     before = rounds_done[0]

@@ -6,7 +6,7 @@ proc forked from a zygote that never ran the messaging code does that writing it
 it dials, answers its spawner's handshake and reads its first messages, and each write
 copies a page it shared with the zygote (4-6 us of CPU a page on a VM; a forked proc
 copies ~2,300 of them before its first answer). So the zygote runs what every proc runs
-as it starts: two runtimes on a fresh event loop of the procs' kind dial each other (the
+as it starts: two runtimes on a fresh event loop dial each other (the
 handshake in both roles), send values to each other's ports, a spawn's class is read
 back from its pickle, and everything is closed again: no loop, thread or socket is left
 for a fork to copy. ``ROUNDS`` rounds of a few milliseconds each, one whenever the zygote
@@ -23,7 +23,6 @@ from typing import Final
 
 from monarch.core._payload._serialize import dumps, dumps_spawn, loads
 from monarch.core._runner._local import read_spawn
-from monarch.core._runtime._loop import new_event_loop
 from monarch.core._runtime._messages import Body, PortValue
 from monarch.core._runtime._router import Runtime
 from monarch.transport import Buffer
@@ -46,7 +45,11 @@ rounds_done = [0]
 def rehearse_round() -> bool:
     """One round (see the module docstring); False if it failed, and the zygote should
     stop rehearsing (its procs then warm up by themselves, as without it)."""
-    loop = new_event_loop()
+    # The standard library's loop, not uvloop's: libuv keeps a process-wide pipe from its
+    # first loop on, which a program this zygote forks may close with the descriptors it
+    # inherits (a job's workers do), after which libuv's fork handler closes whatever took
+    # those numbers in the worker's own zygote (its socket to the worker).
+    loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(asyncio.wait_for(_exchange(loop), DEADLINE))
         read_spawn(dumps_spawn(_rehearsed_class(), (), {}))

@@ -39,7 +39,7 @@ import msgspec
 from monarch._zygote_start import FD_ENV, in_zygote
 from monarch._zygote_start import PRELOAD_ENV as PRELOAD_AT_START_ENV
 from monarch.core._config import KEYS, reload_from_environment
-from monarch.core._runtime._internal_logs import install_internal_logs
+from monarch.core._runtime._internal_logs import forget_internal_logs, install_internal_logs
 from monarch.core._runtime._messages import (
     ZygoteExited,
     ZygoteFork,
@@ -368,6 +368,7 @@ def become_proc(request: ZygoteFork, fds: list[int]) -> None:
     sys.argv[:] = [sys.argv[0]]
     if request.main:  # a program, as ``python -m`` runs it (its exit status is the child's)
         set_title(f"{sys.executable} -m {request.main[0]}")  # as ps would show that program
+        forget_internal_logs()  # the zygote's, which the program may close under it
         sys.argv[:] = list(request.main)
         runpy.run_module(request.main[0], run_name="__main__", alter_sys=True)
         return

@@ -214,7 +214,7 @@ def install_internal_logs(role: str, *, banner: bool = False) -> Path | None:
     stderr_level = level_of(STDERR_LEVEL_ENV, logging.WARNING)
     logger = logging.getLogger("monarch")
     if _installed:
-        inherited = _installed.pop()
+        inherited = _installed[0]
         if (inherited.path, inherited.file_level, inherited.stderr_level) == (
             path,
             file_level,
@@ -222,14 +222,8 @@ def install_internal_logs(role: str, *, banner: bool = False) -> Path | None:
         ):
             inherited.lines.role = f"{execution_id()} {role}"
             inherited.pid = os.getpid()
-            _installed.append(inherited)
             return path if inherited.file is not None else None
-        logger.removeHandler(inherited)  # its parent's choice: this process's instead
-        logger.setLevel(inherited.prior[0])
-        logger.propagate = inherited.prior[1]
-        if inherited.file is not None:
-            with contextlib.suppress(OSError, ValueError):
-                inherited.file.close()  # this process's descriptor of it only
+        forget_internal_logs()  # its parent's choice: this process's instead
     handler = _Handler(f"{execution_id()} {role}", path, file_level, stderr_level)
     handler.prior = (logger.level, logger.propagate)
     _Handler.user_level = logger.level
@@ -249,3 +243,21 @@ def install_internal_logs(role: str, *, banner: bool = False) -> Path | None:
             flush=True,
         )
     return path if handler.file is not None else None
+
+
+def forget_internal_logs() -> None:
+    """Remove the handler a fork inherited (and close its descriptor of the file), the
+    ``monarch`` logger as it was before: a program its zygote forks (``python -m`` run as
+    it would) starts without it, as a new Python would, since such a program may close the
+    descriptors it inherited, and a record written then would go to whatever took that
+    number (a job's workers wrote log lines into their zygote's socket)."""
+    if not _installed:
+        return
+    inherited = _installed.pop()
+    logger = logging.getLogger("monarch")
+    logger.removeHandler(inherited)
+    logger.setLevel(inherited.prior[0])
+    logger.propagate = inherited.prior[1]
+    if inherited.file is not None:
+        with contextlib.suppress(OSError, ValueError):
+            inherited.file.close()  # this process's descriptor of it only
