@@ -553,6 +553,7 @@ def test_the_zygote_rehearses_a_procs_start_while_idle_and_its_procs_start_warm(
     """Once the zygote has had no request for a few moments (a round each), its procs
     are forked with the messaging code already run and specialized (``_rehearsal``)."""
     from monarch.core._host._rehearsal import ROUNDS
+    from monarch.core._host._zygote_proc import QUIET_BEFORE_REHEARSAL
 
     deadline = time.monotonic() + 60
     while True:
@@ -563,6 +564,7 @@ def test_the_zygote_rehearses_a_procs_start_while_idle_and_its_procs_start_warm(
             break
         assert 0 <= done < ROUNDS
         assert time.monotonic() < deadline, f"the zygote rehearsed {done} of {ROUNDS} rounds"
+        time.sleep(2 * QUIET_BEFORE_REHEARSAL)  # the quiet the zygote rehearses in
     assert specialized
 
 

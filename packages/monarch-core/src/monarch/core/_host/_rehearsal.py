@@ -9,8 +9,9 @@ copies ~2,300 of them before its first answer). So the zygote runs what every pr
 as it starts: two runtimes on a fresh event loop dial each other (the
 handshake in both roles), send values to each other's ports, a spawn's class is read
 back from its pickle, and everything is closed again: no loop, thread or socket is left
-for a fork to copy. ``ROUNDS`` rounds of a few milliseconds each, one whenever the zygote
-has no request waiting (``_zygote_proc.serve``), so a fork waits for one round at most.
+for a fork to copy. ``ROUNDS`` rounds of a few milliseconds each, once the zygote has had
+no request for a while, one whenever none waits (``_zygote_proc.serve``), so a fork waits
+for one round at most.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ import select
 import signal
 import socket
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from typing import Final
 
@@ -90,6 +91,9 @@ class State:
         reaps itself if the successor dies first: this zygote is their subreaper)."""
         self.rehearsals = rehearsals
         """Rounds of a proc's start still to rehearse while idle (``_rehearsal``)."""
+        self.quiet_since = time.monotonic()
+        """When the last request came (or this zygote started): it rehearses once idle
+        for ``QUIET_BEFORE_REHEARSAL``."""
 
 
 def serve(state: State, woken: int, wake: int) -> None:
@@ -106,8 +110,11 @@ def serve(state: State, woken: int, wake: int) -> None:
         watched = [state.up.fileno(), woken]
         if successor is not None:
             watched.append(successor.sock.fileno())
-        try:  # while rounds are left to rehearse, only a look at what is waiting
-            ready, _, _ = select.select(watched, [], [], 0 if state.rehearsals else None)
+        timeout = None  # while rounds are left, until the zygote has been quiet long enough
+        if state.rehearsals:
+            timeout = max(0.0, state.quiet_since + QUIET_BEFORE_REHEARSAL - time.monotonic())
+        try:
+            ready, _, _ = select.select(watched, [], [], timeout)
         except InterruptedError:
             continue
         if not ready:
@@ -133,10 +140,16 @@ def serve(state: State, woken: int, wake: int) -> None:
                 continue
             if not data:
                 return  # the requester is gone (its procs die with us)
+            state.quiet_since = time.monotonic()
             answer(state, data, fds)
             if state.rehearsals and len(state.procs) >= REHEARSE_IN_BURST:
                 rehearse(state)  # a large spawn: its later procs start warm
 
+
+QUIET_BEFORE_REHEARSAL: Final = 0.5
+"""Seconds without a request before the zygote rehearses (a round each time nothing
+waits after that): a script's first spawn, and the calls and the stop right after it, do
+not wait for a round (3-9 ms)."""
 
 REHEARSE_IN_BURST: Final = 16
 """Procs forked before the rounds left are rehearsed between forks, not only while idle:
