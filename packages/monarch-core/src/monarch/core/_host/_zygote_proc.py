@@ -160,7 +160,6 @@ def rehearse(state: State) -> None:
     """One round of a proc's start (``_rehearsal``); after the last, what the rounds left
     is freed and frozen as the zygote's imports were (``compact``)."""
     state.rehearsals = state.rehearsals - 1 if rehearse_round() else 0
-    reap(state)  # a child's SIGCHLD during the round may have woken the round's loop instead
     if not state.rehearsals:
         compact()
         gc.freeze()

@@ -166,8 +166,10 @@ class _Handler(logging.Handler):
         self.lines = _Format(role)
         self.formatter = self.lines
         self.pid = os.getpid()
-        """The process that installed it (a fork finds its parent's: see ``adopt``)."""
-        self.prior: tuple[int, bool] = (logging.NOTSET, True)
+        """The process that installed it (a fork finds its parent's: see
+        ``install_internal_logs``)."""
+        monarch = logging.getLogger("monarch")
+        self.prior = (monarch.level, monarch.propagate)
         """The ``monarch`` logger's level and propagation before it was installed."""
         self.file = None
         if path is not None:
@@ -225,7 +227,6 @@ def install_internal_logs(role: str, *, banner: bool = False) -> Path | None:
             return path if inherited.file is not None else None
         forget_internal_logs()  # its parent's choice: this process's instead
     handler = _Handler(f"{execution_id()} {role}", path, file_level, stderr_level)
-    handler.prior = (logger.level, logger.propagate)
     _Handler.user_level = logger.level
     wanted = [stderr_level, file_level if handler.file else stderr_level]
     if logger.level:
