@@ -33,8 +33,11 @@ def test_terminal_data_goes_both_ways_and_the_exit_status_comes_back(tmp_path: P
         # waited for, not how readline ends the line.
         term.type(b"cd /\r")
         term.until(b":/# ")
-        term.type(b"read x; echo got-$x\r")  # a foreground read of keys as they are typed
-        term.until(b"got-$x")
+        # A foreground read of keys as they are typed, once `read` prints its prompt ("r43> ",
+        # which the typed line does not hold): keys typed while readline still held the terminal
+        # raw (CI) sat in the queue as "abc\r", no newline, and `read` waited for one forever.
+        term.type(b"read -p r$((6*7+1))'> ' x; echo got-$x\r")
+        term.until(b"r43> ")
         term.type(b"abc\r")
         term.until(b"got-abc")
         term.type(b"exit 7\r")
