@@ -51,3 +51,33 @@ def test_small_and_odd_sizes_are_plain_allocations() -> None:
     assert len(small) == 1024
     view = memoryview(bytearray(range(256)) * (SIZE // 256))
     assert memory.copy_to_bytes(view) == bytes(view)
+
+
+def test_this_processs_anonymous_memory_comes_in_whole_huge_pages_within_its_mappings() -> None:
+    held = bytearray(6 * memory.HUGE_PAGE)  # large: a mapping of its own
+    at = memory.address_of(held)
+    piece = 2 * memory.HUGE_PAGE
+    pieces = memory.anonymous_memory(piece)
+    assert pieces
+    for start, end in pieces:
+        assert start % memory.HUGE_PAGE == 0 and end % memory.HUGE_PAGE == 0
+        assert 0 < end - start <= piece
+    # the bytearray's whole huge pages are listed (at least 4 of its 6 pages' worth)
+    inside = [(s, e) for s, e in pieces if s >= at and e <= at + len(held)]
+    assert sum(e - s for s, e in inside) >= 4 * memory.HUGE_PAGE
+
+
+@settings(max_examples=5, deadline=None)
+@given(seed=st.binary(min_size=1, max_size=64))
+def test_moving_memory_onto_huge_pages_changes_none_of_its_bytes(seed: bytes) -> None:
+    """Whatever the kernel does with the advice (Linux 6.1 moves the pages; older or THP
+    off, nothing), every byte of the process's memory reads as before."""
+    size = 4 * memory.HUGE_PAGE
+    data = bytearray((seed * (size // len(seed) + 1))[:size])
+    before = bytes(data)
+    at = memory.address_of(data)
+    start, end = memory._whole_huge_pages(at, at + size)
+    moved = memory.collapse_to_huge_pages(start, end)
+    assert isinstance(moved, bool)
+    assert data == before
+    assert memory.collapse_to_huge_pages(end, start) is False  # an empty range: nothing

@@ -568,6 +568,58 @@ def test_the_zygote_rehearses_a_procs_start_while_idle_and_its_procs_start_warm(
     assert specialized
 
 
+HEAP_SCRIPT = """if True:
+    import json
+    import time
+
+    from monarch.actor import Actor, endpoint, this_host
+    from monarch.core._host._zygote_proc import QUIET_BEFORE_REHEARSAL
+
+    class Pages(Actor):
+        @endpoint
+        def huge(self) -> tuple[bool, int]:
+            import sys
+
+            with open("/proc/self/smaps_rollup") as rollup:
+                huge = [int(line.split()[1]) for line in rollup if "AnonHuge" in line]
+            return "zygote_heap_probe" in sys.modules, huge[0]
+
+    seen = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        procs = this_host().spawn_procs(per_host={"gpus": 1})
+        found, kib = procs.spawn("pages", Pages).huge.call_one().get(timeout=60)
+        procs.stop().get(timeout=60)
+        seen.append([found, kib])
+        if found and kib >= 32 * 1024:
+            break
+        time.sleep(2 * QUIET_BEFORE_REHEARSAL)  # the quiet the zygote settles in
+    print(json.dumps(seen))
+"""
+
+
+def _huge_pages_possible() -> bool:
+    """Whether this kernel moves memory onto huge pages when asked (Linux 6.1, THP on)."""
+    from monarch.core._payload import _memory as memory
+
+    if not memory.available():
+        return False
+    data = bytearray(b"\x01") * (3 * memory.HUGE_PAGE)
+    at = memory.address_of(data)
+    return memory.collapse_to_huge_pages(*memory._whole_huge_pages(at, at + len(data)))
+
+
+def test_an_idle_zygote_moves_its_heap_onto_huge_pages_and_its_forks_map_them_so() -> None:
+    """Once settled, a zygote has its heap on huge pages (``settle``): the successor that
+    preloaded 64 MiB nothing writes again (as torch's import leaves one) forks procs that
+    map it an entry per 2 MiB, not 512."""
+    if not _huge_pages_possible():
+        pytest.skip("this kernel does not move memory onto huge pages (MADV_COLLAPSE)")
+    seen = json.loads(run_script(HEAP_SCRIPT, MONARCH_PROC_PRELOAD="zygote_heap_probe"))
+    found, kib = seen[-1]
+    assert found and kib >= 32 * 1024, seen
+
+
 BURST = """if True:
     import json
 

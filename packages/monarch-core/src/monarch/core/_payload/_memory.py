@@ -17,6 +17,7 @@ from monarch.transport import Buffer
 
 HUGE_PAGE: Final = 2 * 1024 * 1024
 _MADV_HUGEPAGE: Final = 14
+_MADV_COLLAPSE: Final = 25
 
 
 class _PyBuffer(ctypes.Structure):
@@ -80,10 +81,47 @@ def advise_huge_pages(base: int, size: int) -> None:
     """Ask for huge pages under ``size`` bytes at ``base`` (advice: failure changes nothing)."""
     if _api is None or size < 2 * HUGE_PAGE:
         return
-    start = (base + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1)
-    end = (base + size) & ~(HUGE_PAGE - 1)
+    start, end = _whole_huge_pages(base, base + size)
     if end > start:
         _api[0](start, end - start, _MADV_HUGEPAGE)
+
+
+def _whole_huge_pages(start: int, end: int) -> tuple[int, int]:
+    """The huge-page-aligned part of ``[start, end)`` (empty: ``end <= start``)."""
+    return (start + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1), end & ~(HUGE_PAGE - 1)
+
+
+def anonymous_memory(piece: int) -> list[tuple[int, int]]:
+    """This process's private writable anonymous memory (its heaps, Python's arenas,
+    what libraries allocated), as ``(start, end)`` pieces of whole huge pages, at most
+    ``piece`` bytes each: what ``collapse_to_huge_pages`` can take, a piece at a time."""
+    pieces: list[tuple[int, int]] = []
+    try:
+        with open("/proc/self/maps") as maps:
+            lines = maps.readlines()
+    except OSError:  # not Linux
+        return pieces
+    for line in lines:
+        fields = line.split()
+        path = fields[5] if len(fields) > 5 else ""
+        if fields[1][1] != "w" or fields[1][3] != "p" or path not in ("", "[heap]"):
+            continue
+        low, _, high = fields[0].partition("-")
+        start, end = _whole_huge_pages(int(low, 16), int(high, 16))
+        pieces.extend((at, min(at + piece, end)) for at in range(start, end, piece))
+    return pieces
+
+
+def collapse_to_huge_pages(start: int, end: int) -> bool:
+    """Move what ``[start, end)`` (whole huge pages, mapped) holds onto huge pages now,
+    as khugepaged would some day (``MADV_COLLAPSE``, Linux 6.1). A process that forks
+    then hands each child one page-table entry per 2 MiB instead of 512 to copy at the
+    fork and tear down at its exit; a child's first write to one of them splits only its
+    own mapping. False where it did not (an older kernel, THP off, a mapping that may not
+    have them, the range unmapped since it was listed): nothing changed."""
+    if _api is None or end <= start:
+        return False
+    return bool(_api[0](start, end - start, _MADV_COLLAPSE) == 0)
 
 
 def fresh_bytes(size: int) -> bytes:
