@@ -71,6 +71,27 @@ def cell_text(cell: Any) -> str:
     return "".join(parts)
 
 
+def shown_until(notebook: Any, client: NotebookClient, shown: str, *wanted: str) -> str:
+    """``shown`` and what a probe cell run after the notebook's shows, run until every
+    one of ``wanted`` has shown. ipykernel's thread that reads the kernel's stdout (what
+    procs print) hands a line to the cell running when it reads it: on a busy machine,
+    after the cells that made the lines had finished (a fresh-clone CI run lost an
+    edited actor's lines so)."""
+    probe = nbformat.v4.new_code_cell(  # type: ignore[no-untyped-call]
+        "import sys, time; time.sleep(0.05); sys.stdout.flush()"
+    )
+    notebook.cells.append(probe)
+    deadline = time.monotonic() + 60
+    try:
+        while not all(line in shown for line in wanted):
+            assert time.monotonic() < deadline, f"not shown within 60 s: {wanted} in {shown!r}"
+            client.execute_cell(probe, len(notebook.cells) - 1)
+            shown += cell_text(probe)
+    finally:
+        notebook.cells.remove(probe)
+    return shown
+
+
 def test_ddp_notebook_and_editing_its_actor_class(tmp_path: Path) -> None:
     with notebook_in_kernel(NOTEBOOKS / "ddp.ipynb", tmp_path) as (notebook, client):
         cells = run_cells(notebook, client)
@@ -80,8 +101,8 @@ def test_ddp_notebook_and_editing_its_actor_class(tmp_path: Path) -> None:
         # write the kernel's stdout, a pipe that ipykernel's thread reads and hands to the
         # cell running when it reads, so a busy machine may show a cell's lines under the
         # cells after it (in a fresh-clone CI run, all of them came under later cells).
-        later = "".join(cells[4:])
-        assert "rank 0 step 1 loss" in later and "rank 1 step 3 loss" in later
+        lines = ("rank 0 step 1 loss", "rank 1 step 3 loss")
+        shown_until(notebook, client, "".join(cells[4:]), *lines)
         assert "step 2: losses" in cells[4]
         assert "weights equal on every rank: True" in cells[5]
         # The class redefined in a later cell: the new actors run the new code.
@@ -98,9 +119,9 @@ def test_ddp_notebook_and_editing_its_actor_class(tmp_path: Path) -> None:
         cell.source = edited
         again = run_cells(notebook, client, index)
         assert "'gloo'" in again[1]  # setup again: the new actors took the process group over
-        edited_later = "".join(again[2:])  # (the actors' lines: as above)
-        assert "edited: rank 0 step 1 loss" in edited_later  # the new code runs
-        assert "edited: rank 1 step 3 loss" in edited_later
+        # The new code runs (the actors' lines: as above).
+        edited = ("edited: rank 0 step 1 loss", "edited: rank 1 step 3 loss")
+        shown_until(notebook, client, "".join(again[2:]), *edited)
         assert "weights equal on every rank: True" in again[3]
         assert "clipped_from" in again[4]
 
