@@ -56,3 +56,69 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_the_exit_clears_the_modules_imported_since_the_start_and_only_those() -> None:
+    """``finalize_modules`` walks ``sys.modules`` back from its end (its order is the
+    order of import) and stops at the first module the process started with: what was
+    imported since is cleared, latest first, and nothing before it is read at all."""
+    import sys
+    import types
+
+    from monarch.core._host._bootstrap import finalize_modules
+
+    older = types.ModuleType("monarch_test_exit_older")  # not counted at the start: a
+    sys.modules[older.__name__] = older  # module the walk never reaches
+    older.kept = "kept"
+    started_with = frozenset(sys.modules) - {older.__name__}
+    cleared = []
+    for name in ("monarch_test_exit_new1", "monarch_test_exit_new2"):
+        module = types.ModuleType(name)
+        module.value = [name]
+        sys.modules[name] = module
+        cleared.append(module)
+    # a module the process started with, imported again since: the walk's end
+    sys.modules["monarch_test_exit_again"] = types.ModuleType("monarch_test_exit_again")
+    started_with |= {"monarch_test_exit_again"}
+    latest = types.ModuleType("monarch_test_exit_latest")
+    latest.value = ["latest"]
+    sys.modules[latest.__name__] = latest
+    try:
+        finalize_modules(started_with)
+        assert latest.__name__ not in sys.modules and latest.value is None
+        for module in cleared:  # imported before the one imported again: not reached
+            assert sys.modules[module.__name__] is module and module.value == [module.__name__]
+        assert sys.modules[older.__name__] is older and older.kept == "kept"
+    finally:
+        for name in [name for name in sys.modules if name.startswith("monarch_test_exit_")]:
+            del sys.modules[name]
+
+
+def test_the_exit_runs_the_finalizers_registered_since_the_start_and_only_those() -> None:
+    """``skip_finalizers_before`` leaves the exit a registry of the process's own
+    finalizers, read back from the registry's end; the others are not called at exit."""
+    import subprocess
+    import sys
+
+    script = """if True:
+        import weakref
+        from monarch.core._host._bootstrap import next_finalizer, skip_finalizers_before
+
+        class Thing:
+            pass
+
+        inherited = [Thing() for _ in range(3)]
+        for i, thing in enumerate(inherited):
+            weakref.finalize(thing, print, f"inherited {i}")
+        first_own = next_finalizer()
+        own = [Thing() for _ in range(2)]
+        for i, thing in enumerate(own):
+            weakref.finalize(thing, print, f"own {i}")
+        skip_finalizers_before(first_own)
+        print("exiting")
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    # the interpreter's exit calls the registry's finalizers, latest first
+    assert done.stdout.splitlines() == ["exiting", "own 1", "own 0"]

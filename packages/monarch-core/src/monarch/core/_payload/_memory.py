@@ -1,4 +1,5 @@
-"""Large buffers in this process's memory: where they are, and fresh ones fast to fill.
+"""Large buffers in this process's memory: where they are, and fresh ones fast to fill;
+and the process's own memory moved onto huge pages (a zygote's, before it forks).
 
 Filling a fresh 128 MiB allocation costs more in page faults (4 KiB at a time) than the
 copy itself; memory advised to use transparent huge pages before it is first touched
