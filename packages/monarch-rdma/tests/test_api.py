@@ -63,7 +63,11 @@ def test_a_buffer_warns_of_the_fallback() -> None:
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         buf = RDMABuffer(bytearray(16))
-    assert [w.category for w in seen] == [RDMATcpFallbackWarning]
+    # A collection while the buffer is made may finalize what earlier tests of this
+    # worker left unclosed, which warns here too (a fresh-clone CI run saw two
+    # ResourceWarnings): only the buffer's own warnings count.
+    ours = [w.category for w in seen if not issubclass(w.category, ResourceWarning)]
+    assert ours == [RDMATcpFallbackWarning]
     assert buf.backend == "tcp"
     buf.drop().get(timeout=30)
 
