@@ -141,3 +141,6 @@ def netns_worker() -> Iterator[Callable[[str, str, dict[str, str]], str]]:
         for worker in workers:
             worker.kill()
             worker.wait(30)
+            for stream in (worker.stdout, worker.stderr):  # else a collection warns later
+                if stream is not None:
+                    stream.close()
