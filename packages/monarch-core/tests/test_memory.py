@@ -64,23 +64,7 @@ def test_this_processs_anonymous_memory_comes_in_whole_huge_pages_within_its_map
         assert 0 < end - start <= piece
     # every whole huge page of the bytearray lies in some piece (its mapping may have
     # merged with a neighbour's, so the pieces need not start where it does)
-    first, last = memory._whole_huge_pages(at, at + len(held))
+    first, last = memory.whole_huge_pages(at, at + len(held))
     assert last - first >= 5 * memory.HUGE_PAGE
     for page in range(first, last, memory.HUGE_PAGE):
         assert any(s <= page and page + memory.HUGE_PAGE <= e for s, e in pieces), hex(page)
-
-
-@settings(max_examples=5, deadline=None)
-@given(seed=st.binary(min_size=1, max_size=64))
-def test_moving_memory_onto_huge_pages_changes_none_of_its_bytes(seed: bytes) -> None:
-    """Whatever the kernel does with the advice (Linux 6.1 moves the pages; older or THP
-    off, nothing), every byte of the process's memory reads as before."""
-    size = 4 * memory.HUGE_PAGE
-    data = bytearray((seed * (size // len(seed) + 1))[:size])
-    before = bytes(data)
-    at = memory.address_of(data)
-    start, end = memory._whole_huge_pages(at, at + size)
-    moved = memory.collapse_to_huge_pages(start, end)
-    assert isinstance(moved, bool)
-    assert data == before
-    assert memory.collapse_to_huge_pages(end, start) is False  # an empty range: nothing

@@ -69,19 +69,19 @@ def test_the_exit_clears_the_modules_imported_since_the_start_and_only_those() -
 
     older = types.ModuleType("monarch_test_exit_older")  # not counted at the start: a
     sys.modules[older.__name__] = older  # module the walk never reaches
-    older.kept = "kept"
+    setattr(older, "kept", "kept")  # noqa: B010 - a module: mypy knows none of its names
     started_with = frozenset(sys.modules) - {older.__name__}
     cleared = []
     for name in ("monarch_test_exit_new1", "monarch_test_exit_new2"):
         module = types.ModuleType(name)
-        module.value = [name]
+        setattr(module, "value", [name])  # noqa: B010 - as above
         sys.modules[name] = module
         cleared.append(module)
     # a module the process started with, imported again since: the walk's end
     sys.modules["monarch_test_exit_again"] = types.ModuleType("monarch_test_exit_again")
     started_with |= {"monarch_test_exit_again"}
     latest = types.ModuleType("monarch_test_exit_latest")
-    latest.value = ["latest"]
+    setattr(latest, "value", ["latest"])  # noqa: B010 - as above
     sys.modules[latest.__name__] = latest
     try:
         finalize_modules(started_with)

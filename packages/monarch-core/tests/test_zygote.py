@@ -606,7 +606,7 @@ def _huge_pages_possible() -> bool:
         return False
     data = bytearray(b"\x01") * (3 * memory.HUGE_PAGE)
     at = memory.address_of(data)
-    return memory.collapse_to_huge_pages(*memory._whole_huge_pages(at, at + len(data)))
+    return memory.collapse_to_huge_pages(*memory.whole_huge_pages(at, at + len(data)))
 
 
 def test_an_idle_zygote_moves_its_heap_onto_huge_pages_and_its_forks_map_them_so() -> None:

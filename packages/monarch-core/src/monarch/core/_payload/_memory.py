@@ -5,7 +5,9 @@ Filling a fresh 128 MiB allocation costs more in page faults (4 KiB at a time) t
 copy itself; memory advised to use transparent huge pages before it is first touched
 faults 512 times less often. Used where large payloads land: a buffer read from another
 process (``_lending``) and a ``bytes`` unpickled from a received frame (``_serialize``).
-CPython on Linux; elsewhere these fall back to plain allocations.
+CPython on Linux; elsewhere these fall back to plain allocations. The advice itself
+(``madvise``) is the transport's, whose frames land in such buffers too
+(``monarch.transport.lowlevel``); re-exported here for the core's modules.
 """
 
 from __future__ import annotations
@@ -15,10 +17,27 @@ import sys
 from typing import Any, Final
 
 from monarch.transport import Buffer
+from monarch.transport.lowlevel import (
+    HUGE_PAGE,
+    advise_huge_pages,
+    collapse_to_huge_pages,
+    whole_huge_pages,
+)
+from monarch.transport.lowlevel import fresh_bytearray as unspared_bytearray
 
-HUGE_PAGE: Final = 2 * 1024 * 1024
-_MADV_HUGEPAGE: Final = 14
-_MADV_COLLAPSE: Final = 25
+__all__ = [
+    "HUGE_PAGE",
+    "address_of",
+    "advise_huge_pages",
+    "anonymous_memory",
+    "available",
+    "collapse_to_huge_pages",
+    "copy_into",
+    "copy_to_bytes",
+    "fresh_bytearray",
+    "fresh_bytes",
+    "whole_huge_pages",
+]
 
 
 class _PyBuffer(ctypes.Structure):
@@ -37,26 +56,20 @@ class _PyBuffer(ctypes.Structure):
     ]
 
 
-def _bind() -> tuple[Any, Any, Any, Any, Any] | None:
+def _bind() -> tuple[Any, Any, Any] | None:
     try:
-        madvise = ctypes.CDLL(None, use_errno=True).madvise
         api = ctypes.pythonapi
         get, release = api.PyObject_GetBuffer, api.PyBuffer_Release
         new_bytes = api.PyBytes_FromStringAndSize
-        new_bytearray = api.PyByteArray_FromStringAndSize
-    except (OSError, AttributeError):  # not Linux/glibc, or not CPython
+    except AttributeError:  # not CPython
         return None
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    madvise.restype = ctypes.c_int
     get.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
     get.restype = ctypes.c_int
     release.argtypes = [ctypes.POINTER(_PyBuffer)]
     release.restype = None
     new_bytes.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
     new_bytes.restype = ctypes.py_object
-    new_bytearray.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
-    new_bytearray.restype = ctypes.py_object
-    return madvise, get, release, new_bytes, new_bytearray
+    return get, release, new_bytes
 
 
 _api = _bind()
@@ -69,27 +82,13 @@ def available() -> bool:
 def address_of(buffer: Buffer) -> int:
     """Where a buffer's bytes start in this process's memory."""
     assert _api is not None
-    _, get, release, _, _ = _api
+    get, release, _ = _api
     view = _PyBuffer()
     get(buffer, ctypes.byref(view), 0)
     try:
         return int(view.buf or 0)
     finally:
         release(ctypes.byref(view))
-
-
-def advise_huge_pages(base: int, size: int) -> None:
-    """Ask for huge pages under ``size`` bytes at ``base`` (advice: failure changes nothing)."""
-    if _api is None or size < 2 * HUGE_PAGE:
-        return
-    start, end = _whole_huge_pages(base, base + size)
-    if end > start:
-        _api[0](start, end - start, _MADV_HUGEPAGE)
-
-
-def _whole_huge_pages(start: int, end: int) -> tuple[int, int]:
-    """The huge-page-aligned part of ``[start, end)`` (empty: ``end <= start``)."""
-    return (start + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1), end & ~(HUGE_PAGE - 1)
 
 
 def anonymous_memory(piece: int) -> list[tuple[int, int]]:
@@ -108,21 +107,9 @@ def anonymous_memory(piece: int) -> list[tuple[int, int]]:
         if fields[1][1] != "w" or fields[1][3] != "p" or path not in ("", "[heap]"):
             continue
         low, _, high = fields[0].partition("-")
-        start, end = _whole_huge_pages(int(low, 16), int(high, 16))
+        start, end = whole_huge_pages(int(low, 16), int(high, 16))
         pieces.extend((at, min(at + piece, end)) for at in range(start, end, piece))
     return pieces
-
-
-def collapse_to_huge_pages(start: int, end: int) -> bool:
-    """Move what ``[start, end)`` (whole huge pages, mapped) holds onto huge pages now,
-    as khugepaged would some day (``MADV_COLLAPSE``, Linux 6.1). A process that forks
-    then hands each child one page-table entry per 2 MiB instead of 512 to copy at the
-    fork and tear down at its exit; a child's first write to one of them splits only its
-    own mapping. False where it did not (an older kernel, THP off, a mapping that may not
-    have them, the range unmapped since it was listed): nothing changed."""
-    if _api is None or end <= start:
-        return False
-    return bool(_api[0](start, end - start, _MADV_COLLAPSE) == 0)
 
 
 def fresh_bytes(size: int) -> bytes:
@@ -136,7 +123,7 @@ def fresh_bytes(size: int) -> bytes:
     assert _api is not None
     data: bytes | None = _spares.take(size) if size >= SPARE_MIN else None
     if data is None:
-        data = _api[3](None, size)
+        data = _api[2](None, size)
         advise_huge_pages(address_of(data), size)
         if size >= SPARE_MIN:
             _spares.keep(data)
@@ -214,8 +201,7 @@ def fresh_bytearray(size: int) -> bytearray:
     spare: bytearray | None = _spare_bytearrays.take(size) if size >= SPARE_MIN else None
     if spare is not None:
         return spare
-    data: bytearray = _api[4](None, size)
-    advise_huge_pages(address_of(data), size)
+    data = unspared_bytearray(size)
     if size >= SPARE_MIN:
         _spare_bytearrays.keep(data)
     return data
