@@ -122,3 +122,26 @@ def test_the_exit_runs_the_finalizers_registered_since_the_start_and_only_those(
     )
     # the interpreter's exit calls the registry's finalizers, latest first
     assert done.stdout.splitlines() == ["exiting", "own 1", "own 0"]
+
+
+def test_a_proc_that_never_reaches_its_host_agent_fails_and_says_why() -> None:
+    """A proc started for an agent it cannot reach (gone, or out of descriptors to accept
+    it) ends with status 1 and the reason on its stderr, which the spawn's error then
+    quotes; once it has reached its agent, the agent's going is its clean stop."""
+    import subprocess
+    import sys
+
+    from monarch.core._host._environ import PARENT_ENV, RANK_ENV, READY_ENV
+
+    nobody = f"unix://@monarch-test-unreachable-agent-{os.getpid()}"
+    env = {**os.environ, PARENT_ENV: nobody, READY_ENV: f"{nobody}#1", RANK_ENV: "3"}
+    done = subprocess.run(
+        [sys.executable, "-m", "monarch.core._host._proc"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert f"monarch proc 3: its host agent at {nobody} could not be reached" in done.stderr
+    assert "ECONNREFUSED" in done.stderr or "refused" in done.stderr.lower(), done.stderr

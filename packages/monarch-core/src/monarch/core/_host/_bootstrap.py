@@ -203,7 +203,14 @@ async def serve_proc() -> None:
     # whole heap (under a stream of messages those cost a third of a proc's time).
     gc.freeze()
     gc.enable()  # off since the core's import in a proc started as a program (__init__)
-    runtime.watch_peer(parent, lambda address, exc: runtime.stopped.set())
+    unreached: list[BaseException] = []
+
+    def parent_gone(address: str, exc: BaseException) -> None:
+        if not runtime.reached(parent):  # it never heard of us: our exit must say why
+            unreached.append(exc)
+        runtime.stopped.set()
+
+    runtime.watch_peer(parent, parent_gone)
     ready = ProcReady(runtime.address, os.getpid(), int(os.environ[RANK_ENV]))
     # Before we first write to the spawner; where the agent watches us for it, the agent
     # tells it we are ready (no connection of ours to the spawner: see ``_watching``).
@@ -214,6 +221,11 @@ async def serve_proc() -> None:
     await asyncio.sleep(0)  # let what the release scheduled run before the loop closes
     shutdown_instrumentation()  # what telemetry holds goes out while the loop still runs
     await runtime.aclose()
+    if unreached:  # the spawn fails with this on the proc's stderr, not a clean exit
+        sys.exit(
+            f"monarch proc {os.environ[RANK_ENV]}: its host agent at {parent} could not be "
+            f"reached before the proc was ready: {unreached[0]}"
+        )
 
 
 PROC_START_MODULES: Final = ("uvloop", "anyio._backends._asyncio")

@@ -360,6 +360,11 @@ class Runtime:
             return False
         return True
 
+    def reached(self, address: str) -> bool:
+        """Whether this runtime's connection to ``address`` was ever made (its hello sent)."""
+        writer = self._writers.get(address)
+        return writer is not None and writer.connected.is_set()
+
     def forget(self, address: str) -> None:
         """Treat ``address`` as a new peer: its old failure no longer applies."""
         if self.failed_peers.pop(address, None) is not None:
