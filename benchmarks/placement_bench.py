@@ -8,7 +8,10 @@ a fresh proc:
 
 * ``natural``: no pinning (what users get; bimodal between the two below),
 * ``together``: the client's threads pinned to one CPU, the proc's to another,
-* ``apart``: each process's threads pinned across both CPUs.
+* ``apart``: each process's threads pinned across both CPUs,
+* ``follow`` (with ``--placements``): nothing pinned by the benchmark; the co-location
+  prototype (``_follow_probe``, preloaded into the procs) keeps each loop on the CPU of
+  the thread it serves.
 
 Every repetition records the median round trip and, per thread, its exact CPU time
 (``/proc/.../schedstat``) and last CPU. Nothing is asserted; it writes one JSON result::
@@ -31,9 +34,21 @@ sys.path.insert(0, str(HERE))
 
 from _results import RESULTS_DIR, machine_info, write_json  # noqa: E402
 
-from monarch.actor import Actor, endpoint, this_host  # noqa: E402
+PLACEMENTS = ("natural", "together", "apart", "follow")
 
-PLACEMENTS = ("natural", "together", "apart")
+
+def wants_follow(argv: list[str]) -> bool:
+    """Whether ``--placements`` names ``follow`` (read before monarch's import)."""
+    chosen = next((a.split("=", 1)[1] for a in argv if a.startswith("--placements=")), "")
+    if "--placements" in argv[:-1]:
+        chosen = argv[argv.index("--placements") + 1]
+    return "follow" in chosen.split(",")
+
+
+if wants_follow(sys.argv):  # before monarch's import: its zygote then preloads the probe
+    os.environ["MONARCH_PROC_PRELOAD"] = "_follow_probe"
+
+from monarch.actor import Actor, endpoint, this_host  # noqa: E402
 
 
 class Pinger(Actor):
@@ -74,15 +89,22 @@ def pin(pid: int, placement: str, home: int, cpus: list[int]) -> None:
 
 
 def measure(placement: str, reps: int, calls: int, cpus: list[int]) -> list[dict[str, Any]]:
-    procs = this_host().spawn_procs(per_host={"procs": 1})
+    if placement == "follow":
+        import _follow_probe
+
+        os.environ[_follow_probe.ENV] = "1"
+        procs = this_host().spawn_procs(per_host={"procs": 1}, bootstrap=_follow_probe.enable)
+    else:
+        procs = this_host().spawn_procs(per_host={"procs": 1})
     try:
         pinger = procs.spawn("pinger", Pinger)
         proc_pid = pinger.pid.call_one().get(timeout=60)
         for _ in range(100):
             pinger.ping.call_one().get(timeout=60)
         me = os.getpid()
-        pin(me, placement, cpus[1], cpus)
-        pin(proc_pid, placement, cpus[0], cpus)
+        if placement != "follow":
+            pin(me, placement, cpus[1], cpus)
+            pin(proc_pid, placement, cpus[0], cpus)
         out = []
         for _ in range(reps):
             tids = {me: threads_of(me), proc_pid: threads_of(proc_pid)}
@@ -105,6 +127,7 @@ def measure(placement: str, reps: int, calls: int, cpus: list[int]) -> list[dict
             out.append({"median_us": statistics.median(samples) * 1e6, "threads": threads})
         return out
     finally:
+        os.environ.pop("MONARCH_BENCH_FOLLOW", None)
         pin(os.getpid(), "natural", cpus[0], cpus)
         procs.stop().get(timeout=60)
 
@@ -114,14 +137,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=2, help="rounds of all placements, alternated")
     p.add_argument("--reps", type=int, default=6, help="repetitions per placement and run")
     p.add_argument("--calls", type=int, default=1000, help="round trips per repetition")
+    p.add_argument(
+        "--placements",
+        default=",".join(PLACEMENTS[:3]),
+        help=f"comma-separated, of {', '.join(PLACEMENTS)}",
+    )
     p.add_argument("--out", default=str(RESULTS_DIR / "placement.json"))
     args = p.parse_args(argv)
+    chosen = tuple(name for name in args.placements.split(",") if name)
+    unknown = sorted(set(chosen) - set(PLACEMENTS))
+    if unknown:
+        sys.exit(f"unknown placements {', '.join(unknown)}; choose from {', '.join(PLACEMENTS)}")
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         sys.exit("placement_bench needs at least 2 usable CPUs")
-    results: dict[str, list[dict[str, Any]]] = {name: [] for name in PLACEMENTS}
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in chosen}
     for run in range(args.runs):
-        order = PLACEMENTS if run % 2 == 0 else tuple(reversed(PLACEMENTS))
+        order = chosen if run % 2 == 0 else tuple(reversed(chosen))
         for name in order:
             results[name].extend(measure(name, args.reps, args.calls, cpus[:2]))
             print(
