@@ -10,8 +10,8 @@ a fresh proc:
 * ``together``: the client's threads pinned to one CPU, the proc's to another,
 * ``apart``: each process's threads pinned across both CPUs,
 * ``follow`` (with ``--placements``): nothing pinned by the benchmark; the co-location
-  prototype (``_follow_probe``, preloaded into the procs) keeps each loop on the CPU of
-  the thread it serves.
+  prototype (``packages/monarch-core/tests/follow_probe.py``, preloaded into the procs)
+  keeps each loop on the CPU of the thread it serves.
 
 Every repetition records the median round trip and, per thread, its exact CPU time
 (``/proc/.../schedstat``) and last CPU. Nothing is asserted; it writes one JSON result::
@@ -22,6 +22,7 @@ Every repetition records the median round trip and, per thread, its exact CPU ti
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import statistics
 import sys
@@ -45,8 +46,12 @@ def wants_follow(argv: list[str]) -> bool:
     return "follow" in chosen.split(",")
 
 
+PROBES = HERE.parent / "packages" / "monarch-core" / "tests"
+"""Where ``follow_probe`` lives (it patches the core's internals: the core's tests may)."""
+
 if wants_follow(sys.argv):  # before monarch's import: its zygote then preloads the probe
-    os.environ["MONARCH_PROC_PRELOAD"] = "_follow_probe"
+    sys.path.insert(0, str(PROBES))  # the zygote's PYTHONPATH is this process's path
+    os.environ["MONARCH_PROC_PRELOAD"] = "follow_probe"
 
 from monarch.actor import Actor, endpoint, this_host  # noqa: E402
 
@@ -90,10 +95,9 @@ def pin(pid: int, placement: str, home: int, cpus: list[int]) -> None:
 
 def measure(placement: str, reps: int, calls: int, cpus: list[int]) -> list[dict[str, Any]]:
     if placement == "follow":
-        import _follow_probe
-
-        os.environ[_follow_probe.ENV] = "1"
-        procs = this_host().spawn_procs(per_host={"procs": 1}, bootstrap=_follow_probe.enable)
+        probe = importlib.import_module("follow_probe")
+        os.environ[probe.ENV] = "1"
+        procs = this_host().spawn_procs(per_host={"procs": 1}, bootstrap=probe.enable)
     else:
         procs = this_host().spawn_procs(per_host={"procs": 1})
     try:

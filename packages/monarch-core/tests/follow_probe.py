@@ -1,4 +1,6 @@
-"""The co-location prototype of session 45, for ``placement_bench.py --placements follow``.
+"""The co-location prototype of session 45, for ``benchmarks/placement_bench.py
+--placements follow`` (kept with the core's tests: it patches the core's internals, which
+only the core's own code and tests may touch).
 
 Imported by the benchmark's client and preloaded into the zygote (``proc_preload``), it
 patches the core so that a process's runtime loop thread keeps to the CPU of the thread
