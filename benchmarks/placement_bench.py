@@ -53,17 +53,9 @@ if wants_follow(sys.argv):  # before monarch's import: its zygote then preloads 
     sys.path.insert(0, str(PROBES))  # the zygote's PYTHONPATH is this process's path
     os.environ["MONARCH_PROC_PRELOAD"] = "follow_probe"
 
-from monarch.actor import Actor, endpoint, this_host  # noqa: E402
+from _actor_workloads import Echo  # noqa: E402
 
-
-class Pinger(Actor):
-    @endpoint
-    def ping(self) -> None:
-        return None
-
-    @endpoint
-    def pid(self) -> int:
-        return os.getpid()
+from monarch.actor import this_host  # noqa: E402
 
 
 def threads_of(pid: int) -> list[int]:
@@ -101,7 +93,7 @@ def measure(placement: str, reps: int, calls: int, cpus: list[int]) -> list[dict
     else:
         procs = this_host().spawn_procs(per_host={"procs": 1})
     try:
-        pinger = procs.spawn("pinger", Pinger)
+        pinger = procs.spawn("pinger", Echo)
         proc_pid = pinger.pid.call_one().get(timeout=60)
         for _ in range(100):
             pinger.ping.call_one().get(timeout=60)
