@@ -37,25 +37,8 @@ from _results import RESULTS_DIR, machine_info, write_json  # noqa: E402
 
 PLACEMENTS = ("natural", "together", "apart", "follow")
 
-
-def wants_follow(argv: list[str]) -> bool:
-    """Whether ``--placements`` names ``follow`` (read before monarch's import)."""
-    chosen = next((a.split("=", 1)[1] for a in argv if a.startswith("--placements=")), "")
-    if "--placements" in argv[:-1]:
-        chosen = argv[argv.index("--placements") + 1]
-    return "follow" in chosen.split(",")
-
-
 PROBES = HERE.parent / "packages" / "monarch-core" / "tests"
 """Where ``follow_probe`` lives (it patches the core's internals: the core's tests may)."""
-
-if wants_follow(sys.argv):  # before monarch's import: its zygote then preloads the probe
-    sys.path.insert(0, str(PROBES))  # the zygote's PYTHONPATH is this process's path
-    os.environ["MONARCH_PROC_PRELOAD"] = "follow_probe"
-
-from _actor_workloads import Echo  # noqa: E402
-
-from monarch.actor import this_host  # noqa: E402
 
 
 def threads_of(pid: int) -> list[int]:
@@ -86,9 +69,14 @@ def pin(pid: int, placement: str, home: int, cpus: list[int]) -> None:
 
 
 def measure(placement: str, reps: int, calls: int, cpus: list[int]) -> list[dict[str, Any]]:
-    if placement == "follow":
-        probe = importlib.import_module("follow_probe")
-        os.environ[probe.ENV] = "1"
+    # Imported once ``main`` has said what the zygote, started by this import, preloads.
+    from _actor_workloads import Echo
+
+    from monarch.actor import this_host
+
+    probe = importlib.import_module("follow_probe") if placement == "follow" else None
+    if probe is not None:
+        os.environ[probe.ENV] = "1"  # in this process; in the proc, its bootstrap
         procs = this_host().spawn_procs(per_host={"procs": 1}, bootstrap=probe.enable)
     else:
         procs = this_host().spawn_procs(per_host={"procs": 1})
@@ -98,7 +86,7 @@ def measure(placement: str, reps: int, calls: int, cpus: list[int]) -> list[dict
         for _ in range(100):
             pinger.ping.call_one().get(timeout=60)
         me = os.getpid()
-        if placement != "follow":
+        if probe is None:
             pin(me, placement, cpus[1], cpus)
             pin(proc_pid, placement, cpus[0], cpus)
         out = []
@@ -123,7 +111,8 @@ def measure(placement: str, reps: int, calls: int, cpus: list[int]) -> list[dict
             out.append({"median_us": statistics.median(samples) * 1e6, "threads": threads})
         return out
     finally:
-        os.environ.pop("MONARCH_BENCH_FOLLOW", None)
+        if probe is not None:
+            os.environ.pop(probe.ENV, None)
         pin(os.getpid(), "natural", cpus[0], cpus)
         procs.stop().get(timeout=60)
 
@@ -144,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(chosen) - set(PLACEMENTS))
     if unknown:
         sys.exit(f"unknown placements {', '.join(unknown)}; choose from {', '.join(PLACEMENTS)}")
+    if "follow" in chosen:  # before monarch's import: its zygote then preloads the probe
+        sys.path.insert(0, str(PROBES))  # the zygote's PYTHONPATH is this process's path
+        os.environ["MONARCH_PROC_PRELOAD"] = "follow_probe"
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         sys.exit("placement_bench needs at least 2 usable CPUs")
