@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import atexit
 import os
+import subprocess
+import sys
 import threading
+import types
 from pathlib import Path
 
 import pytest
@@ -62,9 +65,6 @@ def test_the_exit_clears_the_modules_imported_since_the_start_and_only_those() -
     """``finalize_modules`` walks ``sys.modules`` back from its end (its order is the
     order of import) and stops at the first module the process started with: what was
     imported since is cleared, latest first, and nothing before it is read at all."""
-    import sys
-    import types
-
     from monarch.core._host._bootstrap import finalize_modules
 
     older = types.ModuleType("monarch_test_exit_older")  # not counted at the start: a
@@ -97,9 +97,6 @@ def test_the_exit_clears_the_modules_imported_since_the_start_and_only_those() -
 def test_the_exit_runs_the_finalizers_registered_since_the_start_and_only_those() -> None:
     """``skip_finalizers_before`` leaves the exit a registry of the process's own
     finalizers, read back from the registry's end; the others are not called at exit."""
-    import subprocess
-    import sys
-
     script = """if True:
         import weakref
         from monarch.core._host._bootstrap import next_finalizer, skip_finalizers_before
@@ -128,9 +125,6 @@ def test_a_proc_that_never_reaches_its_host_agent_fails_and_says_why() -> None:
     """A proc started for an agent it cannot reach (gone, or out of descriptors to accept
     it) ends with status 1 and the reason on its stderr, which the spawn's error then
     quotes; once it has reached its agent, the agent's going is its clean stop."""
-    import subprocess
-    import sys
-
     from monarch.core._host._environ import PARENT_ENV, RANK_ENV, READY_ENV
 
     nobody = f"unix://@monarch-test-unreachable-agent-{os.getpid()}"
