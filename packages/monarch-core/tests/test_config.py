@@ -114,6 +114,7 @@ def test_every_key_has_an_env_var_and_doc() -> None:
         "enable_telemetry",
         "event_loop",
         "fork_procs",
+        "loop_follows_waiter",
         "prestart_zygote",
         "proc_preload",
         "rdma_tcp_integrity",

@@ -17,6 +17,7 @@ from monarch.config import configured
 from monarch.core import Future, current_runtime, run_on
 from monarch.core._config import current_config
 from monarch.core._host import _spawning
+from monarch.core._placement import following
 from monarch.core._runtime import USABLE_CPUS as _CPUS
 from monarch.core._runtime import _spin
 from monarch.core.testing import wait_until
@@ -105,10 +106,14 @@ def test_the_loop_stays_awake_for_wait_spin_after_messages(
     async def awake_now() -> bool:  # asked after this very request was handled
         return runtime.awake()
 
-    with configured(wait_spin="100ms"):
+    with configured(wait_spin="100ms", loop_follows_waiter=False):
         pids.pid.call().get(30)
         assert run_on(runtime, awake_now()).get(30)
         wait_until(lambda: not runtime.awake(), 30, "the loop to sleep again")
+    with configured(wait_spin="100ms"):
+        if following():  # a loop that follows its waiter sleeps at once instead
+            pids.pid.call().get(30)
+            assert not run_on(runtime, awake_now()).get(30)
     with configured(wait_spin=0):
         pids.pid.call().get(30)
         assert not run_on(runtime, awake_now()).get(30)

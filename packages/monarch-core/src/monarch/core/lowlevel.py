@@ -28,6 +28,8 @@ As trio's ``trio.lowlevel``: a thin public face over the core's private modules.
   the one object a launcher or a test watches; ``cuda_initialized()``: whether this
   process holds a CUDA context (no zygote is forked from it; monarch-tensor's worker keeps
   the device CUDA chose).
+- ``unpin_this_thread()``: first thing in a thread a layer starts: the process's CPUs back,
+  where the runtime's loop that may have started it is pinned to its waiter's (``_placement``).
 - ``sends_together()``: the casts and calls a thread makes in the block leave as it ends,
   one system call per peer (monarch-tensor's batch of commands and the fetch behind it).
 - the core's wire messages (``Envelope``, ``Call``, ``PortValue``, ``Beat``...,
@@ -59,6 +61,7 @@ from ._host._pids import process_alive, process_start, process_state
 from ._host._zygote import Zygote, cuda_initialized, prestart_zygote, zygote
 from ._mesh._ask import ASK_TIMEOUT, Service, ServiceError, ask, ask_body
 from ._payload._serialize import dumps
+from ._placement import unpin_this_thread
 from ._runtime._cast import split as split_cast
 from ._runtime._messages import (
     TO_ACTOR,
@@ -131,4 +134,5 @@ __all__ = [
     "snapshot_procs",
     "split_cast",
     "streams",
+    "unpin_this_thread",
 ]

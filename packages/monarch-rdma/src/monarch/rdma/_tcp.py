@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, Literal
 
+from monarch.core.lowlevel import unpin_this_thread
 from monarch.transport import AuthenticationError, HandshakeError
 from monarch.transport.lowlevel import Admission, Handshake
 
@@ -190,6 +191,7 @@ class DataServer:
         """A thread per connection, at most ``MAX_PENDING_HANDSHAKES`` of them before their
         proof of the secret (``Admission``: a flood of silent connections evicts its own
         oldest, it neither holds a thread each nor locks the job's peers out)."""
+        unpin_this_thread()  # and its connections' threads: not the loop's one CPU
         while not self._closed:
             try:
                 conn, peer = self._sock.accept()

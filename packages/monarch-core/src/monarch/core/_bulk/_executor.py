@@ -30,6 +30,7 @@ from typing import Any, Final, TypeVar
 
 from monarch.core._config import current_config
 from monarch.core._payload._per_process import PerProcess
+from monarch.core._placement import unpin_this_thread
 
 T = TypeVar("T")
 
@@ -58,7 +59,9 @@ class Executor:
 
     def __init__(self, size: int, urgent: int = URGENT) -> None:
         self.size = size
-        self._pool = ThreadPoolExecutor(size + urgent, thread_name_prefix=NAME)
+        self._pool = ThreadPoolExecutor(
+            size + urgent, thread_name_prefix=NAME, initializer=unpin_this_thread
+        )
         self._lock = threading.Lock()
         self._running = 0
         """Threads of the bounded lane now taken (each runs its task, then the waiting)."""

@@ -40,6 +40,7 @@ from typing import Any, Final, Protocol
 
 from monarch.core._payload._memory import address_of
 from monarch.core._payload._per_process import PerProcess
+from monarch.core._placement import unpin_this_thread
 
 log = logging.getLogger("monarch.core.ring")
 
@@ -273,6 +274,7 @@ class _Pusher:
         self.queue.put(item)
 
     def _run(self) -> None:
+        unpin_this_thread()  # started where the loop may be pinned (``_placement``)
         get = self.queue.get
         while True:
             mapping, loan, view, ring, source = get()

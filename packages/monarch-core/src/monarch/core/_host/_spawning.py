@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from monarch.core._config import KEYS, current_config
 from monarch.core._mesh._logs import OutputPlan, ProcOutput, forward_output
+from monarch.core._placement import unpin_this_thread
 from monarch.core._runtime import USABLE_CPUS, Runtime
 from monarch.core._runtime._fd_watch import fd_watch
 from monarch.core._runtime._messages import (
@@ -347,9 +348,12 @@ def _when_exited(child: subprocess.Popen[bytes], report: Callable[[int], None]) 
     try:
         pidfd = os.pidfd_open(child.pid)
     except (AttributeError, OSError):
-        threading.Thread(
-            target=lambda: report(child.wait()), name=f"monarch-wait-{child.pid}", daemon=True
-        ).start()
+
+        def wait() -> None:
+            unpin_this_thread()  # started by the loop, which may be pinned (``_placement``)
+            report(child.wait())
+
+        threading.Thread(target=wait, name=f"monarch-wait-{child.pid}", daemon=True).start()
         return
 
     def exited() -> bool:

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import IO, Final
 
 from monarch._zygote_start import launch, prestarted, take
+from monarch.core._placement import unpin_this_thread
 from monarch.core._runtime._messages import (
     ZygoteExited,
     ZygoteFork,
@@ -195,6 +196,7 @@ class Zygote:
     def _send(self, sock: socket.socket) -> None:
         """Send the requests in order (the zygote's thread of ``fork``), each once the
         zygote's side has room for it; then close what this process held of them."""
+        unpin_this_thread()  # started where the loop may be pinned (``_placement``)
         while True:
             request, fds = self._outbox.get()
             try:
@@ -223,6 +225,7 @@ class Zygote:
         ).start()
 
     def _read(self) -> None:
+        unpin_this_thread()  # started where the loop may be pinned (``_placement``)
         sock = self.sock
         assert sock is not None
         while True:

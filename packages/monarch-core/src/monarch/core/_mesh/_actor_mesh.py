@@ -31,6 +31,7 @@ from monarch.core._layout._value_mesh import ValueMesh
 from monarch.core._payload._filling import deferred_fills
 from monarch.core._payload._filling import settle as settle_fills
 from monarch.core._payload._serialize import dumps, dumps_call_arguments, size_of
+from monarch.core._placement import hosting
 from monarch.core._runtime import Runtime, current_runtime
 from monarch.core._runtime._instrument import outgoing
 from monarch.core._runtime._messages import (
@@ -354,7 +355,9 @@ class Accumulator(Generic[R, A]):
         async def fold() -> A:
             value = self._identity
             for future in futures:
-                value = self._combine(value, await future)
+                got = await future
+                with hosting():  # user code on the loop (``_placement``)
+                    value = self._combine(value, got)
             return value
 
         return run_on(self._endpoint._mesh._runtime, fold())

@@ -21,6 +21,7 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 
+from monarch.core._placement import hosting, note_waiting
 from monarch.core._runtime import (
     USABLE_CPUS,
     Runtime,
@@ -105,6 +106,8 @@ class Outcome(Generic[R]):
 
     def _wait(self, timeout: float | None = None) -> R:
         """The value (or raise the error), blocking up to ``timeout`` seconds."""
+        if self._state != _DONE:
+            note_waiting()  # the loop comes to this CPU (``_placement``)
         if self._state != _DONE and self._answering < USABLE_CPUS:
             seconds = spin_seconds()
             if timeout is not None:
@@ -281,7 +284,9 @@ class Future(Outcome[R]):
 
         def done(outcome: Outcome[R]) -> None:
             try:
-                out.set_result(fn(outcome._wait()))
+                with hosting():  # user code, perhaps on the loop (``_placement``)
+                    value = fn(outcome._wait())
+                out.set_result(value)
             except BaseException as exc:  # noqa: BLE001 - handed to the future
                 out.set_exception(exc)
 

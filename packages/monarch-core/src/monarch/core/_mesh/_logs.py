@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import IO, Final, Protocol, TextIO
 
 from monarch.core._payload._per_process import PerProcess
+from monarch.core._placement import unpin_this_thread
 from monarch.core._runtime import Runtime
 from monarch.core._runtime._fd_watch import fd_watch
 from monarch.core._runtime._internal_logs import log_dir
@@ -567,6 +568,7 @@ def _after_printed(callback: Callable[[], None]) -> None:
 
 
 def _run_printer() -> None:
+    unpin_this_thread()  # started where the loop may be pinned (``_placement``)
     while (work := _queue.get()) is not None:
         try:
             work()

@@ -18,6 +18,7 @@ from monarch.core._config import KEYS, current_config, runtime_env
 from monarch.core._errors import MeshFailure, PeerLost, RemoteFailure, SupervisionError
 from monarch.core._layout._shape import Point, Shape
 from monarch.core._payload._serialize import dumps, loads
+from monarch.core._placement import unpin_this_thread
 from monarch.core._runtime import Runtime
 from monarch.core._runtime._instrument import supervision
 from monarch.core._runtime._messages import (
@@ -376,6 +377,7 @@ def handle_run_bootstrap(
 
 
 def _run_bootstrap_here(runtime: Runtime, body: RunBootstrap, payload: Sequence[Buffer]) -> None:
+    unpin_this_thread()  # started where the loop may be pinned (``_placement``)
     try:
         loads(payload)()
     except Exception as exc:  # noqa: BLE001 - reported to whoever spawned the procs

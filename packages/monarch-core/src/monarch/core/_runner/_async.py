@@ -24,6 +24,7 @@ from monarch.core._config import current_config
 from monarch.core._errors import MeshFailure
 from monarch.core._layout._shape import Point
 from monarch.core._payload._serialize import loads
+from monarch.core._placement import unpin_this_thread
 from monarch.core._runner._context import Context
 from monarch.core._runtime import Runtime, new_event_loop, suspend_senders
 from monarch.core._runtime._messages import Call, SpawnActor
@@ -38,7 +39,7 @@ log = logging.getLogger("monarch.actor")
 class AsyncRunner(ActorRunner):
     def __init__(self, runtime: Runtime, spawn: SpawnActor, cls: type | None) -> None:
         super().__init__(runtime, spawn, cls)
-        self.loop = new_event_loop()
+        self.loop = new_event_loop(runtime=False)
         """The actor's own loop (its thread's), where all its code runs."""
         self.queue: asyncio.Queue[Item] = asyncio.Queue()
         """The actor's messages, taken by its task."""
@@ -66,6 +67,7 @@ class AsyncRunner(ActorRunner):
     def _run_thread(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], unpickling: BaseException | None
     ) -> None:
+        unpin_this_thread()  # started by the loop, which may be pinned (``_placement``)
         self.thread_id = threading.get_ident()
         loop = self.loop
         asyncio.set_event_loop(loop)

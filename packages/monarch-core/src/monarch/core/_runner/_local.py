@@ -18,6 +18,7 @@ from monarch.core._config import current_config
 from monarch.core._errors import RemoteFailure, SupervisionError
 from monarch.core._mesh._endpoint import actor_is_async
 from monarch.core._payload._serialize import dumps, loads
+from monarch.core._placement import unpin_this_thread
 from monarch.core._runner._context import running
 from monarch.core._runtime import Runtime
 from monarch.core._runtime._cast import ReceiveOrder
@@ -81,6 +82,7 @@ def handle_spawn_actor(
     runtime.spawn_arrived(body.mesh)
 
     def read() -> None:
+        unpin_this_thread()  # started where the loop may be pinned (``_placement``)
         reads = [read_spawn(payload) for _ in ranks]  # each actor its own arguments
         try:
             runtime.call_soon(start, reads)

@@ -35,6 +35,7 @@ from collections import deque
 from typing import Protocol
 
 from monarch.core._config import current_config
+from monarch.core._placement import note_waiting, unpin_this_thread
 from monarch.core._runtime import spin, spin_seconds
 from monarch.core._runtime._spin import set_blocking_listener
 
@@ -123,6 +124,7 @@ class ActorPool:
     # -- a pool thread -----------------------------------------------------------------
 
     def _work(self) -> None:
+        unpin_this_thread()  # started by the loop, which may be pinned (``_placement``)
         set_blocking_listener(self)
         thread = threading.current_thread()
         lock = self.lock
@@ -150,6 +152,7 @@ class ActorPool:
     def _wait_for_work(self) -> Served:
         """The next ready actor (under the lock, counted in ``coming``, which it leaves)."""
         global _spinning
+        note_waiting()  # the loop comes to this CPU (``_placement``)
         while not self.ready:
             if not _spinning and (seconds := spin_seconds()) > 0:
                 _spinning = True

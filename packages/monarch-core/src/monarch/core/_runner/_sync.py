@@ -22,6 +22,7 @@ from monarch.core._config import current_config
 from monarch.core._errors import MeshFailure
 from monarch.core._mesh._future import run_on
 from monarch.core._payload._serialize import loads, loads_arguments
+from monarch.core._placement import hosting
 from monarch.core._runner._context import Context
 from monarch.core._runtime import Runtime
 from monarch.core._runtime._messages import Call, SpawnActor
@@ -187,7 +188,8 @@ class SyncRunner(ActorRunner):
         ctx = contextvars.copy_context()
 
         async def run() -> Any:
-            return await ctx.run(asyncio.ensure_future, fn(*args, **kwargs))
+            with hosting():  # user code on the loop (``_placement``)
+                return await ctx.run(asyncio.ensure_future, fn(*args, **kwargs))
 
         return run_on(self.runtime, run()).get()
 

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+from monarch.core._placement import unpin_this_thread
 from monarch.transport import Buffer, FrameQueue, TransportError
 
 log = logging.getLogger("monarch.core.runtime")
@@ -56,6 +57,7 @@ class Beats:
             self._changed.notify()
 
     def _run(self) -> None:
+        unpin_this_thread()  # started where the loop may be pinned (``_placement``)
         due = self._due
         while True:
             with self._changed:

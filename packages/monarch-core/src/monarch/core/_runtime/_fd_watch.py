@@ -19,6 +19,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from monarch.core._placement import unpin_this_thread
+
 log = logging.getLogger("monarch.core")
 
 Ready = Callable[[], bool]
@@ -80,6 +82,7 @@ class FdWatch:
             pass
 
     def _run(self, selector: selectors.BaseSelector, wake_r: int) -> None:
+        unpin_this_thread()  # started where the loop may be pinned (``_placement``)
         while True:
             with self._lock:
                 added, self._added = self._added, []

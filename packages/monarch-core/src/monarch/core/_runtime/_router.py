@@ -30,6 +30,7 @@ from monarch.core._config import current_config
 from monarch.core._errors import PeerLost, PullError
 from monarch.core._payload._filling import fill_parts
 from monarch.core._payload._memory import address_of as memory_address
+from monarch.core._placement import follow
 from monarch.core._runtime._messages import (
     PACK_MAX,
     TO_ACTOR,
@@ -242,9 +243,11 @@ class Runtime:
                 dirty, self._dirty = self._dirty, []
                 for writer in dirty:
                     writer.flush()
-            self._stay_awake()
+            spin = spin_seconds()
+            if not follow(spin):  # else on its waiter's CPU, which spins (``_placement``)
+                self._stay_awake(spin)
 
-    def _stay_awake(self) -> None:
+    def _stay_awake(self, spin: float) -> None:
         """Keep the loop from sleeping for ``wait_spin`` after it handled messages (the
         waiters' rule, see ``_spin``): round trip 70-90 -> 50 us on a VM. It cannot block
         in ``spin``, so it re-schedules itself, yielding between polls that do not wait.
@@ -252,7 +255,6 @@ class Runtime:
         if self._awake:
             self._awake_until = time.perf_counter() + self._awake_for
             return
-        spin = spin_seconds()
         if spin > 0:
             self._awake, self._awake_for = True, spin
             self._awake_until = time.perf_counter() + spin

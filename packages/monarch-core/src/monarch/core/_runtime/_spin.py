@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Final, Protocol
 
 from monarch.core._config import current_config
+from monarch.core._placement import PROCESS_MASK
 
 CONTENDED_YIELD: Final = 500e-6
 """A yield that kept its thread off the CPU longer than this (seconds) handed the CPU to
@@ -70,14 +71,7 @@ def spin(done: Callable[[], object], seconds: float) -> bool:
     return True
 
 
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
-
-
-USABLE_CPUS: Final = _usable_cpus()
+USABLE_CPUS: Final = len(PROCESS_MASK) or os.cpu_count() or 1
 """CPUs this process may run on: a waiter spins only while others have one to spare."""
 
 
