@@ -1,20 +1,22 @@
-"""A round trip against where the scheduler puts each process's threads (session 45).
+"""A round trip against where the scheduler puts each process's threads (sessions 45-46).
 
 A no-op ``call_one().get()`` to a proc involves four threads: the caller and the client
 runtime's loop, the proc's loop and its actor's thread. On this 2-CPU VM it takes ~60 us
 when each process's two threads share a CPU and ~200 us when they sit on different ones
-(the GIL handed across CPUs). This measures it under three placements, alternated, each on
+(the GIL handed across CPUs). This measures it under four placements, alternated, each on
 a fresh proc:
 
-* ``natural``: no pinning (what users get; bimodal between the two below),
+* ``natural``: what users get: each runtime's loop follows the CPU of the thread that
+  waits for it (``loop_follows_waiter``, monarch-core's ``_placement``),
+* ``unfollowed``: nothing pinned, the loops not following (``loop_follows_waiter`` off:
+  bimodal between the two below),
 * ``together``: the client's threads pinned to one CPU, the proc's to another,
-* ``apart``: each process's threads pinned across both CPUs,
-* ``follow`` (with ``--placements``): nothing pinned by the benchmark; the co-location
-  prototype (``packages/monarch-core/tests/follow_probe.py``, preloaded into the procs)
-  keeps each loop on the CPU of the thread it serves.
+* ``apart``: each process's threads pinned across both CPUs.
 
-Every repetition records the median round trip and, per thread, its exact CPU time
-(``/proc/.../schedstat``) and last CPU. Nothing is asserted; it writes one JSON result::
+``unfollowed``, ``together`` and ``apart`` run with ``loop_follows_waiter`` off in the
+client and the proc (the benchmark's pins then stay as set). Every repetition records the
+median round trip and, per thread, its exact CPU time (``/proc/.../schedstat``) and last
+CPU. Nothing is asserted; it writes one JSON result::
 
     hatch run bench:placement --runs 2 --reps 6 --calls 1000
 """
@@ -22,7 +24,6 @@ Every repetition records the median round trip and, per thread, its exact CPU ti
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import statistics
 import sys
@@ -35,10 +36,7 @@ sys.path.insert(0, str(HERE))
 
 from _results import RESULTS_DIR, machine_info, write_json  # noqa: E402
 
-PLACEMENTS = ("natural", "together", "apart", "follow")
-
-PROBES = HERE.parent / "packages" / "monarch-core" / "tests"
-"""Where ``follow_probe`` lives (it patches the core's internals: the core's tests may)."""
+PLACEMENTS = ("natural", "unfollowed", "together", "apart")
 
 
 def threads_of(pid: int) -> list[int]:
@@ -59,7 +57,7 @@ def pin(pid: int, placement: str, home: int, cpus: list[int]) -> None:
     the others on another CPU (apart), or on every CPU (natural)."""
     other = next(c for c in cpus if c != home)
     for tid in threads_of(pid):
-        if placement == "natural":
+        if placement in ("natural", "unfollowed"):
             mask = set(cpus)
         elif placement == "together":
             mask = {home}
@@ -69,52 +67,54 @@ def pin(pid: int, placement: str, home: int, cpus: list[int]) -> None:
 
 
 def measure(placement: str, reps: int, calls: int, cpus: list[int]) -> list[dict[str, Any]]:
-    # Imported once ``main`` has said what the zygote, started by this import, preloads.
+    from monarch.actor import this_host
+    from monarch.config import configured
+
+    follows = placement == "natural"
+    with configured(loop_follows_waiter=follows):  # the procs take the client's setting
+        procs = this_host().spawn_procs(per_host={"procs": 1})
+        try:
+            return _measure(procs, placement, reps, calls, cpus)
+        finally:
+            if not follows:  # this benchmark's pins off (not the runtime's own)
+                pin(os.getpid(), "natural", cpus[0], cpus)
+            procs.stop().get(timeout=60)
+
+
+def _measure(
+    procs: Any, placement: str, reps: int, calls: int, cpus: list[int]
+) -> list[dict[str, Any]]:
     from _actor_workloads import Echo
 
-    from monarch.actor import this_host
-
-    probe = importlib.import_module("follow_probe") if placement == "follow" else None
-    if probe is not None:
-        os.environ[probe.ENV] = "1"  # in this process; in the proc, its bootstrap
-        procs = this_host().spawn_procs(per_host={"procs": 1}, bootstrap=probe.enable)
-    else:
-        procs = this_host().spawn_procs(per_host={"procs": 1})
-    try:
-        pinger = procs.spawn("pinger", Echo)
-        proc_pid = pinger.pid.call_one().get(timeout=60)
-        for _ in range(100):
+    pinger = procs.spawn("pinger", Echo)
+    proc_pid = pinger.pid.call_one().get(timeout=60)
+    for _ in range(100):
+        pinger.ping.call_one().get(timeout=60)
+    me = os.getpid()
+    if placement != "natural":
+        pin(me, placement, cpus[1], cpus)
+        pin(proc_pid, placement, cpus[0], cpus)
+    out = []
+    for _ in range(reps):
+        tids = {me: threads_of(me), proc_pid: threads_of(proc_pid)}
+        before = {(p, t): thread_state(p, t) for p, ts in tids.items() for t in ts}
+        samples = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
             pinger.ping.call_one().get(timeout=60)
-        me = os.getpid()
-        if probe is None:
-            pin(me, placement, cpus[1], cpus)
-            pin(proc_pid, placement, cpus[0], cpus)
-        out = []
-        for _ in range(reps):
-            tids = {me: threads_of(me), proc_pid: threads_of(proc_pid)}
-            before = {(p, t): thread_state(p, t) for p, ts in tids.items() for t in ts}
-            samples = []
-            for _ in range(calls):
-                t0 = time.perf_counter()
-                pinger.ping.call_one().get(timeout=60)
-                samples.append(time.perf_counter() - t0)
-            threads = []
-            for (p, t), (cpu0, _) in before.items():
-                try:
-                    cpu1, last = thread_state(p, t)
-                except OSError:  # ended meanwhile
-                    continue
-                used = (cpu1 - cpu0) / calls * 1e6
-                if used >= 1.0:  # the threads that took part
-                    side = "client" if p == me else "proc"
-                    threads.append({"side": side, "tid": t, "cpu_us": used, "last_cpu": last})
-            out.append({"median_us": statistics.median(samples) * 1e6, "threads": threads})
-        return out
-    finally:
-        if probe is not None:
-            os.environ.pop(probe.ENV, None)
-        pin(os.getpid(), "natural", cpus[0], cpus)
-        procs.stop().get(timeout=60)
+            samples.append(time.perf_counter() - t0)
+        threads = []
+        for (p, t), (cpu0, _) in before.items():
+            try:
+                cpu1, last = thread_state(p, t)
+            except OSError:  # ended meanwhile
+                continue
+            used = (cpu1 - cpu0) / calls * 1e6
+            if used >= 1.0:  # the threads that took part
+                side = "client" if p == me else "proc"
+                threads.append({"side": side, "tid": t, "cpu_us": used, "last_cpu": last})
+        out.append({"median_us": statistics.median(samples) * 1e6, "threads": threads})
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calls", type=int, default=1000, help="round trips per repetition")
     p.add_argument(
         "--placements",
-        default=",".join(PLACEMENTS[:3]),
+        default=",".join(PLACEMENTS),
         help=f"comma-separated, of {', '.join(PLACEMENTS)}",
     )
     p.add_argument("--out", default=str(RESULTS_DIR / "placement.json"))
@@ -133,9 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(chosen) - set(PLACEMENTS))
     if unknown:
         sys.exit(f"unknown placements {', '.join(unknown)}; choose from {', '.join(PLACEMENTS)}")
-    if "follow" in chosen:  # before monarch's import: its zygote then preloads the probe
-        sys.path.insert(0, str(PROBES))  # the zygote's PYTHONPATH is this process's path
-        os.environ["MONARCH_PROC_PRELOAD"] = "follow_probe"
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         sys.exit("placement_bench needs at least 2 usable CPUs")
