@@ -12,6 +12,7 @@ import time
 import pytest
 
 from monarch.actor import Accumulator, Actor, endpoint, this_host
+from monarch.config import configured
 from monarch.core._placement import MASK_ENV, PROCESS_MASK
 from monarch.core._runtime import _spin
 
@@ -129,6 +130,29 @@ def test_the_loop_is_unpinned_while_the_machine_has_no_cpu_to_spare(
         assert _loop_pinned()
     finally:
         procs.stop().get(timeout=60)
+
+
+def test_a_proc_started_while_the_loop_is_pinned_gets_the_process_cpus() -> None:
+    """Procs started by this process's agent on its pinned loop (a ``Popen`` from there,
+    ``fork_procs`` off) and forked by the zygote both get the spawner's CPUs."""
+    warm = this_host().spawn_procs(per_host={"procs": 1})
+    try:
+        actor = warm.spawn("masks", Masks)
+        for _ in range(200):
+            actor.ping.call_one().get(timeout=60)
+        assert _loop_pinned()
+        for forked in (False, True):
+            with configured(fork_procs=forked):
+                procs = this_host().spawn_procs(per_host={"procs": 1})
+                try:
+                    masks = procs.spawn("masks", Masks).masks.call_one().get(timeout=60)
+                finally:
+                    procs.stop().get(timeout=60)
+            process, actor_thread, _, _ = masks
+            assert process == sorted(PROCESS_MASK), forked
+            assert actor_thread == process, forked
+    finally:
+        warm.stop().get(timeout=60)
 
 
 SCRIPT = "import os, monarch.core; print(sorted(os.sched_getaffinity(0)))"

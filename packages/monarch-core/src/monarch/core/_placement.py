@@ -123,8 +123,8 @@ def follow(spin: float) -> bool:
         return False
     cpu = _state.waiter
     if cpu >= 0 and cpu != _state.pinned and cpu in PROCESS_MASK and _pin(frozenset({cpu})):
-        _state.pinned = cpu
         _state.loop = threading.get_native_id()
+        _state.pinned = cpu
         _state.ever = True
         _announce(cpu)
     return True
