@@ -85,7 +85,7 @@ class _Placement:
     pinned = -1
     """The CPU the loop thread is pinned to (-1: not pinned)."""
     loop = 0
-    """The loop thread's native id while it is pinned (any thread may unpin it)."""
+    """The loop thread's native id, once it was pinned (any thread may unpin it)."""
     ever = False
     """Whether the loop was ever pinned in this process (threads it started then may be)."""
     hosting = 0
@@ -108,8 +108,9 @@ def following() -> bool:
 
 
 def note_waiting() -> None:
-    """The calling thread is about to wait for the runtime: the loop should come to its CPU."""
-    if _getcpu is not None:
+    """The calling thread is about to wait for the runtime: the loop should come to its CPU
+    (not the loop itself, awaiting a Future in a task of its own)."""
+    if _getcpu is not None and threading.get_native_id() != _state.loop:
         _state.waiter = _getcpu()  # type: ignore[operator]
 
 

@@ -151,6 +151,7 @@ class Outcome(Generic[R]):
         if self._state == _DONE:
             _copy_into(future, self)
         else:
+            note_waiting()  # ``loop``'s thread waits: the runtime's loop comes to its CPU
             self.add_done_callback(functools.partial(_copy_soon, loop, future))
         return future
 
@@ -361,6 +362,7 @@ async def _await_elsewhere(outcome: Outcome[R]) -> R:
         except RuntimeError:  # completed on the awaiting thread itself
             done.set()
 
+    note_waiting()  # the awaiting thread: the runtime's loop comes to its CPU
     outcome.add_done_callback(wake)
     await done.wait()
     return outcome._wait()

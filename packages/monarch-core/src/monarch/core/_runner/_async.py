@@ -24,7 +24,7 @@ from monarch.core._config import current_config
 from monarch.core._errors import MeshFailure
 from monarch.core._layout._shape import Point
 from monarch.core._payload._serialize import loads
-from monarch.core._placement import unpin_this_thread
+from monarch.core._placement import note_waiting, unpin_this_thread
 from monarch.core._runner._context import Context
 from monarch.core._runtime import Runtime, new_event_loop, suspend_senders
 from monarch.core._runtime._messages import Call, SpawnActor
@@ -111,6 +111,8 @@ class AsyncRunner(ActorRunner):
         else:
             self._constructed(None)
         while True:
+            if self.queue.empty():
+                note_waiting()  # the proc's loop comes to this CPU (``_placement``)
             kind, message, parts = await self.queue.get()
             if kind == EXIT:
                 self.instance = self.cls = None  # see release()
