@@ -297,7 +297,7 @@ CORE_WINGS: tuple[frozenset[str], ...] = tuple(
     frozenset(CORE if name == "__init__" else f"{CORE}.{name}" for name in floor.split())
     for floor in (
         "_config _command",  # typed keys and layers; the monarch command (imports no runtime)
-        "_payload",  # values as bytes and buffers
+        "_payload _placement",  # values as bytes and buffers; where the loop thread runs
         "_errors",  # the one exception tree (it pickles what a remote failure carries)
         "_bulk _layout",  # same-host lending through rings; the slicing algebra as values
         "_runtime",  # the per-process runtime: messages, routing, peers, TLS, the running code
@@ -330,11 +330,12 @@ CORE_FLOORS: tuple[frozenset[str], ...] = tuple(
         # + the internal log; files by checksum; reloads; a call's tensor copies made while
         # they travel; mocked actors; how an unhandled failure ends the client; upstream's
         # Uid and ProcId; upstream's pickled Extent and Point
-        "_payload._tensors _host._adopt _payload._buffers _host._environ _bulk._executor",
-        # tensors as one buffer each (torch never imported); the bulk-data executor; fd sockets;
-        # upstream's write Buffer (small writes copied, large kept); the MONARCH_* names and
-        # the job secret a spawner hands its procs
-        "_payload._serialize _bulk._ring",  # pickling with out-of-band buffers; lenders' rings
+        "_payload._tensors _host._adopt _payload._buffers _host._environ _placement",
+        # tensors as one buffer each (torch never imported); fd sockets; upstream's write
+        # Buffer (small writes copied, large kept); the MONARCH_* names and the job secret a
+        # spawner hands its procs; the CPU the runtime's loop keeps to, its waiter's
+        "_payload._serialize _bulk._ring _bulk._executor",  # pickling with out-of-band
+        # buffers; lenders' rings; the bulk-data executor
         "_errors _mesh._reports",  # the one exception tree; upstream's words for failures
         "_layout._shape _layout._selection _runtime._scope _mesh._supervision _bulk._plane"
         " _mesh._exits _bulk._write_gate",  # mesh algebra; running code; what a bulk-data
