@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from monarch.actor import Accumulator, Actor, endpoint, this_host
+from monarch.actor import Accumulator, Actor, ActorMesh, endpoint, this_host
 from monarch.config import configured
 from monarch.core._placement import MASK_ENV, PROCESS_MASK
 from monarch.core._runtime import _spin
@@ -62,7 +62,7 @@ def _loop_pinned() -> bool:
     return any(len(os.sched_getaffinity(int(tid))) == 1 for tid in os.listdir("/proc/self/task"))
 
 
-def _ping_until_pinned(actor: Masks) -> None:
+def _ping_until_pinned(actor: ActorMesh[Masks]) -> None:
     def pinned() -> bool:
         actor.ping.call().get(timeout=60)  # each batch's end pins the loop to this CPU
         return _loop_pinned()
