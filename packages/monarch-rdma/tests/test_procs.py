@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,12 +17,14 @@ import pytest
 
 from monarch.actor import Actor, ProcMesh, endpoint, this_host
 from monarch.config import configured
+from monarch.core.testing import wait_until
 from monarch.rdma import (
     RDMAAction,
     RDMABuffer,
     RDMABufferDropped,
     RDMATimeoutError,
 )
+from monarch.rdma._process import local_process
 from monarch.rdma._transfer import plane
 
 pytestmark = pytest.mark.filterwarnings("ignore::monarch.rdma.RDMATcpFallbackWarning")
@@ -61,6 +64,11 @@ class Owner(Actor):
     @endpoint
     def pid(self) -> int:
         return os.getpid()
+
+    @endpoint
+    def connections(self) -> int:
+        """The TCP plane's connections this proc's data server serves now."""
+        return sum(t.name == "monarch-rdma-tcp-conn" for t in threading.enumerate())
 
     @endpoint
     def copy_from(self, buf: RDMABuffer) -> str:
@@ -141,6 +149,36 @@ def test_the_client_reads_and_writes_an_actors_buffer(
     new = pattern(size, 2)
     buf.write_from(new).get(timeout=60)
     assert owner.digest.call_one(f"rw{size}").get(timeout=60) == sha(new)
+    buf.drop().get(timeout=60)
+
+
+def test_idle_tcp_streams_are_closed_and_opened_again_when_needed(
+    mesh: tuple[str, ProcMesh, Any],
+) -> None:
+    """The client's streams to a data server stay open between transfers, close once
+    unused for a while (the server's threads for them end), and a later transfer opens new
+    ones."""
+    way, _, owners = mesh
+    if way != "tcp":
+        pytest.skip("streams are the TCP plane's")
+    owner = owners.slice(procs=0)
+    buf = owner.make.call_one("idle", MIB, 3).get(timeout=60)
+    out = bytearray(MIB)
+    buf.read_into(out).get(timeout=60)
+    process = local_process()
+    assert process.close_idle_streams(3600) >= 1  # used just now: kept
+    served = owner.connections.call_one().get(timeout=60)
+    assert served >= 1
+    assert process.close_idle_streams(0) == 0  # every one unused since before now
+    wait_until(
+        lambda: owner.connections.call_one().get(timeout=60) < served,
+        60,
+        "the owner's data server to end the threads of the closed streams",
+    )
+    again = bytearray(MIB)
+    buf.read_into(again).get(timeout=60)
+    assert again == pattern(MIB, 3)
+    assert process.close_idle_streams(3600) >= 1
     buf.drop().get(timeout=60)
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
+from typing import Final
 
 from monarch.core import (
     WILDCARD_HOSTS,
@@ -36,11 +38,15 @@ def _tcp_host(address: str) -> str:
     return socket.gethostbyname(socket.gethostname())
 
 
+STREAMS_IDLE: Final = 60.0
+"""Seconds a stream to a data server may stay unused before it is closed (a peer gone, or
+one this process no longer reads from, holds no socket, nor a thread of its server)."""
+
+
 class Process:
     """This process's RDMA side (one, made on first use)."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
+    def __init__(self) -> None:
         self.secret = job_secret()
         self._server: DataServer | None = None
         self._streams: dict[tuple[str, int], Streams] = {}
@@ -49,6 +55,12 @@ class Process:
         """Streams per TCP transfer."""
         self.threads = bulk_executor()
         """Operations, their extra streams and the large pulls we serve."""
+        self._sweep_at = time.monotonic() + STREAMS_IDLE
+
+    @property
+    def runtime(self) -> Runtime:
+        """This process's runtime now (a process may stop one and start another)."""
+        return current_runtime()
 
     # -- the data server and streams ---------------------------------------------------
 
@@ -64,13 +76,31 @@ class Process:
             return self._server
 
     def streams(self, host: str, port: int) -> Streams:
+        """The streams to the data server at ``host:port`` (those idle for
+        ``STREAMS_IDLE`` closed on the way, at most every half of that)."""
         with self._lock:
+            now = time.monotonic()
+            if now >= self._sweep_at:
+                self._sweep_at = now + STREAMS_IDLE / 2
+                self._close_idle(now - STREAMS_IDLE)
             streams = self._streams.get((host, port))
             if streams is None:
                 integrity = current_config().rdma_tcp_integrity
                 streams = Streams(host, port, self.secret, integrity)
                 self._streams[(host, port)] = streams
             return streams
+
+    def _close_idle(self, before: float) -> None:
+        for key, streams in list(self._streams.items()):
+            if streams.close_idle(before):
+                del self._streams[key]
+
+    def close_idle_streams(self, idle: float) -> int:
+        """Close the streams unused for ``idle`` seconds now; how many servers this process
+        still holds streams to."""
+        with self._lock:
+            self._close_idle(time.monotonic() - idle)
+            return len(self._streams)
 
 
 _process: Process | None = None
@@ -89,5 +119,5 @@ def _make() -> Process:
     global _process
     with _process_lock:
         if _process is None:
-            _process = Process(current_runtime())
+            _process = Process()
         return _process

@@ -374,20 +374,26 @@ def _recv_tagged(sock: socket.socket, into: memoryview, tagger: Tagger) -> None:
 
 
 class Streams:
-    """Authenticated connections to one data server, kept between transfers."""
+    """Authenticated connections to one data server, kept between transfers (and closed
+    once idle for a while: ``close_idle``)."""
 
     def __init__(self, host: str, port: int, secret: bytes, integrity: bool = True) -> None:
         self.host = host
         self.port = port
         self._secret = secret
         self._integrity = integrity
-        self._idle: list[Stream] = []
+        self._idle: list[tuple[Stream, float]] = []
+        """Streams given back, each with when (``time.monotonic``)."""
+        self._used = time.monotonic()
+        """When a stream was last taken or given back."""
+        self._closed = False
         self._lock = threading.Lock()
 
     def take(self, deadline: float) -> Stream:
         with self._lock:
+            self._used = time.monotonic()
             if self._idle:
-                return self._idle.pop()
+                return self._idle.pop()[0]
         left = deadline - time.monotonic()
         if left <= 0:
             raise RDMATimeoutError("timed out before connecting to the buffer's owner")
@@ -428,12 +434,30 @@ class Streams:
 
     def give(self, stream: Stream) -> None:
         with self._lock:
-            self._idle.append(stream)
+            now = self._used = time.monotonic()
+            if not self._closed:
+                self._idle.append((stream, now))
+                return
+        stream.sock.close()  # its Streams was let go meanwhile (``close_idle``)
+
+    def close_idle(self, before: float) -> bool:
+        """Close the streams given back before ``before`` (``time.monotonic``); whether
+        these streams are done with (none left and none taken since then): they then close
+        any stream given back later."""
+        with self._lock:
+            old = [stream for stream, given in self._idle if given < before]
+            self._idle = [(stream, given) for stream, given in self._idle if given >= before]
+            done = not self._idle and self._used < before
+            self._closed = done
+        for stream in old:
+            stream.sock.close()
+        return done
 
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
-        for stream in idle:
+            self._closed = True
+        for stream, _ in idle:
             stream.sock.close()
 
 
