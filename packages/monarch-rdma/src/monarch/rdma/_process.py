@@ -91,8 +91,8 @@ class Process:
             return streams
 
     def _close_idle(self, before: float) -> None:
-        for key, streams in list(self._streams.items()):
-            if streams.close_idle(before):
+        for key, kept in list(self._streams.items()):
+            if kept.close_idle(before):
                 del self._streams[key]
 
     def close_idle_streams(self, idle: float) -> int:
