@@ -66,6 +66,9 @@ def _initial_mask() -> frozenset[int]:
 PROCESS_MASK: Final = _initial_mask()
 """The CPUs this process may use, as it started: what unpinned threads get back."""
 
+_MASK_TEXT: Final = ",".join(map(str, sorted(PROCESS_MASK)))
+"""``PROCESS_MASK`` as ``MASK_ENV`` writes it."""
+
 
 def _bind_getcpu() -> object | None:
     try:
@@ -165,4 +168,4 @@ def _announce(cpu: int) -> None:
     """Say in the environment whether (and where) the loop is pinned, to the processes
     started meanwhile (set, never removed: a variable that comes and goes would have the
     C library grow the environment while other threads may read it)."""
-    os.environ[MASK_ENV] = f"{cpu}:{','.join(map(str, sorted(PROCESS_MASK)))}"
+    os.environ[MASK_ENV] = f"{cpu}:{_MASK_TEXT}"
