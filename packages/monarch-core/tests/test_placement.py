@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -29,8 +30,9 @@ class Masks(Actor):
         return None
 
     @endpoint
-    def slow(self) -> int:
-        time.sleep(0.3)  # the caller attaches its ``then`` before the reply comes
+    def gated(self, gate: str) -> int:
+        """Answers once ``gate`` exists: the caller attaches its ``then`` before that."""
+        wait_until(lambda: os.path.exists(gate), 60, f"{gate} to be created")
         return 1
 
     @endpoint
@@ -115,7 +117,7 @@ def _where() -> tuple[str, list[int], list[int]]:
     return threading.current_thread().name, sorted(os.sched_getaffinity(0)), sorted(started)
 
 
-def test_user_code_on_the_loop_runs_unpinned(uncontended: None) -> None:
+def test_user_code_on_the_loop_runs_unpinned(uncontended: None, tmp_path: Path) -> None:
     """A ``then`` function and an accumulator's ``combine`` run on the client's loop,
     pinned to its waiter's CPU between batches: they, and the threads they start, get
     the process's CPUs (torch's pools, started at a first parallel op, among them)."""
@@ -123,7 +125,10 @@ def test_user_code_on_the_loop_runs_unpinned(uncontended: None) -> None:
     try:
         actor = procs.spawn("masks", Masks)
         _ping_until_pinned(actor)
-        ran = actor.slice(procs=0).slow.call_one().then(lambda _: _where()).get(timeout=60)
+        gate = tmp_path / "open"
+        then = actor.slice(procs=0).gated.call_one(str(gate)).then(lambda _: _where())
+        gate.touch()  # the reply comes after the ``then``: its function runs on the loop
+        ran = then.get(timeout=60)
         seen: list[tuple[str, list[int], list[int]]] = []
 
         def combine(total: int, value: int) -> int:
@@ -131,7 +136,7 @@ def test_user_code_on_the_loop_runs_unpinned(uncontended: None) -> None:
             return total + value
 
         _ping_until_pinned(actor)
-        assert Accumulator(actor.slow, 0, combine).accumulate().get(timeout=60) == 2
+        assert Accumulator(actor.gated, 0, combine).accumulate(str(gate)).get(timeout=60) == 2
         _ping_until_pinned(actor)  # and the loop follows again once they are done
     finally:
         procs.stop().get(timeout=60)
