@@ -47,6 +47,7 @@ class Recorder:
     def __init__(self, pool: ActorPool, running: list[int], most: list[int]) -> None:
         self.pool = pool
         self.scheduled = False
+        self.thread_name = "recorder"
         self.calls: deque[int] = deque()
         self.seen: list[int] = []
         self.running, self.most = running, most

@@ -112,8 +112,10 @@ def following() -> bool:
 
 def note_waiting() -> None:
     """The calling thread is about to wait for the runtime: the loop should come to its CPU
-    (not the loop itself, awaiting a Future in a task of its own)."""
-    if _getcpu is not None and threading.get_native_id() != _state.loop:
+    (not the loop itself, awaiting a Future in a task of its own). Nothing where the loop
+    does not follow (a crowded process's waiters, per message: the foreign call costs more
+    than the check)."""
+    if _getcpu is not None and following() and threading.get_native_id() != _state.loop:
         _state.waiter = _getcpu()  # type: ignore[operator]
 
 

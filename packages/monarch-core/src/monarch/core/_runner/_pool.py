@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import threading
+from _thread import LockType, allocate_lock
 from collections import deque
 from typing import Protocol
 
@@ -48,6 +49,9 @@ class Served(Protocol):
 
     scheduled: bool
     """In the pool's ready queue or on one of its threads (under the pool's lock)."""
+
+    thread_name: str
+    """What the pool thread running it is called meanwhile (stacks, py-spy)."""
 
     def has_work(self) -> bool:
         """Whether it has messages (under the pool's lock)."""
@@ -67,13 +71,16 @@ class ActorPool:
         self.size = size
         self.name = name
         self.lock = threading.Lock()
-        self._wake = threading.Condition(self.lock)
+        self.parked: list[LockType] = []
+        """The sleeping threads' own locks, held while they sleep: ``_cover`` releases one
+        to wake its thread (a ``Condition``'s wait and notify cost several microseconds of
+        Python each, per message, in a crowded process more)."""
         self.ready: deque[Served] = deque()
         """Actors with messages that no thread has taken yet."""
         self.threads = 0
         """Threads started (they never end: see the module's doc)."""
         self.sleeping = 0
-        """Threads asleep on ``_wake``, not yet notified."""
+        """Threads asleep (``parked``), not yet woken."""
         self.coming = 0
         """Threads about to take from ``ready``: starting, notified, spinning, between actors."""
         self.blocked = 0
@@ -98,7 +105,7 @@ class ActorPool:
             self.coming += 1
             if self.sleeping:
                 self.sleeping -= 1
-                self._wake.notify()
+                self.parked.pop().release()  # the last to sleep: its memory is warmest
             else:
                 self.threads += 1
                 try:
@@ -125,8 +132,11 @@ class ActorPool:
 
     def _work(self) -> None:
         unpin_this_thread()  # started by the loop, which may be pinned (``_placement``)
+        _parking.lock = allocate_lock()
+        _parking.lock.acquire()  # held: the thread sleeps on it until woken
         set_blocking_listener(self)
         thread = threading.current_thread()
+        named = thread.name
         lock = self.lock
         lock.acquire()
         try:
@@ -134,9 +144,12 @@ class ActorPool:
                 actor = self._wait_for_work()
                 lock.release()
                 try:
+                    if actor.thread_name is not named:  # a thread of its own: named once
+                        thread.name = named = actor.thread_name
                     actor.serve(BATCH)
                 finally:
-                    thread.name = self.name
+                    if not self.own and named is not self.name:  # idle under its own name
+                        thread.name = named = self.name
                     lock.acquire()
                     if actor.has_work():
                         self.ready.append(actor)
@@ -169,9 +182,16 @@ class ActorPool:
         return self.ready.popleft()
 
     def _sleep(self) -> None:
-        """Sleep until ``_cover`` notifies (which counts this thread in ``coming``)."""
+        """Sleep until ``_cover`` wakes this thread (which counts it in ``coming``); called
+        and returns under the lock."""
+        park = _parking.lock
         self.sleeping += 1
-        self._wake.wait()
+        self.parked.append(park)
+        self.lock.release()
+        try:
+            park.acquire()
+        finally:
+            self.lock.acquire()
 
 
 _spinning = False
@@ -179,6 +199,9 @@ _spinning = False
 thread per actor, ``sync_actor_threads = 0``, as many pools as actors), so that a cast to
 many actors of one process does not keep them all spinning. Read and written under some
 pool's lock, not all the same: two may spin at once, rarely, and no harm."""
+
+_parking = threading.local()
+"""A pool thread's lock to sleep on (``ActorPool._sleep``), made when it starts."""
 
 _shared: ActorPool | None = None
 _own: list[ActorPool] = []

@@ -95,7 +95,6 @@ class SyncRunner(ActorRunner):
         once, as it may block waiting for an answer to it."""
         if self.exited.is_set():
             return
-        threading.current_thread().name = self.thread_name
         self.thread_id = threading.get_ident()
         current_owner.set(self)
         calls = self.calls
