@@ -42,6 +42,7 @@ from monarch.core._config import (
     format_duration,
     parse_byte_size,
     parse_duration,
+    refresh_environment,
     reload_from_environment,
     runtime_env,
 )
@@ -780,3 +781,66 @@ def test_the_handshake_deadline_of_the_jobs_connections_is_a_key() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "'handshake_timeout': 90.0" in done.stdout
+
+
+ENV_TEXTS = st.one_of(
+    st.sampled_from(["0", "1", "5", "true", "no", "30s", "2m", "tcp", "unix", "bincode", "many"]),
+    st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=8),
+)
+ENV_CHANGES = st.lists(
+    st.tuples(
+        st.sampled_from([v for v in ALL_ENV_VARS if v != CONFIG_FILE_ENV] + ["MONARCH_TEST_OTHER"]),
+        st.none() | ENV_TEXTS,
+    ),
+    max_size=6,
+)
+
+
+@HYPOTHESIS
+@given(before=ENV_CHANGES, after=ENV_CHANGES)
+def test_refreshing_what_changed_is_reloading_everything(
+    fresh: pytest.MonkeyPatch,
+    before: list[tuple[str, str | None]],
+    after: list[tuple[str, str | None]],
+) -> None:
+    """A zygote's fork re-reads only the variables its request changed
+    (``refresh_environment``): whatever the layers were read from and whatever changed
+    since (aliases, bad values, removals, unrelated variables), the configuration is the
+    one a full re-read gives."""
+
+    def apply(changes: list[tuple[str, str | None]]) -> list[str]:
+        for var, text in changes:
+            if text is None:
+                fresh.delenv(var, raising=False)
+            else:
+                fresh.setenv(var, text)
+        return [var for var, _ in changes]
+
+    apply(before)
+    reload_from_environment()
+    refreshed_from = config_version()
+    changed = apply(after)
+    refresh_environment(changed)
+    refreshed = get_global_config()
+    if not any(var in ALL_ENV_VARS for var in changed):
+        assert config_version() == refreshed_from  # nothing to re-read: the snapshot stays
+    reload_from_environment()
+    assert refreshed == get_global_config()
+    for var, _ in before + after:
+        fresh.delenv(var, raising=False)
+
+
+def test_refreshing_rereads_a_configured_file(fresh: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The file layer is read again at a refresh where one is configured (its contents may
+    have changed since the zygote read it), and dropped where it no longer is."""
+    path = tmp_path / "monarch.toml"
+    path.write_text("tail_log_lines = 3\n")
+    fresh.setenv(CONFIG_FILE_ENV, str(path))
+    reload_from_environment()
+    assert get_global_config()["tail_log_lines"] == 3
+    path.write_text("tail_log_lines = 4\n")
+    refresh_environment([])
+    assert get_global_config()["tail_log_lines"] == 4
+    fresh.delenv(CONFIG_FILE_ENV)
+    refresh_environment([CONFIG_FILE_ENV])
+    assert get_global_config()["tail_log_lines"] == 0

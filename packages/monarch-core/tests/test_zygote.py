@@ -20,6 +20,7 @@ import pytest
 from monarch._zygote_start import preloaded
 from monarch.actor import Actor, endpoint, this_host
 from monarch.config import configured
+from monarch.core._config import current_config
 from monarch.core._host import _watching
 from monarch.core._host._zygote import ForkedProc
 from monarch.core.testing import alive
@@ -499,6 +500,35 @@ def test_a_forked_proc_has_the_agents_environment_not_the_zygotes() -> None:
         assert dropped not in python_env and dropped not in c_env
         assert python_env["MONARCH_TEST_ADDED"] == c_env["MONARCH_TEST_ADDED"] == "added"
         assert python_env == c_env
+
+
+class Configured(Actor):
+    @endpoint
+    def tail_log_lines(self) -> int:
+        return current_config().tail_log_lines
+
+
+def test_a_forked_proc_reads_the_configuration_its_request_changed() -> None:
+    """A fork re-reads only the configuration variables its request changed from the
+    zygote's environment (``refresh_environment``): a key the agent's environment set after
+    the zygote started is the proc's, not the zygote's."""
+    first = this_host().spawn_procs(per_host={"gpus": 1})  # the zygote runs
+    before = first.spawn("conf", Configured).tail_log_lines.call().get(timeout=60).values()
+    first.stop().get(timeout=60)
+    variable = "HYPERACTOR_MESH_TAIL_LOG_LINES"
+    wanted = next(n for n in (7, 8) if n not in before)
+    saved = os.environ.get(variable)
+    os.environ[variable] = str(wanted)
+    try:
+        procs = this_host().spawn_procs(per_host={"gpus": 2})
+        found = procs.spawn("conf", Configured).tail_log_lines.call().get(timeout=60).values()
+        procs.stop().get(timeout=60)
+    finally:
+        if saved is None:
+            del os.environ[variable]
+        else:
+            os.environ[variable] = saved
+    assert list(found) == [wanted, wanted]
 
 
 class Pid(Actor):

@@ -25,6 +25,7 @@ from ._layers import (
     current_config,
     get_global_config,
     get_runtime_config,
+    refresh_environment,
     reload_from_environment,
     runtime_env,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "parametrize_config_pointwise",
     "parse_byte_size",
     "parse_duration",
+    "refresh_environment",
     "reload_from_environment",
     "runtime_env",
 ]

@@ -39,7 +39,7 @@ import msgspec
 
 from monarch._zygote_start import FD_ENV, in_zygote
 from monarch._zygote_start import PRELOAD_ENV as PRELOAD_AT_START_ENV
-from monarch.core._config import KEYS, reload_from_environment
+from monarch.core._config import KEYS, refresh_environment
 from monarch.core._payload._memory import anonymous_memory, collapse_to_huge_pages
 from monarch.core._runtime._internal_logs import forget_internal_logs, install_internal_logs
 from monarch.core._runtime._messages import (
@@ -395,7 +395,7 @@ def become_proc(request: ZygoteFork, fds: list[int]) -> None:
         os.dup2(fd, target)
         os.close(fd)
     os.chdir(request.cwd)
-    take_environment(request.env)
+    changed = take_environment(request.env)
     extra = [p for p in request.env.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:] = [request.cwd, *extra, *(p for p in _BASE_PATH[1:] if p not in extra)]
     sys.argv[:] = [sys.argv[0]]
@@ -405,24 +405,27 @@ def become_proc(request: ZygoteFork, fds: list[int]) -> None:
         sys.argv[:] = list(request.main)
         runpy.run_module(request.main[0], run_name="__main__", alter_sys=True)
         return
-    reload_from_environment()
+    refresh_environment(changed)  # the zygote's layers, but for what the request changed
     # The modules the zygote had are the ones it counted before it forked (counting them
     # here would write to a page of each of their names: ~170 page copies, ~0.5 ms).
     counted = _imported[0] if _imported and len(_imported[0]) == len(sys.modules) else None
     run_proc(counted)
 
 
-def take_environment(env: dict[str, str]) -> None:
-    """Make this process's environment ``env``, changing only the variables that differ:
-    most are the zygote's already (the agent's), and each ``putenv``/``unsetenv`` writes
-    to pages of the C heap and environment the child shares with the zygote (a clear and
-    a full update cost a proc ~250 page copies, ~1.2 ms of its start)."""
+def take_environment(env: dict[str, str]) -> list[str]:
+    """Make this process's environment ``env``, changing only the variables that differ
+    (returned): most are the zygote's already (the agent's), and each ``putenv``/``unsetenv``
+    writes to pages of the C heap and environment the child shares with the zygote (a clear
+    and a full update cost a proc ~250 page copies, ~1.2 ms of its start)."""
     current = os.environ
-    for name in [name for name in current if name not in env]:
+    changed = [name for name in current if name not in env]
+    for name in changed:
         del current[name]
     for name, value in env.items():
         if current.get(name) != value:
             current[name] = value
+            changed.append(name)
+    return changed
 
 
 def reap(state: State) -> None:
