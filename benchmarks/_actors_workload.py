@@ -28,7 +28,8 @@ try:  # a user's script has imported torch; upstream's monarch imports it in any
 except ImportError:
     pass
 
-from _scale_workload import memory_kib, stop_counting, threads, write_result
+from _results import write_result
+from _scale_workload import memory_kib, stop_counting, threads
 
 from monarch.actor import Actor, endpoint, this_host
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -247,3 +247,35 @@ def print_report(
     if errors:
         print(f"errors: {json.dumps(errors)[:2000]}")
     print(f"wrote {path}")
+
+
+def cpu_seconds(pids: Iterable[int]) -> float:
+    """The CPU that the running ones of ``pids`` have used, every thread, to the nanosecond
+    (the scheduler's ``schedstat``: the ticks of ``/proc/PID/stat`` miss most of a
+    process that runs in bursts of microseconds after its CPU was idle)."""
+    total = 0
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+    return total / 1e9
+
+
+def write_result(path: str, work: Callable[[], dict[str, Any]]) -> int:
+    """Run ``work`` and write what it measured, or the error that stopped it, to ``path``
+    as one JSON line with the Python and whether this client imported torch (what
+    ``scale_bench`` reads back from each workload)."""
+    doc: dict[str, Any] = {"python": sys.version.split()[0], "torch": "torch" in sys.modules}
+    try:
+        doc.update(work())
+    except Exception as exc:  # noqa: BLE001 - reported to scale_bench
+        doc["error"] = repr(exc)
+    Path(path).write_text(json.dumps(doc) + "\n")
+    return 0

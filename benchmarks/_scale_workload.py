@@ -9,27 +9,27 @@ repository's monarch and upstream torchmonarch 0.7.0 (run by ``benchmarks/.venvs
 It imports torch first when it can (a user's script has; upstream's client imports it
 anyway), spawns one mesh of N procs with one sync actor each, and records: the spawn (procs,
 actors, until the first gathered reply), gathered ``call()`` latency, 20 broadcasts then a
-call, the controller's CPU per gathered call and per broadcast, RSS/PSS/USS of each idle proc,
+call, the controller's CPU per gathered call and per broadcast, the procs' CPU per gathered
+call (per proc), RSS/PSS/USS of each idle proc,
 and the stop: its seconds and the procs still alive when it returned and 5 s later.
-Standard library only besides monarch (and torch, when importable).
+Standard library only besides monarch (and torch, when importable), and ``_results`` beside it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 try:  # a user's script has imported torch; upstream's monarch imports it in any case
     import torch  # noqa: F401
 except ImportError:
     pass
+
+from _results import cpu_seconds, write_result
 
 from monarch.actor import Actor, endpoint, this_host
 
@@ -117,12 +117,13 @@ def run(procs_n: int, calls: int, reps: int, timeout: float) -> dict[str, Any]:
         for _ in range(3):  # prime: connections, code paths
             ping.call().get(timeout)
         samples = []
-        cpu0 = time.process_time()
+        cpu0, procs_cpu0 = time.process_time(), cpu_seconds(pids)
         for _ in range(calls):
             c0 = time.perf_counter()
             values = ping.call().get(timeout).values()
             samples.append(time.perf_counter() - c0)
         out["call_cpu_ms"] = (time.process_time() - cpu0) / calls * 1e3
+        out["procs_cpu_us"] = (cpu_seconds(pids) - procs_cpu0) / calls / procs_n * 1e6
         if len(values) != procs_n or set(values) != {"pong"}:
             raise AssertionError(f"gathered {len(values)} values, not {procs_n} x 'pong'")
         out["call_ms"] = median_ms(samples)
@@ -166,19 +167,6 @@ def stop_counting(procs: Any, pids: list[int], timeout: float) -> dict[str, Any]
         time.sleep(0.05)
     out["left_after_5s"] = len(alive(pids))
     return out
-
-
-def write_result(path: str, work: Callable[[], dict[str, Any]]) -> int:
-    """Run ``work`` and write what it measured, or the error that stopped it, to ``path``
-    as one JSON line with the Python and whether this client imported torch (what
-    ``scale_bench`` reads back from each workload)."""
-    doc: dict[str, Any] = {"python": sys.version.split()[0], "torch": "torch" in sys.modules}
-    try:
-        doc.update(work())
-    except Exception as exc:  # noqa: BLE001 - reported to scale_bench
-        doc["error"] = repr(exc)
-    Path(path).write_text(json.dumps(doc) + "\n")
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """One mesh of N procs on this machine, at N = 16, 64, 256 (and 1024): ours beside upstream.
 
-Run with ``hatch run bench:scale [--sizes 16,64,256,1024] [--runs 2] [--out PATH]``. Each
+Run with ``hatch run bench:scale [--sizes 16,64,256,1024] [--runs 2] [--floor] [--out PATH]``. Each
 measurement is a fresh controller process running ``_scale_workload.py`` (upstream's public
 API only), in this environment and, where ``benchmarks/.venvs/upstream`` exists (made by
 ``baselines.py``), in upstream torchmonarch 0.7.0's, the two alternating in a rotating order.
@@ -13,6 +13,11 @@ about what a proc costs without it). Figures per size (see ``_scale_workload.py`
 gathered ``call()`` ms, 20 broadcasts + a call ms, the controller's CPU per gathered call and
 per broadcast, RSS/PSS/USS and threads per idle proc, stop s and the procs left behind.
 The targets are issue 34's. Nothing here asserts on speed.
+
+``--floor``: beside ours, the machine's floor for the same gathered call (``_scale_floor.py``:
+N forked Python procs, each an event loop that hands the message to a second thread, which
+answers; no framing, serialization, routing or supervision): its latency and the procs' CPU
+per call, what any Python framework with our structure pays at least here.
 
 ``--actors``: 10,000 actors alive at once instead (40 meshes over 256 procs, sync and
 async; see ``_scale_actors.py``), JSON in ``results/actors34_actors.json``.
@@ -44,12 +49,14 @@ from baselines import default_python
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "_scale_workload.py"
+FLOOR = HERE / "_scale_floor.py"
 
 FIGURES: dict[str, tuple[str, str]] = {
     "spawn_s": ("s", "spawn N procs + actors + first gathered reply"),
     "call_ms": ("ms", "gathered call() to all, median"),
     "bcast20_ms": ("ms", "20 broadcasts + a call, median"),
     "call_cpu_ms": ("ms", "controller CPU per gathered call"),
+    "procs_cpu_us": ("us", "procs' CPU per gathered call, per proc"),
     "bcast_cpu_ms": ("ms", "controller CPU per broadcast"),
     "proc_rss_MiB": ("MiB", "RSS per idle proc (median)"),
     "proc_pss_MiB": ("MiB", "PSS per idle proc (median)"),
@@ -72,10 +79,11 @@ TARGETS: list[tuple[str, int | None, str, float]] = [
 
 
 def measure(
-    python: str, procs: int, env: dict[str, str], args: argparse.Namespace
+    side: str, python: str, procs: int, env: dict[str, str], args: argparse.Namespace
 ) -> dict[str, Any]:
     argv = ["--procs", str(procs), "--calls", str(args.calls), "--reps", str(args.reps)]
-    return run_workload(python, WORKLOAD, argv, env, args.timeout)
+    workload = FLOOR if side == "floor" else WORKLOAD
+    return run_workload(python, workload, argv, env, args.timeout)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -86,6 +94,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=5, help="rounds of 20 broadcasts + a call")
     p.add_argument("--upstream-max", type=int, default=256, help="largest mesh upstream runs")
     p.add_argument("--no-upstream", action="store_true")
+    p.add_argument(
+        "--floor",
+        action="store_true",
+        help="also the machine's floor (_scale_floor.py: forked procs that only answer)",
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per run")
     p.add_argument("--out", default=str(RESULTS_DIR / "scale.json"))
     _scale_actors.add_arguments(p)
@@ -106,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     sides: list[tuple[str, str, dict[str, str]]] = [("ours", sys.executable, ours_env)]
     if upstream is not None:
         sides.append(("upstream", str(upstream), up_env))
+    if args.floor:
+        sides.append(("floor", sys.executable, dict(os.environ)))
     started = time.perf_counter()
     runs: list[dict[str, Any]] = []
     turn = 0
@@ -116,10 +131,12 @@ def main(argv: list[str] | None = None) -> int:
             for name, python, env in order:
                 if name == "upstream" and procs > args.upstream_max:
                     continue
-                got = measure(python, procs, env, args)
+                got = measure(name, python, procs, env, args)
                 runs.append({"side": name, "procs": procs, **got})
                 brief = got.get("error") or (
-                    f"spawn {got['spawn_s']:.2f} s, call {got['call_ms']:.1f} ms, "
+                    f"call {got['call_ms']:.1f} ms, procs' CPU {got['procs_cpu_us']:.0f} us"
+                    if name == "floor"
+                    else f"spawn {got['spawn_s']:.2f} s, call {got['call_ms']:.1f} ms, "
                     f"rss {got['proc_rss_MiB']:.1f} MiB, stop {got['stop_s']:.2f} s"
                 )
                 elapsed = time.perf_counter() - started
@@ -136,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             "reps": args.reps,
             "upstream_max": args.upstream_max,
             "upstream": str(upstream) if upstream else None,
+            "floor": args.floor,
         },
         "duration_s": round(time.perf_counter() - started, 1),
         "figures": figures,
@@ -164,14 +182,14 @@ def targets(figures: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def render(doc: dict[str, Any]) -> str:
     m = doc["machine"]
     sizes = doc["settings"]["sizes"]
+    sides = ["ours", "upstream"] + (["floor"] if doc["settings"].get("floor") else [])
     by = {(f["side"], f["procs"], f["name"]): f["median"] for f in doc["figures"]}
-    headers = ["figure", "unit"] + [f"{n} (ours / upstream)" for n in sizes]
+    headers = ["figure", "unit"] + [f"{n} ({' / '.join(sides)})" for n in sizes]
     rows = []
     for key, (unit, label) in FIGURES.items():
         row = [label, unit]
         for n in sizes:
-            ours, theirs = by.get(("ours", n, key)), by.get(("upstream", n, key))
-            row.append(f"{fmt_num(ours)} / {fmt_num(theirs)}")
+            row.append(" / ".join(fmt_num(by.get((side, n, key))) for side in sides))
         rows.append(row)
     lines = [
         f"## One mesh of N procs on this machine ({m.get('cpu_count')} CPUs, "
