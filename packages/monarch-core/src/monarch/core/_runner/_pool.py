@@ -73,8 +73,8 @@ class ActorPool:
         self.lock = threading.Lock()
         self.parked: list[LockType] = []
         """The sleeping threads' own locks, held while they sleep: ``_cover`` releases one
-        to wake its thread (a ``Condition``'s wait and notify cost several microseconds of
-        Python each, per message, in a crowded process more)."""
+        to wake its thread (a ``Condition`` made a lock per wait and ran a dozen Python
+        calls per wait and notify, per message of a crowded process)."""
         self.ready: deque[Served] = deque()
         """Actors with messages that no thread has taken yet."""
         self.threads = 0
