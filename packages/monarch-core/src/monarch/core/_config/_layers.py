@@ -159,8 +159,12 @@ def _read_environment(environ: Mapping[str, str]) -> dict[str, Any]:
 
 _UNSET: Final = object()
 
-_KEY_OF_VARIABLE: Final = {var: key for key in KEYS.values() for var in key.env}
-"""Each key's environment variables, to the key."""
+_KEYS_OF_VARIABLE: Final[dict[str, list[Key]]] = {}
+"""Each environment variable a key reads, to the keys that read it."""
+for _key in KEYS.values():
+    for _var in _key.env:
+        _KEYS_OF_VARIABLE.setdefault(_var, []).append(_key)
+del _key, _var
 
 
 def _read_key(key: Key, environ: Mapping[str, str]) -> Any:
@@ -238,7 +242,7 @@ def refresh_environment(changed: Collection[str]) -> None:
     all of it (~100 lookups of ``os.environ``, a few Python calls each) cost a fresh fork
     ~0.5 ms and ~115 page copies; a key the request does change (``wait_spin`` in a
     crowded spawn) still costs its parse."""
-    keys = {key.name: key for var in changed if (key := _KEY_OF_VARIABLE.get(var)) is not None}
+    keys = {key.name: key for var in changed for key in _KEYS_OF_VARIABLE.get(var, ())}
     path = os.environ.get(CONFIG_FILE_ENV, "")
     if not keys and not path and CONFIG_FILE_ENV not in changed:
         return
