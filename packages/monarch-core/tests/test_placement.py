@@ -211,3 +211,39 @@ def test_a_process_started_by_a_pinned_loop_takes_back_its_spawners_cpus(inherit
     assert done.returncode == 0, done.stderr
     expected = cpus if inherited else [child_cpu]
     assert done.stdout.split("\n")[-2] == str(expected), done.stdout
+
+
+FOREIGN_LOOP = """if True:
+    import os, threading
+    from monarch.core import _placement
+    from monarch.core._host._rehearsal import rehearse_round
+    from monarch.core._runtime import _spin
+
+    _spin.CONTENDED_YIELD = float("inf")  # a loaded machine would unpin it anyway
+    cpus = sorted(_placement.PROCESS_MASK)
+    main = os.sched_getaffinity(0)
+
+    def wait_on_the_last_cpu():
+        os.sched_setaffinity(0, {cpus[-1]})
+        _placement.note_waiting()
+
+    waiter = threading.Thread(target=wait_on_the_last_cpu)
+    waiter.start()
+    waiter.join()
+    assert _placement._state.waiter == cpus[-1], _placement._state.waiter
+    assert rehearse_round()  # two runtimes exchanging messages on this thread's loop
+    print(sorted(os.sched_getaffinity(0)) == sorted(main))
+"""
+
+
+def test_a_loop_on_a_thread_that_is_not_its_own_never_follows_a_waiter() -> None:
+    """The zygote rehearses a proc's start on its main thread, as a test may run a
+    runtime on its own loop: such a loop never pins its thread to a waiter's CPU (the
+    thread, and every thread and process it starts later, would keep that one CPU: a
+    CI worker's main thread was left so). Only a runtime on a loop thread of its own
+    follows its waiters. Fails without ``Runtime.own_thread``."""
+    done = subprocess.run(
+        [sys.executable, "-c", FOREIGN_LOOP], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True"]

@@ -127,9 +127,12 @@ def follow(spin: float) -> bool:
     if spin <= 0 or _state.hosting or not following():
         _unpin_loop()
         return False
+    me = threading.get_native_id()
+    if me != _state.loop:  # a loop thread started since the last one (which may be gone)
+        _unpin_loop()
     cpu = _state.waiter
     if cpu >= 0 and cpu != _state.pinned and cpu in PROCESS_MASK and _pin(frozenset({cpu})):
-        _state.loop = threading.get_native_id()
+        _state.loop = me
         _state.pinned = cpu
         _state.ever = True
         _announce(cpu)
@@ -138,7 +141,11 @@ def follow(spin: float) -> bool:
 
 def _unpin_loop() -> None:
     if _state.pinned >= 0:
-        _pin(PROCESS_MASK, _state.loop)
+        loop = _state.loop
+        # The thread may have ended since (its runtime stopped), and its id be another
+        # process's thread now: only one of this process's is given its CPUs back.
+        if loop == threading.get_native_id() or os.path.exists(f"/proc/self/task/{loop}"):
+            _pin(PROCESS_MASK, loop)
         _state.pinned = -1
         _announce(-1)
 

@@ -150,7 +150,7 @@ def start_controller(listen: str | None = None) -> Runtime:
     install_internal_logs("client", banner=True)
     loop = new_event_loop()
     ready = threading.Event()
-    runtime = Runtime(loop, job_secret())
+    runtime = Runtime(loop, job_secret(), own_thread=True)
     failure: list[BaseException] = []
 
     def run() -> None:
@@ -188,7 +188,7 @@ async def serve_proc() -> None:
     """Serve as a proc until told to stop or until the parent is gone."""
     parent = os.environ[PARENT_ENV]
     ready_proc, _, ready_port = os.environ[READY_ENV].rpartition("#")
-    runtime = Runtime(asyncio.get_running_loop(), job_secret())
+    runtime = Runtime(asyncio.get_running_loop(), job_secret(), own_thread=True)
     host_python[0] = os.environ.get(PYTHON_ENV, "")
     install_internal_logs(f"proc {os.environ[RANK_ENV]}")
     put_synced_on_path()  # before any actor's class is unpickled
@@ -420,7 +420,7 @@ class WorkerRuntime:
     def __init__(self, address: str, secret: bytes) -> None:
         self.advertise, self.bind = split_alias(address)
         self.loop = new_event_loop()
-        self.runtime = Runtime(self.loop, secret)
+        self.runtime = Runtime(self.loop, secret, own_thread=True)
         self.done: Future[None] = Future._new()
         self.thread = threading.Thread(target=self._run, name="monarch-worker", daemon=True)
         self._ready = threading.Event()

@@ -121,9 +121,15 @@ Service = Callable[[Connection], Awaitable[None]]
 class Runtime:
     """The Monarch runtime of this process (see the module docstring)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, secret: bytes) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, secret: bytes, *, own_thread: bool = False
+    ) -> None:
         self.loop = loop
         self.secret = secret
+        self.own_thread = own_thread
+        """Its loop runs on a thread of its own (a client's runtime thread, a proc's or a
+        worker's): only such a loop follows its waiters' CPU (``_placement``), never one
+        on a thread that runs other code too (the zygote's rehearsals, a test's loop)."""
         self.address = ""
         self.root = ""
         """The address of the job's root client (set by ``_bootstrap``): where
@@ -244,7 +250,8 @@ class Runtime:
                 for writer in dirty:
                     writer.flush()
             spin = spin_seconds()
-            if not follow(spin):  # else on its waiter's CPU, which spins (``_placement``)
+            # On its waiter's CPU, which spins (``_placement``), else it spins itself.
+            if not (self.own_thread and follow(spin)):
                 self._stay_awake(spin)
 
     def _stay_awake(self, spin: float) -> None:
