@@ -101,10 +101,9 @@ class SyncRunner(ActorRunner):
         held: list[Any] = []
         try:
             for _ in range(batch):
-                try:
-                    kind, message, parts = calls.popleft()
-                except IndexError:
+                if not calls:  # only this thread takes from it (an exception costs ~1 us)
                     break
+                kind, message, parts = calls.popleft()
                 if kind == EXIT:
                     self.runtime.flush_writes(held)
                     self.instance = self.cls = None  # see release()
