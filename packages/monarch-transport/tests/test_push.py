@@ -32,7 +32,9 @@ pytestmark = pytest.mark.anyio
 
 
 class Pushed:
-    """What push mode hands a receiver: frames, then the error that ended them."""
+    """What push mode hands a receiver: frames, then the error that ended them. Each
+    ``receive_nowait`` is checked against ``frames_ready`` asked just before it: False
+    exactly when it raises ``anyio.WouldBlock`` (``wait_for`` fails on a mismatch)."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -40,12 +42,27 @@ class Pushed:
         self.error: BaseException | None = None
         self.calls = 0
         self.changed = anyio.Event()
+        self.mismatches: list[str] = []
 
     def __call__(self) -> None:
         self.calls += 1
+        receiver = push(self.conn)
         try:
             while True:
-                self.frames.append([bytes(p) for p in push(self.conn).receive_nowait()])
+                ready = receiver.frames_ready()
+                try:
+                    frame = receiver.receive_nowait()
+                except anyio.WouldBlock:
+                    if ready:
+                        self.mismatches.append("ready, but receive_nowait would block")
+                    raise
+                except TransportError:
+                    if not ready:
+                        self.mismatches.append("not ready, but receive_nowait raised its end")
+                    raise
+                if not ready:
+                    self.mismatches.append("not ready, but receive_nowait had a frame")
+                self.frames.append([bytes(p) for p in frame])
         except anyio.WouldBlock:
             pass
         except TransportError as exc:
@@ -57,6 +74,7 @@ class Pushed:
         with anyio.fail_after(10):
             while len(self.frames) < frames or (error and self.error is None):
                 await self.changed.wait()
+        assert self.mismatches == []
 
 
 async def pushing(endpoint: Endpoint, server: object) -> tuple[Connection, Connection, Pushed]:

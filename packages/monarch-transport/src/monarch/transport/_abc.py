@@ -120,6 +120,11 @@ class PushReceiver(ABC):
     def receive_nowait(self) -> Frame:
         """A frame already read from the socket, or raise ``anyio.WouldBlock``."""
 
+    def frames_ready(self) -> bool:
+        """False only when :meth:`receive_nowait` would raise ``anyio.WouldBlock`` now: a
+        receiver that has taken every frame stops without an exception (here: True, try)."""
+        return True
+
     @abstractmethod
     def start_receiving(self, on_frames: Callable[[], object]) -> bool:
         """Read in push mode on the running asyncio loop, if the running loop allows.

@@ -260,6 +260,9 @@ class SocketConnection(Connection, FrameQueue, PushReceiver):
 
     # -- receiving ---------------------------------------------------------------------
 
+    def frames_ready(self) -> bool:
+        return bool(self._decoder.pending_frames) or self._receive_error is not None or self._closed
+
     def receive_nowait(self) -> Frame:
         frame = self._decoder.next_frame()
         if frame is None:

@@ -164,15 +164,22 @@ class Inbound:
                     return
                 if push is None:
                     return  # one frame per receive() where there is no push mode
+                if not push.frames_ready():
+                    self._all_taken()
+                    return
                 frame = push.receive_nowait()
         except anyio.WouldBlock:
-            if self.paused and push is not None:  # all taken: read the socket again
-                self.paused = False
-                push.resume_receiving()
+            self._all_taken()
         finally:
             runtime.received += messages
             runtime.delivering = None
             runtime._end_batch()
+
+    def _all_taken(self) -> None:
+        """Push mode, every frame read is taken: read the socket again if paused."""
+        if self.paused and self.push is not None:
+            self.paused = False
+            self.push.resume_receiving()
 
     def _pause(self) -> None:
         if not self.paused:
