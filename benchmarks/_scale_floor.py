@@ -133,8 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--procs", type=int, required=True)
     p.add_argument("--calls", type=int, default=30, help="rounds timed")
     p.add_argument("--inline", action="store_true", help="the loop answers (no second thread)")
-    p.add_argument("--reps", type=int, default=0, help="ignored (scale_bench passes it)")
-    p.add_argument("--timeout", type=float, default=300.0, help="ignored (as --reps)")
     p.add_argument("--json", required=True)
     args = p.parse_args(argv)
     return write_result(args.json, lambda: run(args.procs, args.calls, args.inline))

@@ -81,9 +81,10 @@ TARGETS: list[tuple[str, int | None, str, float]] = [
 def measure(
     side: str, python: str, procs: int, env: dict[str, str], args: argparse.Namespace
 ) -> dict[str, Any]:
-    argv = ["--procs", str(procs), "--calls", str(args.calls), "--reps", str(args.reps)]
-    workload = FLOOR if side == "floor" else WORKLOAD
-    return run_workload(python, workload, argv, env, args.timeout)
+    argv = ["--procs", str(procs), "--calls", str(args.calls)]
+    if side == "floor":
+        return run_workload(python, FLOOR, argv, env, args.timeout)
+    return run_workload(python, WORKLOAD, [*argv, "--reps", str(args.reps)], env, args.timeout)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

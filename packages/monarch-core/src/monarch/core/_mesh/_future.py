@@ -108,15 +108,15 @@ class Outcome(Generic[R]):
         """The value (or raise the error), blocking up to ``timeout`` seconds."""
         if self._state != _DONE:
             note_waiting()  # the loop comes to this CPU (``_placement``)
-        if self._state != _DONE and self._answering < USABLE_CPUS:
-            seconds = spin_seconds()
-            if timeout is not None:
-                seconds = min(seconds, timeout)
-            if seconds > 0:
-                # The waiters' rule (see _runtime._spin), only with a CPU to spare: when
-                # more processes than CPUs must answer, a spinning thread takes the CPU
-                # from them (and its sched_yield calls cost them context switches).
-                spin(lambda: self._state == _DONE, seconds)
+            if self._answering < USABLE_CPUS:
+                seconds = spin_seconds()
+                if timeout is not None:
+                    seconds = min(seconds, timeout)
+                if seconds > 0:
+                    # The waiters' rule (see _runtime._spin), only with a CPU to spare: when
+                    # more processes than CPUs must answer, a spinning thread takes the CPU
+                    # from them (and its sched_yield calls cost them context switches).
+                    spin(lambda: self._state == _DONE, seconds)
         if self._state != _DONE:
             with _outcome_lock:
                 waiter = self._waiter
